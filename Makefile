@@ -1,0 +1,44 @@
+# Muster's two commands: `make demo` and `make test`. Everything else is a step of those.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Pinned Kubernetes binaries are built once into this cache (see hack/build-k8s.sh).
+export MUSTER_K8S_CACHE ?= $(HOME)/.cache/muster/k8s
+
+.PHONY: venv lint unit e2e test demo bench k8s clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+lint: venv
+	$(VENV)/bin/ruff check extender quota tests bench hack
+	$(VENV)/bin/ruff format --check extender quota tests bench hack
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(PY) -m pytest tests/unit
+
+k8s:
+	hack/build-k8s.sh
+
+e2e: venv k8s
+	$(PY) -m pytest tests/e2e
+
+# The whole suite: lint, unit tests and the e2e tier against real binaries.
+test: venv lint k8s
+	$(PY) -m pytest tests
+
+demo: venv k8s
+	$(PY) hack/demo.py
+
+bench: venv
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
