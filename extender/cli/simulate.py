@@ -1,0 +1,121 @@
+"""``muster simulate``: what would Muster do with these manifests?
+
+Loads the files (:mod:`extender.cli.manifests`), runs the same core the
+extender serves (:func:`extender.core.whatif.run_simulation`), and prints
+the result as the JSON document ``SIMULATE.md`` specifies, or as a table for
+a person.  Exit 0 when the simulation ran, 2 with a one-line error when the
+input is invalid.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from extender.cli.manifests import InputError, load_manifests
+from extender.core.config import ArgsError, MusterArgs, parse_args
+from extender.core.resources import format_resources
+from extender.core.snapshot import Snapshot
+from extender.core.whatif import SimulationResult, run_simulation
+
+
+def load_args_file(path: str | None) -> MusterArgs:
+    """The ``--config`` file (YAML) as arguments; raises :class:`InputError`."""
+    if path is None:
+        return MusterArgs()
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise InputError(f"{path}: cannot read: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: invalid YAML: {error}") from None
+    try:
+        return parse_args(document)
+    except ArgsError as error:
+        raise InputError(f"{path}: {error}") from None
+
+
+def simulate_files(
+    paths: Sequence[str], args: MusterArgs, now: float | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """Run a simulation over manifest files; returns the JSON document and notes."""
+    loaded = load_manifests(paths, args)
+    result = run_simulation(loaded.snapshot, time.time() if now is None else now)
+    return result_document(result, loaded.snapshot), loaded.notes + result.notes
+
+
+def result_document(result: SimulationResult, snapshot: Snapshot) -> dict[str, Any]:
+    """The ``--output json`` document of SIMULATE.md."""
+    quotas = {}
+    for name, spec in sorted(snapshot.tree.specs.items()):
+        usage = snapshot.ledger[name]
+        quotas[name] = {
+            "min": format_resources(spec.min),
+            "max": format_resources(spec.max),
+            "used": format_resources({k: v for k, v in usage.subtree_used.items() if v}),
+            "nonPreemptibleUsed": format_resources({k: v for k, v in usage.np_used.items() if v}),
+        }
+    return {
+        "placements": dict(sorted(result.placements.items())),
+        "evictions": [
+            {"pod": e.pod, "node": e.node, "preemptor": e.preemptor, "reason": e.reason}
+            for e in result.evictions
+        ],
+        "unschedulable": dict(sorted(result.unschedulable.items())),
+        "quotas": quotas,
+    }
+
+
+def render_table(document: dict[str, Any], out: TextIO) -> None:
+    """A readable summary of a result document."""
+    out.write(f"Placements ({len(document['placements'])})\n")
+    for pod, node in document["placements"].items():
+        out.write(f"  {pod:<40} -> {node}\n")
+    out.write(f"\nEvictions ({len(document['evictions'])})\n")
+    for eviction in document["evictions"]:
+        cause = eviction["preemptor"] or "drain"
+        out.write(f"  {eviction['pod']:<40} on {eviction['node']:<12} for {cause}\n")
+        out.write(f"      {eviction['reason']}\n")
+    out.write(f"\nStill pending ({len(document['unschedulable'])})\n")
+    for pod, why in document["unschedulable"].items():
+        out.write(f"  {pod}\n      {why}\n")
+    out.write("\nQuotas\n")
+    out.write(
+        f"  {'name':<20} {'resource':<18} {'used':>10} {'non-preempt.':>12} "
+        f"{'min':>10} {'max':>10}\n"
+    )
+    for name, quota in document["quotas"].items():
+        resources = sorted(set(quota["min"]) | set(quota["max"]) | set(quota["used"]))
+        for resource in resources or ["-"]:
+            out.write(
+                f"  {name:<20} {resource:<18} {quota['used'].get(resource, '0'):>10} "
+                f"{quota['nonPreemptibleUsed'].get(resource, '0'):>12} "
+                f"{quota['min'].get(resource, '-'):>10} {quota['max'].get(resource, '-'):>10}\n"
+            )
+            name = ""
+
+
+def run(paths: Sequence[str], config: str | None, output: str | None) -> int:
+    """The ``simulate`` command; returns the exit status."""
+    try:
+        args = load_args_file(config)
+        document, notes = simulate_files(paths, args)
+    except InputError as error:
+        print(f"muster simulate: {error}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if output is None:
+        output = "table" if sys.stdout.isatty() else "json"
+    if output == "json":
+        json.dump(document, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_table(document, sys.stdout)
+    return 0

@@ -1,0 +1,46 @@
+"""Muster's arguments, with the proposal's names and defaults.
+
+Read from a YAML file by the CLI (``--config``); every front door hands the
+same frozen :class:`MusterArgs` to the core.  Unknown keys are an error, so a
+misspelt argument never silently falls back to its default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class MusterArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
+
+    #: ``True``: a pod without the preemptible label is non-preemptible.
+    disable_default_preemptible: bool = Field(True, alias="disableDefaultPreemptible")
+    #: ``True``: only pods labelled ``can-preempt: "true"`` trigger preemption.
+    disable_default_trigger_preemption: bool = Field(True, alias="disableDefaultTriggerPreemption")
+    #: ``True``: Muster evicts victims itself instead of leaving them to an operator.
+    pod_should_be_deleted_when_preempted: bool = Field(
+        False, alias="podShouldBeDeletedWhenPreempted"
+    )
+    #: How long a committed preemption holds its room for the job's pods.
+    reservation_timeout_seconds: float = Field(300.0, alias="reservationTimeoutSeconds", gt=0)
+
+
+class ArgsError(ValueError):
+    """An arguments document that is not valid; the message names the field."""
+
+
+def parse_args(document: Mapping[str, Any] | None) -> MusterArgs:
+    """Validate an arguments document (``None`` or ``{}``: all defaults)."""
+    if document is None:
+        return MusterArgs()
+    if not isinstance(document, Mapping):
+        raise ArgsError("expected a mapping of argument names to values")
+    try:
+        return MusterArgs.model_validate(dict(document))
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(document)"
+        raise ArgsError(f"{where}: {first['msg']} (got {first.get('input')!r})") from None

@@ -1,0 +1,41 @@
+"""The label, annotation and condition keys Muster reads and writes.
+
+Compatible with Koordinator and scheduler-plugins; DESIGN.md's "Labels,
+annotations and arguments" table is the reference.  Every other module names
+these constants instead of spelling the strings.
+"""
+
+from __future__ import annotations
+
+# Which job (gang) a pod belongs to, in order of precedence.
+POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
+POD_GROUP_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
+POD_GROUP_X_K8S_LABEL = "scheduling.x-k8s.io/pod-group"
+GANG_NAME_ANNOTATION = "gang.scheduling.koordinator.sh/name"
+GANG_MIN_AVAILABLE_ANNOTATION = "gang.scheduling.koordinator.sh/min-available"
+
+# Quota membership and the pod's role in preemption.
+QUOTA_NAME_LABEL = "quota.scheduling.koordinator.sh/name"
+QUOTA_PARENT_LABEL = "quota.scheduling.koordinator.sh/parent"
+QUOTA_IS_PARENT_LABEL = "quota.scheduling.koordinator.sh/is-parent"
+PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
+CAN_PREEMPT_LABEL = "quota.scheduling.koordinator.sh/can-preempt"
+
+# Written by Muster on victims (label and annotation).
+SOFT_EVICTION_KEY = "scheduling.koordinator.sh/soft-eviction"
+
+# Written by Muster on a preemptor's pods: the node held for it (JSON).
+RESERVATION_ANNOTATION = "muster.dev/reservation"
+
+# Kueue-style policies, as annotations on an ElasticQuota.
+WITHIN_QUOTA_ANNOTATION = "muster.dev/within-quota"
+RECLAIM_WITHIN_COHORT_ANNOTATION = "muster.dev/reclaim-within-cohort"
+BORROW_WITHIN_COHORT_ANNOTATION = "muster.dev/borrow-within-cohort"
+MAX_PRIORITY_THRESHOLD_ANNOTATION = "muster.dev/max-priority-threshold"
+STOP_POLICY_ANNOTATION = "muster.dev/stop-policy"
+
+# Taint that kube-scheduler's NodeUnschedulable plugin lets tolerating pods past.
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+# The implicit quota of pods that name none and have none in their namespace.
+DEFAULT_QUOTA = "default"

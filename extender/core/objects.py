@@ -1,0 +1,373 @@
+"""The core's view of Kubernetes objects: nodes, pods, priority classes.
+
+Front doors hand the core ordinary Kubernetes JSON (camelCase dicts, as
+``kubectl get -o yaml``, the API server and kube-scheduler's extender calls
+all produce); the ``parse_*`` functions here turn them into small immutable
+records holding just what scheduling decisions read.  Invalid input raises
+:class:`ManifestError` naming the field and the bad value, never anything
+else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extender.core import keys
+from extender.core.resources import QuantityError, Resources, parse_resource_list, pod_requests
+
+
+class ManifestError(ValueError):
+    """An object that cannot be read: ``field`` is its dotted path, ``message`` the problem."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str  # "Equal" or "Exists"
+    value: str
+    effect: str  # "" matches every effect
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule, PreferNoSchedule or NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Requirements that must all hold; a node matches a pod's affinity if any term matches."""
+
+    match_expressions: tuple[SelectorRequirement, ...]
+    match_fields: tuple[SelectorRequirement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, int]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One pod, as the scheduling core sees it."""
+
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    priority: int
+    created: float  # epoch seconds
+    started: float | None  # status.startTime, epoch seconds
+    node_name: str | None
+    phase: str
+    terminating: bool  # metadata.deletionTimestamp is set
+    requests: Mapping[str, int]
+    node_selector: Mapping[str, str]
+    required_affinity: tuple[NodeSelectorTerm, ...] | None
+    tolerations: tuple[Toleration, ...]
+    preemption_policy: str
+    nominated_node_name: str | None
+    #: Constraints the core cannot simulate (inter-pod affinity, spread, ...).
+    unsupported: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def soft_evicted(self) -> bool:
+        return keys.SOFT_EVICTION_KEY in self.labels
+
+    @property
+    def start_or_created(self) -> float:
+        return self.started if self.started is not None else self.created
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClasses:
+    """PriorityClass values by name, and the global default (0 when none is marked)."""
+
+    values: Mapping[str, int]
+    global_default: int = 0
+
+    def resolve(self, spec: Mapping[str, Any]) -> int:
+        """``spec.priority``, else its class's value, else the global default."""
+        priority = spec.get("priority")
+        if priority is not None:
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise ManifestError("spec.priority", f"expected an integer, got {priority!r}")
+            return priority
+        class_name = spec.get("priorityClassName")
+        if class_name:
+            if class_name not in self.values:
+                raise ManifestError(
+                    "spec.priorityClassName", f"unknown PriorityClass {class_name!r}"
+                )
+            return self.values[class_name]
+        return self.global_default
+
+
+NO_PRIORITY_CLASSES = PriorityClasses(values={})
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def parse_time(value: object, field: str) -> float | None:
+    """An RFC 3339 timestamp (string, or a datetime as YAML loads it) in epoch seconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        stamp = value
+    elif isinstance(value, str):
+        try:
+            stamp = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ManifestError(field, f"{value!r} is not an RFC 3339 timestamp") from None
+    else:
+        raise ManifestError(field, f"{value!r} is not an RFC 3339 timestamp")
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return stamp.timestamp()
+
+
+def format_time(epoch: float) -> str:
+    """Epoch seconds as an RFC 3339 UTC timestamp, as Kubernetes writes them."""
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
+    """A Node object (camelCase JSON) → :class:`NodeInfo`."""
+    metadata = _mapping(obj.get("metadata"), "metadata")
+    spec = _mapping(obj.get("spec"), "spec")
+    status = _mapping(obj.get("status"), "status")
+    name = _name(metadata)
+    allocatable = status.get("allocatable")
+    if allocatable is None:
+        allocatable = status.get("capacity")
+    taints = tuple(
+        Taint(
+            key=_str(taint.get("key"), f"spec.taints[{index}].key"),
+            value=_str(taint.get("value"), f"spec.taints[{index}].value"),
+            effect=_str(taint.get("effect"), f"spec.taints[{index}].effect"),
+        )
+        for index, taint in enumerate(_mappings(spec.get("taints"), "spec.taints"))
+    )
+    return NodeInfo(
+        name=name,
+        labels=_string_map(metadata.get("labels"), "metadata.labels"),
+        allocatable=_resources(allocatable, "status.allocatable"),
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable", False)),
+    )
+
+
+def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_CLASSES) -> PodInfo:
+    """A Pod object (camelCase JSON) → :class:`PodInfo`."""
+    metadata = _mapping(obj.get("metadata"), "metadata")
+    spec = _mapping(obj.get("spec"), "spec")
+    status = _mapping(obj.get("status"), "status")
+    name = _name(metadata)
+    namespace = _str(metadata.get("namespace") or "default", "metadata.namespace")
+    try:
+        requests = pod_requests(spec)
+    except QuantityError as error:
+        field, _, message = str(error).partition(": ")
+        raise ManifestError(field, message) from None
+    created = parse_time(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
+    affinity = _mapping(spec.get("affinity"), "spec.affinity")
+    node_affinity = _mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    policy = spec.get("preemptionPolicy") or "PreemptLowerPriority"
+    if policy not in ("PreemptLowerPriority", "Never"):
+        raise ManifestError("spec.preemptionPolicy", f"unknown policy {policy!r}")
+    return PodInfo(
+        namespace=namespace,
+        name=name,
+        uid=_str(metadata.get("uid") or f"{namespace}/{name}", "metadata.uid"),
+        labels=_string_map(metadata.get("labels"), "metadata.labels"),
+        annotations=_string_map(metadata.get("annotations"), "metadata.annotations"),
+        priority=priorities.resolve(spec),
+        created=created if created is not None else 0.0,
+        started=parse_time(status.get("startTime"), "status.startTime"),
+        node_name=_str(spec.get("nodeName") or "", "spec.nodeName") or None,
+        phase=_str(status.get("phase") or "Pending", "status.phase"),
+        terminating=metadata.get("deletionTimestamp") is not None,
+        requests=requests,
+        node_selector=_string_map(spec.get("nodeSelector"), "spec.nodeSelector"),
+        required_affinity=(
+            None
+            if required is None
+            else _node_selector(
+                required,
+                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+            )
+        ),
+        tolerations=_tolerations(spec.get("tolerations")),
+        preemption_policy=policy,
+        nominated_node_name=status.get("nominatedNodeName") or None,
+        unsupported=_unsupported_constraints(spec, affinity),
+    )
+
+
+def parse_priority_class(obj: Mapping[str, Any]) -> tuple[str, int, bool]:
+    """A PriorityClass → (name, value, globalDefault)."""
+    metadata = _mapping(obj.get("metadata"), "metadata")
+    value = obj.get("value")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError("value", f"expected an integer, got {value!r}")
+    return _name(metadata), value, bool(obj.get("globalDefault", False))
+
+
+def _unsupported_constraints(
+    spec: Mapping[str, Any], affinity: Mapping[str, Any]
+) -> tuple[str, ...]:
+    found = []
+    for kind in ("podAffinity", "podAntiAffinity"):
+        terms = _mapping(affinity.get(kind), f"spec.affinity.{kind}")
+        if terms.get("requiredDuringSchedulingIgnoredDuringExecution"):
+            found.append(f"required {kind}")
+    spread = _mappings(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")
+    if any(c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule" for c in spread):
+        found.append("topologySpreadConstraints (DoNotSchedule)")
+    containers = _mappings(spec.get("containers"), "spec.containers") + _mappings(
+        spec.get("initContainers"), "spec.initContainers"
+    )
+    if any(
+        port.get("hostPort")
+        for container in containers
+        for port in _mappings(container.get("ports"), "spec.containers[].ports")
+    ):
+        found.append("hostPort")
+    volumes = _mappings(spec.get("volumes"), "spec.volumes")
+    if any("persistentVolumeClaim" in volume for volume in volumes):
+        found.append("persistentVolumeClaim volumes")
+    return tuple(found)
+
+
+def _node_selector(value: object, field: str) -> tuple[NodeSelectorTerm, ...]:
+    selector = _mapping(value, field)
+    terms = []
+    for index, term in enumerate(
+        _mappings(selector.get("nodeSelectorTerms"), f"{field}.nodeSelectorTerms")
+    ):
+        where = f"{field}.nodeSelectorTerms[{index}]"
+        terms.append(
+            NodeSelectorTerm(
+                match_expressions=_requirements(
+                    term.get("matchExpressions"), f"{where}.matchExpressions"
+                ),
+                match_fields=_requirements(term.get("matchFields"), f"{where}.matchFields"),
+            )
+        )
+    return tuple(terms)
+
+
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _requirements(value: object, field: str) -> tuple[SelectorRequirement, ...]:
+    requirements = []
+    for index, item in enumerate(_mappings(value, field)):
+        where = f"{field}[{index}]"
+        operator = item.get("operator")
+        if operator not in _OPERATORS:
+            raise ManifestError(f"{where}.operator", f"unknown operator {operator!r}")
+        values = tuple(_str(v, f"{where}.values") for v in item.get("values") or [])
+        if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+            raise ManifestError(f"{where}.values", f"{operator} needs one integer value")
+        requirements.append(
+            SelectorRequirement(
+                key=_str(item.get("key"), f"{where}.key"), operator=operator, values=values
+            )
+        )
+    return tuple(requirements)
+
+
+def _tolerations(value: object) -> tuple[Toleration, ...]:
+    tolerations = []
+    for index, item in enumerate(_mappings(value, "spec.tolerations")):
+        operator = item.get("operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise ManifestError(f"spec.tolerations[{index}].operator", f"unknown {operator!r}")
+        tolerations.append(
+            Toleration(
+                key=_str(item.get("key") or "", f"spec.tolerations[{index}].key"),
+                operator=operator,
+                value=_str(item.get("value") or "", f"spec.tolerations[{index}].value"),
+                effect=_str(item.get("effect") or "", f"spec.tolerations[{index}].effect"),
+            )
+        )
+    return tuple(tolerations)
+
+
+def _resources(value: object, field: str) -> Resources:
+    try:
+        return parse_resource_list(value, field)
+    except QuantityError as error:
+        where, _, message = str(error).partition(": ")
+        raise ManifestError(where, message) from None
+
+
+def _name(metadata: Mapping[str, Any]) -> str:
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise ManifestError("metadata.name", f"expected a non-empty string, got {name!r}")
+    return name
+
+
+def _mapping(value: object, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ManifestError(field, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _mappings(value: object, field: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise ManifestError(field, "expected a list of objects")
+    return value
+
+
+def _str(value: object, field: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ManifestError(field, f"expected a string, got {value!r}")
+    return value
+
+
+def _string_map(value: object, field: str) -> dict[str, str]:
+    mapping = _mapping(value, field)
+    result = {}
+    for key, item in mapping.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise ManifestError(f"{field}.{key}", f"expected a string, got {item!r}")
+        result[key] = item
+    return result

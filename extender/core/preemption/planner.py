@@ -1,0 +1,233 @@
+"""Job-level preemption: the PostFilter's decision for one job.
+
+:func:`plan_job_preemption` follows DESIGN.md's steps:
+
+1. *Eligible?*  The job may trigger preemption, is not in flight, has at
+   least its min-available pods, uses only constraints the core models, and
+   its quota could admit it once victims are gone.
+2. *Candidates* and 3. *order*: :mod:`extender.core.preemption.candidates`.
+4. *Simulate*: remove victim groups in order from copies of the nodes and
+   the quota ledger until every unplaced pod of the job fits and its quota
+   checks hold.  A group that could not help any more (not on a node the
+   job can use once node room suffices; not in the job's quota tree once
+   the quota holds) is passed over, and so is one whose quota would fall
+   below its ``min``.
+5. *Minimise*: put groups back in reverse order while the job still fits.
+6. *Commit only if the whole job fits*: the result is either a
+   :class:`PreemptionPlan` (victims with reasons, pod → node placement) or a
+   :class:`Refusal` with reasons.  Applying a plan is the caller's business.
+
+Pure and deterministic: the same snapshot and time give the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from extender.core.jobs import may_trigger_preemption
+from extender.core.objects import PodInfo
+from extender.core.preemption.candidates import Preemptor, VictimGroup, find_victim_groups
+from extender.core.preemption.fit import JobFit
+from extender.core.resources import PODS
+from extender.core.scheduling import JobDemand, job_demand
+from extender.core.snapshot import Reservation, Snapshot, UnknownQuotaError
+from quota.accounting import QuotaLedger
+from quota.admission import (
+    job_admission_failures,
+    min_violation,
+    unevictable_failures,
+    would_borrow,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    pod: PodInfo
+    quota: str
+    job: str  # the victim's own job: a gang is evicted whole
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    job: str
+    quota: str
+    victims: tuple[Victim, ...]
+    placements: Mapping[str, str]  # pod key → node
+
+    def reservation(self, now: float, timeout: float) -> Reservation:
+        return Reservation(
+            job=self.job,
+            quota=self.quota,
+            placements=dict(self.placements),
+            victims=tuple(victim.pod.key for victim in self.victims),
+            created=now,
+            expires=now + timeout,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    job: str
+    reasons: tuple[str, ...]
+
+
+def plan_job_preemption(snapshot: Snapshot, job: str, now: float) -> PreemptionPlan | Refusal:
+    """Decide whether evicting some running pods lets the *whole* job run, and which."""
+    try:
+        demand = job_demand(snapshot, job)
+    except UnknownQuotaError as error:
+        return Refusal(job, (f"pod names quota {error.args[0]!r}, which does not exist",))
+    except IndexError:
+        return Refusal(job, ("the job has no pods",))
+    refusal = _ineligibility(snapshot, demand, now)
+    if refusal:
+        return Refusal(job, tuple(refusal))
+
+    fit = JobFit(snapshot, job, demand.unplaced)
+    ledger = snapshot.ledger.overlay()
+    if fit.fits() and _admits(ledger, demand):
+        return Refusal(job, ("the job fits without evicting anything",))
+    preemptor = _preemptor(snapshot, demand)
+    removed: list[VictimGroup] = []
+    skipped_for_min: list[str] = []
+    nodes_ok = fit.fits()
+    quota_ok = _admits(ledger, demand)
+    for group in find_victim_groups(snapshot, preemptor):
+        useful = (not nodes_ok and _on_usable_node(group, fit)) or (
+            not quota_ok and _helps_quota(snapshot, group, demand.quota)
+        )
+        if not useful:
+            continue
+        if group.other_quota:
+            path = snapshot.tree.path_below_common_ancestor(group.quota, demand.quota)
+            violation = min_violation(ledger, path, group.requests)
+            if violation is not None:
+                skipped_for_min.append(violation)
+                continue
+        _take(fit, ledger, snapshot, group, sign=-1)
+        removed.append(group)
+        nodes_ok = nodes_ok or fit.fits()
+        quota_ok = quota_ok or _admits(ledger, demand)
+        if nodes_ok and quota_ok:
+            break
+    else:
+        return Refusal(job, tuple(_why_no_fit(snapshot, demand, fit, ledger, skipped_for_min)))
+
+    # Minimise: the last group was needed; try to spare each earlier one, newest first.
+    kept = [removed[-1]]
+    for group in reversed(removed[:-1]):
+        _take(fit, ledger, snapshot, group, sign=1)
+        if fit.fits() and _admits(ledger, demand):
+            continue
+        _take(fit, ledger, snapshot, group, sign=-1)
+        kept.append(group)
+    placements = fit.place()
+    if placements is None:  # cannot happen: fits() said yes for this very state
+        return Refusal(job, ("internal: the placement that fit could not be rebuilt",))
+    kept.sort(key=lambda g: g.order_key)
+    victims = tuple(
+        Victim(pod=pod, quota=group.quota, job=group.job, reason=group.reason)
+        for group in kept
+        for pod in group.pods
+    )
+    return PreemptionPlan(job=job, quota=demand.quota, victims=victims, placements=placements)
+
+
+def _ineligibility(snapshot: Snapshot, demand: JobDemand, now: float) -> list[str]:
+    job = demand.job
+    if not demand.unplaced:
+        return ["every pod of the job is already placed"]
+    forbidden = [
+        pod.name for pod in demand.unplaced if not may_trigger_preemption(pod, snapshot.args)
+    ]
+    if forbidden:
+        return [
+            f"pods may not trigger preemption ({', '.join(forbidden)}): they need the label "
+            "quota.scheduling.koordinator.sh/can-preempt=true (or disableDefaultTriggerPreemption"
+            " false) and no preemptionPolicy Never"
+        ]
+    reservation = snapshot.reservations.get(job)
+    if reservation is not None and reservation.expires > now:
+        return [
+            f"a preemption for this job is in flight ({len(reservation.victims)} victims); "
+            f"its reservation holds until {reservation.expires - now:.0f}s from now"
+        ]
+    created = sum(1 for pod in snapshot.job_pods(job) if not pod.finished)
+    needed = snapshot.min_available(job)
+    if created < needed:
+        return [f"only {created} of the job's min-available {needed} pods exist yet"]
+    unsupported = sorted({c for pod in demand.unplaced for c in pod.unsupported})
+    if unsupported:
+        return [
+            "the job uses constraints Muster cannot simulate (" + ", ".join(unsupported) + "), "
+            "so it will not evict for a placement it cannot check"
+        ]
+    if demand.quota in snapshot.tree.parents:
+        return [f"quota {demand.quota} is a parent quota; pods must use a leaf quota"]
+    return unevictable_failures(snapshot.ledger, demand.quota, demand.np_request)
+
+
+def _preemptor(snapshot: Snapshot, demand: JobDemand) -> Preemptor:
+    request = demand.request
+    return Preemptor(
+        job=demand.job,
+        quota=demand.quota,
+        priority=max(pod.priority for pod in demand.unplaced),
+        created=min(pod.created for pod in snapshot.job_pods(demand.job)),
+        borrows=would_borrow(snapshot.ledger, demand.quota, request),
+        contested=frozenset(name for name, amount in request.items() if amount and name != PODS),
+    )
+
+
+def _admits(ledger: QuotaLedger, demand: JobDemand) -> bool:
+    return not job_admission_failures(ledger, demand.quota, demand.np_request, demand.p_request)
+
+
+def _helps_quota(snapshot: Snapshot, group: VictimGroup, quota: str) -> bool:
+    """Does evicting the group give back room that the job's quota checks count?"""
+    if group.quota == quota:
+        return True
+    limited = {a for a in snapshot.tree.ancestors(quota) if snapshot.tree[a].max}
+    return any(a in limited for a in snapshot.tree.ancestors(group.quota))
+
+
+def _on_usable_node(group: VictimGroup, fit: JobFit) -> bool:
+    return any(pod.node_name in fit.eligible for pod in group.pods)
+
+
+def _take(
+    fit: JobFit, ledger: QuotaLedger, snapshot: Snapshot, group: VictimGroup, *, sign: int
+) -> None:
+    """Remove (``sign=-1``) or restore (``sign=1``) a group on the node copies and the ledger."""
+    if sign < 0:
+        fit.remove(group.pods)
+    else:
+        fit.restore(group.pods)
+    for pod in group.pods:
+        ledger.charge(group.quota, pod.requests, preemptible=True, used=True, sign=sign)
+
+
+def _why_no_fit(
+    snapshot: Snapshot,
+    demand: JobDemand,
+    fit: JobFit,
+    ledger: QuotaLedger,
+    skipped_for_min: list[str],
+) -> list[str]:
+    reasons = []
+    if not fit.nodes_suffice():
+        placed_max = sum(min(shape.total, len(shape.pods)) for shape in fit.shapes)
+        reasons.append(
+            f"the whole job would not fit even after evicting every allowed victim: room for "
+            f"{placed_max} of its {len(demand.unplaced)} unplaced pods"
+        )
+    elif not fit.fits():
+        reasons.append("the job's pods could not all be placed at once on the freed room")
+    reasons.extend(
+        job_admission_failures(ledger, demand.quota, demand.np_request, demand.p_request)
+    )
+    if skipped_for_min:
+        reasons.append(f"spared to keep quotas at their min: {skipped_for_min[0]}")
+    return reasons or ["no allowed victims"]

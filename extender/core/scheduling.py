@@ -1,0 +1,205 @@
+"""Scheduling one pod: job-level quota admission, node filtering, node scoring.
+
+These are the decisions behind the extender's ``filter`` and ``prioritize``
+verbs, and the same functions ``simulate`` uses to play kube-scheduler's part.
+
+Filter, in two modes:
+
+- ``as_extender``: kube-scheduler has already run its own filters, so Muster
+  only adds what it alone knows: the stop policy and job-level quota
+  admission (every node ``FailedAndUnresolvable``: no eviction on a node
+  helps a quota), and room held for other jobs' reservations (``Failed``).
+  A node Muster has not seen yet holds no reservation, so it passes.
+- full (``simulate``): also the node constraints of :mod:`extender.core.nodefit`.
+
+Score: a pod's reserved node scores 10; otherwise a *packing* score, 0..10:
+the mean, over the resources the pod asks for, of how full the node would be
+after placing it.  Only the scarce resources count when the pod asks for any
+(anything but cpu, memory, ephemeral-storage), so GPU pods fill GPU nodes one
+at a time and whole nodes stay free for gangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from extender.core.jobs import job_key
+from extender.core.nodefit import static_misfit
+from extender.core.objects import PodInfo
+from extender.core.resources import PODS, Resources, add_into, shortfall
+from extender.core.snapshot import Snapshot, UnknownQuotaError
+from quota.admission import job_admission_failures
+
+#: Resources every pod asks for; a pod asking for anything else is packed by that alone.
+COMMON_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", PODS})
+MAX_SCORE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class JobDemand:
+    """A job's pods that are not yet counted as used, and what they ask of its quota."""
+
+    job: str
+    quota: str
+    unplaced: tuple[PodInfo, ...]
+    np_request: Resources
+    p_request: Resources
+
+    @property
+    def request(self) -> Resources:
+        total = dict(self.np_request)
+        add_into(total, self.p_request)
+        return total
+
+
+@dataclass
+class FilterResult:
+    passed: list[str] = field(default_factory=list)
+    #: node → reason; evicting something may help.
+    failed: dict[str, str] = field(default_factory=dict)
+    #: node → reason; evicting nothing helps.
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    #: Job-level quota reasons, when the job is not admitted at all.
+    quota_failures: tuple[str, ...] = ()
+
+
+def job_demand(snapshot: Snapshot, job: str) -> JobDemand:
+    """The unplaced part of ``job`` (raises :class:`UnknownQuotaError`)."""
+    pods = snapshot.job_pods(job)
+    unplaced = tuple(
+        pod
+        for pod in pods
+        if not pod.finished and not pod.terminating and not snapshot.counts_as_used(pod)
+    )
+    np_request: Resources = {}
+    p_request: Resources = {}
+    for pod in unplaced:
+        add_into(p_request if snapshot.preemptible(pod) else np_request, pod.requests)
+    quota = snapshot.quota_of(unplaced[0] if unplaced else pods[0])
+    return JobDemand(job, quota, unplaced, np_request, p_request)
+
+
+def admission_failures(snapshot: Snapshot, pod: PodInfo) -> list[str]:
+    """Why the job of ``pod`` is not admitted by its quota; empty when it is."""
+    try:
+        quota = snapshot.quota_of(pod)
+    except UnknownQuotaError as error:
+        return [f"pod names quota {error.args[0]!r}, which does not exist"]
+    if quota in snapshot.tree.parents:
+        return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
+    if snapshot.counts_as_used(pod):
+        return []  # its room is already charged (a reservation)
+    demand = job_demand(snapshot, job_key(pod))
+    if not demand.unplaced:
+        return []
+    return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
+
+
+def filter_nodes(
+    snapshot: Snapshot, pod: PodInfo, node_names: Iterable[str], *, as_extender: bool
+) -> FilterResult:
+    """Sort ``node_names`` into passed, failed and unresolvable for ``pod``."""
+    names = list(node_names)
+    failures = admission_failures(snapshot, pod)
+    if failures:
+        reason = "; ".join(failures)
+        return FilterResult(
+            unresolvable=dict.fromkeys(names, reason), quota_failures=tuple(failures)
+        )
+    result = FilterResult()
+    for name in names:
+        node = snapshot.nodes.get(name)
+        if node is None:
+            if as_extender:
+                result.passed.append(name)
+            else:
+                result.unresolvable[name] = "node is not known"
+            continue
+        if not as_extender:
+            misfit = static_misfit(pod, node)
+            if misfit is not None:
+                result.unresolvable[name] = misfit
+                continue
+        failure = _resource_failure(snapshot, pod, name, as_extender=as_extender)
+        if failure is None:
+            result.passed.append(name)
+        else:
+            result.failed[name] = failure
+    return result
+
+
+def _resource_failure(
+    snapshot: Snapshot, pod: PodInfo, node: str, *, as_extender: bool
+) -> str | None:
+    free = snapshot.free_on(node, for_pod=pod.key)
+    short = shortfall(pod.requests, free)
+    if short is None:
+        return None
+    held = {key: room for key, room in snapshot.reserved_on(node).items() if key != pod.key}
+    if held:
+        for room in held.values():
+            add_into(free, room)
+        if shortfall(pod.requests, free) is None:
+            holders = sorted({snapshot.reservation_holder(key) or key for key in held})
+            return f"room on this node is reserved for preempting job {', '.join(holders)}"
+    if as_extender:
+        return None  # kube-scheduler judges plain resource fit from its own cache
+    return "Too many pods" if short == PODS else f"Insufficient {short}"
+
+
+def score_nodes(snapshot: Snapshot, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
+    """Integer scores 0..10 per node; see the module docstring."""
+    reserved = snapshot.reserved_node(pod.key)
+    scarce = [name for name in pod.requests if name not in COMMON_RESOURCES]
+    considered = scarce or [name for name in pod.requests if name != PODS]
+    scores = {}
+    for name in node_names:
+        if name == reserved:
+            scores[name] = MAX_SCORE
+        elif name not in snapshot.nodes:
+            scores[name] = 0
+        else:
+            scores[name] = packing_score(
+                pod.requests,
+                snapshot.nodes[name].allocatable,
+                snapshot.requested_on(name),
+                snapshot.reserved_on(name).values(),
+                considered,
+            )
+    return scores
+
+
+def packing_score(
+    request: Mapping[str, int],
+    allocatable: Mapping[str, int],
+    requested: Mapping[str, int],
+    reserved: Iterable[Mapping[str, int]],
+    considered: Iterable[str],
+) -> int:
+    """``floor(10 * mean fullness after placing the pod)`` over ``considered`` resources."""
+    reserved = list(reserved)
+    numerator = 0
+    denominator = 1
+    count = 0
+    for name in considered:
+        capacity = allocatable.get(name, 0)
+        if capacity <= 0:
+            continue
+        used = requested.get(name, 0) + request.get(name, 0)
+        used += sum(room.get(name, 0) for room in reserved)
+        used = min(used, capacity)
+        # Accumulate the sum of used/capacity as one exact fraction.
+        numerator = numerator * capacity + used * denominator
+        denominator *= capacity
+        count += 1
+    if count == 0:
+        return 0
+    return min(MAX_SCORE, (MAX_SCORE * numerator) // (denominator * count))
+
+
+def best_node(scores: Mapping[str, int]) -> str | None:
+    """The highest-scoring node, ties broken by name."""
+    if not scores:
+        return None
+    return min(scores, key=lambda name: (-scores[name], name))

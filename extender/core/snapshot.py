@@ -1,0 +1,293 @@
+"""The cluster as the core sees it: nodes, pods, quotas, gangs, reservations.
+
+A :class:`Snapshot` is fed one object at a time (by the Kubernetes informers,
+by ``simulate`` from manifests, by tests directly) and keeps the indexes and
+running totals decisions need, so that no decision walks the whole cluster:
+
+- per node: requested resources of its pods, the pods on it, and the room
+  held for each in-flight job;
+- per quota: usage (:class:`quota.accounting.QuotaLedger`) and its running
+  preemptible pods (the only possible victims);
+- per job: its pods, and its min-available.
+
+Decisions (filter, score, plan) read a snapshot and never change it; the
+adapters apply their outcomes.  A pod *counts as used* when it is bound to a
+node, or pending with a reservation: reserved room is charged to its quota
+and held on its node until the pod binds or the reservation ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from extender.core import keys
+from extender.core.config import MusterArgs
+from extender.core.jobs import is_preemptible, job_key, min_available_annotation
+from extender.core.objects import NodeInfo, PodInfo
+from extender.core.resources import Resources, add_into, subtract
+from quota.accounting import QuotaLedger
+from quota.tree import QuotaSpec, QuotaTree
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Room held for a job whose victims were marked: pod → node, until it binds."""
+
+    job: str
+    quota: str
+    placements: Mapping[str, str]  # pod key → node name
+    victims: tuple[str, ...]  # pod keys
+    created: float
+    expires: float
+
+
+class UnknownQuotaError(LookupError):
+    """A pod names a quota that does not exist."""
+
+
+class Snapshot:
+    """Nodes, pods, quotas, pod groups and reservations, with the indexes decisions need."""
+
+    def __init__(self, args: MusterArgs | None = None, quotas: Iterable[QuotaSpec] = ()) -> None:
+        self.args = args if args is not None else MusterArgs()
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.reservations: dict[str, Reservation] = {}
+        self.tree = QuotaTree(quotas)
+        self.ledger = QuotaLedger(self.tree)
+        self._pod_groups: dict[str, int] = {}  # "ns/group" → minMember
+        self._node_requested: dict[str, Resources] = {}
+        self._node_pods: dict[str, set[str]] = {}
+        self._node_reserved: dict[str, dict[str, Resources]] = {}  # node → pod key → room
+        self._jobs: dict[str, set[str]] = {}
+        self._pod_quota: dict[str, str] = {}
+        self._unknown_quota: dict[str, str] = {}
+        self._victims: dict[str, set[str]] = {}  # quota → running preemptible pod keys
+        self._reserved_pod: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
+        #: Memo for planners: facts derived from nodes only; cleared when nodes change.
+        self.node_cache: dict[object, object] = {}
+
+    # ---- feeding -------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        self.nodes[node.name] = node
+        self._node_requested.setdefault(node.name, {})
+        self._node_pods.setdefault(node.name, set())
+        self.node_cache.clear()
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self.node_cache.clear()
+
+    def upsert_pod(self, pod: PodInfo) -> None:
+        old = self.pods.get(pod.key)
+        if old is not None:
+            self._unindex(old)
+        self.pods[pod.key] = pod
+        reserved = self._reserved_pod.get(pod.key)
+        if reserved is not None and (pod.node_name is not None or pod.finished):
+            self._drop_reserved_pod(pod.key)
+        self._index(pod)
+
+    def remove_pod(self, key: str) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is None:
+            return
+        self._unindex(pod)
+        if key in self._reserved_pod:
+            self._drop_reserved_pod(key)
+
+    def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
+        """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
+        tree = QuotaTree(quotas)
+        for pod in self.pods.values():
+            self._unindex(pod)
+        self.tree = tree
+        self.ledger = QuotaLedger(tree)
+        self._victims = {}
+        for pod in self.pods.values():
+            self._index(pod)
+
+    def set_pod_group(self, namespace: str, name: str, min_member: int | None) -> None:
+        """Record a PodGroup's ``minMember`` (``None`` forgets the group)."""
+        key = f"{namespace}/{name}"
+        if min_member is None:
+            self._pod_groups.pop(key, None)
+        else:
+            self._pod_groups[key] = min_member
+
+    def add_reservation(self, reservation: Reservation) -> None:
+        """Hold room for a job's pending pods on the nodes the plan chose."""
+        self.remove_reservation(reservation.job)
+        self.reservations[reservation.job] = reservation
+        for pod_key, node in reservation.placements.items():
+            pod = self.pods.get(pod_key)
+            if pod is None or pod.node_name is not None:
+                continue
+            self._unindex(pod)
+            self._reserved_pod[pod_key] = (reservation.job, node)
+            self._index(pod)
+
+    def remove_reservation(self, job: str) -> Reservation | None:
+        reservation = self.reservations.pop(job, None)
+        if reservation is None:
+            return None
+        for pod_key in reservation.placements:
+            if self._reserved_pod.get(pod_key, ("", ""))[0] == job:
+                pod = self.pods.get(pod_key)
+                if pod is not None:
+                    self._unindex(pod)
+                del self._reserved_pod[pod_key]
+                if pod is not None:
+                    self._index(pod)
+        return reservation
+
+    def expire_reservations(self, now: float) -> list[Reservation]:
+        """End the reservations whose time is up; return them."""
+        expired = [r for r in self.reservations.values() if r.expires <= now]
+        for reservation in expired:
+            self.remove_reservation(reservation.job)
+        return expired
+
+    # ---- reading -------------------------------------------------------------------
+
+    def quota_of(self, pod: PodInfo) -> str:
+        """The pod's quota; raises :class:`UnknownQuotaError` if it names a missing one."""
+        unknown = self._unknown_quota.get(pod.key)
+        if unknown is not None:
+            raise UnknownQuotaError(unknown)
+        quota = self._pod_quota.get(pod.key)
+        return quota if quota is not None else self._resolve_quota(pod)
+
+    def quota_name(self, pod: PodInfo) -> str | None:
+        """The pod's quota, or ``None`` if it names one that does not exist."""
+        try:
+            return self.quota_of(pod)
+        except UnknownQuotaError:
+            return None
+
+    def preemptible(self, pod: PodInfo) -> bool:
+        return is_preemptible(pod, self.args)
+
+    def counts_as_used(self, pod: PodInfo) -> bool:
+        """Bound to a node and not finished, or pending with a reservation."""
+        if pod.finished:
+            return False
+        return pod.node_name is not None or pod.key in self._reserved_pod
+
+    def reserved_node(self, pod_key: str) -> str | None:
+        reserved = self._reserved_pod.get(pod_key)
+        return reserved[1] if reserved is not None else None
+
+    def job_pods(self, job: str) -> list[PodInfo]:
+        """The job's pods, in a stable order (by name)."""
+        return [self.pods[key] for key in sorted(self._jobs.get(job, ()))]
+
+    def min_available(self, job: str) -> int:
+        """How many of the job's pods must run together (default: all of them)."""
+        pods = self.job_pods(job)
+        if job in self._pod_groups:
+            return self._pod_groups[job]
+        for pod in pods:
+            declared = min_available_annotation(pod)
+            if declared is not None:
+                return declared
+        return len(pods)
+
+    def pods_on(self, node: str) -> Iterator[PodInfo]:
+        for key in self._node_pods.get(node, ()):
+            yield self.pods[key]
+
+    def requested_on(self, node: str) -> Mapping[str, int]:
+        return self._node_requested.get(node, {})
+
+    def reserved_on(self, node: str) -> Mapping[str, Mapping[str, int]]:
+        """Room held on ``node`` for pending pods of in-flight jobs, by pod key."""
+        return self._node_reserved.get(node, {})
+
+    def reservation_holder(self, pod_key: str) -> str | None:
+        """The job a reserved pod belongs to."""
+        reserved = self._reserved_pod.get(pod_key)
+        return reserved[0] if reserved is not None else None
+
+    def free_on(self, node: str, for_pod: str | None = None) -> Resources:
+        """Allocatable minus requested minus room held for pods other than ``for_pod``."""
+        free = subtract(self.nodes[node].allocatable, self._node_requested.get(node, {}))
+        for holder, room in self._node_reserved.get(node, {}).items():
+            if holder != for_pod:
+                add_into(free, room, -1)
+        return free
+
+    def running_preemptible(self, quota: str) -> Iterable[str]:
+        """Keys of the quota's bound, preemptible pods (candidates before policy)."""
+        return self._victims.get(quota, ())
+
+    def pod_counts(self) -> tuple[int, int]:
+        """(bound pods, pending pods), for reports."""
+        bound = sum(1 for pod in self.pods.values() if pod.node_name and not pod.finished)
+        return bound, len(self.pods) - bound
+
+    # ---- indexes -------------------------------------------------------------------
+
+    def _resolve_quota(self, pod: PodInfo) -> str:
+        named = pod.labels.get(keys.QUOTA_NAME_LABEL)
+        if named:
+            if named not in self.tree:
+                raise UnknownQuotaError(named)
+            return named
+        return self.tree.quota_in_namespace(pod.namespace) or keys.DEFAULT_QUOTA
+
+    def _index(self, pod: PodInfo) -> None:
+        key = pod.key
+        self._jobs.setdefault(job_key(pod), set()).add(key)
+        try:
+            quota = self._resolve_quota(pod)
+        except UnknownQuotaError as error:
+            self._unknown_quota[key] = str(error.args[0])
+            return
+        self._pod_quota[key] = quota
+        if pod.finished:
+            return
+        preemptible = self.preemptible(pod)
+        used = self.counts_as_used(pod)
+        self.ledger.charge(quota, pod.requests, preemptible=preemptible, used=used)
+        if pod.node_name is not None:
+            add_into(self._node_requested.setdefault(pod.node_name, {}), pod.requests)
+            self._node_pods.setdefault(pod.node_name, set()).add(key)
+            if preemptible:
+                self._victims.setdefault(quota, set()).add(key)
+        elif key in self._reserved_pod:
+            _job, node = self._reserved_pod[key]
+            self._node_reserved.setdefault(node, {})[key] = dict(pod.requests)
+
+    def _unindex(self, pod: PodInfo) -> None:
+        key = pod.key
+        members = self._jobs.get(job_key(pod))
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self._jobs[job_key(pod)]
+        if self._unknown_quota.pop(key, None) is not None:
+            return
+        quota = self._pod_quota.pop(key)
+        if pod.finished:
+            return
+        preemptible = self.preemptible(pod)
+        used = self.counts_as_used(pod)
+        self.ledger.charge(quota, pod.requests, preemptible=preemptible, used=used, sign=-1)
+        if pod.node_name is not None:
+            add_into(self._node_requested[pod.node_name], pod.requests, -1)
+            self._node_pods[pod.node_name].discard(key)
+            self._victims.get(quota, set()).discard(key)
+        elif key in self._reserved_pod:
+            _job, node = self._reserved_pod[key]
+            del self._node_reserved[node][key]
+
+    def _drop_reserved_pod(self, key: str) -> None:
+        """A reserved pod bound or went away: it no longer holds reserved room."""
+        job, _node = self._reserved_pod.pop(key)
+        if job in self.reservations and not any(
+            holder == job for holder, _ in self._reserved_pod.values()
+        ):
+            del self.reservations[job]

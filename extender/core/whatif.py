@@ -1,0 +1,153 @@
+"""Play kube-scheduler and Muster together over a snapshot: the engine of ``simulate``.
+
+Pending pods are taken in kube-scheduler's queue order (priority descending,
+then creation time, then the order they were fed in) and scheduled one at a
+time with the same filter and score the extender serves, with node
+constraints on (there is no kube-scheduler to apply them).  A pod that
+cannot be placed sends its job to the preemption planner; a committed plan's
+victims are removed at once, as if the eviction operator had deleted them,
+and its reservation steers the job's pods.  Rounds repeat until nothing
+changes.  Quotas with ``stop-policy: HoldAndDrain`` are drained first.
+
+Pure: the caller hands in the snapshot (which this mutates) and the time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+
+from extender.core.jobs import job_key
+from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.scheduling import FilterResult, best_node, filter_nodes, score_nodes
+from extender.core.snapshot import Snapshot
+from quota.tree import StopPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    pod: str
+    node: str
+    preemptor: str | None  # the job that caused it; None for a drain
+    reason: str
+
+
+@dataclass
+class SimulationResult:
+    placements: dict[str, str] = field(default_factory=dict)
+    evictions: list[Eviction] = field(default_factory=list)
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def run_simulation(snapshot: Snapshot, now: float) -> SimulationResult:
+    """Schedule every pending pod of ``snapshot`` (mutated in place) until nothing changes."""
+    result = SimulationResult()
+    _drain_stopped_quotas(snapshot, result)
+    order = {key: index for index, key in enumerate(snapshot.pods)}
+    pending = sorted(
+        (
+            pod
+            for pod in snapshot.pods.values()
+            if pod.node_name is None and not pod.finished and not pod.terminating
+        ),
+        key=lambda pod: (-pod.priority, pod.created, order[pod.key]),
+    )
+    for pod in pending:
+        if pod.unsupported:
+            result.notes.append(
+                f"{pod.key} uses {', '.join(pod.unsupported)}, which simulate does not model"
+            )
+    reasons: dict[str, str] = {}
+    refused: dict[str, int] = {}  # job → change count when its preemption was refused
+    refusals: dict[str, str] = {}  # job → why
+    changes = 0
+    max_rounds = 2 * len(pending) + 2
+    for _round in range(max_rounds):
+        changes_before = changes
+        for pod in pending:
+            current = snapshot.pods.get(pod.key)
+            if current is None or current.node_name is not None:
+                continue
+            names = sorted(snapshot.nodes)
+            outcome = filter_nodes(snapshot, current, names, as_extender=False)
+            if outcome.passed:
+                node = best_node(score_nodes(snapshot, current, outcome.passed))
+                assert node is not None
+                snapshot.upsert_pod(
+                    dataclasses.replace(current, node_name=node, started=now, phase="Running")
+                )
+                result.placements[pod.key] = node
+                reasons.pop(pod.key, None)
+                changes += 1
+                continue
+            reasons[pod.key] = describe_filter_failure(outcome, len(names))
+            job = job_key(current)
+            if refused.get(job) == changes:
+                reasons[pod.key] += f" Preemption: {refusals[job]}"
+                continue
+            decision = plan_job_preemption(snapshot, job, now)
+            if isinstance(decision, PreemptionPlan):
+                _commit(snapshot, decision, now, result)
+                changes += 1
+            else:
+                refused[job] = changes
+                refusals[job] = "; ".join(decision.reasons)
+                reasons[pod.key] += f" Preemption: {refusals[job]}"
+        if changes == changes_before:
+            break
+    else:
+        result.notes.append(f"stopped after {max_rounds} rounds without settling")
+    for pod in pending:
+        current = snapshot.pods.get(pod.key)
+        if current is not None and current.node_name is None:
+            result.unschedulable[pod.key] = reasons.get(pod.key, "not scheduled")
+    # A pod placed and later evicted is not a placement.
+    result.placements = {
+        key: node
+        for key, node in result.placements.items()
+        if key in snapshot.pods and snapshot.pods[key].node_name == node
+    }
+    return result
+
+
+def describe_filter_failure(outcome: FilterResult, node_count: int) -> str:
+    """kube-scheduler's style: ``0/4 nodes are available: 4 Insufficient nvidia.com/gpu.``"""
+    if outcome.quota_failures:
+        return "; ".join(outcome.quota_failures) + "."
+    counts = Counter([*outcome.failed.values(), *outcome.unresolvable.values()])
+    parts = ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items()))
+    return f"0/{node_count} nodes are available: {parts}."
+
+
+def _commit(snapshot: Snapshot, plan: PreemptionPlan, now: float, result: SimulationResult) -> None:
+    for victim in plan.victims:
+        result.evictions.append(
+            Eviction(
+                pod=victim.pod.key,
+                node=victim.pod.node_name or "",
+                preemptor=plan.job,
+                reason=victim.reason,
+            )
+        )
+        snapshot.remove_pod(victim.pod.key)
+    snapshot.add_reservation(plan.reservation(now, snapshot.args.reservation_timeout_seconds))
+
+
+def _drain_stopped_quotas(snapshot: Snapshot, result: SimulationResult) -> None:
+    for name, spec in sorted(snapshot.tree.specs.items()):
+        if spec.policy.stop_policy is not StopPolicy.HOLD_AND_DRAIN:
+            continue
+        for pod in sorted(snapshot.pods.values(), key=lambda p: p.key):
+            if pod.node_name is None or pod.finished or snapshot.quota_name(pod) != name:
+                continue
+            result.evictions.append(
+                Eviction(
+                    pod=pod.key,
+                    node=pod.node_name,
+                    preemptor=None,
+                    reason=f"quota {name} has stop-policy HoldAndDrain",
+                )
+            )
+            snapshot.remove_pod(pod.key)

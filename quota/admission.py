@@ -1,0 +1,142 @@
+"""Job-level quota admission, and the borrowing tests preemption policies use.
+
+The formulas are the Koordinator proposal's, applied to a whole job (the
+sums run over the job's pods not yet counted as used):
+
+- non-preemptible: ``np_used + job ≤ min`` and ``used + job ≤ max``;
+- preemptible: ``min(min, np_request) + p_used + job ≤ max`` (room up to
+  ``min`` stays reserved for the quota's own non-preemptible pods);
+- every ancestor: ``subtree_used + job ≤ max``.
+
+Only the resources the job asks for are checked, and only against bounds the
+quota names: a resource absent from ``max`` is not limited, one absent from
+``min`` has a guarantee of zero when the quota governs it through ``max``.
+Every failure is a sentence a person can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from extender.core.resources import PODS, format_quantity
+from quota.accounting import QuotaLedger
+from quota.tree import StopPolicy
+
+
+def job_admission_failures(
+    ledger: QuotaLedger,
+    quota: str,
+    np_request: Mapping[str, int],
+    p_request: Mapping[str, int],
+) -> list[str]:
+    """Why the job's unplaced pods (split into non-preemptible and preemptible
+    requests) may not be admitted into ``quota``; empty when they may."""
+    spec = ledger.tree[quota]
+    failures = unevictable_failures(ledger, quota, np_request)
+    if spec.policy.stop_policy is not StopPolicy.NONE:
+        return failures
+    usage = ledger[quota]
+    for name in sorted(set(np_request) | set(p_request)):
+        amount = np_request.get(name, 0) + p_request.get(name, 0)
+        if amount <= 0 or name not in spec.max:
+            continue
+        after = usage.used.get(name, 0) + amount
+        if after > spec.max[name]:
+            failures.append(
+                f"quota {quota}: {name} {_q(name, after)} would exceed "
+                f"max {_q(name, spec.max[name])}"
+            )
+    for name in sorted(p_request):
+        amount = p_request[name]
+        if amount <= 0 or name not in spec.max:
+            continue
+        held = min(spec.min.get(name, 0), usage.np_request.get(name, 0))
+        p_used = usage.used.get(name, 0) - usage.np_used.get(name, 0)
+        after = held + p_used + amount
+        if after > spec.max[name]:
+            failures.append(
+                f"quota {quota}: preemptible {name} {_q(name, after)} (room held for "
+                f"non-preemptible pods {_q(name, held)} + preemptible used {_q(name, p_used)} "
+                f"+ job {_q(name, amount)}) would exceed max {_q(name, spec.max[name])}"
+            )
+    for ancestor in ledger.tree.ancestors(quota):
+        parent = ledger.tree[ancestor]
+        for name in sorted(set(np_request) | set(p_request)):
+            amount = np_request.get(name, 0) + p_request.get(name, 0)
+            if amount <= 0 or name not in parent.max:
+                continue
+            after = ledger[ancestor].subtree_used.get(name, 0) + amount
+            if after > parent.max[name]:
+                failures.append(
+                    f"parent quota {ancestor}: {name} {_q(name, after)} would exceed "
+                    f"max {_q(name, parent.max[name])}"
+                )
+    return failures
+
+
+def unevictable_failures(
+    ledger: QuotaLedger, quota: str, np_request: Mapping[str, int]
+) -> list[str]:
+    """The admission failures no eviction can cure: a stopped quota, and non-preemptible
+    pods beyond ``min`` (victims are preemptible, so evicting them frees none of it)."""
+    spec = ledger.tree[quota]
+    if spec.policy.stop_policy is not StopPolicy.NONE:
+        return [f"quota {quota} is stopped (stop-policy {spec.policy.stop_policy.value})"]
+    usage = ledger[quota]
+    failures = []
+    for name in sorted(np_request):
+        amount = np_request[name]
+        if amount <= 0 or name not in spec.governed:
+            continue
+        after = usage.np_used.get(name, 0) + amount
+        bound = spec.min.get(name, 0)
+        if after > bound:
+            failures.append(
+                f"quota {quota}: non-preemptible {name} {_q(name, after)} would exceed "
+                f"min {_q(name, bound)}"
+            )
+    return failures
+
+
+def would_borrow(ledger: QuotaLedger, quota: str, request: Mapping[str, int]) -> bool:
+    """Whether admitting ``request`` takes ``quota`` above its ``min`` in a resource it governs."""
+    spec = ledger.tree[quota]
+    usage = ledger[quota]
+    return any(
+        amount > 0 and usage.used.get(name, 0) + amount > spec.min.get(name, 0)
+        for name, amount in request.items()
+        if name in spec.governed and name != PODS
+    )
+
+
+def is_borrowing(ledger: QuotaLedger, quota: str, resources: Iterable[str]) -> bool:
+    """Whether ``quota`` uses more than its ``min`` of any of ``resources``."""
+    spec = ledger.tree[quota]
+    usage = ledger[quota].subtree_used
+    return any(usage.get(name, 0) > spec.min.get(name, 0) for name in resources if name != PODS)
+
+
+def min_violation(
+    ledger: QuotaLedger, quotas: Iterable[str], requests: Mapping[str, int]
+) -> str | None:
+    """Why taking ``requests`` away would push one of ``quotas`` below its ``min``, or ``None``.
+
+    ``quotas`` are the victim's quota and its ancestors below the level it
+    shares with the preemptor; a resource the quota names no ``min`` for has
+    nothing guaranteed.
+    """
+    for quota in quotas:
+        spec = ledger.tree[quota]
+        usage = ledger[quota].subtree_used
+        for name, amount in requests.items():
+            bound = spec.min.get(name, 0)
+            if amount > 0 and bound > 0 and usage.get(name, 0) - amount < bound:
+                return (
+                    f"quota {quota} would fall below its min {name} {_q(name, bound)} "
+                    f"(uses {_q(name, usage.get(name, 0))})"
+                )
+    return None
+
+
+def _q(name: str, milli: int) -> str:
+    return format_quantity(name, milli)

@@ -1,0 +1,229 @@
+"""Elastic quotas: their specs, their per-quota policies, and the quota tree.
+
+An ``ElasticQuota`` (``scheduling.x-k8s.io`` or ``scheduling.sigs.k8s.io``)
+has ``spec.min`` (guaranteed) and ``spec.max`` (ceiling).  A quota governs
+the resources named in its ``min`` or ``max``; a resource absent from ``max``
+is not limited by it, and one absent from ``min`` is guaranteed nothing.
+Quotas form a tree through Koordinator's parent label; every ancestor's
+``max`` bounds the sum over its subtree.  Quotas with no parent form one
+cohort under an implicit root.
+
+Kueue's preemption policies live on the quota as ``muster.dev/*``
+annotations (DESIGN.md); :class:`QuotaPolicy` holds them parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from extender.core import keys
+from extender.core.objects import ManifestError
+from extender.core.resources import QuantityError, format_quantity, parse_resource_list
+
+_Policy = TypeVar("_Policy", bound=StrEnum)
+
+
+class WithinQuota(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class ReclaimWithinCohort(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class BorrowWithinCohort(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+
+
+class StopPolicy(StrEnum):
+    NONE = "None"
+    HOLD = "Hold"
+    HOLD_AND_DRAIN = "HoldAndDrain"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaPolicy:
+    within_quota: WithinQuota = WithinQuota.LOWER_PRIORITY
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.ANY
+    borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort.NEVER
+    #: With borrowing, only victims at or below this priority.
+    max_priority_threshold: int | None = None
+    stop_policy: StopPolicy = StopPolicy.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSpec:
+    name: str
+    namespace: str
+    min: Mapping[str, int]
+    max: Mapping[str, int]
+    parent: str | None = None
+    is_parent: bool = False
+    policy: QuotaPolicy = field(default_factory=QuotaPolicy)
+
+    @property
+    def governed(self) -> frozenset[str]:
+        """The resources this quota limits or guarantees."""
+        return frozenset(self.min) | frozenset(self.max)
+
+
+#: The implicit quota of pods that name none: guarantees nothing, limits nothing.
+DEFAULT_QUOTA_SPEC = QuotaSpec(name=keys.DEFAULT_QUOTA, namespace="", min={}, max={})
+
+
+def parse_elastic_quota(obj: Mapping[str, Any]) -> QuotaSpec:
+    """An ElasticQuota object (camelCase JSON) → :class:`QuotaSpec`."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+        raise ManifestError("spec", "expected an object")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise ManifestError("metadata.name", f"expected a non-empty string, got {name!r}")
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    try:
+        minimum = parse_resource_list(spec.get("min"), "spec.min")
+        maximum = parse_resource_list(spec.get("max"), "spec.max")
+    except QuantityError as error:
+        where, _, message = str(error).partition(": ")
+        raise ManifestError(where, message) from None
+    for resource in sorted(set(minimum) & set(maximum)):
+        if minimum[resource] > maximum[resource]:
+            raise ManifestError(
+                f"spec.min.{resource}",
+                f"min {format_quantity(resource, minimum[resource])} is greater than "
+                f"max {format_quantity(resource, maximum[resource])}",
+            )
+    return QuotaSpec(
+        name=name,
+        namespace=str(metadata.get("namespace") or "default"),
+        min=minimum,
+        max=maximum,
+        parent=labels.get(keys.QUOTA_PARENT_LABEL) or None,
+        is_parent=labels.get(keys.QUOTA_IS_PARENT_LABEL) == "true",
+        policy=parse_policy(annotations),
+    )
+
+
+def parse_policy(annotations: Mapping[str, str]) -> QuotaPolicy:
+    """The ``muster.dev/*`` policy annotations of a quota; absent ones take their defaults."""
+    threshold_text = annotations.get(keys.MAX_PRIORITY_THRESHOLD_ANNOTATION)
+    threshold = None
+    if threshold_text is not None:
+        try:
+            threshold = int(threshold_text)
+        except ValueError:
+            raise ManifestError(
+                f"metadata.annotations.{keys.MAX_PRIORITY_THRESHOLD_ANNOTATION}",
+                f"{threshold_text!r} is not an integer",
+            ) from None
+    return QuotaPolicy(
+        within_quota=_enum(annotations, keys.WITHIN_QUOTA_ANNOTATION, WithinQuota.LOWER_PRIORITY),
+        reclaim_within_cohort=_enum(
+            annotations, keys.RECLAIM_WITHIN_COHORT_ANNOTATION, ReclaimWithinCohort.ANY
+        ),
+        borrow_within_cohort=_enum(
+            annotations, keys.BORROW_WITHIN_COHORT_ANNOTATION, BorrowWithinCohort.NEVER
+        ),
+        max_priority_threshold=threshold,
+        stop_policy=_enum(annotations, keys.STOP_POLICY_ANNOTATION, StopPolicy.NONE),
+    )
+
+
+def _enum(annotations: Mapping[str, str], key: str, default: _Policy) -> _Policy:
+    text = annotations.get(key)
+    if text is None:
+        return default
+    try:
+        return type(default)(text)
+    except ValueError:
+        allowed = ", ".join(member.value for member in type(default))
+        raise ManifestError(
+            f"metadata.annotations.{key}", f"{text!r} is not one of {allowed}"
+        ) from None
+
+
+class QuotaTreeError(ValueError):
+    """Quotas that do not form a tree: ``quota`` names the culprit, ``field`` the field."""
+
+    def __init__(self, quota: str, field: str, message: str) -> None:
+        super().__init__(f"quota {quota}: {field}: {message}")
+        self.quota = quota
+        self.field = field
+        self.message = message
+
+
+class QuotaTree:
+    """Quotas by name, with parents, ancestors and the default quota always present."""
+
+    def __init__(self, specs: Iterable[QuotaSpec]) -> None:
+        self.specs: dict[str, QuotaSpec] = {}
+        for spec in specs:
+            if spec.name in self.specs:
+                raise QuotaTreeError(spec.name, "metadata.name", "duplicate quota name")
+            self.specs[spec.name] = spec
+        self.specs.setdefault(DEFAULT_QUOTA_SPEC.name, DEFAULT_QUOTA_SPEC)
+        self._by_namespace: dict[str, str] = {}
+        for spec in sorted(self.specs.values(), key=lambda s: s.name, reverse=True):
+            if spec.namespace and not spec.is_parent:
+                self._by_namespace[spec.namespace] = spec.name
+        self._ancestors: dict[str, tuple[str, ...]] = {}
+        for name, spec in self.specs.items():
+            if spec.parent is not None and spec.parent not in self.specs:
+                raise QuotaTreeError(
+                    name,
+                    f"metadata.labels.{keys.QUOTA_PARENT_LABEL}",
+                    f"unknown quota {spec.parent!r}",
+                )
+        for name in self.specs:
+            chain: list[str] = []
+            parent = self.specs[name].parent
+            while parent is not None:
+                if parent == name or parent in chain:
+                    raise QuotaTreeError(
+                        name, f"metadata.labels.{keys.QUOTA_PARENT_LABEL}", "parents form a cycle"
+                    )
+                chain.append(parent)
+                parent = self.specs[parent].parent
+            self._ancestors[name] = tuple(chain)
+        self.parents = frozenset(
+            spec.parent for spec in self.specs.values() if spec.parent is not None
+        ) | frozenset(spec.name for spec in self.specs.values() if spec.is_parent)
+
+    def __getitem__(self, name: str) -> QuotaSpec:
+        return self.specs[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.specs
+
+    def ancestors(self, name: str) -> tuple[str, ...]:
+        """The quota's ancestors, nearest first."""
+        return self._ancestors[name]
+
+    def root(self, name: str) -> str:
+        chain = self._ancestors[name]
+        return chain[-1] if chain else name
+
+    def path_below_common_ancestor(self, victim: str, preemptor: str) -> tuple[str, ...]:
+        """``victim`` and its ancestors up to, not including, the first one shared with
+        ``preemptor`` (all of them when the two trees meet only at the implicit root)."""
+        shared = {preemptor, *self._ancestors[preemptor]}
+        path = []
+        for name in (victim, *self._ancestors[victim]):
+            if name in shared:
+                break
+            path.append(name)
+        return tuple(path)
+
+    def quota_in_namespace(self, namespace: str) -> str | None:
+        """The (first by name) leaf quota declared in ``namespace``."""
+        return self._by_namespace.get(namespace)
