@@ -1,0 +1,134 @@
+"""Small builders of Kubernetes objects (camelCase dicts) and snapshots for tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from extender.core import keys
+from extender.core.config import MusterArgs
+from extender.core.objects import parse_node, parse_pod
+from extender.core.snapshot import Snapshot
+from quota.tree import parse_elastic_quota
+
+T0 = "2026-01-01T10:00:00Z"
+
+
+def node(
+    name: str,
+    gpu: int = 8,
+    cpu: str = "32",
+    *,
+    labels: Mapping[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    unschedulable: bool = False,
+    pods: int = 110,
+) -> dict[str, Any]:
+    allocatable = {"cpu": cpu, "memory": "128Gi", "pods": str(pods)}
+    if gpu:
+        allocatable["nvidia.com/gpu"] = str(gpu)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {"allocatable": allocatable},
+    }
+
+
+def pod(
+    name: str,
+    namespace: str = "team-a",
+    *,
+    gpu: int = 0,
+    cpu: str | None = None,
+    node: str | None = None,
+    group: str | None = None,
+    preemptible: bool | None = None,
+    can_preempt: bool | None = None,
+    priority: int | None = None,
+    created: str = T0,
+    started: str | None = None,
+    quota: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    all_labels = dict(labels or {})
+    if group is not None:
+        all_labels[keys.POD_GROUP_LABEL] = group
+    if preemptible is not None:
+        all_labels[keys.PREEMPTIBLE_LABEL] = str(preemptible).lower()
+    if can_preempt is not None:
+        all_labels[keys.CAN_PREEMPT_LABEL] = str(can_preempt).lower()
+    if quota is not None:
+        all_labels[keys.QUOTA_NAME_LABEL] = quota
+    requests: dict[str, str] = {}
+    if gpu:
+        requests["nvidia.com/gpu"] = str(gpu)
+    if cpu is not None:
+        requests["cpu"] = cpu
+    body: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+    if node is not None:
+        body["nodeName"] = node
+    if priority is not None:
+        body["priority"] = priority
+    body.update(spec or {})
+    status: dict[str, Any] = {}
+    if node is not None:
+        status = {"phase": "Running", "startTime": started or created}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "creationTimestamp": created,
+            "labels": all_labels,
+            "annotations": dict(annotations or {}),
+        },
+        "spec": body,
+        "status": status,
+    }
+
+
+def quota(
+    name: str,
+    *,
+    min: Mapping[str, str] | None = None,
+    max: Mapping[str, str] | None = None,
+    namespace: str | None = None,
+    parent: str | None = None,
+    is_parent: bool = False,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    labels = {}
+    if parent is not None:
+        labels[keys.QUOTA_PARENT_LABEL] = parent
+    if is_parent:
+        labels[keys.QUOTA_IS_PARENT_LABEL] = "true"
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "ElasticQuota",
+        "metadata": {
+            "name": name,
+            "namespace": namespace or name,
+            "labels": labels,
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {"min": dict(min or {}), "max": dict(max or {})},
+    }
+
+
+def snapshot(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]] = (),
+    quotas: Iterable[Mapping[str, Any]] = (),
+    args: MusterArgs | None = None,
+) -> Snapshot:
+    snap = Snapshot(args, [parse_elastic_quota(q) for q in quotas])
+    for item in nodes:
+        snap.upsert_node(parse_node(item))
+    for item in pods:
+        snap.upsert_pod(parse_pod(item))
+    return snap
