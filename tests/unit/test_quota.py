@@ -51,7 +51,7 @@ def test_policies_parse_with_defaults_and_reject_unknown_values() -> None:
     )
     assert spec.policy.stop_policy is StopPolicy.HOLD
     assert spec.policy.max_priority_threshold == 10
-    with pytest.raises(ManifestError, match="within-quota.*'Sometimes' is not one of"):
+    with pytest.raises(ManifestError, match=r"within-quota.*'Sometimes' is not one of"):
         parse_elastic_quota(quota("a", annotations={keys.WITHIN_QUOTA_ANNOTATION: "Sometimes"}))
 
 

@@ -103,7 +103,10 @@ spec: {priority: 10, containers: [{name: c, resources: {requests: {cpu: "4"}}}]}
     assert result["placements"] == {"x/new": "n1"}
 
 
-NODE = "kind: Node\napiVersion: v1\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '4', pods: '9'}}\n"
+NODE = (
+    "kind: Node\napiVersion: v1\nmetadata: {name: n1}\n"
+    "status: {allocatable: {cpu: '4', pods: '9'}}\n"
+)
 EQ = "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: ElasticQuota\n"
 
 
@@ -113,7 +116,8 @@ EQ = "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: ElasticQuota\n"
         (
             NODE + "---\nkind: Pod\napiVersion: v1\nmetadata: {name: p, namespace: a}\n"
             "spec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}\n",
-            "document 2 (Pod a/p): spec.containers[0].resources.requests.cpu: 'lots' is not a quantity",
+            "document 2 (Pod a/p): spec.containers[0].resources.requests.cpu: "
+            "'lots' is not a quantity",
         ),
         (
             EQ + "metadata: {name: q, namespace: a}\nspec: {min: {cpu: '2'}, max: {cpu: '1'}}\n",
@@ -129,8 +133,8 @@ EQ = "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: ElasticQuota\n"
             "metadata.labels.quota.scheduling.koordinator.sh/name: unknown quota 'nope'",
         ),
         (
-            "kind: List\napiVersion: v1\nitems:\n- kind: Pod\n  apiVersion: v1\n  metadata: {name: p}\n"
-            "  spec: {nodeName: ghost, containers: [{name: c}]}\n",
+            "kind: List\napiVersion: v1\nitems:\n- kind: Pod\n  apiVersion: v1\n"
+            "  metadata: {name: p}\n  spec: {nodeName: ghost, containers: [{name: c}]}\n",
             "document 1.items[0] (Pod p): spec.nodeName: unknown node 'ghost'",
         ),
         (
