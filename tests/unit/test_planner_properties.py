@@ -11,6 +11,7 @@ deterministic.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -120,8 +121,8 @@ def clusters(draw: st.DrawFn) -> tuple[list[Any], list[Any], list[Any], str]:
 
 
 def build(
-    case: tuple[list[Any], list[Any], list[Any], str], without: set[str] = frozenset()
-) -> Snapshot:  # type: ignore[assignment]
+    case: tuple[list[Any], list[Any], list[Any], str], without: AbstractSet[str] = frozenset()
+) -> Snapshot:
     nodes, pods, quotas, _ = case
     kept = [
         p for p in pods if f"{p['metadata']['namespace']}/{p['metadata']['name']}" not in without
