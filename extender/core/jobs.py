@@ -1,8 +1,8 @@
 """Which job a pod belongs to, and the pod's role in preemption.
 
 A job (gang) is the set of pods sharing a pod-group name in a namespace; a
-pod with none is a job of one, keyed by its own name.  The name is read from
-the first of the keys DESIGN.md lists.  Whether a pod may be a victim and
+pod with none is a job of one, keyed by its own name (``PodInfo.job``, read
+from the first of the keys DESIGN.md lists).  Whether a pod may be a victim and
 whether it may trigger preemption follow its labels and Muster's arguments.
 """
 
@@ -11,20 +11,6 @@ from __future__ import annotations
 from extender.core import keys
 from extender.core.config import MusterArgs
 from extender.core.objects import ManifestError, PodInfo
-
-
-def group_name(pod: PodInfo) -> str | None:
-    """The pod-group name of a pod, or ``None`` for a pod that is a job of its own."""
-    for label in (keys.POD_GROUP_LABEL, keys.POD_GROUP_NAME_LABEL, keys.POD_GROUP_X_K8S_LABEL):
-        name = pod.labels.get(label)
-        if name:
-            return name
-    return pod.annotations.get(keys.GANG_NAME_ANNOTATION) or None
-
-
-def job_key(pod: PodInfo) -> str:
-    """``namespace/job``: the pod group's name, else the pod's own name."""
-    return f"{pod.namespace}/{group_name(pod) or pod.name}"
 
 
 def min_available_annotation(pod: PodInfo) -> int | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from extender.core import keys
@@ -90,22 +90,29 @@ class PodInfo:
     nominated_node_name: str | None
     #: Constraints the core cannot simulate (inter-pod affinity, spread, ...).
     unsupported: tuple[str, ...]
+    #: ``namespace/name``.
+    key: str = field(init=False)
+    #: The pod-group name, or ``None`` for a pod that is a job of its own.
+    group: str | None = field(init=False)
+    #: ``namespace/job``: the pod group's name, else the pod's own name.
+    job: str = field(init=False)
+    #: Marked for soft eviction already (the label is present).
+    soft_evicted: bool = field(init=False)
+    #: ``started``, else ``created``: what "most recently started" compares.
+    start_or_created: float = field(init=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        group = _group_name(self.labels, self.annotations)
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
+        object.__setattr__(self, "group", group)
+        object.__setattr__(self, "job", f"{self.namespace}/{group or self.name}")
+        object.__setattr__(self, "soft_evicted", keys.SOFT_EVICTION_KEY in self.labels)
+        start = self.started if self.started is not None else self.created
+        object.__setattr__(self, "start_or_created", start)
 
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
-
-    @property
-    def soft_evicted(self) -> bool:
-        return keys.SOFT_EVICTION_KEY in self.labels
-
-    @property
-    def start_or_created(self) -> float:
-        return self.started if self.started is not None else self.created
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +141,14 @@ class PriorityClasses:
 
 NO_PRIORITY_CLASSES = PriorityClasses(values={})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _group_name(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+    for label in (keys.POD_GROUP_LABEL, keys.POD_GROUP_NAME_LABEL, keys.POD_GROUP_X_K8S_LABEL):
+        name = labels.get(label)
+        if name:
+            return name
+    return annotations.get(keys.GANG_NAME_ANNOTATION) or None
 
 
 def parse_time(value: object, field: str) -> float | None:

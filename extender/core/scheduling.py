@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from extender.core.jobs import job_key
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
 from extender.core.resources import PODS, Resources, add_into, shortfall
@@ -90,7 +89,7 @@ def admission_failures(snapshot: Snapshot, pod: PodInfo) -> list[str]:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
     if snapshot.counts_as_used(pod):
         return []  # its room is already charged (a reservation)
-    demand = job_demand(snapshot, job_key(pod))
+    demand = job_demand(snapshot, pod.job)
     if not demand.unplaced:
         return []
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)

@@ -18,12 +18,13 @@ and held on its node until the pod binds or the reservation ends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import bisect
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.core import keys
 from extender.core.config import MusterArgs
-from extender.core.jobs import is_preemptible, job_key, min_available_annotation
+from extender.core.jobs import is_preemptible, min_available_annotation
 from extender.core.objects import NodeInfo, PodInfo
 from extender.core.resources import Resources, add_into, subtract
 from quota.accounting import QuotaLedger
@@ -64,6 +65,12 @@ class Snapshot:
         self._pod_quota: dict[str, str] = {}
         self._unknown_quota: dict[str, str] = {}
         self._victims: dict[str, set[str]] = {}  # quota → running preemptible pod keys
+        self._node_preemptible: dict[str, Resources] = {}  # node → their requests
+        self._node_victims: dict[str, dict[str, str]] = {}  # node → preemptible pod → quota
+        # Victim units (a running preemptible pod, or the running preemptible pods of a
+        # gang), per quota, sorted by (highest priority, -latest start, job).
+        self._units: dict[str, list[tuple[int, float, str]]] = {}
+        self._unit_of: dict[str, tuple[str, tuple[int, float, str]]] = {}  # job → entry
         self._reserved_pod: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
         #: Memo for planners: facts derived from nodes only; cleared when nodes change.
         self.node_cache: dict[object, object] = {}
@@ -106,6 +113,10 @@ class Snapshot:
         self.tree = tree
         self.ledger = QuotaLedger(tree)
         self._victims = {}
+        self._node_preemptible = {}
+        self._node_victims = {}
+        self._units = {}
+        self._unit_of = {}
         for pod in self.pods.values():
             self._index(pod)
 
@@ -184,6 +195,10 @@ class Snapshot:
         """The job's pods, in a stable order (by name)."""
         return [self.pods[key] for key in sorted(self._jobs.get(job, ()))]
 
+    def job_members(self, job: str) -> Collection[str]:
+        """The keys of the job's pods, unordered (cheaper than :meth:`job_pods`)."""
+        return self._jobs.get(job, ())
+
     def min_available(self, job: str) -> int:
         """How many of the job's pods must run together (default: all of them)."""
         pods = self.job_pods(job)
@@ -219,6 +234,20 @@ class Snapshot:
                 add_into(free, room, -1)
         return free
 
+    def preemptible_on(self, node: str) -> Mapping[str, int]:
+        """Requests of the preemptible pods bound to ``node``: the most eviction could free."""
+        return self._node_preemptible.get(node, {})
+
+    def preemptible_pods_on(self, node: str) -> Mapping[str, str]:
+        """The bound, preemptible pods of ``node``: pod key → quota."""
+        return self._node_victims.get(node, {})
+
+    def victim_units(self, quota: str) -> Sequence[tuple[int, float, str]]:
+        """The quota's victim units, lowest priority then most recently started first:
+        ``(highest priority, -latest start, job)`` over the running preemptible pods of
+        each job (one pod, or a gang's)."""
+        return self._units.get(quota, ())
+
     def running_preemptible(self, quota: str) -> Iterable[str]:
         """Keys of the quota's bound, preemptible pods (candidates before policy)."""
         return self._victims.get(quota, ())
@@ -240,7 +269,7 @@ class Snapshot:
 
     def _index(self, pod: PodInfo) -> None:
         key = pod.key
-        self._jobs.setdefault(job_key(pod), set()).add(key)
+        self._jobs.setdefault(pod.job, set()).add(key)
         try:
             quota = self._resolve_quota(pod)
         except UnknownQuotaError as error:
@@ -257,17 +286,20 @@ class Snapshot:
             self._node_pods.setdefault(pod.node_name, set()).add(key)
             if preemptible:
                 self._victims.setdefault(quota, set()).add(key)
+                add_into(self._node_preemptible.setdefault(pod.node_name, {}), pod.requests)
+                self._node_victims.setdefault(pod.node_name, {})[key] = quota
+                self._reindex_unit(pod.job)
         elif key in self._reserved_pod:
             _job, node = self._reserved_pod[key]
             self._node_reserved.setdefault(node, {})[key] = dict(pod.requests)
 
     def _unindex(self, pod: PodInfo) -> None:
         key = pod.key
-        members = self._jobs.get(job_key(pod))
+        members = self._jobs.get(pod.job)
         if members is not None:
             members.discard(key)
             if not members:
-                del self._jobs[job_key(pod)]
+                del self._jobs[pod.job]
         if self._unknown_quota.pop(key, None) is not None:
             return
         quota = self._pod_quota.pop(key)
@@ -279,10 +311,39 @@ class Snapshot:
         if pod.node_name is not None:
             add_into(self._node_requested[pod.node_name], pod.requests, -1)
             self._node_pods[pod.node_name].discard(key)
-            self._victims.get(quota, set()).discard(key)
+            if preemptible:
+                self._victims.get(quota, set()).discard(key)
+                add_into(self._node_preemptible[pod.node_name], pod.requests, -1)
+                del self._node_victims[pod.node_name][key]
+                self._reindex_unit(pod.job)
         elif key in self._reserved_pod:
             _job, node = self._reserved_pod[key]
             del self._node_reserved[node][key]
+
+    def _reindex_unit(self, job: str) -> None:
+        old = self._unit_of.pop(job, None)
+        if old is not None:
+            units = self._units[old[0]]
+            del units[bisect.bisect_left(units, old[1])]
+        members = sorted(
+            key
+            for key in self._jobs.get(job, ())
+            if key in self._pod_quota
+            and self.pods[key].node_name is not None
+            and not self.pods[key].finished
+            and self.preemptible(self.pods[key])
+        )
+        if not members:
+            return
+        pods = [self.pods[key] for key in members]
+        entry = (
+            max(pod.priority for pod in pods),
+            -max(pod.start_or_created for pod in pods),
+            job,
+        )
+        quota = self._pod_quota[members[0]]
+        bisect.insort(self._units.setdefault(quota, []), entry)
+        self._unit_of[job] = (quota, entry)
 
     def _drop_reserved_pod(self, key: str) -> None:
         """A reserved pod bound or went away: it no longer holds reserved room."""

@@ -18,7 +18,6 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
-from extender.core.jobs import job_key
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.scheduling import FilterResult, best_node, filter_nodes, score_nodes
 from extender.core.snapshot import Snapshot
@@ -83,7 +82,7 @@ def run_simulation(snapshot: Snapshot, now: float) -> SimulationResult:
                 changes += 1
                 continue
             reasons[pod.key] = describe_filter_failure(outcome, len(names))
-            job = job_key(current)
+            job = current.job
             if refused.get(job) == changes:
                 reasons[pod.key] += f" Preemption: {refusals[job]}"
                 continue

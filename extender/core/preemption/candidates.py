@@ -17,37 +17,33 @@ Whether taking a group from another quota would push that quota below its
 ``min`` depends on what was taken before it, so the planner checks that as
 it goes (:func:`quota.admission.min_violation`).  The order is: other quotas
 first, lower priority first, most recently started first, then by name.
+
+Only pods that could help are looked at: those on nodes where eviction could
+make room for the job, and those whose quota the job's admission counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+import math
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from enum import Enum
 
-from extender.core.jobs import group_name, job_key
 from extender.core.objects import PodInfo
-from extender.core.resources import PODS, Resources, add_into
+from extender.core.resources import add_into
 from extender.core.snapshot import Snapshot
 from quota.admission import is_borrowing
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
 
 
-@dataclass(frozen=True, slots=True)
-class VictimGroup:
-    """Pods that are evicted together: one pod, or the running pods of one gang."""
+class Rule(Enum):
+    """The policy that allows a victim."""
 
-    job: str
-    quota: str
-    pods: tuple[PodInfo, ...]
-    requests: Resources
-    priority: int  # the highest among the pods
-    started: float  # the most recent start among the pods
-    other_quota: bool
-    reason: str
-
-    @property
-    def order_key(self) -> tuple[int, int, float, str]:
-        return (0 if self.other_quota else 1, self.priority, -self.started, self.job)
+    LOWER_PRIORITY = "withinQuota LowerPriority"
+    NEWER_EQUAL_PRIORITY = "withinQuota LowerOrNewerEqualPriority"
+    RECLAIM = "reclaimWithinCohort"
+    BORROW = "borrowWithinCohort"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,112 +58,181 @@ class Preemptor:
     contested: frozenset[str]  # resources it asks for (not the pod count)
 
 
-def find_victim_groups(snapshot: Snapshot, preemptor: Preemptor) -> list[VictimGroup]:
-    """Every victim group the policies allow, in preemption order."""
-    policy = snapshot.tree[preemptor.quota].policy
-    promised = {key for r in snapshot.reservations.values() for key in r.victims}
-    allowed: dict[str, str] = {}  # pod key → why it may be evicted
-    for quota in snapshot.tree.specs:
-        other = quota != preemptor.quota
-        if other and not is_borrowing(snapshot.ledger, quota, preemptor.contested):
-            continue
-        for key in snapshot.running_preemptible(quota):
-            pod = snapshot.pods[key]
-            if pod.terminating or pod.soft_evicted or key in promised:
-                continue
-            reason = (
-                _cohort_reason(pod, quota, preemptor, policy)
-                if other
-                else _within_quota_reason(pod, preemptor, policy.within_quota)
-            )
-            if reason is not None:
-                allowed[key] = reason
-    groups = []
-    seen_jobs: set[str] = set()
-    for key in allowed:
-        pod = snapshot.pods[key]
-        job = job_key(pod)
-        if job == preemptor.job:
-            continue
-        if group_name(pod) is None:
-            groups.append(_group(job, [pod], allowed[key], snapshot, preemptor))
-            continue
-        if job in seen_jobs:
-            continue
-        seen_jobs.add(job)
-        members = [
-            member
-            for member in snapshot.job_pods(job)
-            if member.node_name is not None
-            and not member.finished
-            and not member.soft_evicted
-            and member.key not in promised
-        ]
-        if all(member.key in allowed for member in members):
-            groups.append(_group(job, members, allowed[key], snapshot, preemptor))
-    groups.sort(key=lambda g: g.order_key)
-    return groups
+@dataclass(frozen=True, slots=True)
+class VictimGroup:
+    """Pods that are evicted together: one pod, or the running pods of one gang."""
+
+    job: str
+    quota: str
+    pods: tuple[PodInfo, ...]
+    requests: Mapping[str, int]
+    priority: int  # the highest among the pods
+    started: float  # the most recent start among the pods
+    other_quota: bool
+    rule: Rule
+
+    @property
+    def order_key(self) -> tuple[int, int, float, str]:
+        return (0 if self.other_quota else 1, self.priority, -self.started, self.job)
 
 
-def _group(
-    job: str, pods: Iterable[PodInfo], reason: str, snapshot: Snapshot, preemptor: Preemptor
-) -> VictimGroup:
-    members = tuple(pods)
-    requests: Resources = {}
-    for pod in members:
-        add_into(requests, pod.requests)
-    quota = snapshot.quota_of(members[0])
-    return VictimGroup(
-        job=job,
-        quota=quota,
-        pods=members,
-        requests=requests,
-        priority=max(pod.priority for pod in members),
-        started=max(pod.start_or_created for pod in members),
-        other_quota=quota != preemptor.quota,
-        reason=reason,
-    )
-
-
-def _within_quota_reason(pod: PodInfo, preemptor: Preemptor, policy: WithinQuota) -> str | None:
-    if policy is WithinQuota.NEVER:
-        return None
-    if pod.priority < preemptor.priority:
+def describe(group: VictimGroup, preemptor: Preemptor) -> str:
+    """Why the policies let ``preemptor`` evict ``group``, in words."""
+    resources = ", ".join(sorted(preemptor.contested))
+    if group.rule is Rule.LOWER_PRIORITY:
         return (
-            f"lower priority ({pod.priority} < {preemptor.priority}) in the same quota "
+            f"lower priority ({group.priority} < {preemptor.priority}) in the same quota "
             f"{preemptor.quota}"
         )
-    if (
-        policy is WithinQuota.LOWER_OR_NEWER_EQUAL_PRIORITY
-        and pod.priority == preemptor.priority
-        and pod.created > preemptor.created
-    ):
-        return f"equal priority ({pod.priority}) but newer, in the same quota {preemptor.quota}"
-    return None
+    if group.rule is Rule.NEWER_EQUAL_PRIORITY:
+        return f"equal priority ({group.priority}) but newer, in the same quota {preemptor.quota}"
+    if group.rule is Rule.RECLAIM:
+        return (
+            f"quota {group.quota} is borrowing beyond its min; quota {preemptor.quota} reclaims "
+            f"{resources} within its own min (reclaimWithinCohort)"
+        )
+    return (
+        f"quota {group.quota} is borrowing beyond its min; quota {preemptor.quota} borrows "
+        f"{resources} too and the victim has lower priority ({group.priority} < "
+        f"{preemptor.priority}; borrowWithinCohort)"
+    )
 
 
-def _cohort_reason(
-    pod: PodInfo, quota: str, preemptor: Preemptor, policy: QuotaPolicy
-) -> str | None:
-    reclaim = policy.reclaim_within_cohort
-    resources = ", ".join(sorted(name for name in preemptor.contested if name != PODS))
+def find_victim_groups(
+    snapshot: Snapshot,
+    preemptor: Preemptor,
+    useful_nodes: Container[str],
+    counted_quotas: Container[str],
+) -> Iterator[VictimGroup]:
+    """Every victim group the policies allow, in preemption order, built lazily.
+
+    The snapshot keeps each quota's victim units sorted, so this merges those
+    lists and stops where a policy's priority ceiling cuts them: a planner
+    that stops early never touches the rest.  A group is skipped unless one
+    of its pods runs on one of ``useful_nodes`` or its quota is one of
+    ``counted_quotas`` (those the job's quota checks count).
+    """
+    policy = snapshot.tree[preemptor.quota].policy
+    promised = {key for r in snapshot.reservations.values() for key in r.victims}
+    others = []
+    for quota in sorted(snapshot.tree.specs):
+        if quota == preemptor.quota or not is_borrowing(
+            snapshot.ledger, quota, preemptor.contested
+        ):
+            continue
+        admission = _cohort_rule(preemptor, policy)
+        if admission is not None:
+            others.append(_stream(snapshot, quota, admission))
+    streams: list[Iterator[tuple[int, float, str, str, _Admission]]] = [heapq.merge(*others)]
+    own = _within_rule(preemptor, policy)
+    if own is not None:
+        streams.append(_stream(snapshot, preemptor.quota, own))
+    for stream in streams:
+        for priority, negative_start, job, quota, admission in stream:
+            if job == preemptor.job:
+                continue
+            keys = snapshot.job_members(job)
+            if len(keys) == 1:  # the common case, kept cheap
+                only = snapshot.pods[next(iter(keys))]
+                if quota not in counted_quotas and only.node_name not in useful_nodes:
+                    continue
+                pods: Iterable[PodInfo] = (only,)
+            else:
+                pods = snapshot.job_pods(job)
+            members = tuple(
+                member
+                for member in pods
+                if member.node_name is not None
+                and not member.finished
+                and not member.soft_evicted
+                and not member.terminating
+                and member.key not in promised
+            )
+            if not members:
+                continue
+            if quota not in counted_quotas and not any(
+                member.node_name in useful_nodes for member in members
+            ):
+                continue
+            rule = _allowed(snapshot, members, admission)
+            if rule is None:
+                continue
+            if len(members) == 1:
+                requests: Mapping[str, int] = members[0].requests
+            else:
+                total: dict[str, int] = {}
+                for member in members:
+                    add_into(total, member.requests)
+                requests = total
+            yield VictimGroup(
+                job=job,
+                quota=quota,
+                pods=members,
+                requests=requests,
+                priority=priority,
+                started=-negative_start,
+                other_quota=quota != preemptor.quota,
+                rule=rule,
+            )
+
+
+def _stream(
+    snapshot: Snapshot, quota: str, admission: _Admission
+) -> Iterator[tuple[int, float, str, str, _Admission]]:
+    """The quota's victim units up to the policy's priority ceiling, in order."""
+    ceiling, _rule, equal_rule, _created_after = admission
+    last = ceiling + 1 if equal_rule is not None else ceiling
+    for priority, negative_start, job in snapshot.victim_units(quota):
+        if priority > last:
+            return
+        yield priority, negative_start, job, quota, admission
+
+
+def _allowed(
+    snapshot: Snapshot, members: tuple[PodInfo, ...], admission: _Admission
+) -> Rule | None:
+    """The rule that allows evicting all of ``members``, or ``None``."""
+    ceiling, rule, equal_rule, created_after = admission
+    result = rule
+    for member in members:
+        if not snapshot.preemptible(member):
+            return None
+        if member.priority <= ceiling:
+            continue
+        if equal_rule is None or member.priority != ceiling + 1 or member.created <= created_after:
+            return None
+        result = equal_rule
+    return result
+
+
+#: How a quota's policy admits victims: a pod is allowed with ``rule`` if its priority is at
+#: most ``ceiling``; else with ``equal_rule`` if its priority is ``ceiling + 1`` and it was
+#: created after ``created_after``.
+_Admission = tuple[float, Rule, Rule | None, float]
+
+
+def _within_rule(preemptor: Preemptor, policy: QuotaPolicy) -> _Admission | None:
+    if policy.within_quota is WithinQuota.NEVER:
+        return None
+    newer = policy.within_quota is WithinQuota.LOWER_OR_NEWER_EQUAL_PRIORITY
+    return (
+        preemptor.priority - 1,
+        Rule.LOWER_PRIORITY,
+        Rule.NEWER_EQUAL_PRIORITY if newer else None,
+        preemptor.created,
+    )
+
+
+def _cohort_rule(preemptor: Preemptor, policy: QuotaPolicy) -> _Admission | None:
     if not preemptor.borrows:
+        reclaim = policy.reclaim_within_cohort
         if reclaim is ReclaimWithinCohort.NEVER:
             return None
-        if reclaim is ReclaimWithinCohort.LOWER_PRIORITY and pod.priority >= preemptor.priority:
-            return None
-        return (
-            f"quota {quota} is borrowing {resources} that quota {preemptor.quota} reclaims "
-            f"within its min (reclaimWithinCohort {reclaim.value})"
-        )
+        ceiling = math.inf if reclaim is ReclaimWithinCohort.ANY else preemptor.priority - 1
+        return (ceiling, Rule.RECLAIM, None, 0.0)
     if policy.borrow_within_cohort is BorrowWithinCohort.NEVER:
         return None
-    if pod.priority >= preemptor.priority:
-        return None
-    threshold = policy.max_priority_threshold
-    if threshold is not None and pod.priority > threshold:
-        return None
-    return (
-        f"quota {quota} is borrowing {resources}; quota {preemptor.quota} borrows too and the "
-        f"pod has lower priority ({pod.priority} < {preemptor.priority}; borrowWithinCohort)"
-    )
+    ceiling = preemptor.priority - 1
+    if policy.max_priority_threshold is not None:
+        ceiling = min(ceiling, policy.max_priority_threshold)
+    return (ceiling, Rule.BORROW, None, 0.0)

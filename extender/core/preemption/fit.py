@@ -57,6 +57,7 @@ class JobFit:
         self.snapshot = snapshot
         self.job = job
         self._freed: dict[str, Resources] = {}
+        self._base: dict[str, Resources] = {}
         shapes: dict[object, _Shape] = {}
         for pod in pods:
             key = (tuple(sorted(pod.requests.items())), constraint_signature(pod))
@@ -67,48 +68,112 @@ class JobFit:
             shape.pods.append(pod)
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
+        self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
+        useful = set()
+        for name in self.eligible:
+            self._base[name] = snapshot.free_on(name)
         for shape in self.shapes:
+            wanted = len(shape.pods)
             for name in shape.eligible:
                 count = self._copies(shape, name)
                 if count:
                     shape.capacity[name] = count
                     shape.total += count
-        self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
+                if count < wanted:
+                    best = dict(self._base[name])
+                    add_into(best, snapshot.preemptible_on(name))
+                    if copies_that_fit(shape.request, best, wanted) > count:
+                        useful.add(name)
+        #: Nodes where evicting preemptible pods could add room for the job.
+        self.useful_nodes = frozenset(useful)
+        self._initial = [dict(shape.capacity) for shape in self.shapes]
 
     def free(self, node: str) -> Resources:
-        """Free room on the node copy: minus other jobs' reservations, plus removed victims."""
-        free = self.snapshot.free_on(node)
+        """Free room on the node copy: minus reservations, plus removed victims."""
+        free = dict(self._base[node])
         freed = self._freed.get(node)
         if freed:
             add_into(free, freed)
         return free
 
     def _copies(self, shape: _Shape, node: str) -> int:
-        return copies_that_fit(shape.request, self.free(node), len(shape.pods))
+        base = self._base[node]
+        freed = self._freed.get(node)
+        count = len(shape.pods)
+        for name, amount in shape.request.items():
+            if amount > 0:
+                available = base.get(name, 0) + (freed.get(name, 0) if freed else 0)
+                if available < amount:
+                    return 0
+                count = min(count, available // amount)
+        return count
 
     def remove(self, pods: Iterable[PodInfo]) -> None:
         """Take victims off their node copies."""
-        self._shift(pods, 1)
+        self._shift(pods, 1, recount=True)
 
     def restore(self, pods: Iterable[PodInfo]) -> None:
         """Put victims back on their node copies."""
-        self._shift(pods, -1)
+        self._shift(pods, -1, recount=True)
 
-    def _shift(self, pods: Iterable[PodInfo], sign: int) -> None:
+    def restore_idle(self, pods: Iterable[PodInfo]) -> None:
+        """Put back victims whose nodes gained nothing from their removal (see :meth:`gained`):
+        the counts cannot change, so they are not recomputed."""
+        self._shift(pods, -1, recount=False)
+
+    def _shift(self, pods: Iterable[PodInfo], sign: int, *, recount: bool) -> None:
         touched = set()
         for pod in pods:
-            if pod.node_name is None or pod.node_name not in self.eligible:
+            node = pod.node_name
+            if node is None or node not in self._base:
                 continue
-            add_into(self._freed.setdefault(pod.node_name, {}), pod.requests, sign)
-            touched.add(pod.node_name)
+            freed = self._freed.get(node)
+            if freed is None:
+                freed = self._freed[node] = {}
+            for name, amount in pod.requests.items():
+                freed[name] = freed.get(name, 0) + sign * amount
+            touched.add(node)
+        if not recount:
+            return
         for node in touched:
             for shape in self.shapes:
                 if node not in shape.eligible:
                     continue
                 before = shape.capacity.get(node, 0)
                 after = self._copies(shape, node)
-                shape.capacity[node] = after
-                shape.total += after - before
+                if after != before:
+                    shape.capacity[node] = after
+                    shape.total += after - before
+
+    def frees_what_is_missing(self, pods: Iterable[PodInfo]) -> bool:
+        """Would removing ``pods`` free a resource that one of their nodes lacks for one
+        more copy of a shape it can hold more of?  (A pod that frees only what is
+        plentiful there gains the job nothing.)"""
+        for pod in pods:
+            node = pod.node_name
+            if node not in self.useful_nodes:
+                continue
+            base = self._base[node]
+            freed = self._freed.get(node) or {}
+            for shape in self.shapes:
+                wanted = shape.capacity.get(node, 0) + 1
+                if wanted > len(shape.pods) or node not in shape.eligible:
+                    continue
+                for name, amount in shape.request.items():
+                    if (
+                        amount > 0
+                        and pod.requests.get(name, 0) > 0
+                        and base.get(name, 0) + freed.get(name, 0) < wanted * amount
+                    ):
+                        return True
+        return False
+
+    def gained(self, node: str) -> bool:
+        """Does the node copy hold more of the job now than before any removal?"""
+        return any(
+            shape.capacity.get(node, 0) > initial.get(node, 0)
+            for shape, initial in zip(self.shapes, self._initial, strict=True)
+        )
 
     def nodes_suffice(self) -> bool:
         """Does every shape have room for all its pods, each shape on its own?"""

@@ -27,12 +27,16 @@ from dataclasses import dataclass
 
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
-from extender.core.preemption.candidates import Preemptor, VictimGroup, find_victim_groups
+from extender.core.preemption.candidates import (
+    Preemptor,
+    VictimGroup,
+    describe,
+    find_victim_groups,
+)
 from extender.core.preemption.fit import JobFit
 from extender.core.resources import PODS
 from extender.core.scheduling import JobDemand, job_demand
 from extender.core.snapshot import Reservation, Snapshot, UnknownQuotaError
-from quota.accounting import QuotaLedger
 from quota.admission import (
     job_admission_failures,
     min_violation,
@@ -85,50 +89,50 @@ def plan_job_preemption(snapshot: Snapshot, job: str, now: float) -> PreemptionP
     if refusal:
         return Refusal(job, tuple(refusal))
 
-    fit = JobFit(snapshot, job, demand.unplaced)
-    ledger = snapshot.ledger.overlay()
-    if fit.fits() and _admits(ledger, demand):
+    simulation = _Simulation(snapshot, demand)
+    fit = simulation.fit
+    nodes_ok = fit.fits()
+    quota_ok = simulation.admits()
+    if nodes_ok and quota_ok:
         return Refusal(job, ("the job fits without evicting anything",))
     preemptor = _preemptor(snapshot, demand)
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
-    nodes_ok = fit.fits()
-    quota_ok = _admits(ledger, demand)
-    for group in find_victim_groups(snapshot, preemptor):
-        useful = (not nodes_ok and _on_usable_node(group, fit)) or (
-            not quota_ok and _helps_quota(snapshot, group, demand.quota)
+    counted = set() if quota_ok else _counted_quotas(snapshot, demand.quota)
+    for group in find_victim_groups(snapshot, preemptor, fit.useful_nodes, counted):
+        useful = (not nodes_ok and fit.frees_what_is_missing(group.pods)) or (
+            not quota_ok and simulation.counts_for_job(group.quota)
         )
         if not useful:
             continue
         if group.other_quota:
-            path = snapshot.tree.path_below_common_ancestor(group.quota, demand.quota)
-            violation = min_violation(ledger, path, group.requests)
+            violation = simulation.min_violation(group)
             if violation is not None:
                 skipped_for_min.append(violation)
                 continue
-        _take(fit, ledger, snapshot, group, sign=-1)
+        simulation.take(group)
         removed.append(group)
         nodes_ok = nodes_ok or fit.fits()
-        quota_ok = quota_ok or _admits(ledger, demand)
+        quota_ok = quota_ok or simulation.admits()
         if nodes_ok and quota_ok:
             break
     else:
-        return Refusal(job, tuple(_why_no_fit(snapshot, demand, fit, ledger, skipped_for_min)))
+        return Refusal(job, tuple(_why_no_fit(demand, simulation, skipped_for_min)))
 
     # Minimise: the last group was needed; try to spare each earlier one, newest first.
     kept = [removed[-1]]
-    for group in reversed(removed[:-1]):
-        _take(fit, ledger, snapshot, group, sign=1)
-        if fit.fits() and _admits(ledger, demand):
+    for group in reversed(simulation.spare_idle(removed[:-1])):
+        simulation.restore(group)
+        if fit.fits() and (not simulation.counts_for_job(group.quota) or simulation.admits()):
             continue
-        _take(fit, ledger, snapshot, group, sign=-1)
+        simulation.take(group)
         kept.append(group)
     placements = fit.place()
     if placements is None:  # cannot happen: fits() said yes for this very state
         return Refusal(job, ("internal: the placement that fit could not be rebuilt",))
     kept.sort(key=lambda g: g.order_key)
     victims = tuple(
-        Victim(pod=pod, quota=group.quota, job=group.job, reason=group.reason)
+        Victim(pod=pod, quota=group.quota, job=group.job, reason=describe(group, preemptor))
         for group in kept
         for pod in group.pods
     )
@@ -181,41 +185,97 @@ def _preemptor(snapshot: Snapshot, demand: JobDemand) -> Preemptor:
     )
 
 
-def _admits(ledger: QuotaLedger, demand: JobDemand) -> bool:
-    return not job_admission_failures(ledger, demand.quota, demand.np_request, demand.p_request)
+class _Simulation:
+    """Copies of the nodes and of the quota ledger, with victim groups taken out."""
+
+    def __init__(self, snapshot: Snapshot, demand: JobDemand) -> None:
+        self.snapshot = snapshot
+        self.demand = demand
+        self.fit = JobFit(snapshot, demand.job, demand.unplaced)
+        self.ledger = snapshot.ledger.overlay()
+        self._counts: dict[str, bool] = {}
+        self._guards: dict[str, tuple[str, ...]] = {}
+
+    def admits(self) -> bool:
+        """Do the job's quota checks hold on the ledger copy?"""
+        demand = self.demand
+        return not job_admission_failures(
+            self.ledger, demand.quota, demand.np_request, demand.p_request
+        )
+
+    def counts_for_job(self, quota: str) -> bool:
+        """Does the usage of ``quota`` enter the job's quota checks?"""
+        counts = self._counts.get(quota)
+        if counts is None:
+            tree = self.snapshot.tree
+            own = self.demand.quota
+            limited = {a for a in tree.ancestors(own) if tree[a].max}
+            counts = quota == own or bool(limited.intersection(tree.ancestors(quota)))
+            self._counts[quota] = counts
+        return counts
+
+    def _guarding(self, quota: str) -> tuple[str, ...]:
+        """The quotas whose ``min`` a victim of ``quota`` must not break (those with one)."""
+        guards = self._guards.get(quota)
+        if guards is None:
+            tree = self.snapshot.tree
+            path = tree.path_below_common_ancestor(quota, self.demand.quota)
+            guards = tuple(name for name in path if any(tree[name].min.values()))
+            self._guards[quota] = guards
+        return guards
+
+    def min_violation(self, group: VictimGroup) -> str | None:
+        guards = self._guarding(group.quota)
+        return min_violation(self.ledger, guards, group.requests) if guards else None
+
+    def take(self, group: VictimGroup) -> None:
+        self.fit.remove(group.pods)
+        self._charge(group, -1)
+
+    def restore(self, group: VictimGroup) -> None:
+        self.fit.restore(group.pods)
+        self._charge(group, 1)
+
+    def _charge(self, group: VictimGroup, sign: int) -> None:
+        if self.counts_for_job(group.quota) or self._guarding(group.quota):
+            for pod in group.pods:
+                self.ledger.charge(
+                    group.quota, pod.requests, preemptible=True, used=True, sign=sign
+                )
+
+    def spare_idle(self, groups: list[VictimGroup]) -> list[VictimGroup]:
+        """Restore at once the groups whose eviction gained the job nothing; return the rest.
+
+        With one pod shape, a group whose nodes hold no more of the job than
+        before any eviction, and whose quota the job's checks do not count,
+        would be spared by the minimisation whatever else is put back: this
+        only saves re-checking them one by one.
+        """
+        if len(self.fit.shapes) != 1:
+            return groups
+        rest = []
+        for group in groups:
+            if self.counts_for_job(group.quota) or any(
+                pod.node_name is not None and self.fit.gained(pod.node_name) for pod in group.pods
+            ):
+                rest.append(group)
+            else:
+                self.fit.restore_idle(group.pods)
+        return rest
 
 
-def _helps_quota(snapshot: Snapshot, group: VictimGroup, quota: str) -> bool:
-    """Does evicting the group give back room that the job's quota checks count?"""
-    if group.quota == quota:
-        return True
-    limited = {a for a in snapshot.tree.ancestors(quota) if snapshot.tree[a].max}
-    return any(a in limited for a in snapshot.tree.ancestors(group.quota))
-
-
-def _on_usable_node(group: VictimGroup, fit: JobFit) -> bool:
-    return any(pod.node_name in fit.eligible for pod in group.pods)
-
-
-def _take(
-    fit: JobFit, ledger: QuotaLedger, snapshot: Snapshot, group: VictimGroup, *, sign: int
-) -> None:
-    """Remove (``sign=-1``) or restore (``sign=1``) a group on the node copies and the ledger."""
-    if sign < 0:
-        fit.remove(group.pods)
-    else:
-        fit.restore(group.pods)
-    for pod in group.pods:
-        ledger.charge(group.quota, pod.requests, preemptible=True, used=True, sign=sign)
+def _counted_quotas(snapshot: Snapshot, quota: str) -> set[str]:
+    """The quotas whose usage the job's quota checks count: its own, and every quota
+    under an ancestor of it that has a ``max``."""
+    tree = snapshot.tree
+    limited = {a for a in tree.ancestors(quota) if tree[a].max}
+    return {quota} | {q for q in tree.specs if limited.intersection(tree.ancestors(q))}
 
 
 def _why_no_fit(
-    snapshot: Snapshot,
-    demand: JobDemand,
-    fit: JobFit,
-    ledger: QuotaLedger,
-    skipped_for_min: list[str],
+    demand: JobDemand, simulation: _Simulation, skipped_for_min: list[str]
 ) -> list[str]:
+    fit = simulation.fit
     reasons = []
     if not fit.nodes_suffice():
         placed_max = sum(min(shape.total, len(shape.pods)) for shape in fit.shapes)
@@ -226,7 +286,7 @@ def _why_no_fit(
     elif not fit.fits():
         reasons.append("the job's pods could not all be placed at once on the freed room")
     reasons.extend(
-        job_admission_failures(ledger, demand.quota, demand.np_request, demand.p_request)
+        job_admission_failures(simulation.ledger, demand.quota, demand.np_request, demand.p_request)
     )
     if skipped_for_min:
         reasons.append(f"spared to keep quotas at their min: {skipped_for_min[0]}")

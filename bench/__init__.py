@@ -1,0 +1,1 @@
+"""Muster's benchmarks; ``python -m bench`` runs them all (see docs/benchmarks.md)."""
