@@ -18,15 +18,15 @@ Whether taking a group from another quota would push that quota below its
 it goes (:func:`quota.admission.min_violation`).  The order is: other quotas
 first, lower priority first, most recently started first, then by name.
 
-Only pods that could help are looked at: those on nodes where eviction could
-make room for the job, and those whose quota the job's admission counts.
+The planner says which groups could still help it (``wanted``); only those
+are checked against the policies.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -101,16 +101,15 @@ def describe(group: VictimGroup, preemptor: Preemptor) -> str:
 def find_victim_groups(
     snapshot: Snapshot,
     preemptor: Preemptor,
-    useful_nodes: Container[str],
-    counted_quotas: Container[str],
+    wanted: Callable[[tuple[PodInfo, ...], str], bool],
 ) -> Iterator[VictimGroup]:
-    """Every victim group the policies allow, in preemption order, built lazily.
+    """Every victim group the policies allow and ``wanted(pods, quota)`` accepts, in
+    preemption order, built lazily.
 
     The snapshot keeps each quota's victim units sorted, so this merges those
     lists and stops where a policy's priority ceiling cuts them: a planner
-    that stops early never touches the rest.  A group is skipped unless one
-    of its pods runs on one of ``useful_nodes`` or its quota is one of
-    ``counted_quotas`` (those the job's quota checks count).
+    that stops early never touches the rest.  ``wanted`` is asked before the
+    policy checks, with the planner's state at that moment.
     """
     policy = snapshot.tree[preemptor.quota].policy
     promised = {key for r in snapshot.reservations.values() for key in r.victims}
@@ -127,34 +126,35 @@ def find_victim_groups(
     own = _within_rule(preemptor, policy)
     if own is not None:
         streams.append(_stream(snapshot, preemptor.quota, own))
+    pods = snapshot.pods
     for stream in streams:
         for priority, negative_start, job, quota, admission in stream:
             if job == preemptor.job:
                 continue
             keys = snapshot.job_members(job)
+            members: tuple[PodInfo, ...]
             if len(keys) == 1:  # the common case, kept cheap
-                only = snapshot.pods[next(iter(keys))]
-                if quota not in counted_quotas and only.node_name not in useful_nodes:
+                only = pods[next(iter(keys))]
+                if only.soft_evicted or only.terminating or only.key in promised:
                     continue
-                pods: Iterable[PodInfo] = (only,)
+                members = (only,)
             else:
-                pods = snapshot.job_pods(job)
-            members = tuple(
-                member
-                for member in pods
-                if member.node_name is not None
-                and not member.finished
-                and not member.soft_evicted
-                and not member.terminating
-                and member.key not in promised
-            )
-            if not members:
+                members = tuple(
+                    member
+                    for member in snapshot.job_pods(job)
+                    if member.node_name is not None
+                    and not member.finished
+                    and not member.soft_evicted
+                    and not member.terminating
+                    and member.key not in promised
+                )
+                if not members:
+                    continue
+            if not wanted(members, quota):
                 continue
-            if quota not in counted_quotas and not any(
-                member.node_name in useful_nodes for member in members
-            ):
-                continue
-            rule = _allowed(snapshot, members, admission)
+            # A single pod is preemptible (the unit index holds no other); a gang's pods
+            # may not all be.
+            rule = _allowed(snapshot, members, admission, check_preemptible=len(keys) > 1)
             if rule is None:
                 continue
             if len(members) == 1:
@@ -189,13 +189,17 @@ def _stream(
 
 
 def _allowed(
-    snapshot: Snapshot, members: tuple[PodInfo, ...], admission: _Admission
+    snapshot: Snapshot,
+    members: tuple[PodInfo, ...],
+    admission: _Admission,
+    *,
+    check_preemptible: bool,
 ) -> Rule | None:
     """The rule that allows evicting all of ``members``, or ``None``."""
     ceiling, rule, equal_rule, created_after = admission
     result = rule
     for member in members:
-        if not snapshot.preemptible(member):
+        if check_preemptible and not snapshot.preemptible(member):
             return None
         if member.priority <= ceiling:
             continue

@@ -98,13 +98,14 @@ def plan_job_preemption(snapshot: Snapshot, job: str, now: float) -> PreemptionP
     preemptor = _preemptor(snapshot, demand)
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
-    counted = set() if quota_ok else _counted_quotas(snapshot, demand.quota)
-    for group in find_victim_groups(snapshot, preemptor, fit.useful_nodes, counted):
-        useful = (not nodes_ok and fit.frees_what_is_missing(group.pods)) or (
-            not quota_ok and simulation.counts_for_job(group.quota)
+
+    def wanted(pods: tuple[PodInfo, ...], quota: str) -> bool:
+        """Could evicting these pods still help?  (Reads the loop's current state.)"""
+        return (not nodes_ok and fit.frees_what_is_missing(pods)) or (
+            not quota_ok and simulation.counts_for_job(quota)
         )
-        if not useful:
-            continue
+
+    for group in find_victim_groups(snapshot, preemptor, wanted):
         if group.other_quota:
             violation = simulation.min_violation(group)
             if violation is not None:
@@ -262,14 +263,6 @@ class _Simulation:
             else:
                 self.fit.restore_idle(group.pods)
         return rest
-
-
-def _counted_quotas(snapshot: Snapshot, quota: str) -> set[str]:
-    """The quotas whose usage the job's quota checks count: its own, and every quota
-    under an ancestor of it that has a ``max``."""
-    tree = snapshot.tree
-    limited = {a for a in tree.ancestors(quota) if tree[a].max}
-    return {quota} | {q for q in tree.specs if limited.intersection(tree.ancestors(q))}
 
 
 def _why_no_fit(
