@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from extender.cli import simulate
+from extender.cli import serve, simulate
+from extender.http.app import DEFAULT_MAX_BODY_BYTES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +28,32 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("json", "table"),
         help="json (default when stdout is not a terminal) or table",
     )
+    server = commands.add_parser(
+        "serve",
+        help="serve kube-scheduler's extender verbs over HTTP(S)",
+        description="Serve filter, prioritize, preempt and bind to kube-scheduler.",
+    )
+    server.add_argument("--config", metavar="ARGS.yaml", help="Muster's arguments")
+    server.add_argument(
+        "--snapshot",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="serve over a fixed cluster read from these manifests (no API server)",
+    )
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=int, default=8888)
+    server.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
+    server.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    server.add_argument(
+        "--client-ca", metavar="PEM", help="require client certificates signed by this CA"
+    )
+    server.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="answer 413 to larger requests (default: %(default)s)",
+    )
     return parser
 
 
@@ -34,6 +61,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = build_parser().parse_args(argv)
     if options.command == "simulate":
         return simulate.run(options.files, options.config, options.output)
+    if options.command == "serve":
+        return serve.run(
+            config=options.config,
+            snapshot_files=options.snapshot,
+            host=options.host,
+            port=options.port,
+            tls_cert=options.tls_cert,
+            tls_key=options.tls_key,
+            client_ca=options.client_ca,
+            max_body_bytes=options.max_body_bytes,
+        )
     raise AssertionError(options.command)  # argparse rejects unknown commands
 
 

@@ -63,9 +63,15 @@ class FilterResult:
     quota_failures: tuple[str, ...] = ()
 
 
-def job_demand(snapshot: Snapshot, job: str) -> JobDemand:
-    """The unplaced part of ``job`` (raises :class:`UnknownQuotaError`)."""
+def job_demand(snapshot: Snapshot, job: str, including: PodInfo | None = None) -> JobDemand:
+    """The unplaced part of ``job`` (raises :class:`UnknownQuotaError`).
+
+    ``including``: a pod of the job the snapshot may not hold yet (kube-scheduler
+    can ask about a pod before Muster's informer has seen it).
+    """
     pods = snapshot.job_pods(job)
+    if including is not None and including.key not in snapshot.pods:
+        pods.append(including)
     unplaced = tuple(
         pod
         for pod in pods
@@ -89,7 +95,7 @@ def admission_failures(snapshot: Snapshot, pod: PodInfo) -> list[str]:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
     if snapshot.counts_as_used(pod):
         return []  # its room is already charged (a reservation)
-    demand = job_demand(snapshot, pod.job)
+    demand = job_demand(snapshot, pod.job, including=pod)
     if not demand.unplaced:
         return []
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)

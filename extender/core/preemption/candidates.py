@@ -176,6 +176,20 @@ def find_victim_groups(
             )
 
 
+def preemptor_admits(snapshot: Snapshot, preemptor: Preemptor, pod: PodInfo, quota: str) -> bool:
+    """Do the preemptor quota's policies allow evicting ``pod`` of ``quota``, on its own?"""
+    policy = snapshot.tree[preemptor.quota].policy
+    if quota == preemptor.quota:
+        admission = _within_rule(preemptor, policy)
+    elif is_borrowing(snapshot.ledger, quota, preemptor.contested):
+        admission = _cohort_rule(preemptor, policy)
+    else:
+        return False
+    return admission is not None and (
+        _allowed(snapshot, (pod,), admission, check_preemptible=True) is not None
+    )
+
+
 def _stream(
     snapshot: Snapshot, quota: str, admission: _Admission
 ) -> Iterator[tuple[int, float, str, str, _Admission]]:

@@ -1,0 +1,1 @@
+"""The HTTP front door: kube-scheduler's extender verbs, health, metrics, explain endpoints."""

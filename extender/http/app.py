@@ -1,0 +1,321 @@
+"""The FastAPI app kube-scheduler calls: ``POST /filter``, ``/prioritize``, ``/preempt``, ``/bind``.
+
+Also ``GET /healthz``, ``/readyz``, ``/metrics`` (Prometheus) and read-only
+explain endpoints under ``/debug/``.  Requests are read as raw bytes and
+validated with the wire models, so that every client mistake becomes a 400
+(or 413 for a body over the limit) with a JSON ``{"error": ...}`` naming the
+field, never a 500; the decisions themselves are :class:`extender.service.Extender`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+from pydantic import BaseModel, ValidationError
+
+from extender.core.objects import ManifestError, PodInfo, parse_pod
+from extender.http import explain, wire
+from extender.http.metrics import QuotaCollector
+from extender.service import Extender
+
+#: Default request-size limit: a 5,000-node NodeList is a few MiB.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+class ClientError(Exception):
+    """A request the client got wrong: answered with ``status`` and a JSON error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+    app = FastAPI(
+        title="Muster extender",
+        description="Elastic quotas and job-level preemption for kube-scheduler.",
+        version="0.1.0",
+    )
+    registry = CollectorRegistry()
+    requests = Counter(
+        "muster_extender_requests",
+        "Extender requests by verb and HTTP status.",
+        ["verb", "code"],
+        registry=registry,
+    )
+    latency = Histogram(
+        "muster_extender_request_duration_seconds",
+        "Time to answer an extender request.",
+        ["verb"],
+        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        registry=registry,
+    )
+    decisions = Counter(
+        "muster_decisions",
+        "Decisions by verb and outcome.",
+        ["verb", "outcome"],
+        registry=registry,
+    )
+    registry.register(QuotaCollector(extender.source))
+
+    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
+
+    async def answer(verb: str, request: Request, handle: Callable[[bytes], Any]) -> Response:
+        start = time.perf_counter()
+        try:
+            body = await request.body()
+            payload = handle(body)
+            response: Response = Response(
+                content=payload if isinstance(payload, bytes) else json.dumps(payload),
+                media_type="application/json",
+            )
+        except ClientError as error:
+            response = JSONResponse({"error": error.message}, status_code=error.status)
+        latency.labels(verb).observe(time.perf_counter() - start)
+        requests.labels(verb, str(response.status_code)).inc()
+        return response
+
+    def filter_verb(body: bytes) -> bytes:
+        args = _decode(wire.ExtenderArgs, body)
+        pod = _pod(args.Pod)
+        if args.NodeNames is not None:
+            names = args.NodeNames
+        elif args.Nodes is not None:
+            names = [_node_name(node, index) for index, node in enumerate(args.Nodes.items)]
+        else:
+            names = []
+        result = extender.filter(pod, names)
+        passed = set(result.passed)
+        if result.quota_failures:
+            decisions.labels("filter", "rejected_quota").inc()
+        elif result.failed:
+            decisions.labels("filter", "reserved_room").inc()
+        else:
+            decisions.labels("filter", "admitted").inc()
+        answer_model = wire.ExtenderFilterResult(
+            NodeNames=[n for n in names if n in passed] if args.NodeNames is not None else None,
+            Nodes=(
+                wire.NodeList(
+                    items=[
+                        node
+                        for node, name in zip(args.Nodes.items, names, strict=True)
+                        if name in passed
+                    ]
+                )
+                if args.NodeNames is None and args.Nodes is not None
+                else None
+            ),
+            FailedNodes=result.failed,
+            FailedAndUnresolvableNodes=result.unresolvable,
+            Error="",
+        )
+        return answer_model.model_dump_json().encode()
+
+    def prioritize_verb(body: bytes) -> bytes:
+        args = _decode(wire.ExtenderArgs, body)
+        pod = _pod(args.Pod)
+        if args.NodeNames is not None:
+            names = args.NodeNames
+        elif args.Nodes is not None:
+            names = [_node_name(node, index) for index, node in enumerate(args.Nodes.items)]
+        else:
+            names = []
+        scores = extender.prioritize(pod, names)
+        return json.dumps([{"Host": name, "Score": scores[name]} for name in names]).encode()
+
+    def preempt_verb(body: bytes) -> bytes:
+        args = _decode(wire.ExtenderPreemptionArgs, body)
+        pod = _pod(args.Pod)
+        proposed: dict[str, list[str]] = {}
+        pdb: dict[str, int] = {}
+        if args.NodeNameToMetaVictims is not None:
+            for node, meta in args.NodeNameToMetaVictims.items():
+                proposed[node] = [p.UID for p in meta.Pods] if meta else []
+                pdb[node] = meta.NumPDBViolations if meta else 0
+        elif args.NodeNameToVictims is not None:
+            for node, victims in args.NodeNameToVictims.items():
+                pods = victims.Pods if victims else []
+                proposed[node] = [
+                    _victim_uid(victim, f"NodeNameToVictims.{node}.Pods[{i}]")
+                    for i, victim in enumerate(pods)
+                ]
+                pdb[node] = victims.NumPDBViolations if victims else 0
+        result = extender.preempt(pod, proposed)
+        kept = sum(len(uids) for uids in result.victims.values())
+        decisions.labels("preempt", "kept" if kept else "vetoed").inc()
+        answer_model = wire.ExtenderPreemptionResult(
+            NodeNameToMetaVictims={
+                node: wire.MetaVictims(
+                    Pods=[wire.MetaPod(UID=uid) for uid in uids],
+                    NumPDBViolations=pdb.get(node, 0),
+                )
+                for node, uids in result.victims.items()
+            }
+        )
+        return answer_model.model_dump_json().encode()
+
+    def bind_verb(body: bytes) -> bytes:
+        args = _decode(wire.ExtenderBindingArgs, body)
+        error = extender.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node)
+        decisions.labels("bind", "failed" if error else "bound").inc()
+        return wire.ExtenderBindingResult(Error=error).model_dump_json().encode()
+
+    @app.post("/filter", summary="kube-scheduler's filter verb (ExtenderArgs)")
+    async def filter_endpoint(request: Request) -> Response:
+        return await answer("filter", request, filter_verb)
+
+    @app.post("/prioritize", summary="kube-scheduler's prioritize verb (ExtenderArgs)")
+    async def prioritize_endpoint(request: Request) -> Response:
+        return await answer("prioritize", request, prioritize_verb)
+
+    @app.post("/preempt", summary="kube-scheduler's preempt verb (ExtenderPreemptionArgs)")
+    async def preempt_endpoint(request: Request) -> Response:
+        return await answer("preempt", request, preempt_verb)
+
+    @app.post("/bind", summary="kube-scheduler's bind verb (ExtenderBindingArgs)")
+    async def bind_endpoint(request: Request) -> Response:
+        return await answer("bind", request, bind_verb)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if extender.source.ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "waiting for the first full sync"}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/debug/quotas", summary="every quota: min, max, used, non-preemptible used")
+    async def debug_quotas() -> dict[str, Any]:
+        with extender.source.reading() as snapshot:
+            return explain.quotas(snapshot)
+
+    @app.get("/debug/jobs", summary="jobs with pending pods or reservations")
+    async def debug_jobs() -> dict[str, Any]:
+        with extender.source.reading() as snapshot:
+            return explain.jobs(snapshot, extender.clock())
+
+    @app.get("/debug/pods/{namespace}/{name}", summary="why is this pod pending?")
+    async def debug_pod(namespace: str, name: str) -> Response:
+        with extender.source.reading() as snapshot:
+            found = explain.pod(snapshot, extender.log, f"{namespace}/{name}")
+        if found is None:
+            return JSONResponse({"error": f"pod {namespace}/{name} is not known"}, 404)
+        return JSONResponse(found)
+
+    return app
+
+
+def _decode(model: type[_Model], body: bytes) -> _Model:
+    if not body.strip():
+        raise ClientError(400, "empty request body: expected a JSON object")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(body)"
+        if first["type"] == "json_invalid":
+            raise ClientError(400, f"malformed JSON: {first['msg']}") from None
+        raise ClientError(400, f"{where}: {first['msg']}") from None
+
+
+def _pod(obj: dict[str, Any] | None) -> PodInfo:
+    if obj is None:
+        raise ClientError(400, "Pod: required")
+    try:
+        return parse_pod(obj)
+    except ManifestError as error:
+        raise ClientError(400, f"Pod.{error.field}: {error.message}") from None
+
+
+def _node_name(node: dict[str, Any], index: int) -> str:
+    metadata = node.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ClientError(400, f"Nodes.items[{index}].metadata.name: required")
+    return name
+
+
+def _victim_uid(victim: dict[str, Any], where: str) -> str:
+    metadata = victim.get("metadata")
+    uid = metadata.get("uid") if isinstance(metadata, dict) else None
+    if not isinstance(uid, str) or not uid:
+        raise ClientError(400, f"{where}.metadata.uid: required")
+    return uid
+
+
+_Scope = MutableMapping[str, Any]
+_Message = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[_Message]]
+_Send = Callable[[_Message], Awaitable[None]]
+_ASGIApp = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _BodyLimit:
+    """Answer 413 to a request body over ``max_bytes`` (declared or streamed)."""
+
+    def __init__(self, app: _ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(send)
+            return
+        seen = 0
+
+        async def limited_receive() -> _Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        started = False
+
+        async def tracking_send(message: _Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._too_large(send)
+
+    async def _too_large(self, send: _Send) -> None:
+        body = json.dumps({"error": f"request body over {self.max_bytes} bytes"}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

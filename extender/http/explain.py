@@ -1,0 +1,88 @@
+"""JSON views for the ``/debug/`` endpoints: quotas, jobs, and why a pod is pending."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.core.decisions import DecisionLog
+from extender.core.objects import format_time
+from extender.core.resources import format_resources
+from extender.core.scheduling import admission_failures
+from extender.core.snapshot import Snapshot
+
+
+def quotas(snapshot: Snapshot) -> dict[str, Any]:
+    result = {}
+    for name, spec in sorted(snapshot.tree.specs.items()):
+        usage = snapshot.ledger[name]
+        result[name] = {
+            "namespace": spec.namespace,
+            "parent": spec.parent,
+            "min": format_resources(spec.min),
+            "max": format_resources(spec.max),
+            "used": format_resources({k: v for k, v in usage.subtree_used.items() if v}),
+            "nonPreemptibleUsed": format_resources({k: v for k, v in usage.np_used.items() if v}),
+            "nonPreemptibleRequest": format_resources(
+                {k: v for k, v in usage.np_request.items() if v}
+            ),
+            "policy": {
+                "withinQuota": spec.policy.within_quota.value,
+                "reclaimWithinCohort": spec.policy.reclaim_within_cohort.value,
+                "borrowWithinCohort": spec.policy.borrow_within_cohort.value,
+                "maxPriorityThreshold": spec.policy.max_priority_threshold,
+                "stopPolicy": spec.policy.stop_policy.value,
+            },
+        }
+    return result
+
+
+def jobs(snapshot: Snapshot, now: float) -> dict[str, Any]:
+    """Jobs with pods still pending, or holding a reservation."""
+    pending: dict[str, int] = {}
+    for pod in snapshot.pods.values():
+        if pod.node_name is None and not pod.finished and not snapshot.counts_as_used(pod):
+            pending[pod.job] = pending.get(pod.job, 0) + 1
+    result = {}
+    for job in sorted(set(pending) | set(snapshot.reservations)):
+        pods = snapshot.job_pods(job)
+        reservation = snapshot.reservations.get(job)
+        result[job] = {
+            "pods": len(pods),
+            "pending": pending.get(job, 0),
+            "minAvailable": snapshot.min_available(job),
+            "quota": snapshot.quota_name(pods[0]) if pods else None,
+            "state": "in flight" if reservation is not None else "pending",
+            "reservation": None
+            if reservation is None
+            else {
+                "placements": dict(reservation.placements),
+                "victims": list(reservation.victims),
+                "expires": format_time(reservation.expires),
+                "expiresInSeconds": round(reservation.expires - now),
+            },
+        }
+    return result
+
+
+def pod(snapshot: Snapshot, log: DecisionLog, key: str) -> dict[str, Any] | None:
+    """What Muster knows and last decided about one pod, or ``None`` if nothing."""
+    info = snapshot.pods.get(key)
+    decisions = log.for_pod(key)
+    if info is None and not decisions:
+        return None
+    result: dict[str, Any] = {"pod": key}
+    if info is not None:
+        result |= {
+            "job": info.job,
+            "quota": snapshot.quota_name(info),
+            "node": info.node_name,
+            "reservedNode": snapshot.reserved_node(key),
+            "preemptible": snapshot.preemptible(info),
+            "priority": info.priority,
+            "quotaAdmission": admission_failures(snapshot, info) or "admitted",
+        }
+    result["decisions"] = [
+        {"at": format_time(d.at), "verb": d.verb, "outcome": d.outcome, "reasons": list(d.reasons)}
+        for d in decisions
+    ]
+    return result

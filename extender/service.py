@@ -1,0 +1,144 @@
+"""The extender service: the decisions behind each kube-scheduler verb.
+
+This is the seam between the front doors and the core.  The HTTP app
+(:mod:`extender.http`) turns wire JSON into calls here; the cluster comes
+from a :class:`ClusterSource` (the Kubernetes adapter's informers, or a fixed
+snapshot read from manifests); binding goes through an optional
+:class:`Binder`.  Every decision is written to a :class:`DecisionLog`, and
+jobs rejected for quota or reservation reasons are handed on through
+``on_unschedulable`` (the PostFilter loop's trigger).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+from extender.core.decisions import Decision, DecisionLog
+from extender.core.objects import PodInfo
+from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
+from extender.core.scheduling import FilterResult, filter_nodes, score_nodes
+from extender.core.snapshot import Snapshot
+
+
+class ClusterSource(Protocol):
+    """Where the service reads the cluster from."""
+
+    def ready(self) -> bool:
+        """Has the first full sync happened?"""
+        ...
+
+    def reading(self) -> AbstractContextManager[Snapshot]:
+        """The snapshot, held still for the duration of one decision."""
+        ...
+
+
+class StaticSource:
+    """A fixed snapshot (``muster serve --snapshot``, tests)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._lock = threading.Lock()
+
+    def ready(self) -> bool:
+        return True
+
+    @contextmanager
+    def reading(self) -> Iterator[Snapshot]:
+        with self._lock:
+            yield self._snapshot
+
+
+class BindError(RuntimeError):
+    """Binding failed; the message says why."""
+
+
+class Binder(Protocol):
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's Binding (raises :class:`BindError`)."""
+        ...
+
+
+NO_BINDER_ERROR = (
+    "muster: this Muster has no Kubernetes API access to bind with; configure "
+    "kube-scheduler without bindVerb, or run muster serve with --kubeconfig"
+)
+
+
+class Extender:
+    def __init__(
+        self,
+        source: ClusterSource,
+        *,
+        clock: Callable[[], float] = time.time,
+        binder: Binder | None = None,
+        on_unschedulable: Callable[[str, str], None] | None = None,
+        log: DecisionLog | None = None,
+    ) -> None:
+        self.source = source
+        self.clock = clock
+        self.binder = binder
+        self.on_unschedulable = on_unschedulable
+        self.log = log if log is not None else DecisionLog()
+
+    def filter(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
+        with self.source.reading() as snapshot:
+            result = filter_nodes(snapshot, pod, nodes, as_extender=True)
+        if result.quota_failures:
+            self._record(pod, "filter", "rejected by quota", result.quota_failures)
+            self._unschedulable(pod.job, "; ".join(result.quota_failures))
+        elif result.failed:
+            reasons = tuple(sorted(set(result.failed.values())))
+            outcome = f"{len(result.passed)} of {len(nodes)} nodes passed"
+            self._record(pod, "filter", outcome, reasons)
+            if not result.passed:
+                self._unschedulable(pod.job, "; ".join(reasons))
+        else:
+            self._record(pod, "filter", f"all {len(nodes)} nodes passed")
+        return result
+
+    def prioritize(self, pod: PodInfo, nodes: Sequence[str]) -> dict[str, int]:
+        with self.source.reading() as snapshot:
+            return score_nodes(snapshot, pod, nodes)
+
+    def preempt(self, pod: PodInfo, proposed: Mapping[str, Sequence[str]]) -> GuardResult:
+        with self.source.reading() as snapshot:
+            result = guard_scheduler_preemption(snapshot, pod, proposed)
+        kept = sum(len(uids) for uids in result.victims.values())
+        outcome = f"kept {kept} victims on {len(result.victims)} of {len(proposed)} nodes"
+        self._record(pod, "preempt", outcome, result.notes)
+        if result.hand_to_postfilter:
+            self._unschedulable(pod.job, "kube-scheduler proposed per-pod preemption for a gang")
+        return result
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Bind the pod; returns an error message, or ``""`` on success."""
+        key = f"{namespace}/{name}"
+        if self.binder is None:
+            error = NO_BINDER_ERROR
+        else:
+            try:
+                self.binder.bind(namespace, name, uid, node)
+                error = ""
+            except BindError as failure:
+                error = str(failure)
+        self.log.record(
+            key,
+            Decision(
+                self.clock(),
+                "bind",
+                f"bound to {node}" if not error else "failed",
+                (error,) if error else (),
+            ),
+        )
+        return error
+
+    def _record(self, pod: PodInfo, verb: str, outcome: str, reasons: Sequence[str] = ()) -> None:
+        self.log.record(pod.key, Decision(self.clock(), verb, outcome, tuple(reasons)))
+
+    def _unschedulable(self, job: str, reason: str) -> None:
+        if self.on_unschedulable is not None:
+            self.on_unschedulable(job, reason)

@@ -1,0 +1,339 @@
+"""The HTTP extender: wire contract as kube-scheduler v1.35 speaks it, and bad input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extender.core.objects import parse_pod
+from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.http.app import create_app
+from extender.service import Extender, StaticSource
+from tests.builders import node, pod, quota, snapshot
+
+GPU = "nvidia.com/gpu"
+
+
+def scheduler_pod(name: str, namespace: str = "team-a", **kwargs: Any) -> dict[str, Any]:
+    """A pod as kube-scheduler v1.35 embeds it: full metadata, defaulted spec, status."""
+    obj = pod(name, namespace, **kwargs)
+    obj["metadata"] |= {
+        "uid": f"uid-{name}",
+        "resourceVersion": "123",
+        "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+        "ownerReferences": None,
+    }
+    obj["spec"] |= {
+        "restartPolicy": "Always",
+        "schedulerName": "default-scheduler",
+        "enableServiceLinks": True,
+        "tolerations": [
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+        ],
+    }
+    obj["status"] = obj["status"] or {"phase": "Pending", "qosClass": "BestEffort"}
+    del obj["apiVersion"], obj["kind"]  # kube-scheduler's embedded objects often lack them
+    return obj
+
+
+def cluster(**extender_kwargs: Any) -> tuple[TestClient, Extender, list[tuple[str, str]]]:
+    pods = [
+        pod("b-0", "team-b", gpu=8, node="n0", preemptible=True),
+        pod("b-1", "team-b", gpu=8, node="n1", preemptible=False),
+        pod("r-0", "team-b", gpu=4, node="n2", preemptible=True, started="2026-01-01T11:00:00Z"),
+    ]
+    quotas = [
+        quota("team-a", min={GPU: "16"}, max={GPU: "16"}),
+        quota("team-b", max={GPU: "32"}),
+    ]
+    snap = snapshot([node(f"n{i}") for i in range(4)], pods, quotas)
+    handed: list[tuple[str, str]] = []
+    extender = Extender(
+        StaticSource(snap),
+        clock=lambda: 1_800_000_000.0,
+        on_unschedulable=lambda job, why: handed.append((job, why)),
+        **extender_kwargs,
+    )
+    return TestClient(create_app(extender, max_body_bytes=256 * 1024)), extender, handed
+
+
+FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+
+
+def test_filter_node_names_mode_answers_in_node_names() -> None:
+    client, _, _ = cluster()
+    body = {"Pod": scheduler_pod("a-0", gpu=8), "Nodes": None, "NodeNames": ["n0", "n3", "new"]}
+    response = client.post("/filter", json=body)
+    assert response.status_code == 200
+    result = response.json()
+    assert set(result) == FILTER_KEYS
+    # a node Muster has not seen yet holds no reservation: it passes
+    assert result["NodeNames"] == ["n0", "n3", "new"]
+    assert result["Nodes"] is None
+    assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
+    assert result["Error"] == ""
+
+
+def test_filter_full_nodes_mode_answers_in_nodes() -> None:
+    client, _, _ = cluster()
+    nodes = [node("n0"), node("n3")]
+    body = {"Pod": scheduler_pod("a-0", gpu=8), "Nodes": {"items": nodes}, "NodeNames": None}
+    result = client.post("/filter", json=body).json()
+    assert result["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["n0", "n3"]
+    assert result["Nodes"]["items"][0] == nodes[0]
+
+
+def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() -> None:
+    client, extender, handed = cluster()
+    pods = [scheduler_pod("a-0", gpu=8, group="big", preemptible=False)]
+    extra = [pod(f"a-{i}", gpu=8, group="big", preemptible=False) for i in (1, 2)]
+    with extender.source.reading() as snap:
+        for item in extra:
+            snap.upsert_pod(parse_pod(item))
+    result = client.post("/filter", json={"Pod": pods[0], "NodeNames": ["n0", "n3"]}).json()
+    reason = (
+        "quota team-a: non-preemptible nvidia.com/gpu 24 would exceed min 16; "
+        "quota team-a: nvidia.com/gpu 24 would exceed max 16"
+    )
+    assert result["NodeNames"] == []
+    assert result["FailedAndUnresolvableNodes"] == {"n0": reason, "n3": reason}
+    assert handed == [("team-a/big", reason)]
+    explained = client.get("/debug/pods/team-a/a-0").json()
+    assert explained["decisions"][-1]["outcome"] == "rejected by quota"
+
+
+def test_room_reserved_for_another_job_fails_the_node() -> None:
+    client, extender, _ = cluster()
+    with extender.source.reading() as snap:
+        snap.upsert_pod(parse_pod(pod("b-3", "team-b", gpu=8, node="n3", preemptible=True)))
+        snap.upsert_pod(
+            parse_pod(pod("t-0", gpu=8, group="t", preemptible=False, can_preempt=True))
+        )
+        decision = plan_job_preemption(snap, "team-a/t", 1_800_000_000.0)
+        assert isinstance(decision, PreemptionPlan)
+        for victim in decision.victims:
+            snap.remove_pod(victim.pod.key)
+        snap.add_reservation(decision.reservation(1_800_000_000.0, 300))
+        reserved = decision.placements["team-a/t-0"]
+    other = scheduler_pod("x-0", "team-b", gpu=4, preemptible=True)
+    assert reserved == "n2"  # r-0 started last, so it alone was evicted
+    result = client.post("/filter", json={"Pod": other, "NodeNames": [reserved, "n3"]}).json()
+    # n3 is full too, but plain resource fit is kube-scheduler's call, not the extender's
+    assert result["NodeNames"] == ["n3"], result
+    assert "reserved for preempting job team-a/t" in result["FailedNodes"][reserved]
+    # the job's own pod is steered to its reserved node
+    own = scheduler_pod("t-0", gpu=8, group="t", preemptible=False, can_preempt=True)
+    scores = client.post("/prioritize", json={"Pod": own, "NodeNames": [reserved, "n0"]}).json()
+    assert {"Host": reserved, "Score": 10} in scores
+
+
+def test_prioritize_is_a_bare_array_of_integer_scores() -> None:
+    client, _, _ = cluster()
+    response = client.post(
+        "/prioritize", json={"Pod": scheduler_pod("a-0", gpu=4), "NodeNames": ["n2", "n3", "zz"]}
+    )
+    assert response.status_code == 200
+    scores = json.loads(response.text)
+    assert isinstance(scores, list)
+    assert [s["Host"] for s in scores] == ["n2", "n3", "zz"]
+    assert all(set(s) == {"Host", "Score"} and type(s["Score"]) is int for s in scores)
+    assert all(0 <= s["Score"] <= 10 for s in scores)
+    by_host = {s["Host"]: s["Score"] for s in scores}
+    assert by_host["n2"] > by_host["n3"]  # packing: the half-full node first
+
+
+def test_go_decoder_key_rules_null_fields_and_unknown_keys() -> None:
+    client, _, _ = cluster()
+    body = {"pod": scheduler_pod("a-0", gpu=1), "nodes": None, "nodenames": ["n3"], "Extra": 1}
+    result = client.post("/filter", json=body).json()
+    assert result["NodeNames"] == ["n3"]
+
+
+def test_preempt_guard_keeps_only_allowed_victims_on_nodes_that_then_fit() -> None:
+    client, _, handed = cluster()
+    preemptor = scheduler_pod("a-0", gpu=8, can_preempt=True, preemptible=False)
+    body = {
+        "Pod": preemptor,
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            "n0": {"Pods": [{"UID": "team-b/b-0"}], "NumPDBViolations": 0},  # allowed
+            "n1": {"Pods": [{"UID": "team-b/b-1"}], "NumPDBViolations": 1},  # non-preemptible
+            "n2": {"Pods": [{"UID": "ghost"}], "NumPDBViolations": 0},  # unknown
+        },
+    }
+    response = client.post("/preempt", json=body)
+    assert response.status_code == 200
+    assert response.json() == {
+        "NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": "team-b/b-0"}], "NumPDBViolations": 0}}
+    }
+    assert handed == []
+
+
+def test_preempt_with_full_victim_objects_and_gang_pods() -> None:
+    client, _, handed = cluster()
+    victim = scheduler_pod("b-0", "team-b", gpu=8, node="n0", preemptible=True)
+    victim["metadata"]["uid"] = "team-b/b-0"
+    preemptor = scheduler_pod("a-0", gpu=8, can_preempt=True, preemptible=False)
+    body = {
+        "Pod": preemptor,
+        "NodeNameToVictims": {"n0": {"Pods": [victim], "NumPDBViolations": 0}},
+    }
+    result = client.post("/preempt", json=body).json()
+    assert result["NodeNameToMetaVictims"] == {
+        "n0": {"Pods": [{"UID": "team-b/b-0"}], "NumPDBViolations": 0}
+    }
+    gang_pod = scheduler_pod("g-0", gpu=8, can_preempt=True, group="g", preemptible=False)
+    gang_pod["metadata"]["annotations"] = {"gang.scheduling.koordinator.sh/min-available": "2"}
+    body["Pod"] = gang_pod
+    assert client.post("/preempt", json=body).json() == {"NodeNameToMetaVictims": {}}
+    assert handed and handed[-1][0] == "team-a/g"
+
+
+def test_bind_without_api_access_is_a_clear_error() -> None:
+    client, _, _ = cluster()
+    body = {"PodName": "a-0", "PodNamespace": "team-a", "PodUID": "u", "Node": "n3"}
+    response = client.post("/bind", json=body)
+    assert response.status_code == 200
+    assert "no Kubernetes API access" in response.json()["Error"]
+
+
+def test_bind_through_a_binder() -> None:
+    calls = []
+
+    class Recorder:
+        def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+            calls.append((namespace, name, uid, node))
+
+    client, _, _ = cluster(binder=Recorder())
+    body = {"PodName": "a-0", "PodNamespace": "team-a", "PodUID": "u", "Node": "n3"}
+    assert client.post("/bind", json=body).json() == {"Error": ""}
+    assert calls == [("team-a", "a-0", "u", "n3")]
+
+
+@pytest.mark.parametrize(
+    ("path", "content", "status", "message"),
+    [
+        ("/filter", b'{"Pod": ', 400, "malformed JSON"),
+        ("/filter", b"", 400, "empty request body"),
+        ("/filter", b"[1, 2]", 400, "(body): Input should be an object"),
+        ("/filter", b'{"NodeNames": ["n1"]}', 400, "Pod: required"),
+        ("/filter", b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": "n1"}', 400, "NodeNames"),
+        (
+            "/filter",
+            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", '
+            b'"resources": {"requests": {"cpu": "lots"}}}]}}, "NodeNames": []}',
+            400,
+            "Pod.spec.containers[0].resources.requests.cpu: 'lots' is not a quantity",
+        ),
+        ("/filter", b'{"Pod": {"metadata": {}}, "NodeNames": []}', 400, "Pod.metadata.name"),
+        (
+            "/filter",
+            b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{}]}}',
+            400,
+            "Nodes.items[0].metadata.name: required",
+        ),
+        ("/prioritize", b'{"Pod": null}', 400, "Pod: required"),
+        (
+            "/preempt",
+            b'{"Pod": {"metadata": {"name": "p"}}, "NodeNameToMetaVictims": {"n": '
+            b'{"Pods": [{"UID": 5}]}}}',
+            400,
+            "UID",
+        ),
+        ("/bind", b'{"PodName": "p"}', 400, "PodNamespace: Field required"),
+    ],
+)
+def test_bad_input_is_a_4xx_naming_the_problem(
+    path: str, content: bytes, status: int, message: str
+) -> None:
+    client, _, _ = cluster()
+    response = client.post(path, content=content)
+    assert response.status_code == status
+    assert message in response.json()["error"]
+    assert client.get("/healthz").status_code == 200
+
+
+def test_oversized_body_is_413_and_the_server_keeps_serving() -> None:
+    client, _, _ = cluster()
+    names = [f"node-{i:07d}" for i in range(30_000)]  # ~480 KiB > the 256 KiB limit here
+    response = client.post("/filter", json={"Pod": scheduler_pod("a-0"), "NodeNames": names})
+    assert response.status_code == 413
+    assert "request body over" in response.json()["error"]
+
+    def chunks() -> Any:
+        for _ in range(64):
+            yield b" " * 8192
+
+    streamed = client.post("/filter", content=chunks())
+    assert streamed.status_code == 413
+    ok = client.post("/filter", json={"Pod": scheduler_pod("a-0"), "NodeNames": ["n3"]})
+    assert ok.status_code == 200
+
+
+def test_health_readiness_metrics_and_debug() -> None:
+    client, _, _ = cluster()
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").status_code == 200
+    client.post("/filter", json={"Pod": scheduler_pod("a-0", gpu=1), "NodeNames": ["n3"]})
+    client.post("/filter", content=b"{")
+    metrics = client.get("/metrics").text
+    assert 'muster_extender_requests_total{code="200",verb="filter"} 1.0' in metrics
+    assert 'muster_extender_requests_total{code="400",verb="filter"} 1.0' in metrics
+    assert 'muster_decisions_total{outcome="admitted",verb="filter"} 1.0' in metrics
+    assert 'muster_quota_used{quota="team-b",resource="nvidia.com/gpu"} 20.0' in metrics
+    assert 'muster_quota_max{quota="team-a",resource="nvidia.com/gpu"} 16.0' in metrics
+    quotas = client.get("/debug/quotas").json()
+    assert quotas["team-b"]["used"]["nvidia.com/gpu"] == "20"
+    assert quotas["team-b"]["nonPreemptibleUsed"]["nvidia.com/gpu"] == "8"
+    assert client.get("/debug/pods/team-a/nobody").status_code == 404
+    assert client.get("/debug/jobs").status_code == 200
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+KEYS = st.sampled_from(
+    [
+        "Pod",
+        "Nodes",
+        "NodeNames",
+        "NodeNameToMetaVictims",
+        "NodeNameToVictims",
+        "PodName",
+        "PodNamespace",
+        "PodUID",
+        "Node",
+        "metadata",
+        "spec",
+        "containers",
+        "items",
+    ]
+)
+SHAPED = st.dictionaries(KEYS, JSON | st.dictionaries(KEYS, JSON, max_size=3), max_size=4)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(["/filter", "/prioritize", "/preempt", "/bind"]), body=SHAPED | JSON)
+def test_fuzzed_requests_never_get_a_5xx(path: str, body: Any) -> None:
+    client, _, _ = FUZZ_CLIENT
+    response = client.post(path, content=json.dumps(body).encode())
+    assert response.status_code < 500, response.text
+    assert response.status_code in (200, 400)
+
+
+FUZZ_CLIENT = cluster()

@@ -1,0 +1,126 @@
+"""``muster serve`` as a real process: plain HTTP, TLS, and mutual TLS."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.certs import CertificateAuthority
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "tests" / "scenarios" / "gang-fits-after-eviction.yaml"
+FILTER_BODY = {
+    "Pod": {"metadata": {"name": "p", "namespace": "team-b"}, "spec": {"containers": []}},
+    "NodeNames": ["n1"],
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve(*extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "extender.cli.main",
+            "serve",
+            "--snapshot",
+            str(SCENARIO),
+            "--port",
+            str(port),
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    return process, port
+
+
+def wait_listening(process: subprocess.Popen[bytes], port: int, deadline: float = 20) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if process.poll() is not None:
+            raise AssertionError(f"muster serve exited: {process.stdout.read().decode()}")  # type: ignore[union-attr]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("muster serve did not listen in time")
+
+
+@pytest.fixture
+def stop() -> Iterator[list[subprocess.Popen[bytes]]]:
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_plain_http(stop: list[subprocess.Popen[bytes]]) -> None:
+    process, port = serve()
+    stop.append(process)
+    wait_listening(process, port)
+    response = httpx.post(f"http://127.0.0.1:{port}/filter", json=FILTER_BODY)
+    assert response.status_code == 200
+    assert response.json()["NodeNames"] == ["n1"]
+
+
+def test_tls_and_mutual_tls(tmp_path: Path, stop: list[subprocess.Popen[bytes]]) -> None:
+    ca = CertificateAuthority(tmp_path)
+    server_cert, server_key = ca.issue("server", server=True)
+    client_cert, client_key = ca.issue("client", server=False)
+    process, port = serve(
+        "--tls-cert", str(server_cert), "--tls-key", str(server_key), "--client-ca", str(ca.path)
+    )
+    stop.append(process)
+    wait_listening(process, port)
+    url = f"https://127.0.0.1:{port}/filter"
+
+    with_cert = ssl.create_default_context(cafile=str(ca.path))
+    with_cert.load_cert_chain(str(client_cert), str(client_key))
+    response = httpx.post(url, json=FILTER_BODY, verify=with_cert)
+    assert response.status_code == 200
+
+    without_cert = ssl.create_default_context(cafile=str(ca.path))
+    with pytest.raises(httpx.TransportError):
+        httpx.post(url, json=FILTER_BODY, verify=without_cert)
+    with pytest.raises(httpx.TransportError):
+        httpx.post(f"http://127.0.0.1:{port}/filter", json=FILTER_BODY)
+    # the server is still up after refusing those
+    assert httpx.post(url, json=FILTER_BODY, verify=with_cert).status_code == 200
+
+
+def test_serve_refuses_bad_flags() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "extender.cli.main", "serve", "--tls-cert", "x.pem"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 2
+    assert "--tls-cert and --tls-key go together" in completed.stderr
+    completed = subprocess.run(
+        [sys.executable, "-m", "extender.cli.main", "serve"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 2 and "--snapshot" in completed.stderr
