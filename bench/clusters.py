@@ -23,9 +23,7 @@ GPU = "nvidia.com/gpu"
 EPOCH = 1_767_225_600.0  # 2026-01-01
 
 
-def gpu_cluster(
-    nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int = 1
-) -> Snapshot:
+def gpu_cluster(nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int = 1) -> Snapshot:
     rng = random.Random(seed)
     cluster_gpus = nodes * 8
     specs = [
@@ -44,8 +42,12 @@ def gpu_cluster(
             NodeInfo(
                 name=f"node-{n:05d}",
                 labels={"pool": "gpu"},
-                allocatable={"cpu": 64 * MILLI, "memory": 512 * 2**30 * MILLI, GPU: 8 * MILLI,
-                             "pods": 110 * MILLI},
+                allocatable={
+                    "cpu": 64 * MILLI,
+                    "memory": 512 * 2**30 * MILLI,
+                    GPU: 8 * MILLI,
+                    "pods": 110 * MILLI,
+                },
                 taints=(),
                 unschedulable=False,
             )
@@ -110,8 +112,12 @@ def add_gang(snap: Snapshot, size: int, gpus: int = 8, name: str = "train") -> s
                 node_name=None,
                 phase="Pending",
                 terminating=False,
-                requests={"cpu": 8 * MILLI, "memory": 64 * 2**30 * MILLI, GPU: gpus * MILLI,
-                          "pods": MILLI},
+                requests={
+                    "cpu": 8 * MILLI,
+                    "memory": 64 * 2**30 * MILLI,
+                    GPU: gpus * MILLI,
+                    "pods": MILLI,
+                },
                 node_selector={"pool": "gpu"},
                 required_affinity=None,
                 tolerations=(),

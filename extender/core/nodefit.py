@@ -40,9 +40,7 @@ def static_misfit(pod: PodInfo, node: NodeInfo) -> str | None:
         if taint.effect in ("NoSchedule", "NoExecute") and not _tolerates(
             pod, taint.key, taint.value, taint.effect
         ):
-            return (
-                f"node has taint {taint.key}={taint.value}:{taint.effect} the pod does not tolerate"
-            )
+            return f"node has untolerated taint {taint.key}={taint.value}:{taint.effect}"
     return None
 
 

@@ -113,20 +113,29 @@ def filter_nodes(
             unresolvable=dict.fromkeys(names, reason), quota_failures=tuple(failures)
         )
     result = FilterResult()
+    if as_extender:
+        # Only room held for other pods can fail a node here; most nodes hold none.
+        for name in names:
+            held = snapshot.reserved_on(name)
+            if not held or (len(held) == 1 and pod.key in held) or name not in snapshot.nodes:
+                result.passed.append(name)
+                continue
+            failure = _resource_failure(snapshot, pod, name, as_extender=True)
+            if failure is None:
+                result.passed.append(name)
+            else:
+                result.failed[name] = failure
+        return result
     for name in names:
         node = snapshot.nodes.get(name)
         if node is None:
-            if as_extender:
-                result.passed.append(name)
-            else:
-                result.unresolvable[name] = "node is not known"
+            result.unresolvable[name] = "node is not known"
             continue
-        if not as_extender:
-            misfit = static_misfit(pod, node)
-            if misfit is not None:
-                result.unresolvable[name] = misfit
-                continue
-        failure = _resource_failure(snapshot, pod, name, as_extender=as_extender)
+        misfit = static_misfit(pod, node)
+        if misfit is not None:
+            result.unresolvable[name] = misfit
+            continue
+        failure = _resource_failure(snapshot, pod, name, as_extender=False)
         if failure is None:
             result.passed.append(name)
         else:
@@ -159,15 +168,24 @@ def score_nodes(snapshot: Snapshot, pod: PodInfo, node_names: Iterable[str]) -> 
     scarce = [name for name in pod.requests if name not in COMMON_RESOURCES]
     considered = scarce or [name for name in pod.requests if name != PODS]
     scores = {}
+    nodes = snapshot.nodes
+    single = considered[0] if len(considered) == 1 else None
+    extra = pod.requests.get(single, 0) if single is not None else 0
     for name in node_names:
+        node = nodes.get(name)
         if name == reserved:
             scores[name] = MAX_SCORE
-        elif name not in snapshot.nodes:
+        elif node is None:
             scores[name] = 0
+        elif single is not None and not snapshot.reserved_on(name):
+            # The common case, one scarce resource and no reservations, kept cheap.
+            capacity = node.allocatable.get(single, 0)
+            used = min(snapshot.requested_on(name).get(single, 0) + extra, capacity)
+            scores[name] = MAX_SCORE * used // capacity if capacity > 0 else 0
         else:
             scores[name] = packing_score(
                 pod.requests,
-                snapshot.nodes[name].allocatable,
+                node.allocatable,
                 snapshot.requested_on(name),
                 snapshot.reserved_on(name).values(),
                 considered,
