@@ -1,0 +1,196 @@
+"""Helpers for the e2e tests: pod manifests, conditions, and ``Cluster``.
+
+``Cluster`` wraps the session's ``localcluster.ControlPlane`` for one test and one
+namespace (the ``cluster`` fixture in conftest.py builds it). Import from here in test
+modules (``from e2e_support import Cluster, condition, make_pod``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import localcluster as lc
+
+Json = dict[str, Any]
+NATIVE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def condition(obj: Json, kind: str) -> Json | None:
+    """The status condition of type ``kind`` of a pod/node dict, if present."""
+    for cond in obj.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def make_pod(
+    name: str,
+    *,
+    requests: Mapping[str, str | int] | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[Mapping[str, Any]] = (),
+    priority_class: str | None = None,
+    priority: int | None = None,
+    scheduler_name: str | None = None,
+    grace_seconds: int = 1,
+    containers: int = 1,
+) -> Json:
+    """A pod dict with ``containers`` identical containers, each with ``requests``
+    (and limits equal to the requests for extended resources)."""
+    resources: Json = {"requests": {k: str(v) for k, v in (requests or {}).items()}}
+    # Extended resources (nvidia.com/gpu, ...) cannot be overcommitted: the API server
+    # requires their limits to equal their requests.
+    extended = {
+        k: v
+        for k, v in resources["requests"].items()
+        if k not in NATIVE_RESOURCES and not k.startswith("hugepages-")
+    }
+    if extended:
+        resources["limits"] = extended
+    spec: Json = {
+        "terminationGracePeriodSeconds": grace_seconds,
+        "containers": [
+            {"name": f"c{i}", "image": "registry.k8s.io/pause:3.10", "resources": resources}
+            for i in range(containers)
+        ],
+    }
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if priority is not None:
+        spec["priority"] = priority
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": dict(labels or {}),
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+    }
+
+
+class Cluster:
+    """Test helpers on the shared control plane, bound to one namespace."""
+
+    def __init__(self, plane: lc.ControlPlane, namespace: str) -> None:
+        self.plane = plane
+        self.namespace = namespace
+        self.rest = plane.rest
+        self.nodes: list[str] = []
+
+    # -- nodes
+
+    def create_node(
+        self,
+        name: str,
+        capacity: Mapping[str, str | int],
+        **kwargs: Any,
+    ) -> str:
+        """Register a Ready node named ``<namespace>-<name>`` (deleted at teardown)."""
+        full = f"{self.namespace}-{name}"[:63].rstrip("-")
+        self.plane.create_node(full, capacity, **kwargs)
+        self.nodes.append(full)
+        return full
+
+    # -- pods
+
+    def pods_path(self, name: str = "") -> str:
+        base = f"/api/v1/namespaces/{self.namespace}/pods"
+        return f"{base}/{name}" if name else base
+
+    def create_pod(self, name: str, **kwargs: Any) -> Json:
+        """Create ``make_pod(name, **kwargs)`` in this namespace; return the stored pod."""
+        return self.rest.request("POST", self.pods_path(), make_pod(name, **kwargs))
+
+    def get_pod(self, name: str) -> Json | None:
+        try:
+            return self.rest.request("GET", self.pods_path(name))
+        except lc.ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete_pod(self, name: str, grace_seconds: int | None = None) -> Json:
+        query = {} if grace_seconds is None else {"gracePeriodSeconds": grace_seconds}
+        return self.rest.request("DELETE", self.pods_path(name), query=query)
+
+    def wait_pod(
+        self,
+        name: str,
+        predicate: Callable[[Json], bool],
+        *,
+        timeout: float = 30.0,
+        what: str = "pod condition",
+    ) -> Json:
+        """Poll the pod until ``predicate(pod)`` holds; return the pod."""
+        last: list[Json | None] = [None]
+
+        def check() -> Json | None:
+            pod = last[0] = self.get_pod(name)
+            return pod if pod is not None and predicate(pod) else None
+
+        return lc.wait_until(
+            check,
+            timeout=timeout,
+            what=f"{what} of pod {self.namespace}/{name}",
+            on_timeout=lambda: f"last seen: {_short(last[0])}",
+        )
+
+    def wait_running(self, name: str, timeout: float = 30.0) -> Json:
+        return self.wait_pod(
+            name,
+            lambda p: p.get("status", {}).get("phase") == "Running",
+            timeout=timeout,
+            what="phase Running",
+        )
+
+    def wait_unschedulable(self, name: str, timeout: float = 30.0) -> Json:
+        def unschedulable(pod: Json) -> bool:
+            cond = condition(pod, "PodScheduled")
+            return bool(cond and cond["status"] == "False" and cond["reason"] == "Unschedulable")
+
+        return self.wait_pod(
+            name, unschedulable, timeout=timeout, what="PodScheduled=False/Unschedulable"
+        )
+
+    def wait_gone(self, name: str, timeout: float = 30.0) -> None:
+        lc.wait_until(
+            lambda: self.get_pod(name) is None,
+            timeout=timeout,
+            what=f"pod {self.namespace}/{name} to disappear",
+        )
+
+    # -- teardown
+
+    def cleanup(self) -> None:
+        """Force-delete this namespace's pods and delete this test's nodes."""
+        with contextlib.suppress(lc.ApiError):
+            self.rest.request("DELETE", self.pods_path(), query={"gracePeriodSeconds": 0})
+        for node in self.nodes:
+            with contextlib.suppress(lc.ApiError):
+                self.plane.delete_node(node)
+
+
+def _short(pod: Json | None) -> str:
+    if pod is None:
+        return "(no such pod)"
+    status = pod.get("status", {})
+    return str(
+        {
+            "nodeName": pod.get("spec", {}).get("nodeName"),
+            "phase": status.get("phase"),
+            "conditions": status.get("conditions"),
+            "deletionTimestamp": pod.get("metadata", {}).get("deletionTimestamp"),
+        }
+    )
