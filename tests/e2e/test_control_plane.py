@@ -23,6 +23,16 @@ pytestmark = pytest.mark.e2e
 GROUPS = ("scheduling.sigs.k8s.io", "scheduling.x-k8s.io")
 
 
+def as_dict(obj: object) -> dict[str, Any]:
+    """Custom-object calls return plain JSON dicts (typed ``object`` by the client)."""
+    assert isinstance(obj, dict)
+    return obj
+
+
+def pod_names(pods: k8s.V1PodList) -> set[str]:
+    return {p.metadata.name for p in pods.items if p.metadata and p.metadata.name}
+
+
 def test_scheduler_binds_and_kubelet_emulator_runs_pod(cluster: Cluster) -> None:
     nodes = {
         cluster.create_node("small", {"cpu": "2", "memory": "4Gi"}),
@@ -102,14 +112,18 @@ def test_crds_accept_elastic_quota_and_pod_group(
         },
         "spec": {"min": {"cpu": 2, "memory": "4Gi"}, "max": {"cpu": "8", "nvidia.com/gpu": 4}},
     }
-    created = api.create_namespaced_custom_object(group, "v1alpha1", ns, "elasticquotas", quota)
+    created = as_dict(
+        api.create_namespaced_custom_object(group, "v1alpha1", ns, "elasticquotas", quota)
+    )
     assert created["spec"]["min"] == {"cpu": 2, "memory": "4Gi"}
     assert created["spec"]["max"]["nvidia.com/gpu"] == 4
 
     api.patch_namespaced_custom_object_status(
         group, "v1alpha1", ns, "elasticquotas", "team-a", {"status": {"used": {"cpu": "1500m"}}}
     )
-    stored = api.get_namespaced_custom_object(group, "v1alpha1", ns, "elasticquotas", "team-a")
+    stored = as_dict(
+        api.get_namespaced_custom_object(group, "v1alpha1", ns, "elasticquotas", "team-a")
+    )
     assert stored["status"]["used"] == {"cpu": "1500m"}
     assert stored["spec"] == created["spec"]
 
@@ -130,7 +144,7 @@ def test_crds_accept_elastic_quota_and_pod_group(
     api.patch_namespaced_custom_object_status(
         group, "v1alpha1", ns, "podgroups", "gang-1", {"status": {"phase": "Pending"}}
     )
-    stored = api.get_namespaced_custom_object(group, "v1alpha1", ns, "podgroups", "gang-1")
+    stored = as_dict(api.get_namespaced_custom_object(group, "v1alpha1", ns, "podgroups", "gang-1"))
     assert stored["spec"] == {"minMember": 3, "scheduleTimeoutSeconds": 60}
     assert stored["status"]["phase"] == "Pending"
 
@@ -179,7 +193,7 @@ def test_service_account_kubeconfig_is_least_privilege(
     with pytest.raises(k8s.ApiException) as still_forbidden:
         core.list_namespaced_pod("default")
     assert still_forbidden.value.status == 403
-    sa_api.close()
+    sa_api.close()  # type: ignore[no-untyped-call]
 
 
 class _StubExtender(BaseHTTPRequestHandler):
@@ -256,9 +270,7 @@ def test_apiserver_restart_clients_reconnect(
     cluster.create_pod("before", requests={"cpu": "1"})
     cluster.wait_running("before")
     core = control_plane.core_v1()
-    assert {p.metadata.name for p in core.list_namespaced_pod(cluster.namespace).items} == {
-        "before"
-    }
+    assert pod_names(core.list_namespaced_pod(cluster.namespace)) == {"before"}
     old_pid = control_plane.pids["kube-apiserver"]
 
     started = time.monotonic()
@@ -267,8 +279,7 @@ def test_apiserver_restart_clients_reconnect(
 
     assert control_plane.pids["kube-apiserver"] != old_pid
     # The same client object reconnects; etcd kept the data.
-    names = {p.metadata.name for p in core.list_namespaced_pod(cluster.namespace).items}
-    assert names == {"before"}
+    assert pod_names(core.list_namespaced_pod(cluster.namespace)) == {"before"}
     # kube-scheduler and the kubelet emulator reconnected too: a new pod binds and runs.
     cluster.create_pod("after", requests={"cpu": "1"})
     after = cluster.wait_running("after", timeout=60)
