@@ -12,15 +12,23 @@
 # Trying another version: the versions live in ONE place, the two lines below
 # (or, without editing, the environment variables MUSTER_K8S_VERSION and
 # MUSTER_ETCD_VERSION). When they differ from what hack/k8s/go.mod and
-# hack/k8s/etcd/go.mod pin, this script re-pins those modules first (it rewrites the
-# `replace` lines for Kubernetes' staging modules, k8s.io/* v0.0.0 => v0.<minor>.<patch>,
-# and runs `go mod tidy`), then builds into a new cache directory. Commit the changed
-# go.mod/go.sum files to keep the new versions. This needs the Go module proxy.
+# hack/k8s/etcd/go.mod pin, this script re-pins those modules first, then builds into a
+# new cache directory. Re-pinning rewrites hack/k8s/go.mod (require k8s.io/kubernetes,
+# and `replace` every staging module it requires at v0.0.0 -- k8s.io/api,
+# k8s.io/apimachinery, k8s.io/client-go, ... -- with the tag v0.<minor>.<patch>), runs
+# `go get` for etcd, and `go mod tidy` in both. It needs the Go module proxy. Commit the
+# changed go.mod/go.sum files to keep the new versions.
+#
+# v1.35.8 is the newest v1.35 patch release the module proxy here serves (v1.35.7,
+# v1.35.9 and v1.35.10 answer "403 not available"); etcd v3.6.16 is the newest v3.6
+# server (Kubernetes 1.35 is tested with etcd 3.6.x; its own go.mod uses 3.6.5 client
+# libraries, which is why etcd is built from a module of its own).
 #
 # Usage:
 #     hack/build-k8s.sh             build (or reuse) the binaries; prints what it did
 #     hack/build-k8s.sh --bin-dir   print the bin directory for the pinned versions, build nothing
 #     hack/build-k8s.sh --force     rebuild even if cached binaries look current
+#     hack/build-k8s.sh --repin     rewrite both go.mod/go.sum from the versions below, then build
 set -euo pipefail
 
 K8S_VERSION="${MUSTER_K8S_VERSION:-v1.35.8}"
@@ -39,11 +47,13 @@ log() { printf 'build-k8s: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 force=0
+repin=0
 case "${1:-}" in
     --bin-dir) echo "$BIN_DIR"; exit 0 ;;
     --force) force=1 ;;
+    --repin) repin=1 ;;
     "") ;;
-    *) die "unknown argument: $1 (use --bin-dir or --force)" ;;
+    *) die "unknown argument: $1 (use --bin-dir, --force or --repin)" ;;
 esac
 
 command -v go >/dev/null || die "go is not on PATH; Go >= 1.25 is needed to build Kubernetes"
@@ -51,7 +61,9 @@ command -v go >/dev/null || die "go is not on PATH; Go >= 1.25 is needed to buil
     || die "MUSTER_K8S_VERSION must look like v1.35.8, got '$K8S_VERSION'"
 STAGING_VERSION="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
 
-started=$SECONDS
+started=$EPOCHREALTIME
+# Seconds since $1 (an $EPOCHREALTIME value), e.g. "3.2s".
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2fs", b - a }'; }
 export CGO_ENABLED=0
 
 # The version of module $2 that the go.mod in directory $1 requires (no network needed).
@@ -60,34 +72,74 @@ pinned() {
         | sed -n 's/.*"Version": "\(.*\)".*/\1/p' | head -n1
 }
 
-# Re-pin hack/k8s to $K8S_VERSION: require it and point every staging module it
-# replaces with ./staging/src/... at the published tag v0.<minor>.<patch>.
+# Re-pin hack/k8s to $K8S_VERSION: rewrite its go.mod (require the version, and replace
+# every staging module that k8s.io/kubernetes points at ./staging/src/... with the
+# published tag v0.<minor>.<patch>), then let `go mod tidy` fill in the rest.
 repin_k8s() {
     log "re-pinning hack/k8s/go.mod: k8s.io/kubernetes $K8S_VERSION (staging $STAGING_VERSION)"
-    local gomod staging go_line args=() m
-    gomod="$(cd / && GOWORK=off go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
-        | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
-    [[ -f "$gomod" ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION"
+    local info gomod staging go_line m
+    info="$(cd / && GOWORK=off go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>&1)" || true
+    gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$info")"
+    if grep -q '"Error"' <<<"$info" || [[ ! -f "$gomod" ]]; then
+        die "cannot download k8s.io/kubernetes@$K8S_VERSION: $info"
+    fi
     staging="$(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/src/.*#\1#p' "$gomod")"
     [[ -n "$staging" ]] || die "no staging replace lines found in $gomod"
     go_line="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-    for m in $( (cd "$K8S_MOD" && go mod edit -json) | grep -A1 '"Old"' \
-        | sed -n 's/.*"Path": "\(.*\)".*/\1/p'); do
-        args+=("-dropreplace=$m")
-    done
-    (cd "$K8S_MOD" && go mod edit "${args[@]}")
-    args=("-require=k8s.io/kubernetes@$K8S_VERSION" "-go=$go_line")
-    for m in $staging; do args+=("-replace=$m=$m@$STAGING_VERSION"); done
-    (cd "$K8S_MOD" && go mod edit "${args[@]}" && go mod tidy)
+    {
+        echo "// Pins the upstream Kubernetes control-plane binaries Muster's e2e tests run against."
+        echo "// Written by hack/build-k8s.sh (from the versions at its top), then \`go mod tidy\`."
+        echo "module muster.local/hack/k8s"
+        echo
+        echo "go $go_line"
+        echo
+        echo "require k8s.io/kubernetes $K8S_VERSION"
+        echo
+        echo "tool ("
+        echo "	k8s.io/kubernetes/cmd/kube-apiserver"
+        echo "	k8s.io/kubernetes/cmd/kube-scheduler"
+        echo ")"
+        echo
+        echo "// k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with"
+        echo "// local directories; outside its repository they must point at the published tags."
+        echo "replace ("
+        for m in $staging; do echo "	$m => $m $STAGING_VERSION"; done
+        echo ")"
+    } >"$K8S_MOD/go.mod"
+    (cd "$K8S_MOD" && go mod tidy) || die "go mod tidy failed in $K8S_MOD"
 }
 
+# Re-pin hack/k8s/etcd to $ETCD_VERSION: a fresh go.mod that requires only the etcd
+# server, so `go mod tidy` takes every other version (api, client, pkg, ...) from it.
 repin_etcd() {
     log "re-pinning hack/k8s/etcd/go.mod: go.etcd.io/etcd/server/v3 $ETCD_VERSION"
-    (cd "$ETCD_MOD" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" && go mod tidy)
+    local info gomod go_line
+    info="$(cd / && GOWORK=off go mod download -json "go.etcd.io/etcd/server/v3@$ETCD_VERSION" 2>&1)" \
+        || true
+    gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$info")"
+    if grep -q '"Error"' <<<"$info" || [[ ! -f "$gomod" ]]; then
+        die "cannot download go.etcd.io/etcd/server/v3@$ETCD_VERSION: $info"
+    fi
+    go_line="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+    {
+        echo "// etcd for Muster's local control plane. A module of its own so that etcd's"
+        echo "// dependency versions never change the ones kube-apiserver is built with."
+        echo "// Written by hack/build-k8s.sh (from the versions at its top), then \`go mod tidy\`."
+        echo "module muster.local/hack/k8s/etcd"
+        echo
+        echo "go $go_line"
+        echo
+        echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+    } >"$ETCD_MOD/go.mod"
+    (cd "$ETCD_MOD" && go mod tidy) || die "go mod tidy failed in $ETCD_MOD"
 }
 
-[[ "$(pinned "$K8S_MOD" k8s.io/kubernetes)" == "$K8S_VERSION" ]] || repin_k8s
-[[ "$(pinned "$ETCD_MOD" go.etcd.io/etcd/server/v3)" == "$ETCD_VERSION" ]] || repin_etcd
+if ((repin)) || [[ "$(pinned "$K8S_MOD" k8s.io/kubernetes)" != "$K8S_VERSION" ]]; then
+    repin_k8s
+fi
+if ((repin)) || [[ "$(pinned "$ETCD_MOD" go.etcd.io/etcd/server/v3)" != "$ETCD_VERSION" ]]; then
+    repin_etcd
+fi
 
 # Kubernetes' own release builds stamp the version in with -X; without it the
 # binaries report v0.0.0-master.
@@ -101,12 +153,14 @@ done
 
 GO_BUILD_FLAGS="-trimpath -buildvcs=false -mod=readonly"
 
-# Everything that determines the binaries; a cached build with another stamp is rebuilt.
+# Everything that determines the binaries (the modules' requirements, not their
+# comments); a cached build with another stamp is rebuilt.
 stamp_text() {
     printf 'kubernetes %s\netcd %s\n%s\nflags %s\n' "$K8S_VERSION" "$ETCD_VERSION" \
         "$(go version)" "$GO_BUILD_FLAGS $version_ldflags"
-    (cd "$HACK_DIR" && sha256sum k8s/go.mod k8s/go.sum k8s/etcd/go.mod k8s/etcd/go.sum \
-        k8s/etcd/main.go)
+    printf 'modules %s\n' "$( (cd "$K8S_MOD" && go mod edit -json) | sha256sum | cut -d' ' -f1)"
+    printf 'etcd module %s\n' "$( (cd "$ETCD_MOD" && go mod edit -json) | sha256sum | cut -d' ' -f1)"
+    (cd "$HACK_DIR" && sha256sum k8s/go.sum k8s/etcd/go.sum k8s/etcd/main.go)
 }
 
 all_present() {
@@ -121,7 +175,7 @@ flock 9
 
 if ((force == 0)) && all_present && [[ -f "$STAMP" ]] && [[ "$(cat "$STAMP")" == "$(stamp_text)" ]]; then
     log "reusing cached binaries in $BIN_DIR (kubernetes $K8S_VERSION, etcd $ETCD_VERSION)" \
-        "- checked in $((SECONDS - started))s"
+        "- checked in $(since "$started")"
     exit 0
 fi
 
@@ -129,18 +183,18 @@ log "building kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $BIN_DIR ($(go
 TMP_BIN="$(mktemp -d "$OUT_DIR/.build.XXXXXX")"
 trap 'rm -rf "$TMP_BIN"' EXIT
 
-t0=$SECONDS
+t0=$EPOCHREALTIME
 log "go build kube-apiserver kube-scheduler ..."
 (cd "$K8S_MOD" && go build $GO_BUILD_FLAGS -ldflags "-s -w$version_ldflags" -o "$TMP_BIN/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler) \
     || die "building kube-apiserver/kube-scheduler failed (see the go output above)"
-log "  done in $((SECONDS - t0))s"
+log "  done in $(since "$t0")"
 
-t0=$SECONDS
+t0=$EPOCHREALTIME
 log "go build etcd ..."
 (cd "$ETCD_MOD" && go build $GO_BUILD_FLAGS -ldflags "-s -w" -o "$TMP_BIN/etcd" .) \
     || die "building etcd failed (see the go output above)"
-log "  done in $((SECONDS - t0))s"
+log "  done in $(since "$t0")"
 
 "$TMP_BIN/kube-apiserver" --version >&2 || die "the built kube-apiserver does not run"
 "$TMP_BIN/etcd" --version >&2 || die "the built etcd does not run"
@@ -149,4 +203,4 @@ mkdir -p "$BIN_DIR"
 rm -f "$STAMP"
 for b in "${BINARIES[@]}"; do mv -f "$TMP_BIN/$b" "$BIN_DIR/$b"; done
 stamp_text >"$STAMP"
-log "built ${BINARIES[*]} into $BIN_DIR in $((SECONDS - started))s"
+log "built ${BINARIES[*]} into $BIN_DIR in $(since "$started")"

@@ -975,7 +975,6 @@ class ControlPlane:
         self.kubelet: KubeletEmulator | None = None
         self._node_serial = 0
         self._started = False
-        atexit.register(self.stop)
 
     # -- lifecycle
 
@@ -990,6 +989,7 @@ class ControlPlane:
         if self._started:
             return self
         self._started = True
+        atexit.register(self.stop)
         try:
             bin_dir = self._bin_dir or ensure_binaries()
             self._bin_dir = bin_dir

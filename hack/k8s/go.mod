@@ -1,6 +1,5 @@
 // Pins the upstream Kubernetes control-plane binaries Muster's e2e tests run against.
-// Built by hack/build-k8s.sh; to try another version, change the versions there and
-// follow the instructions at the top of that script.
+// Written by hack/build-k8s.sh (from the versions at its top), then `go mod tidy`.
 module muster.local/hack/k8s
 
 go 1.25.0

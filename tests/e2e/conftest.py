@@ -35,7 +35,7 @@ _NAMESPACE_SERIAL = itertools.count(1)
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if E2E_DIR in Path(str(item.path)).resolve().parents:
+        if E2E_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
 
 
@@ -44,7 +44,7 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report: pytest.TestReport = yield
-    if report.failed and _PLANE is not None and E2E_DIR in Path(str(item.path)).parents:
+    if report.failed and _PLANE is not None and E2E_DIR in Path(item.path).resolve().parents:
         with contextlib.suppress(Exception):
             report.sections.append(("control plane logs (tail)", _PLANE.log_tail(60)))
             report.sections.append(("control plane workdir", str(_PLANE.workdir)))

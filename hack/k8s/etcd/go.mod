@@ -1,6 +1,6 @@
 // etcd for Muster's local control plane. A module of its own so that etcd's
 // dependency versions never change the ones kube-apiserver is built with.
-// Built by hack/build-k8s.sh (the version is set there).
+// Written by hack/build-k8s.sh (from the versions at its top), then `go mod tidy`.
 module muster.local/hack/k8s/etcd
 
 go 1.26.0
