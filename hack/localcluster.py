@@ -1235,6 +1235,17 @@ class ControlPlane:
         )
         self.start_scheduler()
 
+    @contextlib.contextmanager
+    def using_extender(self, extender: ExtenderConfig | str | None) -> Iterator[ControlPlane]:
+        """Run kube-scheduler with ``extender`` inside the block, then restore the
+        previous configuration (e.g. around a test module that runs Muster)."""
+        previous = self.extender
+        self.restart_scheduler(extender)
+        try:
+            yield self
+        finally:
+            self.restart_scheduler(previous)
+
     # -- files
 
     def _binary(self, name: str) -> Path:

@@ -245,12 +245,12 @@ def test_scheduler_restarts_with_an_extender(
     cluster: Cluster, control_plane: lc.ControlPlane, stub_extender: str
 ) -> None:
     node = cluster.create_node("n1", {"cpu": "4", "memory": "8Gi"})
-    control_plane.restart_scheduler(lc.ExtenderConfig(stub_extender, preempt_verb=None))
-    try:
+    with control_plane.using_extender(lc.ExtenderConfig(stub_extender, preempt_verb=None)):
+        assert control_plane.scheduler_configuration()["extenders"][0]["urlPrefix"] == (
+            stub_extender
+        )
         cluster.create_pod("via-extender", requests={"cpu": "1"})
         pod = cluster.wait_running("via-extender")
-    finally:
-        control_plane.restart_scheduler(None)
 
     assert pod["spec"]["nodeName"] == node
     verbs = [verb for verb, _ in _StubExtender.calls]
