@@ -86,14 +86,7 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         return response
 
     def filter_verb(body: bytes) -> bytes:
-        args = _decode(wire.ExtenderArgs, body)
-        pod = _pod(args.Pod)
-        if args.NodeNames is not None:
-            names = args.NodeNames
-        elif args.Nodes is not None:
-            names = [_node_name(node, index) for index, node in enumerate(args.Nodes.items)]
-        else:
-            names = []
+        args, pod, names = _extender_args(body)
         result = extender.filter(pod, names)
         passed = set(result.passed)
         if result.quota_failures:
@@ -122,14 +115,7 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         return answer_model.model_dump_json().encode()
 
     def prioritize_verb(body: bytes) -> bytes:
-        args = _decode(wire.ExtenderArgs, body)
-        pod = _pod(args.Pod)
-        if args.NodeNames is not None:
-            names = args.NodeNames
-        elif args.Nodes is not None:
-            names = [_node_name(node, index) for index, node in enumerate(args.Nodes.items)]
-        else:
-            names = []
+        _args, pod, names = _extender_args(body)
         scores = extender.prioritize(pod, names)
         return json.dumps([{"Host": name, "Score": scores[name]} for name in names]).encode()
 
@@ -219,6 +205,19 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         return JSONResponse(found)
 
     return app
+
+
+def _extender_args(body: bytes) -> tuple[wire.ExtenderArgs, PodInfo, list[str]]:
+    """Decode ``ExtenderArgs``: the args, the pod, and the node names in either mode."""
+    args = _decode(wire.ExtenderArgs, body)
+    pod = _pod(args.Pod)
+    if args.NodeNames is not None:
+        names = args.NodeNames
+    elif args.Nodes is not None:
+        names = [_node_name(node, index) for index, node in enumerate(args.Nodes.items)]
+    else:
+        names = []
+    return args, pod, names
 
 
 def _decode(model: type[_Model], body: bytes) -> _Model:
