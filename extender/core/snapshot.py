@@ -7,7 +7,9 @@ running totals decisions need, so that no decision walks the whole cluster:
 - per node: requested resources of its pods, the pods on it, and the room
   held for each in-flight job;
 - per quota: usage (:class:`quota.accounting.QuotaLedger`) and its running
-  preemptible pods (the only possible victims);
+  preemptible pods (the only possible victims), grouped in *victim units* (a
+  pod, or a gang's pods) kept sorted in preemption order, per quota and for
+  all quotas together;
 - per job: its pods, and its min-available.
 
 Decisions (filter, score, plan) read a snapshot and never change it; the
@@ -43,6 +45,12 @@ class Reservation:
     expires: float
 
 
+#: A victim unit in preemption order: ``(highest priority, -latest start, job, quota,
+#: node)``; ``node`` is where all its pods run when they are all the job's pods and run on
+#: one node (a lone pod, usually), else ``""``.
+UnitEntry = tuple[int, float, str, str, str]
+
+
 class UnknownQuotaError(LookupError):
     """A pod names a quota that does not exist."""
 
@@ -68,9 +76,12 @@ class Snapshot:
         self._node_preemptible: dict[str, Resources] = {}  # node → their requests
         self._node_victims: dict[str, dict[str, str]] = {}  # node → preemptible pod → quota
         # Victim units (a running preemptible pod, or the running preemptible pods of a
-        # gang), per quota, sorted by (highest priority, -latest start, job).
-        self._units: dict[str, list[tuple[int, float, str]]] = {}
-        self._unit_of: dict[str, tuple[str, tuple[int, float, str]]] = {}  # job → entry
+        # gang), per quota and all together, sorted by (highest priority, -latest start,
+        # job, quota); a job has at most one unit.
+        self._units: dict[str, list[UnitEntry]] = {}
+        self._all_units: list[UnitEntry] = []
+        self._unit_of: dict[str, UnitEntry] = {}  # job → its entry
+        self._unit_pods: dict[str, tuple[PodInfo, ...]] = {}  # job → the unit's pods
         self._reserved_pod: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
         #: Memo for planners: facts derived from nodes only; cleared when nodes change.
         self.node_cache: dict[object, object] = {}
@@ -116,7 +127,9 @@ class Snapshot:
         self._node_preemptible = {}
         self._node_victims = {}
         self._units = {}
+        self._all_units = []
         self._unit_of = {}
+        self._unit_pods = {}
         for pod in self.pods.values():
             self._index(pod)
 
@@ -242,11 +255,72 @@ class Snapshot:
         """The bound, preemptible pods of ``node``: pod key → quota."""
         return self._node_victims.get(node, {})
 
-    def victim_units(self, quota: str) -> Sequence[tuple[int, float, str]]:
-        """The quota's victim units, lowest priority then most recently started first:
-        ``(highest priority, -latest start, job)`` over the running preemptible pods of
-        each job (one pod, or a gang's)."""
+    def victim_units(self, quota: str | None = None) -> Sequence[UnitEntry]:
+        """The quota's victim units (every quota's with ``None``), lowest priority then
+        most recently started first: ``(highest priority, -latest start, job, quota,
+        node)`` over the running preemptible pods of each job (one pod, or a gang's);
+        ``node`` is that of a unit that is its whole job on one node, else ``""``.
+
+        A job has one unit, so the list of all quotas is in the order a merge of the
+        per-quota lists gives.
+        """
+        if quota is None:
+            return self._all_units
         return self._units.get(quota, ())
+
+    def victim_unit_pods(self) -> Mapping[str, tuple[PodInfo, ...]]:
+        """Job → the pods of its victim unit (running, preemptible), by key."""
+        return self._unit_pods
+
+    def copies_that_fit_on(
+        self, nodes: Iterable[str], needs: Sequence[tuple[str, int]], limit: int
+    ) -> tuple[dict[str, int], set[str]]:
+        """How many copies of a request fit on each of ``nodes``, and where eviction helps.
+
+        ``needs`` are the request's positive amounts, scarcest first (the answer
+        does not depend on their order, only the time taken).  Returns the copies
+        (at most ``limit``) that fit in each node's free room (:meth:`free_on`),
+        for the nodes where any do, and the nodes where more would fit with every
+        preemptible pod bound to them gone (:meth:`preemptible_on`): the same
+        numbers as :func:`~extender.core.resources.copies_that_fit` over those
+        lists, without building them.
+        """
+        all_nodes = self.nodes
+        requested = self._node_requested
+        reserved = self._node_reserved
+        preemptible = self._node_preemptible
+        nothing: Mapping[str, int] = {}
+        copies: dict[str, int] = {}
+        better: set[str] = set()
+        for node in nodes:
+            allocatable = all_nodes[node].allocatable
+            used = requested.get(node, nothing)
+            held = reserved.get(node)
+            now = limit
+            for name, amount in needs:
+                free = allocatable.get(name, 0) - used.get(name, 0)
+                if held:
+                    free -= sum(room.get(name, 0) for room in held.values())
+                if free < amount:
+                    now = 0
+                    break
+                now = min(now, free // amount)
+            if now:
+                copies[node] = now
+            if now == limit:
+                continue
+            # More copies with the preemptible pods gone only if every resource has room
+            # for more.
+            evictable = preemptible.get(node, nothing)
+            for name, amount in needs:
+                free = allocatable.get(name, 0) - used.get(name, 0) + evictable.get(name, 0)
+                if held:
+                    free -= sum(room.get(name, 0) for room in held.values())
+                if free // amount <= now:
+                    break
+            else:
+                better.add(node)
+        return copies, better
 
     def running_preemptible(self, quota: str) -> Iterable[str]:
         """Keys of the quota's bound, preemptible pods (candidates before policy)."""
@@ -268,6 +342,22 @@ class Snapshot:
         return self.tree.quota_in_namespace(pod.namespace) or keys.DEFAULT_QUOTA
 
     def _index(self, pod: PodInfo) -> None:
+        self._add(pod)
+        job = pod.job
+        if job in self._unit_of or (
+            pod.node_name is not None
+            and not pod.finished
+            and pod.key in self._pod_quota
+            and self.preemptible(pod)
+        ):
+            self._reindex_unit(job)
+
+    def _unindex(self, pod: PodInfo) -> None:
+        self._remove(pod)
+        if pod.job in self._unit_of:  # one of its pods, or a pod beside them, went
+            self._reindex_unit(pod.job)
+
+    def _add(self, pod: PodInfo) -> None:
         key = pod.key
         self._jobs.setdefault(pod.job, set()).add(key)
         try:
@@ -288,12 +378,11 @@ class Snapshot:
                 self._victims.setdefault(quota, set()).add(key)
                 add_into(self._node_preemptible.setdefault(pod.node_name, {}), pod.requests)
                 self._node_victims.setdefault(pod.node_name, {})[key] = quota
-                self._reindex_unit(pod.job)
         elif key in self._reserved_pod:
             _job, node = self._reserved_pod[key]
             self._node_reserved.setdefault(node, {})[key] = dict(pod.requests)
 
-    def _unindex(self, pod: PodInfo) -> None:
+    def _remove(self, pod: PodInfo) -> None:
         key = pod.key
         members = self._jobs.get(pod.job)
         if members is not None:
@@ -315,16 +404,18 @@ class Snapshot:
                 self._victims.get(quota, set()).discard(key)
                 add_into(self._node_preemptible[pod.node_name], pod.requests, -1)
                 del self._node_victims[pod.node_name][key]
-                self._reindex_unit(pod.job)
         elif key in self._reserved_pod:
             _job, node = self._reserved_pod[key]
             del self._node_reserved[node][key]
 
     def _reindex_unit(self, job: str) -> None:
+        """Recompute the job's victim unit: after any change to the job's pods."""
         old = self._unit_of.pop(job, None)
         if old is not None:
-            units = self._units[old[0]]
-            del units[bisect.bisect_left(units, old[1])]
+            units = self._units[old[3]]
+            del units[bisect.bisect_left(units, old)]
+            del self._all_units[bisect.bisect_left(self._all_units, old)]
+            del self._unit_pods[job]
         members = sorted(
             key
             for key in self._jobs.get(job, ())
@@ -336,14 +427,19 @@ class Snapshot:
         if not members:
             return
         pods = [self.pods[key] for key in members]
+        node = pods[0].node_name
+        whole = len(members) == len(self._jobs[job])
         entry = (
             max(pod.priority for pod in pods),
             -max(pod.start_or_created for pod in pods),
             job,
+            self._pod_quota[members[0]],
+            node if whole and node is not None and all(p.node_name == node for p in pods) else "",
         )
-        quota = self._pod_quota[members[0]]
-        bisect.insort(self._units.setdefault(quota, []), entry)
-        self._unit_of[job] = (quota, entry)
+        bisect.insort(self._units.setdefault(entry[3], []), entry)
+        bisect.insort(self._all_units, entry)
+        self._unit_of[job] = entry
+        self._unit_pods[job] = tuple(pods)
 
     def _drop_reserved_pod(self, key: str) -> None:
         """A reserved pod bound or went away: it no longer holds reserved room."""

@@ -24,17 +24,24 @@ are checked against the policies.
 
 from __future__ import annotations
 
-import heapq
+import bisect
+import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
+from operator import itemgetter
+from typing import Protocol
 
 from extender.core.objects import PodInfo
 from extender.core.resources import add_into
-from extender.core.snapshot import Snapshot
+from extender.core.snapshot import Snapshot, UnitEntry
 from quota.admission import is_borrowing
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
+
+_priority = itemgetter(0)  # of a unit entry
+_node = itemgetter(4)
 
 
 class Rule(Enum):
@@ -98,46 +105,83 @@ def describe(group: VictimGroup, preemptor: Preemptor) -> str:
     )
 
 
+class Wanted(Protocol):
+    """The planner's side of the walk: could evicting a group still help it?"""
+
+    def __call__(self, pods: tuple[PodInfo, ...], quota: str) -> bool:
+        """Could evicting ``pods``, of ``quota``, help now?
+
+        Asked with the planner's state at that moment; it must say no to a set
+        of pods only if it says no to each of its subsets (as "could one of
+        them help?" does).
+        """
+        ...
+
+    def nodes_needed(self, quotas: AbstractSet[str]) -> AbstractSet[str] | None:
+        """Nodes one of a group's pods must run on for the planner to want it, if the
+        group is of one of ``quotas``, for the rest of the walk; ``None`` if any node
+        may do."""
+        ...
+
+
 def find_victim_groups(
-    snapshot: Snapshot,
-    preemptor: Preemptor,
-    wanted: Callable[[tuple[PodInfo, ...], str], bool],
+    snapshot: Snapshot, preemptor: Preemptor, wanted: Wanted
 ) -> Iterator[VictimGroup]:
     """Every victim group the policies allow and ``wanted(pods, quota)`` accepts, in
     preemption order, built lazily.
 
-    The snapshot keeps each quota's victim units sorted, so this merges those
-    lists and stops where a policy's priority ceiling cuts them: a planner
-    that stops early never touches the rest.  ``wanted`` is asked before the
-    policy checks, with the planner's state at that moment.
+    The snapshot keeps all victim units in one sorted list (and each quota's in
+    its own), so this walks the other quotas' units, then the preemptor's, up to
+    where a policy's priority ceiling cuts them: a planner that stops early
+    never touches the rest.  ``wanted`` is asked before the policy checks.
+
+    Most units cannot help (their pods run on nodes that could not gain the job
+    anything), so two cheap tests come first: units that are their whole job on
+    one node not in ``wanted.nodes_needed`` are passed over without a look at
+    their pods, and a unit that is its whole job is asked about (the group can
+    only hold some of its pods) before the group is built.
     """
     policy = snapshot.tree[preemptor.quota].policy
-    promised = {key for r in snapshot.reservations.values() for key in r.victims}
-    others = []
-    for quota in sorted(snapshot.tree.specs):
-        if quota == preemptor.quota or not is_borrowing(
-            snapshot.ledger, quota, preemptor.contested
-        ):
-            continue
-        admission = _cohort_rule(preemptor, policy)
-        if admission is not None:
-            others.append(_stream(snapshot, quota, admission))
-    streams: list[Iterator[tuple[int, float, str, str, _Admission]]] = [heapq.merge(*others)]
+    phases: list[tuple[Sequence[UnitEntry], AbstractSet[str], _Admission]] = []
+    cohort = _cohort_rule(preemptor, policy)
+    if cohort is not None:
+        borrowing = frozenset(
+            quota
+            for quota in snapshot.tree.specs
+            if quota != preemptor.quota
+            and is_borrowing(snapshot.ledger, quota, preemptor.contested)
+        )
+        if borrowing:
+            phases.append((snapshot.victim_units(), borrowing, cohort))
     own = _within_rule(preemptor, policy)
     if own is not None:
-        streams.append(_stream(snapshot, preemptor.quota, own))
-    pods = snapshot.pods
-    for stream in streams:
-        for priority, negative_start, job, quota, admission in stream:
-            if job == preemptor.job:
+        phases.append((snapshot.victim_units(preemptor.quota), {preemptor.quota}, own))
+    promised = {key for r in snapshot.reservations.values() for key in r.victims}
+    unit_pods = snapshot.victim_unit_pods()
+    for units, quotas, admission in phases:
+        ceiling, _rule, equal_rule, _created_after = admission
+        last = ceiling + 1 if equal_rule is not None else ceiling
+        end = bisect.bisect_right(units, last, key=_priority)
+        entries: Iterator[UnitEntry] = itertools.islice(units, end)
+        nodes = wanted.nodes_needed(quotas)
+        if nodes is not None:  # filtered at C speed: "" marks units that must be looked at
+            screen = {"", *nodes}
+            entries = itertools.compress(
+                entries, map(screen.__contains__, map(_node, itertools.islice(units, end)))
+            )
+        for priority, negative_start, job, quota, _where in entries:
+            if quota not in quotas or job == preemptor.job:
                 continue
+            unit = unit_pods[job]
             keys = snapshot.job_members(job)
+            if len(keys) == len(unit) and not wanted(unit, quota):
+                continue
             members: tuple[PodInfo, ...]
-            if len(keys) == 1:  # the common case, kept cheap
-                only = pods[next(iter(keys))]
+            if len(keys) == 1:  # the common case, kept cheap: the unit is that one pod
+                only = unit[0]
                 if only.soft_evicted or only.terminating or only.key in promised:
                     continue
-                members = (only,)
+                members = unit
             else:
                 members = tuple(
                     member
@@ -148,10 +192,8 @@ def find_victim_groups(
                     and not member.terminating
                     and member.key not in promised
                 )
-                if not members:
+                if not members or not wanted(members, quota):
                     continue
-            if not wanted(members, quota):
-                continue
             # A single pod is preemptible (the unit index holds no other); a gang's pods
             # may not all be.
             rule = _allowed(snapshot, members, admission, check_preemptible=len(keys) > 1)
@@ -188,18 +230,6 @@ def preemptor_admits(snapshot: Snapshot, preemptor: Preemptor, pod: PodInfo, quo
     return admission is not None and (
         _allowed(snapshot, (pod,), admission, check_preemptible=True) is not None
     )
-
-
-def _stream(
-    snapshot: Snapshot, quota: str, admission: _Admission
-) -> Iterator[tuple[int, float, str, str, _Admission]]:
-    """The quota's victim units up to the policy's priority ceiling, in order."""
-    ceiling, _rule, equal_rule, _created_after = admission
-    last = ceiling + 1 if equal_rule is not None else ceiling
-    for priority, negative_start, job in snapshot.victim_units(quota):
-        if priority > last:
-            return
-        yield priority, negative_start, job, quota, admission
 
 
 def _allowed(

@@ -11,7 +11,9 @@ holds its copies independently.  A job of several shapes also needs every
 shape's sum to suffice, and then a real greedy placement (:meth:`JobFit.place`,
 the same one that produces the plan's reservation) decides.
 
-Node copies are copy-on-write: only nodes that lose a victim get a delta.
+Node copies are copy-on-write: capacities come straight from the snapshot's
+running totals, and a node's free room is copied only when the planner first
+reads or changes it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class _Shape:
     eligible: frozenset[str]
     capacity: dict[str, int]  # node → copies that fit (at most len(pods))
     total: int
+    size: int = 0  # len(pods)
+    needs: tuple[tuple[str, int], ...] = ()  # the request's positive amounts
 
 
 def eligible_nodes(snapshot: Snapshot, pod: PodInfo) -> frozenset[str]:
@@ -51,13 +55,18 @@ def eligible_nodes(snapshot: Snapshot, pod: PodInfo) -> frozenset[str]:
 
 
 class JobFit:
-    """Copies-that-fit bookkeeping for one job over a changing set of removed victims."""
+    """Copies-that-fit bookkeeping for one job over a changing set of removed victims.
+
+    Capacities of every eligible node are counted straight from the snapshot's
+    running totals; a node's free room is copied only when the planner first
+    looks at it or changes it (most nodes are never touched).
+    """
 
     def __init__(self, snapshot: Snapshot, job: str, pods: Sequence[PodInfo]) -> None:
         self.snapshot = snapshot
         self.job = job
-        self._freed: dict[str, Resources] = {}
-        self._base: dict[str, Resources] = {}
+        #: Free room of the node copies touched so far: the snapshot's, plus removed victims.
+        self._room: dict[str, Resources] = {}
         shapes: dict[object, _Shape] = {}
         for pod in pods:
             key = (tuple(sorted(pod.requests.items())), constraint_signature(pod))
@@ -69,43 +78,45 @@ class JobFit:
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
-        useful = set()
-        for name in self.eligible:
-            self._base[name] = snapshot.free_on(name)
+        useful: set[str] = set()
         for shape in self.shapes:
-            wanted = len(shape.pods)
-            for name in shape.eligible:
-                count = self._copies(shape, name)
-                if count:
-                    shape.capacity[name] = count
-                    shape.total += count
-                if count < wanted:
-                    best = dict(self._base[name])
-                    add_into(best, snapshot.preemptible_on(name))
-                    if copies_that_fit(shape.request, best, wanted) > count:
-                        useful.add(name)
+            shape.size = len(shape.pods)
+            # Scarce resources first: they are the ones that usually decide.
+            shape.needs = tuple(
+                sorted(
+                    ((name, amount) for name, amount in shape.request.items() if amount > 0),
+                    key=lambda need: need[0] in COMMON_RESOURCES,
+                )
+            )
+            shape.capacity, better = snapshot.copies_that_fit_on(
+                shape.eligible, shape.needs, shape.size
+            )
+            shape.total = sum(shape.capacity.values())
+            useful |= better
         #: Nodes where evicting preemptible pods could add room for the job.
         self.useful_nodes = frozenset(useful)
         self._initial = [dict(shape.capacity) for shape in self.shapes]
 
     def free(self, node: str) -> Resources:
         """Free room on the node copy: minus reservations, plus removed victims."""
-        free = dict(self._base[node])
-        freed = self._freed.get(node)
-        if freed:
-            add_into(free, freed)
-        return free
+        room = self._room.get(node)
+        return dict(room) if room is not None else self.snapshot.free_on(node)
+
+    def _room_of(self, node: str) -> Resources:
+        """The node copy's free room, to read or change in place (copied on first use)."""
+        room = self._room.get(node)
+        if room is None:
+            room = self._room[node] = self.snapshot.free_on(node)
+        return room
 
     def _copies(self, shape: _Shape, node: str) -> int:
-        base = self._base[node]
-        freed = self._freed.get(node)
-        count = len(shape.pods)
-        for name, amount in shape.request.items():
-            if amount > 0:
-                available = base.get(name, 0) + (freed.get(name, 0) if freed else 0)
-                if available < amount:
-                    return 0
-                count = min(count, available // amount)
+        room = self._room_of(node)
+        count = shape.size
+        for name, amount in shape.needs:
+            available = room.get(name, 0)
+            if available < amount:
+                return 0
+            count = min(count, available // amount)
         return count
 
     def remove(self, pods: Iterable[PodInfo]) -> None:
@@ -116,23 +127,31 @@ class JobFit:
         """Put victims back on their node copies."""
         self._shift(pods, -1, recount=True)
 
-    def restore_idle(self, pods: Iterable[PodInfo]) -> None:
-        """Put back victims whose nodes gained nothing from their removal (see :meth:`gained`):
-        the counts cannot change, so they are not recomputed."""
-        self._shift(pods, -1, recount=False)
+    def keep_removed(self, pods: Iterable[PodInfo]) -> None:
+        """Put back every removed victim but ``pods`` (which stay removed), when the nodes
+        of those put back gained nothing from the removals (see :meth:`gained`): the
+        counts do not change, so they are not recomputed.
+
+        (A node that gained nothing holds as many copies as before any removal, and
+        so with any part of its victims back.)  The node copies become the
+        snapshot's nodes without ``pods``: the same room as putting the others back
+        one by one, found without touching them.
+        """
+        self._room = {}
+        self._shift(pods, 1, recount=False)
 
     def _shift(self, pods: Iterable[PodInfo], sign: int, *, recount: bool) -> None:
-        touched = set()
+        touched = []
+        eligible = self.eligible
         for pod in pods:
             node = pod.node_name
-            if node is None or node not in self._base:
+            if node is None or node not in eligible:
                 continue
-            freed = self._freed.get(node)
-            if freed is None:
-                freed = self._freed[node] = {}
+            room = self._room_of(node)
             for name, amount in pod.requests.items():
-                freed[name] = freed.get(name, 0) + sign * amount
-            touched.add(node)
+                room[name] = room.get(name, 0) + sign * amount
+            if node not in touched:
+                touched.append(node)
         if not recount:
             return
         for node in touched:
@@ -149,22 +168,19 @@ class JobFit:
         """Would removing ``pods`` free a resource that one of their nodes lacks for one
         more copy of a shape it can hold more of?  (A pod that frees only what is
         plentiful there gains the job nothing.)"""
+        useful = self.useful_nodes
         for pod in pods:
             node = pod.node_name
-            if node not in self.useful_nodes:
+            if node not in useful:
                 continue
-            base = self._base[node]
-            freed = self._freed.get(node) or {}
+            room = self._room_of(node)
+            requests = pod.requests
             for shape in self.shapes:
                 wanted = shape.capacity.get(node, 0) + 1
-                if wanted > len(shape.pods) or node not in shape.eligible:
+                if wanted > shape.size or node not in shape.eligible:
                     continue
-                for name, amount in shape.request.items():
-                    if (
-                        amount > 0
-                        and pod.requests.get(name, 0) > 0
-                        and base.get(name, 0) + freed.get(name, 0) < wanted * amount
-                    ):
+                for name, amount in shape.needs:
+                    if requests.get(name, 0) > 0 and room.get(name, 0) < wanted * amount:
                         return True
         return False
 
@@ -175,15 +191,20 @@ class JobFit:
             for shape, initial in zip(self.shapes, self._initial, strict=True)
         )
 
+    def gained_nodes(self) -> set[str]:
+        """The nodes that :meth:`gained` (only a touched node copy can have)."""
+        return {node for node in self._room if self.gained(node)}
+
     def nodes_suffice(self) -> bool:
         """Does every shape have room for all its pods, each shape on its own?"""
-        return all(shape.total >= len(shape.pods) for shape in self.shapes)
+        return all(shape.total >= shape.size for shape in self.shapes)
 
     def fits(self) -> bool:
         """Can every unplaced pod of the job be placed at once?"""
-        if not self.nodes_suffice():
-            return False
-        return len(self.shapes) == 1 or self.place() is not None
+        if len(self.shapes) == 1:  # the usual gang, asked after every removal: kept cheap
+            shape = self.shapes[0]
+            return shape.total >= shape.size
+        return self.nodes_suffice() and self.place() is not None
 
     def place(self) -> dict[str, str] | None:
         """Pod key → node for every pod, or ``None`` if the greedy placement fails.

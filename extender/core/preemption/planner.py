@@ -23,6 +23,7 @@ Pure and deterministic: the same snapshot and time give the same answer.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from extender.core.jobs import may_trigger_preemption
@@ -91,21 +92,13 @@ def plan_job_preemption(snapshot: Snapshot, job: str, now: float) -> PreemptionP
 
     simulation = _Simulation(snapshot, demand)
     fit = simulation.fit
-    nodes_ok = fit.fits()
-    quota_ok = simulation.admits()
-    if nodes_ok and quota_ok:
+    wants = _Wants(simulation)
+    if wants.nodes_ok and wants.quota_ok:
         return Refusal(job, ("the job fits without evicting anything",))
     preemptor = _preemptor(snapshot, demand)
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
-
-    def wanted(pods: tuple[PodInfo, ...], quota: str) -> bool:
-        """Could evicting these pods still help?  (Reads the loop's current state.)"""
-        return (not nodes_ok and fit.frees_what_is_missing(pods)) or (
-            not quota_ok and simulation.counts_for_job(quota)
-        )
-
-    for group in find_victim_groups(snapshot, preemptor, wanted):
+    for group in find_victim_groups(snapshot, preemptor, wants):
         if group.other_quota:
             violation = simulation.min_violation(group)
             if violation is not None:
@@ -113,16 +106,14 @@ def plan_job_preemption(snapshot: Snapshot, job: str, now: float) -> PreemptionP
                 continue
         simulation.take(group)
         removed.append(group)
-        nodes_ok = nodes_ok or fit.fits()
-        quota_ok = quota_ok or simulation.admits()
-        if nodes_ok and quota_ok:
+        if wants.satisfied():
             break
     else:
         return Refusal(job, tuple(_why_no_fit(demand, simulation, skipped_for_min)))
 
     # Minimise: the last group was needed; try to spare each earlier one, newest first.
     kept = [removed[-1]]
-    for group in reversed(simulation.spare_idle(removed[:-1])):
+    for group in reversed(simulation.spare_idle(removed)):
         simulation.restore(group)
         if fit.fits() and (not simulation.counts_for_job(group.quota) or simulation.admits()):
             continue
@@ -186,6 +177,43 @@ def _preemptor(snapshot: Snapshot, demand: JobDemand) -> Preemptor:
     )
 
 
+class _Wants:
+    """What the search still lacks, for the candidate walk to ask (a
+    :class:`~extender.core.preemption.candidates.Wanted`).
+
+    Once the node copies hold the whole job, or the quota checks hold, they stay
+    so as more groups are removed (``nodes_ok`` and ``quota_ok`` are latched).  A
+    group that could not help any more is passed over: one not on a node the job
+    can use once node room suffices, one not in the job's quota tree once the
+    quota holds.
+    """
+
+    def __init__(self, simulation: _Simulation) -> None:
+        self.simulation = simulation
+        self.fit = simulation.fit
+        self.nodes_ok = self.fit.fits()
+        self.quota_ok = simulation.admits()
+
+    def __call__(self, pods: tuple[PodInfo, ...], quota: str) -> bool:
+        """Could evicting these pods still help?"""
+        return (not self.nodes_ok and self.fit.frees_what_is_missing(pods)) or (
+            not self.quota_ok and self.simulation.counts_for_job(quota)
+        )
+
+    def nodes_needed(self, quotas: AbstractSet[str]) -> AbstractSet[str] | None:
+        """Only groups with a pod on a useful node can help, unless the quota checks
+        still fail and one of ``quotas`` counts in them."""
+        if not self.quota_ok and any(self.simulation.counts_for_job(q) for q in quotas):
+            return None
+        return frozenset() if self.nodes_ok else self.fit.useful_nodes
+
+    def satisfied(self) -> bool:
+        """After a removal: does the whole job fit now, with its quota checks holding?"""
+        self.nodes_ok = self.nodes_ok or self.fit.fits()
+        self.quota_ok = self.quota_ok or self.simulation.admits()
+        return self.nodes_ok and self.quota_ok
+
+
 class _Simulation:
     """Copies of the nodes and of the quota ledger, with victim groups taken out."""
 
@@ -238,30 +266,36 @@ class _Simulation:
         self._charge(group, 1)
 
     def _charge(self, group: VictimGroup, sign: int) -> None:
-        if self.counts_for_job(group.quota) or self._guarding(group.quota):
-            for pod in group.pods:
-                self.ledger.charge(
-                    group.quota, pod.requests, preemptible=True, used=True, sign=sign
-                )
+        """Take the group's pods out of (``sign=-1``) or back into the ledger copy, if
+        anything reads its quota's usage (the job's checks, or a ``min`` guard).
 
-    def spare_idle(self, groups: list[VictimGroup]) -> list[VictimGroup]:
-        """Restore at once the groups whose eviction gained the job nothing; return the rest.
+        ``group.requests`` is the sum of its pods' requests: one charge is the same
+        as one per pod."""
+        if self.counts_for_job(group.quota) or self._guarding(group.quota):
+            self.ledger.charge(group.quota, group.requests, preemptible=True, used=True, sign=sign)
+
+    def spare_idle(self, removed: list[VictimGroup]) -> list[VictimGroup]:
+        """Restore at once the groups but the last whose eviction gained the job nothing;
+        return the other groups but the last, for the minimisation to try one by one.
 
         With one pod shape, a group whose nodes hold no more of the job than
         before any eviction, and whose quota the job's checks do not count,
         would be spared by the minimisation whatever else is put back: this
-        only saves re-checking them one by one.
+        only saves re-checking them one by one.  (Their quotas' usage is left
+        as it is: only the ``min`` checks read it, and they are over.)
         """
+        groups = removed[:-1]
         if len(self.fit.shapes) != 1:
             return groups
-        rest = []
-        for group in groups:
-            if self.counts_for_job(group.quota) or any(
-                pod.node_name is not None and self.fit.gained(pod.node_name) for pod in group.pods
-            ):
-                rest.append(group)
-            else:
-                self.fit.restore_idle(group.pods)
+        gained = self.fit.gained_nodes()
+        rest = [
+            group
+            for group in groups
+            if self.counts_for_job(group.quota)
+            or any(pod.node_name in gained for pod in group.pods)
+        ]
+        if len(rest) < len(groups):
+            self.fit.keep_removed(pod for group in (*rest, removed[-1]) for pod in group.pods)
         return rest
 
 
