@@ -11,8 +11,10 @@ jobs rejected for quota or reservation reasons are handed on through
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
@@ -62,6 +64,9 @@ class Binder(Protocol):
         ...
 
 
+#: How many recently filtered pods are remembered for binding.
+RECENT_PODS = 10_000
+
 NO_BINDER_ERROR = (
     "muster: this Muster has no Kubernetes API access to bind with; configure "
     "kube-scheduler without bindVerb, or run muster serve with --kubeconfig"
@@ -83,8 +88,14 @@ class Extender:
         self.binder = binder
         self.on_unschedulable = on_unschedulable
         self.log = log if log is not None else DecisionLog()
+        # Pods seen in filter calls, so a pod Muster binds can be counted at once.
+        self._recent: OrderedDict[str, PodInfo] = OrderedDict()
 
     def filter(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
+        self._recent[pod.key] = pod
+        self._recent.move_to_end(pod.key)
+        while len(self._recent) > RECENT_PODS:
+            self._recent.popitem(last=False)
         with self.source.reading() as snapshot:
             result = filter_nodes(snapshot, pod, nodes, as_extender=True)
         if result.quota_failures:
@@ -123,6 +134,7 @@ class Extender:
             try:
                 self.binder.bind(namespace, name, uid, node)
                 error = ""
+                self._assume_bound(key, node)
             except BindError as failure:
                 error = str(failure)
         self.log.record(
@@ -135,6 +147,14 @@ class Extender:
             ),
         )
         return error
+
+    def _assume_bound(self, key: str, node: str) -> None:
+        """Count a pod Muster just bound as running there before its informer says so,
+        as kube-scheduler assumes pods: a decision in between must not see the room free."""
+        with self.source.reading() as snapshot:
+            pod = snapshot.pods.get(key) or self._recent.get(key)
+            if pod is not None and pod.node_name is None:
+                snapshot.upsert_pod(dataclasses.replace(pod, node_name=node))
 
     def _record(self, pod: PodInfo, verb: str, outcome: str, reasons: Sequence[str] = ()) -> None:
         self.log.record(pod.key, Decision(self.clock(), verb, outcome, tuple(reasons)))

@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="serve over a fixed cluster read from these manifests (no API server)",
     )
+    server.add_argument("--kubeconfig", metavar="PATH", help="watch the cluster of this kubeconfig")
+    server.add_argument(
+        "--in-cluster", action="store_true", help="watch the cluster Muster runs in"
+    )
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=8888)
     server.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
@@ -65,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve.run(
             config=options.config,
             snapshot_files=options.snapshot,
+            kubeconfig=options.kubeconfig,
+            in_cluster=options.in_cluster,
             host=options.host,
             port=options.port,
             tls_cert=options.tls_cert,

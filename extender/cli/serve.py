@@ -1,9 +1,11 @@
 """``muster serve``: the extender over HTTP(S), on uvicorn.
 
-With ``--snapshot FILE...`` it serves over a fixed cluster read from
-manifests (the input of ``simulate``), with no API server: for trying the
-protocol, demos and tests.  TLS with ``--tls-cert``/``--tls-key``; mutual
-TLS (as kube-scheduler's ``tlsConfig`` supports) with ``--client-ca``.
+With ``--kubeconfig PATH`` (or ``--in-cluster``) it watches the live
+cluster through informers and binds through the API.  With ``--snapshot
+FILE...`` it serves over a fixed cluster read from manifests (the input of
+``simulate``), with no API server: for trying the protocol, demos and tests.
+TLS with ``--tls-cert``/``--tls-key``; mutual TLS (as kube-scheduler's
+``tlsConfig`` supports) with ``--client-ca``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import uvicorn
 from extender.cli.manifests import InputError, load_manifests
 from extender.cli.simulate import load_args_file
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
+from extender.kube.binder import KubeBinder
+from extender.kube.client import KubeClient
+from extender.kube.source import KubeSource
 from extender.service import Extender, StaticSource
 
 
@@ -24,6 +29,8 @@ def run(
     *,
     config: str | None,
     snapshot_files: Sequence[str],
+    kubeconfig: str | None = None,
+    in_cluster: bool = False,
     host: str,
     port: int,
     tls_cert: str | None,
@@ -38,22 +45,39 @@ def run(
     if client_ca is not None and tls_cert is None:
         print("muster serve: --client-ca needs --tls-cert and --tls-key", file=sys.stderr)
         return 2
-    if not snapshot_files:
+    live = kubeconfig is not None or in_cluster
+    if live == bool(snapshot_files):
         print(
-            "muster serve: no cluster to serve: pass --snapshot FILE... (the Kubernetes "
-            "adapter that watches a live cluster is not part of this version)",
+            "muster serve: say where the cluster is: --kubeconfig PATH or --in-cluster "
+            "(a live cluster), or --snapshot FILE... (a fixed one)",
             file=sys.stderr,
         )
         return 2
     try:
         args = load_args_file(config)
-        loaded = load_manifests(snapshot_files, args)
     except InputError as error:
         print(f"muster serve: {error}", file=sys.stderr)
         return 2
-    for note in loaded.notes:
-        print(f"note: {note}", file=sys.stderr)
-    app = create_app(Extender(StaticSource(loaded.snapshot)), max_body_bytes=max_body_bytes)
+    if live:
+        try:
+            client = (
+                KubeClient.in_cluster() if in_cluster else KubeClient.from_kubeconfig(kubeconfig)
+            )
+        except Exception as error:  # the kubernetes package raises several kinds
+            print(f"muster serve: cannot configure API access: {error}", file=sys.stderr)
+            return 2
+        source = KubeSource(client, args).start()
+        extender = Extender(source, binder=KubeBinder(client))
+    else:
+        try:
+            loaded = load_manifests(snapshot_files, args)
+        except InputError as error:
+            print(f"muster serve: {error}", file=sys.stderr)
+            return 2
+        for note in loaded.notes:
+            print(f"note: {note}", file=sys.stderr)
+        extender = Extender(StaticSource(loaded.snapshot))
+    app = create_app(extender, max_body_bytes=max_body_bytes)
     uvicorn.run(
         app,
         host=host,

@@ -38,6 +38,7 @@ def make_pod(
     scheduler_name: str | None = None,
     grace_seconds: int = 1,
     containers: int = 1,
+    scheduling_gates: Sequence[str] = (),
 ) -> Json:
     """A pod dict with ``containers`` identical containers, each with ``requests``
     (and limits equal to the requests for extended resources)."""
@@ -68,6 +69,8 @@ def make_pod(
         spec["priority"] = priority
     if scheduler_name:
         spec["schedulerName"] = scheduler_name
+    if scheduling_gates:
+        spec["schedulingGates"] = [{"name": gate} for gate in scheduling_gates]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -174,12 +177,27 @@ class Cluster:
     # -- teardown
 
     def cleanup(self) -> None:
-        """Force-delete this namespace's pods and delete this test's nodes."""
-        with contextlib.suppress(lc.ApiError):
-            self.rest.request("DELETE", self.pods_path(), query={"gracePeriodSeconds": 0})
+        """Force-delete this namespace's pods and quotas, and delete this test's nodes."""
+        delete_namespaced(self.rest, self.namespace)
         for node in self.nodes:
             with contextlib.suppress(lc.ApiError):
                 self.plane.delete_node(node)
+
+
+QUOTA_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
+
+
+def delete_namespaced(rest: lc.RestClient, namespace: str) -> None:
+    """Force-delete a namespace's pods, ElasticQuotas and PodGroups (namespaces themselves
+    never finish terminating here: no controller manager), so later tests do not see them."""
+    with contextlib.suppress(lc.ApiError):
+        rest.request(
+            "DELETE", f"/api/v1/namespaces/{namespace}/pods", query={"gracePeriodSeconds": 0}
+        )
+    for group in QUOTA_GROUPS:
+        for kind in ("elasticquotas", "podgroups"):
+            with contextlib.suppress(lc.ApiError):
+                rest.request("DELETE", f"/apis/{group}/v1alpha1/namespaces/{namespace}/{kind}")
 
 
 def _short(pod: Json | None) -> str:

@@ -22,30 +22,30 @@ def free_port() -> int:
 
 
 class MusterProcess:
-    """``muster serve --snapshot FILE`` on a free loopback port, log kept in a file."""
+    """``muster serve`` on a free loopback port, log kept in a file: over a fixed
+    ``snapshot`` (a list of objects), or over a live cluster (``kubeconfig``)."""
 
-    def __init__(self, snapshot: list[dict[str, Any]], workdir: Path) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        snapshot: list[dict[str, Any]] | None = None,
+        kubeconfig: Path | None = None,
+    ) -> None:
         self.workdir = workdir
-        self.snapshot_path = workdir / "muster-snapshot.json"
-        # JSON is YAML: one document holding a List, as `kubectl get -o json` prints.
-        self.snapshot_path.write_text(
-            json.dumps({"apiVersion": "v1", "kind": "List", "items": snapshot})
-        )
+        if snapshot is not None:
+            path = workdir / "muster-snapshot.json"
+            # JSON is YAML: one document holding a List, as `kubectl get -o json` prints.
+            path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": snapshot}))
+            source = ["--snapshot", str(path)]
+        else:
+            source = ["--kubeconfig", str(kubeconfig)]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "muster.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "extender.cli.main",
-                "serve",
-                "--snapshot",
-                str(self.snapshot_path),
-                "--port",
-                str(self.port),
-            ],
+            [sys.executable, "-m", "extender.cli.main", "serve", *source, "--port", str(self.port)],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -18,7 +18,7 @@ from typing import Any
 import localcluster as lc
 import pytest
 import yaml
-from e2e_support import Cluster, condition
+from e2e_support import Cluster, condition, delete_namespaced
 from muster_process import MusterProcess
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +37,7 @@ def muster(control_plane: lc.ControlPlane, tmp_path: Path) -> Iterator[StartMust
     contexts: list[Any] = []
 
     def start(snapshot: list[dict[str, Any]]) -> MusterProcess:
-        process = MusterProcess(snapshot, tmp_path)
+        process = MusterProcess(tmp_path, snapshot=snapshot)
         started.append(process)
         context = control_plane.using_extender(lc.ExtenderConfig(process.url))
         context.__enter__()
@@ -216,10 +216,8 @@ def test_scenario_clusters_build_for_real(
             timeout=30,
             what=f"{key} Unschedulable",
         )
-    for namespace in {o["metadata"]["namespace"] for o in pods}:
-        cluster.rest.request(
-            "DELETE", f"/api/v1/namespaces/{namespace}/pods", query={"gracePeriodSeconds": 0}
-        )
+    for namespace in {o["metadata"]["namespace"] for o in objects if "namespace" in o["metadata"]}:
+        delete_namespaced(cluster.rest, namespace)
     for obj in stored:
         if obj["kind"] == "PriorityClass":
             cluster.rest.request(

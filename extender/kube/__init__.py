@@ -1,0 +1,1 @@
+"""The Kubernetes front door: API access, informers feeding the snapshot, writers."""

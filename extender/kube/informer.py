@@ -1,0 +1,187 @@
+"""List-and-watch of one resource, in a thread, feeding callbacks.
+
+The client-go informer pattern, small: list (paginated) to get a consistent
+view and its ``resourceVersion``, then watch from there with bookmarks.  A
+watch that ends is resumed from the last version seen; ``410 Gone`` (the
+version fell out of the API server's window) means list again; any other
+error backs off exponentially (capped) and retries, so an API server restart
+is survived without help.  A relist diffs against what the informer holds,
+so objects deleted while it was not watching are reported deleted.
+
+A resource whose API is not installed (``404``, e.g. a CRD group the
+cluster lacks) counts as synced and empty, and is looked for again later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from extender.kube.client import ApiError, Json, KubeClient
+
+log = logging.getLogger(__name__)
+
+#: Called with ("ADDED" | "MODIFIED" | "DELETED", object), in the informer's thread.
+Handler = Callable[[str, Json], None]
+
+
+def object_key(obj: Json) -> str:
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    name = str(metadata.get("name", ""))
+    return f"{namespace}/{name}" if namespace else name
+
+
+@dataclass
+class InformerStats:
+    lists: int = 0
+    watches: int = 0
+    events: int = 0
+    errors: int = 0
+    relists_after_gone: int = 0
+    last_error: str = ""
+
+
+@dataclass
+class Informer:
+    client: KubeClient
+    path: str  # e.g. /api/v1/pods
+    handler: Handler
+    page_size: int = 500
+    watch_seconds: int = 300
+    missing_retry_seconds: float = 30.0
+    backoff_initial: float = 0.2
+    backoff_max: float = 10.0
+    stats: InformerStats = field(default_factory=InformerStats)
+
+    def __post_init__(self) -> None:
+        self.synced = threading.Event()
+        self.installed = True
+        self._store: dict[str, Json] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"informer {self.path}", daemon=True)
+
+    def start(self) -> Informer:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        backoff = self.backoff_initial
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._relist()
+                    if version is None:  # not installed
+                        self._stop.wait(self.missing_retry_seconds)
+                        continue
+                version = self._watch(version)
+                backoff = self.backoff_initial
+            except ApiError as error:
+                if error.status == 410:
+                    self.stats.relists_after_gone += 1
+                    version = None
+                    continue
+                self._failed(error)
+                if error.status == 404:
+                    version = None
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+            except (httpx.HTTPError, ValueError, OSError) as error:
+                self._failed(error)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+
+    def _failed(self, error: Exception) -> None:
+        self.stats.errors += 1
+        self.stats.last_error = f"{type(error).__name__}: {error}"
+        log.warning("informer %s: %s", self.path, self.stats.last_error)
+
+    def _relist(self) -> str | None:
+        """List everything; report what changed since the last view; return its version."""
+        items: dict[str, Json] = {}
+        params: dict[str, str] = {"limit": str(self.page_size)}
+        while True:
+            try:
+                page = self.client.request("GET", self.path, params=params)
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+                self.installed = False
+                page = {"items": [], "metadata": {}}
+                for key, obj in list(self._store.items()):
+                    del self._store[key]
+                    self._deliver("DELETED", obj)
+                self.synced.set()
+                return None
+            for obj in page.get("items") or []:
+                items[object_key(obj)] = obj
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                version = str(metadata.get("resourceVersion", ""))
+                break
+            params = {"limit": str(self.page_size), "continue": token}
+        self.installed = True
+        self.stats.lists += 1
+        for key, obj in list(self._store.items()):
+            if key not in items:
+                del self._store[key]
+                self._deliver("DELETED", obj)
+        for key, obj in items.items():
+            known = self._store.get(key)
+            if known is None or _version(known) != _version(obj):
+                self._store[key] = obj
+                self._deliver("MODIFIED" if known else "ADDED", obj)
+        self.synced.set()
+        return version
+
+    def _watch(self, version: str) -> str:
+        """Watch from ``version`` until the server closes the watch; return the last version."""
+        self.stats.watches += 1
+        params = {
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.watch_seconds),
+        }
+        with self.client.watch(self.path, params, read_timeout=self.watch_seconds + 30) as events:
+            for event in events:
+                if self._stop.is_set():
+                    break
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    raise ApiError(int(obj.get("code", 500)), str(obj.get("message", "")), obj)
+                new_version = _version(obj)
+                if new_version:
+                    version = new_version
+                if kind == "BOOKMARK":
+                    continue
+                key = object_key(obj)
+                if kind == "DELETED":
+                    self._store.pop(key, None)
+                else:
+                    self._store[key] = obj
+                self._deliver(str(kind), obj)
+        return version
+
+    def _deliver(self, kind: str, obj: Json) -> None:
+        self.stats.events += 1
+        try:
+            self.handler(kind, obj)
+        except Exception:  # a handler bug must not kill the informer
+            log.exception("informer %s: handler failed on %s %s", self.path, kind, object_key(obj))
+
+
+def _version(obj: Any) -> str:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    return str(metadata.get("resourceVersion", "")) if isinstance(metadata, dict) else ""

@@ -1,0 +1,160 @@
+"""The live cluster as a :class:`extender.service.ClusterSource`: informers feed a snapshot.
+
+Pods, Nodes, PriorityClasses, ElasticQuotas and PodGroups (both
+``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are
+installed) are listed and watched; every event is translated by the core's
+parsers and applied to one :class:`Snapshot` under a lock, which decisions
+hold while they read.  Ready once every informer has listed once.  An object
+the parsers reject is skipped and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from extender.core.config import MusterArgs
+from extender.core.objects import ManifestError, PriorityClasses, parse_node, parse_pod
+from extender.core.snapshot import Snapshot
+from extender.kube.client import Json, KubeClient
+from extender.kube.informer import Handler, Informer, object_key
+from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
+
+log = logging.getLogger(__name__)
+
+QUOTA_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
+
+
+class KubeSource:
+    def __init__(self, client: KubeClient, args: MusterArgs) -> None:
+        self.client = client
+        self.snapshot = Snapshot(args)
+        self.lock = threading.RLock()
+        self.rejected: dict[str, str] = {}  # object → why it was skipped
+        self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
+        self._priorities: dict[str, tuple[int, bool]] = {}
+        self.informers = [
+            Informer(client, "/apis/scheduling.k8s.io/v1/priorityclasses", self._on_priority),
+            Informer(client, "/api/v1/nodes", self._on_node),
+            *(
+                Informer(
+                    client, f"/apis/{group}/v1alpha1/elasticquotas", self._quota_handler(group)
+                )
+                for group in QUOTA_GROUPS
+            ),
+            *(
+                Informer(client, f"/apis/{group}/v1alpha1/podgroups", self._on_pod_group)
+                for group in QUOTA_GROUPS
+            ),
+            Informer(client, "/api/v1/pods", self._on_pod),
+        ]
+
+    def start(self) -> KubeSource:
+        for informer in self.informers:
+            informer.start()
+        return self
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def ready(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    def wait_ready(self, timeout: float) -> bool:
+        return all(informer.synced.wait(timeout) for informer in self.informers)
+
+    @contextmanager
+    def reading(self) -> Iterator[Snapshot]:
+        with self.lock:
+            yield self.snapshot
+
+    # ---- handlers (informer threads) ----------------------------------------------
+
+    def _on_node(self, kind: str, obj: Json) -> None:
+        with self.lock:
+            if kind == "DELETED":
+                self.snapshot.remove_node(object_key(obj))
+                return
+            try:
+                self.snapshot.upsert_node(parse_node(obj))
+            except ManifestError as error:
+                self._reject(obj, error)
+
+    def _on_pod(self, kind: str, obj: Json) -> None:
+        with self.lock:
+            if kind == "DELETED":
+                self.snapshot.remove_pod(object_key(obj))
+                return
+            try:
+                pod = parse_pod(obj, self._priority_classes())
+            except ManifestError as error:
+                self._reject(obj, error)
+                return
+            self.snapshot.upsert_pod(pod)
+
+    def _on_priority(self, kind: str, obj: Json) -> None:
+        with self.lock:
+            name = object_key(obj)
+            if kind == "DELETED":
+                self._priorities.pop(name, None)
+            else:
+                value = obj.get("value")
+                if isinstance(value, int):
+                    self._priorities[name] = (value, bool(obj.get("globalDefault", False)))
+
+    def _priority_classes(self) -> PriorityClasses:
+        default = next((value for value, is_default in self._priorities.values() if is_default), 0)
+        return PriorityClasses(
+            values={name: value for name, (value, _) in self._priorities.items()},
+            global_default=default,
+        )
+
+    def _quota_handler(self, group: str) -> Handler:
+        def handle(kind: str, obj: Json) -> None:
+            key = f"{group}/{object_key(obj)}"
+            with self.lock:
+                if kind == "DELETED":
+                    self._quotas.pop(key, None)
+                else:
+                    try:
+                        self._quotas[key] = parse_elastic_quota(obj)
+                    except ManifestError as error:
+                        self._reject(obj, error)
+                        self._quotas.pop(key, None)
+                self._apply_quotas()
+
+        return handle
+
+    def _apply_quotas(self) -> None:
+        """Hand the snapshot every valid quota; a duplicate name keeps the first by key."""
+        specs: dict[str, QuotaSpec] = {}
+        for key in sorted(self._quotas):
+            spec = self._quotas[key]
+            if spec.name in specs:
+                self.rejected[key] = f"duplicate quota name {spec.name!r}"
+                continue
+            specs[spec.name] = spec
+        try:
+            self.snapshot.set_quotas(specs.values())
+        except QuotaTreeError as error:
+            self.rejected[f"quota/{error.quota}"] = str(error)
+            log.warning("quota tree: %s; keeping the previous quotas", error)
+
+    def _on_pod_group(self, kind: str, obj: Json) -> None:
+        metadata = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        min_member = spec.get("minMember") if isinstance(spec, dict) else None
+        with self.lock:
+            self.snapshot.set_pod_group(
+                str(metadata.get("namespace", "default")),
+                str(metadata.get("name", "")),
+                None if kind == "DELETED" or not isinstance(min_member, int) else min_member,
+            )
+
+    def _reject(self, obj: Json, error: Exception) -> None:
+        key = f"{obj.get('kind', '?')}/{object_key(obj)}"
+        self.rejected[key] = str(error)
+        log.warning("skipping %s: %s", key, error)
