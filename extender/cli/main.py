@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from extender.cli import serve, simulate
+from extender.cli.evictor import run_evictor
 from extender.http.app import DEFAULT_MAX_BODY_BYTES
 
 
@@ -58,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_BODY_BYTES,
         help="answer 413 to larger requests (default: %(default)s)",
     )
+    evictor = commands.add_parser(
+        "evictor",
+        help="the reference soft-eviction operator",
+        description="Evict pods marked for soft eviction, through the Eviction API.",
+    )
+    evictor.add_argument("--kubeconfig", metavar="PATH", help="the cluster's kubeconfig")
+    evictor.add_argument("--in-cluster", action="store_true", help="the cluster it runs in")
     return parser
 
 
@@ -78,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             client_ca=options.client_ca,
             max_body_bytes=options.max_body_bytes,
         )
+    if options.command == "evictor":
+        return run_evictor(kubeconfig=options.kubeconfig, in_cluster=options.in_cluster)
     raise AssertionError(options.command)  # argparse rejects unknown commands
 
 

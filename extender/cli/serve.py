@@ -18,10 +18,13 @@ import uvicorn
 
 from extender.cli.manifests import InputError, load_manifests
 from extender.cli.simulate import load_args_file
+from extender.core.decisions import DecisionLog
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
+from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
+from extender.kube.writer import ClusterWriter
 from extender.service import Extender, StaticSource
 
 
@@ -66,8 +69,15 @@ def run(
         except Exception as error:  # the kubernetes package raises several kinds
             print(f"muster serve: cannot configure API access: {error}", file=sys.stderr)
             return 2
-        source = KubeSource(client, args).start()
-        extender = Extender(source, binder=KubeBinder(client))
+        source = KubeSource(client, args)
+        decisions = DecisionLog()
+        postfilter = PostFilterLoop(source, ClusterWriter(client), decisions)
+        source.on_unschedulable = postfilter.request
+        extender = Extender(
+            source, binder=KubeBinder(client), on_unschedulable=postfilter.request, log=decisions
+        )
+        source.start()
+        postfilter.start()
     else:
         try:
             loaded = load_manifests(snapshot_files, args)

@@ -52,6 +52,7 @@ class Informer:
     client: KubeClient
     path: str  # e.g. /api/v1/pods
     handler: Handler
+    label_selector: str = ""
     page_size: int = 500
     watch_seconds: int = 300
     missing_retry_seconds: float = 30.0
@@ -109,7 +110,8 @@ class Informer:
     def _relist(self) -> str | None:
         """List everything; report what changed since the last view; return its version."""
         items: dict[str, Json] = {}
-        params: dict[str, str] = {"limit": str(self.page_size)}
+        selector = {"labelSelector": self.label_selector} if self.label_selector else {}
+        params: dict[str, str] = {"limit": str(self.page_size), **selector}
         while True:
             try:
                 page = self.client.request("GET", self.path, params=params)
@@ -130,7 +132,7 @@ class Informer:
             if not token:
                 version = str(metadata.get("resourceVersion", ""))
                 break
-            params = {"limit": str(self.page_size), "continue": token}
+            params = {"limit": str(self.page_size), "continue": token, **selector}
         self.installed = True
         self.stats.lists += 1
         for key, obj in list(self._store.items()):
@@ -153,6 +155,8 @@ class Informer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(self.watch_seconds),
         }
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
         with self.client.watch(self.path, params, read_timeout=self.watch_seconds + 30) as events:
             for event in events:
                 if self._stop.is_set():

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from extender.core import keys
 from extender.core.config import MusterArgs
-from extender.core.objects import ManifestError, PriorityClasses, parse_node, parse_pod
-from extender.core.snapshot import Snapshot
+from extender.core.objects import ManifestError, PodInfo, PriorityClasses, parse_node, parse_pod
+from extender.core.snapshot import Reservation, Snapshot
 from extender.kube.client import Json, KubeClient
 from extender.kube.informer import Handler, Informer, object_key
+from extender.kube.reservations import parse_persisted
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,8 @@ class KubeSource:
         self.rejected: dict[str, str] = {}  # object → why it was skipped
         self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
         self._priorities: dict[str, tuple[int, bool]] = {}
+        #: Called with (job, reason) when a pod turns PodScheduled=False/Unschedulable.
+        self.on_unschedulable: Callable[[str, str], None] | None = None
         self.informers = [
             Informer(client, "/apis/scheduling.k8s.io/v1/priorityclasses", self._on_priority),
             Informer(client, "/api/v1/nodes", self._on_node),
@@ -94,6 +98,37 @@ class KubeSource:
                 self._reject(obj, error)
                 return
             self.snapshot.upsert_pod(pod)
+            if pod.node_name is None and not pod.finished:
+                self._restore_reservation(pod)
+        if pod.node_name is None and self.on_unschedulable is not None:
+            reason = _unschedulable_reason(obj)
+            if reason is not None:
+                self.on_unschedulable(pod.job, reason)
+
+    def _restore_reservation(self, pod: PodInfo) -> None:
+        """Rebuild an in-flight reservation from the annotation on a pending pod."""
+        text = pod.annotations.get(keys.RESERVATION_ANNOTATION)
+        persisted = parse_persisted(text) if text else None
+        if persisted is None or persisted.job != pod.job:
+            return
+        known = self.snapshot.reservations.get(pod.job)
+        if known is not None and known.placements.get(pod.key) == persisted.node:
+            return
+        quota = self.snapshot.quota_name(pod)
+        if quota is None:
+            return
+        placements = dict(known.placements) if known is not None else {}
+        placements[pod.key] = persisted.node
+        self.snapshot.add_reservation(
+            Reservation(
+                job=pod.job,
+                quota=quota,
+                placements=placements,
+                victims=persisted.victims,
+                created=persisted.created,
+                expires=persisted.expires,
+            )
+        )
 
     def _on_priority(self, kind: str, obj: Json) -> None:
         with self.lock:
@@ -158,3 +193,14 @@ class KubeSource:
         key = f"{obj.get('kind', '?')}/{object_key(obj)}"
         self.rejected[key] = str(error)
         log.warning("skipping %s: %s", key, error)
+
+
+def _unschedulable_reason(obj: Json) -> str | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return str(condition.get("message", ""))
+    return None

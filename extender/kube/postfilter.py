@@ -1,0 +1,163 @@
+"""The PostFilter loop: job-level preemption acting on the live cluster.
+
+kube-scheduler cannot be made to preempt for quota reasons, and does not
+even call an extender when its own filters reject every node, so Muster runs
+its PostFilter itself.  Jobs come in from the filter's quota and reservation
+rejections (:meth:`PostFilterLoop.request`) and from pods whose
+``PodScheduled`` condition turns ``False/Unschedulable`` (the pod informer);
+requests are debounced per job, then the planner decides on the snapshot.
+
+A committed plan holds its room in memory first (so the very next filter
+keeps other pods off it), then is written to the cluster: victims get the
+soft-eviction label and annotation, a ``DisruptionTarget`` condition and a
+``Preempted`` event (or are evicted at once with
+``podShouldBeDeletedWhenPreempted``); the preemptor's pods get the
+reservation as an annotation and ``status.nominatedNodeName``, which also
+makes kube-scheduler retry them.  Reservations that time out are released.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from extender.core.decisions import Decision, DecisionLog
+from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.kube.client import ApiError
+from extender.kube.reservations import persisted_reservation
+from extender.kube.source import KubeSource
+from extender.kube.writer import ClusterWriter
+
+log = logging.getLogger(__name__)
+
+
+class PostFilterLoop:
+    def __init__(
+        self,
+        source: KubeSource,
+        writer: ClusterWriter,
+        decisions: DecisionLog,
+        *,
+        clock: Callable[[], float] = time.time,
+        debounce_seconds: float = 0.5,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.source = source
+        self.writer = writer
+        self.decisions = decisions
+        self.clock = clock
+        self.debounce_seconds = debounce_seconds
+        self.is_leader = is_leader
+        self._due: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="postfilter", daemon=True)
+        self.committed = 0
+        self.refused = 0
+
+    def start(self) -> PostFilterLoop:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(5)
+
+    def request(self, job: str, reason: str = "") -> None:
+        """Ask for a preemption decision about ``job`` (debounced)."""
+        with self._lock:
+            self._due.setdefault(job, self.clock() + self.debounce_seconds)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.5)
+            self._wake.clear()
+            if not self.source.ready() or not self.is_leader():
+                continue
+            now = self.clock()
+            self._expire(now)
+            with self._lock:
+                due = sorted(job for job, at in self._due.items() if at <= now)
+                for job in due:
+                    del self._due[job]
+            for job in due:
+                try:
+                    self.decide(job, now)
+                except Exception:  # one job's failure must not stop the loop
+                    log.exception("postfilter: deciding %s failed", job)
+            with self._lock:
+                if self._due and min(self._due.values()) <= self.clock():
+                    self._wake.set()
+
+    def _expire(self, now: float) -> None:
+        with self.source.reading() as snapshot:
+            expired = snapshot.expire_reservations(now)
+            pods = [
+                snapshot.pods[key]
+                for reservation in expired
+                for key in reservation.placements
+                if key in snapshot.pods
+            ]
+        for pod in pods:
+            try:
+                self.writer.release_room(pod)
+            except ApiError as error:
+                log.info("releasing %s: %s", pod.key, error)
+
+    def decide(self, job: str, now: float) -> PreemptionPlan | None:
+        """Plan for ``job``; on a plan, hold its room and write it to the cluster."""
+        with self.source.reading() as snapshot:
+            decision = plan_job_preemption(snapshot, job, now)
+            if not isinstance(decision, PreemptionPlan):
+                pending = [p.key for p in snapshot.job_pods(job) if p.node_name is None]
+            else:
+                timeout = snapshot.args.reservation_timeout_seconds
+                reservation = decision.reservation(now, timeout)
+                snapshot.add_reservation(reservation)
+                delete_now = snapshot.args.pod_should_be_deleted_when_preempted
+                preemptor_pods = [snapshot.pods[key] for key in decision.placements]
+        if not isinstance(decision, PreemptionPlan):
+            self.refused += 1
+            for key in pending:
+                self.decisions.record(
+                    key, Decision(now, "postfilter", "no preemption", decision.reasons)
+                )
+            return None
+        self.committed += 1
+        log.info("preempting for %s: %d victims", job, len(decision.victims))
+        for victim in decision.victims:
+            try:
+                if delete_now:
+                    self.writer.evict(victim.pod.namespace, victim.pod.name, victim.pod.uid, None)
+                else:
+                    self.writer.mark_victim(
+                        victim.pod, preemptor=job, reason=victim.reason, grace_seconds=None
+                    )
+            except ApiError as error:
+                # Gone or replaced already: its room is free either way.
+                log.info("victim %s: %s", victim.pod.key, error)
+        persisted = persisted_reservation(reservation)
+        for pod in preemptor_pods:
+            node = decision.placements[pod.key]
+            try:
+                self.writer.hold_room(pod, node, persisted | {"node": node})
+            except ApiError as error:
+                log.info("reservation of %s: %s", pod.key, error)
+            self.decisions.record(
+                pod.key,
+                Decision(
+                    now,
+                    "postfilter",
+                    f"preempting: {len(decision.victims)} victims, room held on {node}",
+                    tuple(f"{v.pod.key}: {v.reason}" for v in decision.victims),
+                ),
+            )
+        if preemptor_pods:
+            victims = ", ".join(v.pod.key for v in decision.victims)
+            self.writer.event(preemptor_pods[0], "Preempting", f"Job {job} preempts {victims}")
+        return decision

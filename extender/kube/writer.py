@@ -1,0 +1,192 @@
+"""Writing decisions to the cluster: soft-eviction marks, reservations, events, evictions.
+
+Every write is a merge patch (or a create) that carries the pod's UID as a
+precondition, so a pod that was deleted and re-created under the same name
+is never touched by a decision about its predecessor, and retried writes are
+idempotent.  Transient failures (connection errors, 429, 5xx) are retried
+with capped exponential backoff; anything else is raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+
+from extender.core import keys
+from extender.core.objects import PodInfo, format_time
+from extender.kube.client import ApiError, Json, KubeClient
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+COMPONENT = "muster"
+
+
+class ClusterWriter:
+    def __init__(
+        self,
+        client: KubeClient,
+        clock: Callable[[], float] = time.time,
+        attempts: int = 5,
+        backoff: float = 0.2,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.attempts = attempts
+        self.backoff = backoff
+
+    def retrying(self, action: Callable[[], _T]) -> _T:
+        """Run ``action``, retrying transient failures with backoff."""
+        delay = self.backoff
+        for attempt in range(self.attempts):
+            try:
+                return action()
+            except ApiError as error:
+                if error.status not in (429, 500, 502, 503, 504) or attempt == self.attempts - 1:
+                    raise
+            except httpx.TransportError:
+                if attempt == self.attempts - 1:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")
+
+    def mark_victim(
+        self, pod: PodInfo, *, preemptor: str, reason: str, grace_seconds: int | None
+    ) -> None:
+        """Label and annotate a victim for soft eviction, set ``DisruptionTarget``, emit
+        a ``Preempted`` event."""
+        now = format_time(self.clock())
+        mark = {
+            "timestamp": now,
+            "initiator": COMPONENT,
+            "reason": reason,
+            "preemptor": preemptor,
+            "deleteOptions": {"gracePeriodSeconds": grace_seconds},
+        }
+        path = _pod_path(pod)
+        self.retrying(
+            lambda: self.client.request(
+                "PATCH",
+                path,
+                {
+                    "metadata": {
+                        "uid": pod.uid,
+                        "labels": {keys.SOFT_EVICTION_KEY: "true"},
+                        "annotations": {keys.SOFT_EVICTION_KEY: json.dumps(mark)},
+                    }
+                },
+                content_type=MERGE_PATCH,
+            )
+        )
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"{COMPONENT}: preempted by job {preemptor}: {reason}",
+            "lastTransitionTime": now,
+        }
+        self.retrying(
+            lambda: self.client.request(
+                "PATCH",
+                f"{path}/status",
+                {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}},
+                content_type=STRATEGIC_PATCH,
+            )
+        )
+        self.event(pod, "Preempted", f"Marked for eviction by job {preemptor}: {reason}")
+
+    def hold_room(self, pod: PodInfo, node: str, reservation: Json) -> None:
+        """Persist a pod's reservation: an annotation, and ``status.nominatedNodeName``."""
+        path = _pod_path(pod)
+        self.retrying(
+            lambda: self.client.request(
+                "PATCH",
+                path,
+                {
+                    "metadata": {
+                        "uid": pod.uid,
+                        "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(reservation)},
+                    }
+                },
+                content_type=MERGE_PATCH,
+            )
+        )
+        self.retrying(
+            lambda: self.client.request(
+                "PATCH",
+                f"{path}/status",
+                {"metadata": {"uid": pod.uid}, "status": {"nominatedNodeName": node}},
+                content_type=MERGE_PATCH,
+            )
+        )
+
+    def release_room(self, pod: PodInfo) -> None:
+        """Drop a pod's persisted reservation (expired, or the job went away)."""
+        self.retrying(
+            lambda: self.client.request(
+                "PATCH",
+                _pod_path(pod),
+                {"metadata": {"uid": pod.uid, "annotations": {keys.RESERVATION_ANNOTATION: None}}},
+                content_type=MERGE_PATCH,
+            )
+        )
+
+    def evict(self, namespace: str, name: str, uid: str, grace_seconds: int | None) -> None:
+        """Evict through the Eviction API (PodDisruptionBudgets apply: 429 is retried)."""
+        delete_options: dict[str, Any] = {"preconditions": {"uid": uid}}
+        if grace_seconds is not None:
+            delete_options["gracePeriodSeconds"] = grace_seconds
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": delete_options,
+        }
+        self.retrying(
+            lambda: self.client.request(
+                "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body
+            )
+        )
+
+    def event(self, pod: PodInfo, reason: str, message: str, kind: str = "Normal") -> None:
+        """Record an Event on a pod (best effort: a lost event is logged, not raised)."""
+        now = format_time(self.clock())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "uid": pod.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": COMPONENT},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.retrying(
+                lambda: self.client.request(
+                    "POST", f"/api/v1/namespaces/{pod.namespace}/events", body
+                )
+            )
+        except (ApiError, httpx.HTTPError) as error:
+            log.warning("event %s on %s lost: %s", reason, pod.key, error)
+
+
+def _pod_path(pod: PodInfo) -> str:
+    return f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"

@@ -1,0 +1,174 @@
+"""The shared scenarios' preemption stories, played on the real control plane.
+
+Muster watches the cluster (``serve --kubeconfig``) as kube-scheduler's
+extender; the reference evictor (``muster evictor``) consumes the
+soft-eviction marks; the harness plays the kubelet.  A gang that needs
+preemption gets exactly the victims the planner picks, every pod of it binds,
+and nothing else is evicted; a gang that cannot fit whole evicts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import localcluster as lc
+import pytest
+from e2e_support import Cluster, condition, delete_namespaced, make_pod
+from muster_process import ROOT, MusterProcess
+from test_muster_extender import GPU, create_quota
+
+pytestmark = pytest.mark.e2e
+
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
+PREEMPTIBLE = {"quota.scheduling.koordinator.sh/preemptible": "true"}
+TRAINER = {
+    "quota.scheduling.koordinator.sh/preemptible": "false",
+    "quota.scheduling.koordinator.sh/can-preempt": "true",
+}
+
+
+@pytest.fixture
+def muster_and_evictor(control_plane: lc.ControlPlane, tmp_path: Path) -> Iterator[MusterProcess]:
+    muster = MusterProcess(tmp_path, kubeconfig=control_plane.kubeconfig)
+    log = (tmp_path / "evictor.log").open("wb")
+    evictor = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "extender.cli.main",
+            "evictor",
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        with control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)):
+            yield muster
+    finally:
+        evictor.terminate()
+        evictor.wait(10)
+        log.close()
+        muster.stop()
+
+
+class Teams:
+    """Two team namespaces with their quotas, inside one test."""
+
+    def __init__(self, cluster: Cluster, a: dict[str, Any], b: dict[str, Any]) -> None:
+        self.cluster = cluster
+        self.a = f"{cluster.namespace}-a"
+        self.b = f"{cluster.namespace}-b"
+        for namespace, spec in ((self.a, a), (self.b, b)):
+            cluster.plane.create_namespace(namespace)
+            create_quota(cluster, namespace, namespace, spec)
+
+    def create(self, namespace: str, name: str, **kwargs: Any) -> None:
+        self.cluster.rest.request(
+            "POST", f"/api/v1/namespaces/{namespace}/pods", make_pod(name, **kwargs)
+        )
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.cluster.rest.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except lc.ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def wait(self, namespace: str, name: str, phase: str, timeout: float = 60) -> None:
+        lc.wait_until(
+            lambda: (
+                (self.get(namespace, name) or {}).get("status", {}).get("phase") == phase or None
+            ),
+            timeout=timeout,
+            what=f"{namespace}/{name} {phase}",
+        )
+
+    def events(self, namespace: str, reason: str) -> list[dict[str, Any]]:
+        items = self.cluster.rest.request("GET", f"/api/v1/namespaces/{namespace}/events")
+        return [e for e in items.get("items", []) if e.get("reason") == reason]
+
+    def cleanup(self) -> None:
+        for namespace in (self.a, self.b):
+            delete_namespaced(self.cluster.rest, namespace)
+
+
+def fill_with_borrowers(teams: Teams, count: int) -> None:
+    """Team B borrows every node with one 8-GPU preemptible pod each, started in order."""
+    for i in range(count):
+        teams.create(teams.b, f"b-{i}", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE)
+        teams.wait(teams.b, f"b-{i}", "Running")
+
+
+def test_gang_fits_after_eviction(cluster: Cluster, muster_and_evictor: MusterProcess) -> None:
+    for i in range(4):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        fill_with_borrowers(teams, 4)
+        for i in range(2):
+            labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+            teams.create(teams.a, f"train-{i}", requests={"cpu": "4", GPU: 8}, labels=labels)
+        # the two most recently started borrowers are evicted, and only they
+        for name in ("b-3", "b-2"):
+            lc.wait_until(
+                lambda name=name: teams.get(teams.b, name) is None or None,
+                timeout=60,
+                what=f"{name} evicted",
+            )
+        for i in range(2):
+            teams.wait(teams.a, f"train-{i}", "Running", timeout=60)
+        for name in ("b-0", "b-1"):
+            pod = teams.get(teams.b, name)
+            assert pod is not None and pod["status"]["phase"] == "Running"
+            assert SOFT_EVICTION not in pod["metadata"].get("labels", {})
+        preempted = teams.events(teams.b, "Preempted")
+        assert sorted(e["involvedObject"]["name"] for e in preempted) == ["b-2", "b-3"]
+        assert f"job {teams.a}/train" in preempted[0]["message"]
+        preempting = teams.events(teams.a, "Preempting")
+        assert len(preempting) == 1 and "b-2" in preempting[0]["message"]
+        explained = muster_and_evictor.debug(f"pods/{teams.a}/train-0")
+        assert any(d["verb"] == "postfilter" for d in explained["decisions"])
+    finally:
+        teams.cleanup()
+
+
+def test_no_partial_eviction(cluster: Cluster, muster_and_evictor: MusterProcess) -> None:
+    for i in range(2):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "24"}, "max": {GPU: "24"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
+    )
+    try:
+        fill_with_borrowers(teams, 2)
+        for i in range(3):
+            labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "big"}
+            teams.create(teams.a, f"big-{i}", requests={GPU: 8}, labels=labels)
+
+        # Muster looks, refuses, and says why; nothing is marked.
+        def refused() -> bool | None:
+            decisions = muster_and_evictor.debug(f"pods/{teams.a}/big-0").get("decisions", [])
+            return any(d["outcome"] == "no preemption" for d in decisions) or None
+
+        lc.wait_until(refused, timeout=60, what="Muster to refuse the preemption")
+        decisions = muster_and_evictor.debug(f"pods/{teams.a}/big-0")["decisions"]
+        reasons = json.dumps([d["reasons"] for d in decisions if d["verb"] == "postfilter"])
+        assert "room for 2 of its 3 unplaced pods" in reasons
+        for name in ("b-0", "b-1"):
+            pod = teams.get(teams.b, name)
+            assert pod is not None and pod["status"]["phase"] == "Running"
+            assert SOFT_EVICTION not in pod["metadata"].get("labels", {})
+            assert condition(pod, "DisruptionTarget") is None
+        assert teams.events(teams.b, "Preempted") == []
+    finally:
+        teams.cleanup()
