@@ -74,7 +74,8 @@ class QuotaLedger:
         add_into(entry.used, requests, sign)
         if not preemptible:
             add_into(entry.np_used, requests, sign)
-        for name in (quota, *self.tree.ancestors(quota)):
+        add_into(entry.subtree_used, requests, sign)
+        for name in self.tree.ancestors(quota):
             add_into(self.usage[name].subtree_used, requests, sign)
 
     def overlay(self) -> QuotaLedger:
@@ -83,7 +84,11 @@ class QuotaLedger:
 
 
 class _Overlay(QuotaLedger):
-    """Copy-on-write: entries are copied the first time a charge touches them."""
+    """Copy-on-write: entries are copied the first time a charge touches them.
+
+    A charge touches a quota and its ancestors, so a quota's entry is owned only
+    with its ancestors' (``_owned`` is closed upwards).
+    """
 
     def __init__(self, tree: QuotaTree, usage: Mapping[str, QuotaUsage]) -> None:
         super().__init__(tree, usage)
@@ -98,8 +103,9 @@ class _Overlay(QuotaLedger):
         used: bool,
         sign: int = 1,
     ) -> None:
-        for name in (quota, *self.tree.ancestors(quota)):
-            if name not in self._owned:
-                self.usage[name] = self.usage[name].copy()
-                self._owned.add(name)
+        if quota not in self._owned:
+            for name in (quota, *self.tree.ancestors(quota)):
+                if name not in self._owned:
+                    self.usage[name] = self.usage[name].copy()
+                    self._owned.add(name)
         super().charge(quota, requests, preemptible=preemptible, used=used, sign=sign)

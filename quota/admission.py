@@ -128,6 +128,14 @@ def min_violation(
     for quota in quotas:
         spec = ledger.tree[quota]
         usage = ledger[quota].subtree_used
+        # First the common case, "no", looking only at the resources with a min ...
+        for name, bound in spec.min.items():
+            amount = requests.get(name, 0)
+            if bound > 0 and amount > 0 and usage.get(name, 0) - amount < bound:
+                break
+        else:
+            continue
+        # ... then the first resource of the request that breaks it, for the message.
         for name, amount in requests.items():
             bound = spec.min.get(name, 0)
             if amount > 0 and bound > 0 and usage.get(name, 0) - amount < bound:

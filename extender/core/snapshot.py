@@ -45,10 +45,15 @@ class Reservation:
     expires: float
 
 
+#: Where a victim unit's pods run and what they ask for: ``(node, resources)`` when the
+#: unit is all of its job's pods and they run on one node (a lone pod, usually), with the
+#: resources they request a positive amount of; else :data:`SCATTERED`.
+UnitPlace = tuple[str, frozenset[str]]
+SCATTERED: UnitPlace = ("", frozenset())
+
 #: A victim unit in preemption order: ``(highest priority, -latest start, job, quota,
-#: node)``; ``node`` is where all its pods run when they are all the job's pods and run on
-#: one node (a lone pod, usually), else ``""``.
-UnitEntry = tuple[int, float, str, str, str]
+#: place)``.
+UnitEntry = tuple[int, float, str, str, UnitPlace]
 
 
 class UnknownQuotaError(LookupError):
@@ -82,6 +87,8 @@ class Snapshot:
         self._all_units: list[UnitEntry] = []
         self._unit_of: dict[str, UnitEntry] = {}  # job → its entry
         self._unit_pods: dict[str, tuple[PodInfo, ...]] = {}  # job → the unit's pods
+        # The resource sets of the units' places → (that set, shared by them; how many).
+        self._unit_resources: dict[frozenset[str], tuple[frozenset[str], int]] = {}
         self._reserved_pod: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
         #: Memo for planners: facts derived from nodes only; cleared when nodes change.
         self.node_cache: dict[object, object] = {}
@@ -130,6 +137,7 @@ class Snapshot:
         self._all_units = []
         self._unit_of = {}
         self._unit_pods = {}
+        self._unit_resources = {}
         for pod in self.pods.values():
             self._index(pod)
 
@@ -258,8 +266,8 @@ class Snapshot:
     def victim_units(self, quota: str | None = None) -> Sequence[UnitEntry]:
         """The quota's victim units (every quota's with ``None``), lowest priority then
         most recently started first: ``(highest priority, -latest start, job, quota,
-        node)`` over the running preemptible pods of each job (one pod, or a gang's);
-        ``node`` is that of a unit that is its whole job on one node, else ``""``.
+        place)`` over the running preemptible pods of each job (one pod, or a gang's);
+        see :data:`UnitPlace`.
 
         A job has one unit, so the list of all quotas is in the order a merge of the
         per-quota lists gives.
@@ -272,55 +280,21 @@ class Snapshot:
         """Job → the pods of its victim unit (running, preemptible), by key."""
         return self._unit_pods
 
-    def copies_that_fit_on(
-        self, nodes: Iterable[str], needs: Sequence[tuple[str, int]], limit: int
-    ) -> tuple[dict[str, int], set[str]]:
-        """How many copies of a request fit on each of ``nodes``, and where eviction helps.
+    def victim_unit_resources(self) -> Collection[frozenset[str]]:
+        """The resource sets in the places of the victim units (see :data:`UnitPlace`)."""
+        return self._unit_resources.keys()
 
-        ``needs`` are the request's positive amounts, scarcest first (the answer
-        does not depend on their order, only the time taken).  Returns the copies
-        (at most ``limit``) that fit in each node's free room (:meth:`free_on`),
-        for the nodes where any do, and the nodes where more would fit with every
-        preemptible pod bound to them gone (:meth:`preemptible_on`): the same
-        numbers as :func:`~extender.core.resources.copies_that_fit` over those
-        lists, without building them.
-        """
-        all_nodes = self.nodes
-        requested = self._node_requested
-        reserved = self._node_reserved
-        preemptible = self._node_preemptible
-        nothing: Mapping[str, int] = {}
-        copies: dict[str, int] = {}
-        better: set[str] = set()
-        for node in nodes:
-            allocatable = all_nodes[node].allocatable
-            used = requested.get(node, nothing)
-            held = reserved.get(node)
-            now = limit
-            for name, amount in needs:
-                free = allocatable.get(name, 0) - used.get(name, 0)
-                if held:
-                    free -= sum(room.get(name, 0) for room in held.values())
-                if free < amount:
-                    now = 0
-                    break
-                now = min(now, free // amount)
-            if now:
-                copies[node] = now
-            if now == limit:
-                continue
-            # More copies with the preemptible pods gone only if every resource has room
-            # for more.
-            evictable = preemptible.get(node, nothing)
-            for name, amount in needs:
-                free = allocatable.get(name, 0) - used.get(name, 0) + evictable.get(name, 0)
-                if held:
-                    free -= sum(room.get(name, 0) for room in held.values())
-                if free // amount <= now:
-                    break
-            else:
-                better.add(node)
-        return copies, better
+    def node_totals(
+        self,
+    ) -> tuple[
+        Mapping[str, Mapping[str, int]],
+        Mapping[str, Mapping[str, Mapping[str, int]]],
+        Mapping[str, Mapping[str, int]],
+    ]:
+        """The running totals behind :meth:`free_on` and :meth:`preemptible_on`, for a
+        decision that reads every node: node → requested resources, node → room held
+        by reserved pod, node → requests of preemptible pods (read-only)."""
+        return self._node_requested, self._node_reserved, self._node_preemptible
 
     def running_preemptible(self, quota: str) -> Iterable[str]:
         """Keys of the quota's bound, preemptible pods (candidates before policy)."""
@@ -416,6 +390,13 @@ class Snapshot:
             del units[bisect.bisect_left(units, old)]
             del self._all_units[bisect.bisect_left(self._all_units, old)]
             del self._unit_pods[job]
+            resources = old[4][1]
+            if resources:
+                shared, count = self._unit_resources[resources]
+                if count == 1:
+                    del self._unit_resources[resources]
+                else:
+                    self._unit_resources[resources] = (shared, count - 1)
         members = sorted(
             key
             for key in self._jobs.get(job, ())
@@ -427,14 +408,26 @@ class Snapshot:
         if not members:
             return
         pods = [self.pods[key] for key in members]
+        place = SCATTERED
         node = pods[0].node_name
-        whole = len(members) == len(self._jobs[job])
+        if (
+            node is not None
+            and len(members) == len(self._jobs[job])
+            and all(pod.node_name == node for pod in pods)
+        ):
+            resources = frozenset(
+                name for pod in pods for name, amount in pod.requests.items() if amount > 0
+            )
+            if resources:
+                resources, count = self._unit_resources.get(resources, (resources, 0))
+                self._unit_resources[resources] = (resources, count + 1)
+                place = (node, resources)
         entry = (
             max(pod.priority for pod in pods),
             -max(pod.start_or_created for pod in pods),
             job,
             self._pod_quota[members[0]],
-            node if whole and node is not None and all(p.node_name == node for p in pods) else "",
+            place,
         )
         bisect.insort(self._units.setdefault(entry[3], []), entry)
         bisect.insort(self._all_units, entry)

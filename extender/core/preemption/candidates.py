@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
@@ -36,12 +36,12 @@ from typing import Protocol
 
 from extender.core.objects import PodInfo
 from extender.core.resources import add_into
-from extender.core.snapshot import Snapshot, UnitEntry
+from extender.core.snapshot import SCATTERED, Snapshot, UnitEntry, UnitPlace
 from quota.admission import is_borrowing
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
 
 _priority = itemgetter(0)  # of a unit entry
-_node = itemgetter(4)
+_place = itemgetter(4)
 
 
 class Rule(Enum):
@@ -117,10 +117,10 @@ class Wanted(Protocol):
         """
         ...
 
-    def nodes_needed(self, quotas: AbstractSet[str]) -> AbstractSet[str] | None:
-        """Nodes one of a group's pods must run on for the planner to want it, if the
-        group is of one of ``quotas``, for the rest of the walk; ``None`` if any node
-        may do."""
+    def lacking(self, quotas: AbstractSet[str]) -> Mapping[str, AbstractSet[str]] | None:
+        """Node → resources: for the rest of the walk, a group of one of ``quotas`` can
+        be wanted only if one of its pods runs on one of these nodes and asks for one
+        of its resources; ``None`` if any group may be."""
         ...
 
 
@@ -136,10 +136,12 @@ def find_victim_groups(
     never touches the rest.  ``wanted`` is asked before the policy checks.
 
     Most units cannot help (their pods run on nodes that could not gain the job
-    anything), so two cheap tests come first: units that are their whole job on
-    one node not in ``wanted.nodes_needed`` are passed over without a look at
-    their pods, and a unit that is its whole job is asked about (the group can
-    only hold some of its pods) before the group is built.
+    anything, or ask for nothing such a node lacks), so two cheap tests come
+    first: units that are their whole job on one node (see
+    :data:`~extender.core.snapshot.UnitPlace`) are passed over, at C speed,
+    unless ``wanted.lacking`` names their node and one of their resources; and
+    a unit that is its whole job is asked about (a group holds some of its
+    pods) before the group is built.
     """
     policy = snapshot.tree[preemptor.quota].policy
     phases: list[tuple[Sequence[UnitEntry], AbstractSet[str], _Admission]] = []
@@ -158,30 +160,41 @@ def find_victim_groups(
         phases.append((snapshot.victim_units(preemptor.quota), {preemptor.quota}, own))
     promised = {key for r in snapshot.reservations.values() for key in r.victims}
     unit_pods = snapshot.victim_unit_pods()
+    own_quota = preemptor.quota
     for units, quotas, admission in phases:
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
         end = bisect.bisect_right(units, last, key=_priority)
         entries: Iterator[UnitEntry] = itertools.islice(units, end)
-        nodes = wanted.nodes_needed(quotas)
-        if nodes is not None:  # filtered at C speed: "" marks units that must be looked at
-            screen = {"", *nodes}
+        lacking = wanted.lacking(quotas)
+        if lacking is not None:  # pass over the units that cannot help, at C speed
+            screen = _places_wanted(lacking, snapshot.victim_unit_resources())
             entries = itertools.compress(
-                entries, map(screen.__contains__, map(_node, itertools.islice(units, end)))
+                entries, map(screen.__contains__, map(_place, itertools.islice(units, end)))
             )
-        for priority, negative_start, job, quota, _where in entries:
+        for priority, negative_start, job, quota, place in entries:
             if quota not in quotas or job == preemptor.job:
                 continue
             unit = unit_pods[job]
-            keys = snapshot.job_members(job)
-            if len(keys) == len(unit) and not wanted(unit, quota):
+            # A placed unit is all of its job's pods (see UnitPlace).
+            size = len(unit) if place[0] else len(snapshot.job_members(job))
+            if size == len(unit) and not wanted(unit, quota):
                 continue
             members: tuple[PodInfo, ...]
-            if len(keys) == 1:  # the common case, kept cheap: the unit is that one pod
+            requests: Mapping[str, int]
+            if size == 1:  # the common case, kept cheap: the unit is that one pod
                 only = unit[0]
                 if only.soft_evicted or only.terminating or only.key in promised:
                     continue
                 members = unit
+                requests = only.requests
+                # It is preemptible (the unit index holds no other); its priority is the
+                # unit's.
+                rule = (
+                    admission[1]
+                    if priority <= ceiling
+                    else _allowed(snapshot, members, admission, check_preemptible=False)
+                )
             else:
                 members = tuple(
                     member
@@ -194,28 +207,37 @@ def find_victim_groups(
                 )
                 if not members or not wanted(members, quota):
                     continue
-            # A single pod is preemptible (the unit index holds no other); a gang's pods
-            # may not all be.
-            rule = _allowed(snapshot, members, admission, check_preemptible=len(keys) > 1)
+                # A gang's pods may not all be preemptible.
+                rule = _allowed(snapshot, members, admission, check_preemptible=True)
+                if len(members) == 1:
+                    requests = members[0].requests
+                else:
+                    total: dict[str, int] = {}
+                    for member in members:
+                        add_into(total, member.requests)
+                    requests = total
             if rule is None:
                 continue
-            if len(members) == 1:
-                requests: Mapping[str, int] = members[0].requests
-            else:
-                total: dict[str, int] = {}
-                for member in members:
-                    add_into(total, member.requests)
-                requests = total
             yield VictimGroup(
-                job=job,
-                quota=quota,
-                pods=members,
-                requests=requests,
-                priority=priority,
-                started=-negative_start,
-                other_quota=quota != preemptor.quota,
-                rule=rule,
+                job, quota, members, requests, priority, -negative_start, quota != own_quota, rule
             )
+
+
+def _places_wanted(
+    lacking: Mapping[str, AbstractSet[str]], resource_sets: Iterable[frozenset[str]]
+) -> set[UnitPlace]:
+    """The unit places (see :data:`~extender.core.snapshot.UnitPlace`) of units that may
+    be wanted: on a node of ``lacking`` and asking for one of its resources; or
+    scattered, to be looked at."""
+    places = {SCATTERED}
+    asking: dict[frozenset[str], list[frozenset[str]]] = {}
+    for node, resources in lacking.items():
+        key = frozenset(resources)
+        matching = asking.get(key)
+        if matching is None:
+            matching = asking[key] = [r for r in resource_sets if not key.isdisjoint(r)]
+        places.update((node, r) for r in matching)
+    return places
 
 
 def preemptor_admits(snapshot: Snapshot, preemptor: Preemptor, pod: PodInfo, quota: str) -> bool:

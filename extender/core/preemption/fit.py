@@ -18,7 +18,7 @@ reads or changes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.core.nodefit import constraint_signature, static_misfit
@@ -54,6 +54,75 @@ def eligible_nodes(snapshot: Snapshot, pod: PodInfo) -> frozenset[str]:
     return eligible
 
 
+def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]]:
+    """Fill ``shape.capacity``: the copies that fit in each eligible node's free room
+    (:meth:`~extender.core.snapshot.Snapshot.free_on`), where any do.
+
+    Returns the nodes where more copies would fit with every preemptible pod bound
+    to them gone (:meth:`~extender.core.snapshot.Snapshot.preemptible_on`), each
+    with the resources the node may lack for one more copy as victims go: evicting
+    only adds room, and at most that much, so the room never falls below its
+    free room now and one more copy is wanted only up to ``most + 1`` copies
+    (``most``: the copies that fit with every preemptible pod gone).
+
+    The same numbers as :func:`~extender.core.resources.copies_that_fit` over
+    those lists, without building them; ``shape.needs`` come scarcest first, so
+    most nodes are settled by their first resource.
+    """
+    requested, reserved, preemptible = snapshot.node_totals()
+    nodes = snapshot.nodes
+    needs = shape.needs
+    limit = shape.size
+    capacity = shape.capacity
+    nothing: Mapping[str, int] = {}
+    lacking: dict[str, frozenset[str]] = {}
+    shared: dict[int, frozenset[str]] = {}  # one set per bit mask over needs
+    for node in shape.eligible:
+        allocatable = nodes[node].allocatable
+        used = requested.get(node, nothing)
+        held = reserved.get(node)
+        now = limit
+        for name, amount in needs:
+            free = allocatable.get(name, 0) - used.get(name, 0)
+            if held:
+                free -= sum(room.get(name, 0) for room in held.values())
+            if free < amount:
+                now = 0
+                break
+            if free // amount < now:
+                now = free // amount
+        if now:
+            capacity[node] = now
+            if now == limit:
+                continue
+        evictable = preemptible.get(node, nothing)
+        most = limit
+        for name, amount in needs:
+            free = allocatable.get(name, 0) - used.get(name, 0) + evictable.get(name, 0)
+            if held:
+                free -= sum(room.get(name, 0) for room in held.values())
+            if free // amount <= now:  # evicting could not fit more
+                break
+            if free // amount < most:
+                most = free // amount
+        else:
+            wanted_at_most = min(most + 1, limit)
+            mask = 0
+            for bit, (name, amount) in enumerate(needs):
+                free = allocatable.get(name, 0) - used.get(name, 0)
+                if held:
+                    free -= sum(room.get(name, 0) for room in held.values())
+                if free < wanted_at_most * amount:
+                    mask |= 1 << bit
+            short = shared.get(mask)
+            if short is None:
+                short = shared[mask] = frozenset(
+                    name for bit, (name, _amount) in enumerate(needs) if mask >> bit & 1
+                )
+            lacking[node] = short
+    return lacking
+
+
 class JobFit:
     """Copies-that-fit bookkeeping for one job over a changing set of removed victims.
 
@@ -75,10 +144,11 @@ class JobFit:
                 shape = _Shape(dict(pod.requests), [], eligible_nodes(snapshot, pod), {}, 0)
                 shapes[key] = shape
             shape.pods.append(pod)
+        self._resources = frozenset(name for shape in shapes.values() for name in shape.request)
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
-        useful: set[str] = set()
+        lacking: dict[str, frozenset[str]] = {}
         for shape in self.shapes:
             shape.size = len(shape.pods)
             # Scarce resources first: they are the ones that usually decide.
@@ -88,17 +158,19 @@ class JobFit:
                     key=lambda need: need[0] in COMMON_RESOURCES,
                 )
             )
-            shape.capacity, better = snapshot.copies_that_fit_on(
-                shape.eligible, shape.needs, shape.size
-            )
+            for node, short in _count_copies(snapshot, shape).items():
+                lacking[node] = lacking[node] | short if node in lacking else short
             shape.total = sum(shape.capacity.values())
-            useful |= better
         #: Nodes where evicting preemptible pods could add room for the job.
-        self.useful_nodes = frozenset(useful)
+        self.useful_nodes = frozenset(lacking)
+        #: For each useful node, the only resources it may lack for one more copy of a
+        #: shape as victims go (see :meth:`frees_what_is_missing`).
+        self.lacking: Mapping[str, frozenset[str]] = lacking
         self._initial = [dict(shape.capacity) for shape in self.shapes]
 
     def free(self, node: str) -> Resources:
-        """Free room on the node copy: minus reservations, plus removed victims."""
+        """Free room on the node copy: minus reservations, plus removed victims (in the
+        resources the job asks for, at least)."""
         room = self._room.get(node)
         return dict(room) if room is not None else self.snapshot.free_on(node)
 
@@ -106,11 +178,23 @@ class JobFit:
         """The node copy's free room, to read or change in place (copied on first use)."""
         room = self._room.get(node)
         if room is None:
-            room = self._room[node] = self.snapshot.free_on(node)
+            room = self._room[node] = self._free_now(node)
         return room
 
-    def _copies(self, shape: _Shape, node: str) -> int:
-        room = self._room_of(node)
+    def _free_now(self, node: str) -> Resources:
+        """The node's free room (:meth:`~extender.core.snapshot.Snapshot.free_on`) in the
+        resources the job asks for: the only ones the node copies are read for."""
+        allocatable = self.snapshot.nodes[node].allocatable
+        requested, reserved, _preemptible = self.snapshot.node_totals()
+        used = requested.get(node, {})
+        room = {name: allocatable.get(name, 0) - used.get(name, 0) for name in self._resources}
+        for held in reserved.get(node, {}).values():
+            for name in room:
+                room[name] -= held.get(name, 0)
+        return room
+
+    @staticmethod
+    def _copies(shape: _Shape, room: Resources) -> int:
         count = shape.size
         for name, amount in shape.needs:
             available = room.get(name, 0)
@@ -141,25 +225,27 @@ class JobFit:
         self._shift(pods, 1, recount=False)
 
     def _shift(self, pods: Iterable[PodInfo], sign: int, *, recount: bool) -> None:
-        touched = []
         eligible = self.eligible
+        rooms = self._room
+        touched: dict[str, Resources] = {}
         for pod in pods:
             node = pod.node_name
             if node is None or node not in eligible:
                 continue
-            room = self._room_of(node)
+            room = rooms.get(node)
+            if room is None:
+                room = rooms[node] = self._free_now(node)
             for name, amount in pod.requests.items():
                 room[name] = room.get(name, 0) + sign * amount
-            if node not in touched:
-                touched.append(node)
+            touched[node] = room
         if not recount:
             return
-        for node in touched:
+        for node, room in touched.items():
             for shape in self.shapes:
                 if node not in shape.eligible:
                     continue
                 before = shape.capacity.get(node, 0)
-                after = self._copies(shape, node)
+                after = self._copies(shape, room)
                 if after != before:
                     shape.capacity[node] = after
                     shape.total += after - before
@@ -171,7 +257,7 @@ class JobFit:
         useful = self.useful_nodes
         for pod in pods:
             node = pod.node_name
-            if node not in useful:
+            if node is None or node not in useful:
                 continue
             room = self._room_of(node)
             requests = pod.requests
@@ -193,7 +279,13 @@ class JobFit:
 
     def gained_nodes(self) -> set[str]:
         """The nodes that :meth:`gained` (only a touched node copy can have)."""
-        return {node for node in self._room if self.gained(node)}
+        gained: set[str] = set()
+        for shape, initial in zip(self.shapes, self._initial, strict=True):
+            capacity = shape.capacity
+            gained.update(
+                node for node in self._room if capacity.get(node, 0) > initial.get(node, 0)
+            )
+        return gained
 
     def nodes_suffice(self) -> bool:
         """Does every shape have room for all its pods, each shape on its own?"""

@@ -200,12 +200,13 @@ class _Wants:
             not self.quota_ok and self.simulation.counts_for_job(quota)
         )
 
-    def nodes_needed(self, quotas: AbstractSet[str]) -> AbstractSet[str] | None:
-        """Only groups with a pod on a useful node can help, unless the quota checks
-        still fail and one of ``quotas`` counts in them."""
+    def lacking(self, quotas: AbstractSet[str]) -> Mapping[str, AbstractSet[str]] | None:
+        """Only groups with a pod on a useful node, asking for a resource that node may
+        lack, can help; unless the quota checks still fail and one of ``quotas`` counts
+        in them."""
         if not self.quota_ok and any(self.simulation.counts_for_job(q) for q in quotas):
             return None
-        return frozenset() if self.nodes_ok else self.fit.useful_nodes
+        return {} if self.nodes_ok else self.fit.lacking
 
     def satisfied(self) -> bool:
         """After a removal: does the whole job fit now, with its quota checks holding?"""
@@ -224,6 +225,7 @@ class _Simulation:
         self.ledger = snapshot.ledger.overlay()
         self._counts: dict[str, bool] = {}
         self._guards: dict[str, tuple[str, ...]] = {}
+        self._read: dict[str, bool] = {}
 
     def admits(self) -> bool:
         """Do the job's quota checks hold on the ledger copy?"""
@@ -271,8 +273,12 @@ class _Simulation:
 
         ``group.requests`` is the sum of its pods' requests: one charge is the same
         as one per pod."""
-        if self.counts_for_job(group.quota) or self._guarding(group.quota):
-            self.ledger.charge(group.quota, group.requests, preemptible=True, used=True, sign=sign)
+        quota = group.quota
+        read = self._read.get(quota)
+        if read is None:
+            read = self._read[quota] = self.counts_for_job(quota) or bool(self._guarding(quota))
+        if read:
+            self.ledger.charge(quota, group.requests, preemptible=True, used=True, sign=sign)
 
     def spare_idle(self, removed: list[VictimGroup]) -> list[VictimGroup]:
         """Restore at once the groups but the last whose eviction gained the job nothing;
@@ -288,11 +294,11 @@ class _Simulation:
         if len(self.fit.shapes) != 1:
             return groups
         gained = self.fit.gained_nodes()
+        counting = {group.quota for group in groups if self.counts_for_job(group.quota)}
         rest = [
             group
             for group in groups
-            if self.counts_for_job(group.quota)
-            or any(pod.node_name in gained for pod in group.pods)
+            if group.quota in counting or any(pod.node_name in gained for pod in group.pods)
         ]
         if len(rest) < len(groups):
             self.fit.keep_removed(pod for group in (*rest, removed[-1]) for pod in group.pods)
