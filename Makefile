@@ -34,7 +34,7 @@ e2e: venv k8s
 test: venv lint k8s
 	$(PY) -m pytest tests
 
-demo: venv
+demo: venv k8s
 	$(PY) hack/demo.py
 
 bench: venv

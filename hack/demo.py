@@ -1,45 +1,295 @@
-"""``make demo``: Muster's decisions on the example scenarios, told as a story.
+"""``make demo``: Muster on a real, local control plane, told as a timeline.
 
-For each scenario in tests/scenarios it prints the scenario's own comment,
-then what ``muster simulate`` decided (placements, evictions with their
-reasons, pods left pending and why, quota usage), using the same core the
-extender serves.
+Starts etcd, kube-apiserver and kube-scheduler (``hack/localcluster.py``),
+Muster as the scheduler's extender (``muster serve --kubeconfig``) and the
+reference evictor (``muster evictor``); the harness plays the kubelet.
+Then the showcase:
+
+1. four 8-GPU nodes; team A is guaranteed 16 GPUs, team B none, both may
+   borrow up to the whole cluster;
+2. team B's preemptible filler job borrows every GPU;
+3. ``muster simulate`` predicts what will happen when team A submits a
+   two-pod training gang (same core as the live decision);
+4. team A submits the gang; Muster's PostFilter picks the victims, marks them
+   for soft eviction and holds their room; the evictor evicts them; the gang
+   binds to the held room.
+
+It prints every change it observes, with the time since the gang was
+submitted and the reason Muster gave.
 """
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
 import sys
-import textwrap
+import tempfile
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
-from extender.cli.simulate import render_table, simulate_files
-from extender.core.config import MusterArgs
+import localcluster as lc
 
 ROOT = Path(__file__).resolve().parents[1]
-NOW = 1_767_268_800.0  # 2026-01-01T12:00:00Z: after every timestamp in the scenarios
+GPU = "nvidia.com/gpu"
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 
 
-def story(path: Path) -> str:
-    lines = []
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line.lstrip("# "))
-    return " ".join(lines)
+def pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    resources = {"requests": {"cpu": "4", GPU: "8"}, "limits": {GPU: "8"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}
+            ],
+        },
+    }
+
+
+def quota(name: str, minimum: str, maximum: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "ElasticQuota",
+        "metadata": {"name": name, "namespace": name},
+        "spec": {"min": {GPU: minimum}, "max": {GPU: maximum}},
+    }
+
+
+class Timeline:
+    """Polls the pods of the demo and prints what changed, and why."""
+
+    def __init__(self, rest: lc.RestClient, namespaces: list[str]) -> None:
+        self.rest = rest
+        self.namespaces = namespaces
+        self.seen: dict[str, tuple[str, ...]] = {}
+        self.start = time.monotonic()
+
+    def say(self, text: str) -> None:
+        print(f"  [{time.monotonic() - self.start:6.1f}s] {text}", flush=True)
+
+    def poll(self) -> dict[str, dict[str, Any]]:
+        pods = {}
+        for namespace in self.namespaces:
+            items = self.rest.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+            for item in items:
+                pods[f"{namespace}/{item['metadata']['name']}"] = item
+        for key, item in sorted(pods.items()):
+            state = self._state(item)
+            if self.seen.get(key) != state:
+                self._describe(key, item, self.seen.get(key), state)
+                self.seen[key] = state
+        for key in sorted(set(self.seen) - set(pods)):
+            self.say(f"{key}: deleted")
+            del self.seen[key]
+        return pods
+
+    @staticmethod
+    def _state(item: dict[str, Any]) -> tuple[str, ...]:
+        metadata, status = item["metadata"], item.get("status", {})
+        return (
+            status.get("phase", ""),
+            item["spec"].get("nodeName") or "",
+            "marked" if SOFT_EVICTION in metadata.get("labels", {}) else "",
+            "terminating" if metadata.get("deletionTimestamp") else "",
+            status.get("nominatedNodeName") or "",
+        )
+
+    def _describe(
+        self, key: str, item: dict[str, Any], before: tuple[str, ...] | None, now: tuple[str, ...]
+    ) -> None:
+        phase, node, marked, terminating, nominated = now
+        if before is None:
+            self.say(f"{key}: created ({phase})")
+        if node and (before is None or before[1] != node):
+            self.say(f"{key}: bound to {node}")
+        if phase and before is not None and before[0] != phase:
+            self.say(f"{key}: {phase}")
+        if marked and (before is None or not before[2]):
+            mark = json.loads(item["metadata"]["annotations"].get(SOFT_EVICTION, "{}"))
+            self.say(f"{key}: marked for soft eviction by {mark.get('preemptor')}")
+            self.say(f"{' ' * len(key)}  because: {mark.get('reason')}")
+        if terminating and (before is None or not before[3]):
+            self.say(f"{key}: evicted by the evictor, terminating")
+        if nominated and (before is None or before[4] != nominated):
+            self.say(f"{key}: room held on {nominated} (reservation)")
 
 
 def main() -> int:
-    for path in sorted((ROOT / "tests" / "scenarios").glob("*.yaml")):
-        print("=" * 78)
-        print(f"{path.stem}\n")
-        print(textwrap.fill(story(path), width=78, initial_indent="  ", subsequent_indent="  "))
-        print()
-        document, notes = simulate_files([str(path)], MusterArgs(), now=NOW)
-        for note in notes:
-            print(f"  note: {note}")
-        render_table(document, sys.stdout)
-        print()
+    workdir = Path(tempfile.mkdtemp(prefix="muster-demo-"))
+    print("Building or reusing the pinned Kubernetes binaries ...", flush=True)
+    bin_dir = lc.ensure_binaries()
+    with lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s") as plane:
+        print(f"Control plane up: {plane.server} (logs in {plane.logs_dir})\n", flush=True)
+        port = _free_port()
+        logs = (workdir / "muster.log").open("wb")
+        muster = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "extender.cli.main",
+                "serve",
+                "--kubeconfig",
+                str(plane.kubeconfig),
+                "--port",
+                str(port),
+            ],
+            cwd=ROOT,
+            stdout=logs,
+            stderr=subprocess.STDOUT,
+        )
+        evictor = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "extender.cli.main",
+                "evictor",
+                "--kubeconfig",
+                str(plane.kubeconfig),
+            ],
+            cwd=ROOT,
+            stdout=logs,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            lc.wait_until(lambda: _ready(url), timeout=60, what="Muster to be ready")
+            with plane.using_extender(lc.ExtenderConfig(url, bind=True)):
+                return showcase(plane, url)
+        finally:
+            for process in (evictor, muster):
+                process.terminate()
+                process.wait(10)
+            logs.close()
+            print(f"\nMuster's and the evictor's log: {workdir / 'muster.log'}")
+
+
+def showcase(plane: lc.ControlPlane, url: str) -> int:
+    rest = plane.rest
+    print("1. Four nodes with 8 GPUs each; team-a is guaranteed 16 GPUs, team-b none.")
+    for i in range(4):
+        plane.create_node(f"gpu-{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    for name, minimum in (("team-a", "16"), ("team-b", "0")):
+        plane.create_namespace(name)
+        rest.request(
+            "POST",
+            f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{name}/elasticquotas",
+            quota(name, minimum, "32"),
+        )
+    timeline = Timeline(rest, ["team-a", "team-b"])
+
+    print("\n2. team-b's preemptible filler job borrows the whole cluster.")
+    filler = {"app": "filler", "quota.scheduling.koordinator.sh/preemptible": "true"}
+    for i in range(4):
+        rest.request("POST", "/api/v1/namespaces/team-b/pods", pod(f"filler-{i}", filler))
+        lc.wait_until(
+            lambda i=i: (
+                timeline.poll()[f"team-b/filler-{i}"]["status"].get("phase") == "Running" or None
+            ),
+            timeout=60,
+            what=f"filler-{i} running",
+        )
+
+    gang_labels = {
+        "pod-group.scheduling.sigs.k8s.io": "train",
+        "quota.scheduling.koordinator.sh/preemptible": "false",
+        "quota.scheduling.koordinator.sh/can-preempt": "true",
+    }
+    gang = [pod(f"train-{i}", gang_labels) for i in range(2)]
+    print("\n3. What does Muster predict for team-a's two-pod training gang? (muster simulate)")
+    print_prediction(rest, gang)
+
+    print("\n4. team-a submits the gang. What happens, live:")
+    timeline.start = time.monotonic()
+    for item in gang:
+        rest.request("POST", "/api/v1/namespaces/team-a/pods", item)
+    lc.wait_until(
+        lambda: (
+            all(
+                timeline.poll().get(f"team-a/train-{i}", {}).get("status", {}).get("phase")
+                == "Running"
+                for i in range(2)
+            )
+            or None
+        ),
+        timeout=120,
+        interval=0.2,
+        what="the gang to run",
+    )
+    timeline.poll()
+    explained = _get_json(f"{url}/debug/pods/team-a/train-0")
+    print("\n5. Why, in Muster's words (GET /debug/pods/team-a/train-0):")
+    for decision in explained.get("decisions", []):
+        print(f"  {decision['verb']}: {decision['outcome']}")
+        for reason in decision["reasons"][:4]:
+            print(f"      {reason}")
+    quotas = _get_json(f"{url}/debug/quotas")
+    print("\n6. Quota usage now (GET /debug/quotas):")
+    for name in ("team-a", "team-b"):
+        q = quotas[name]
+        print(
+            f"  {name}: uses {q['used'].get(GPU, '0')} GPUs (min {q['min'][GPU]}, "
+            f"max {q['max'][GPU]})"
+        )
     return 0
+
+
+def print_prediction(rest: lc.RestClient, gang: list[dict[str, Any]]) -> None:
+    """Dump the cluster as `kubectl get -o yaml` would, add the gang, and simulate."""
+    items: list[dict[str, Any]] = []
+
+    def listed(path: str, kind: str, api_version: str) -> None:
+        for item in rest.request("GET", path)["items"]:
+            items.append({"kind": kind, "apiVersion": api_version, **item})
+
+    listed("/api/v1/nodes", "Node", "v1")
+    for namespace in ("team-a", "team-b"):
+        listed(f"/api/v1/namespaces/{namespace}/pods", "Pod", "v1")
+        listed(
+            f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas",
+            "ElasticQuota",
+            "scheduling.x-k8s.io/v1alpha1",
+        )
+    for item in gang:
+        item = json.loads(json.dumps(item))
+        item["metadata"]["namespace"] = "team-a"
+        items.append(item)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"apiVersion": "v1", "kind": "List", "items": items}, handle)
+    completed = subprocess.run(
+        [sys.executable, "-m", "extender.cli.main", "simulate", handle.name, "--output", "table"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in completed.stdout.split("\nQuotas")[0].splitlines():
+        print(f"  {line}")
+    if completed.returncode != 0:
+        print(f"  (simulate failed: {completed.stderr.strip()})")
+
+
+def _ready(url: str) -> bool | None:
+    try:
+        return _get_json(f"{url}/readyz").get("status") == "ready" or None
+    except OSError:
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
 
 
 if __name__ == "__main__":

@@ -112,6 +112,8 @@ class PostFilterLoop:
     def decide(self, job: str, now: float) -> PreemptionPlan | None:
         """Plan for ``job``; on a plan, hold its room and write it to the cluster."""
         with self.source.reading() as snapshot:
+            if job in snapshot.reservations:
+                return None  # in flight: its room is held, its pods are being retried
             decision = plan_job_preemption(snapshot, job, now)
             if not isinstance(decision, PreemptionPlan):
                 pending = [p.key for p in snapshot.job_pods(job) if p.node_name is None]
