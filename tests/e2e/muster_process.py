@@ -31,6 +31,7 @@ class MusterProcess:
         *,
         snapshot: list[dict[str, Any]] | None = None,
         kubeconfig: Path | None = None,
+        port: int | None = None,
     ) -> None:
         self.workdir = workdir
         if snapshot is not None:
@@ -40,10 +41,10 @@ class MusterProcess:
             source = ["--snapshot", str(path)]
         else:
             source = ["--kubeconfig", str(kubeconfig)]
-        self.port = free_port()
+        self.port = port if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "muster.log"
-        self._log = self.log_path.open("wb")
+        self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "extender.cli.main", "serve", *source, "--port", str(self.port)],
             cwd=ROOT,
@@ -79,6 +80,12 @@ class MusterProcess:
 
     def debug(self, path: str) -> Any:
         return httpx.get(f"{self.url}/debug/{path}", timeout=5).json()
+
+    def kill(self) -> None:
+        """``kill -9``: no chance to clean up."""
+        self.process.kill()
+        self.process.wait()
+        self._log.close()
 
     def stop(self) -> None:
         if self.process.poll() is None:

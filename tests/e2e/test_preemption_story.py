@@ -182,3 +182,70 @@ def test_no_partial_eviction(cluster: Cluster, muster_and_evictor: MusterProcess
         assert teams.events(teams.b, "Preempted") == []
     finally:
         teams.cleanup()
+
+
+def test_kill_9_in_the_middle_of_a_preemption(
+    cluster: Cluster, control_plane: lc.ControlPlane, tmp_path: Path
+) -> None:
+    """Muster dies after marking the victims, before they are gone; a new Muster rebuilds
+    the reservation from the pods, evicts nothing more, and the gang still binds."""
+    for i in range(4):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    muster = MusterProcess(tmp_path, kubeconfig=control_plane.kubeconfig)
+    evictor: subprocess.Popen[bytes] | None = None
+    try:
+        with control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)):
+            fill_with_borrowers(teams, 4)
+            for i in range(2):
+                labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+                teams.create(teams.a, f"train-{i}", requests={"cpu": "4", GPU: 8}, labels=labels)
+
+            def marked() -> list[str] | None:
+                names = [
+                    f"b-{i}"
+                    for i in range(4)
+                    if SOFT_EVICTION
+                    in ((teams.get(teams.b, f"b-{i}") or {}).get("metadata", {}).get("labels", {}))
+                ]
+                return names if len(names) == 2 else None
+
+            victims = lc.wait_until(marked, timeout=60, what="two victims marked")
+            muster.kill()
+            muster = MusterProcess(tmp_path, kubeconfig=control_plane.kubeconfig, port=muster.port)
+            lc.wait_until(
+                lambda: (
+                    muster.debug("jobs").get(f"{teams.a}/train", {}).get("state") == "in flight"
+                    or None
+                ),
+                timeout=30,
+                what="the restarted Muster to rebuild the reservation",
+            )
+            evictor = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "extender.cli.main",
+                    "evictor",
+                    "--kubeconfig",
+                    str(control_plane.kubeconfig),
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(2):
+                teams.wait(teams.a, f"train-{i}", "Running", timeout=90)
+            preempted = teams.events(teams.b, "Preempted")
+            assert sorted(e["involvedObject"]["name"] for e in preempted) == sorted(victims)
+            for name in {f"b-{i}" for i in range(4)} - set(victims):
+                pod = teams.get(teams.b, name)
+                assert pod is not None and pod["status"]["phase"] == "Running"
+    finally:
+        if evictor is not None:
+            evictor.terminate()
+            evictor.wait(10)
+        muster.stop()
+        teams.cleanup()
