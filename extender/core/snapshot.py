@@ -300,6 +300,14 @@ class Snapshot:
         """Keys of the quota's bound, preemptible pods (candidates before policy)."""
         return self._victims.get(quota, ())
 
+    def has_untallied_pods(self) -> bool:
+        """Are there running pods the node totals leave out (:meth:`free_on`,
+        :meth:`preemptible_on`)?  Those that name a quota that does not exist."""
+        return any(
+            self.pods[key].node_name is not None and not self.pods[key].finished
+            for key in self._unknown_quota
+        )
+
     def pod_counts(self) -> tuple[int, int]:
         """(bound pods, pending pods), for reports."""
         bound = sum(1 for pod in self.pods.values() if pod.node_name and not pod.finished)

@@ -101,10 +101,11 @@ def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]
             free = allocatable.get(name, 0) - used.get(name, 0) + evictable.get(name, 0)
             if held:
                 free -= sum(room.get(name, 0) for room in held.values())
-            if free // amount <= now:  # evicting could not fit more
+            copies = free // amount
+            if copies <= now:  # evicting could not fit more
                 break
-            if free // amount < most:
-                most = free // amount
+            if copies < most:
+                most = copies
         else:
             wanted_at_most = min(most + 1, limit)
             mask = 0
@@ -121,6 +122,20 @@ def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]
                 )
             lacking[node] = short
     return lacking
+
+
+def _short_on(snapshot: Snapshot, shape: _Shape, node: str) -> frozenset[str]:
+    """The resources ``node`` may lack for one more copy of ``shape`` as victims go
+    (see :func:`_count_copies`), worked out for any node."""
+    free = snapshot.free_on(node)
+    evictable = snapshot.preemptible_on(node)
+    most = shape.size
+    for name, amount in shape.needs:
+        most = min(most, (free.get(name, 0) + evictable.get(name, 0)) // amount)
+    wanted_at_most = min(max(most, 0) + 1, shape.size)
+    return frozenset(
+        name for name, amount in shape.needs if free.get(name, 0) < wanted_at_most * amount
+    )
 
 
 class JobFit:
@@ -149,6 +164,7 @@ class JobFit:
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
         lacking: dict[str, frozenset[str]] = {}
+        counted = []
         for shape in self.shapes:
             shape.size = len(shape.pods)
             # Scarce resources first: they are the ones that usually decide.
@@ -158,14 +174,25 @@ class JobFit:
                     key=lambda need: need[0] in COMMON_RESOURCES,
                 )
             )
-            for node, short in _count_copies(snapshot, shape).items():
+            shorts = _count_copies(snapshot, shape)
+            counted.append(shorts)
+            for node, short in shorts.items():
                 lacking[node] = lacking[node] | short if node in lacking else short
             shape.total = sum(shape.capacity.values())
+        # A node useful for one shape is asked about every shape it is eligible for.
+        for shape, shorts in zip(self.shapes, counted, strict=True):
+            for node in lacking.keys() - shorts.keys():
+                if node in shape.eligible:
+                    lacking[node] = lacking[node] | _short_on(snapshot, shape, node)
         #: Nodes where evicting preemptible pods could add room for the job.
         self.useful_nodes = frozenset(lacking)
         #: For each useful node, the only resources it may lack for one more copy of a
-        #: shape as victims go (see :meth:`frees_what_is_missing`).
-        self.lacking: Mapping[str, frozenset[str]] = lacking
+        #: shape as victims go (see :meth:`frees_what_is_missing`); ``None`` when a
+        #: victim could free room the snapshot's node totals do not count, which
+        #: breaks the bound this rests on.
+        self.lacking: Mapping[str, frozenset[str]] | None = (
+            None if snapshot.has_untallied_pods() else lacking
+        )
         self._initial = [dict(shape.capacity) for shape in self.shapes]
 
     def free(self, node: str) -> Resources:

@@ -298,7 +298,12 @@ class _Simulation:
         rest = [
             group
             for group in groups
-            if group.quota in counting or any(pod.node_name in gained for pod in group.pods)
+            if group.quota in counting
+            or (
+                group.pods[0].node_name in gained
+                if len(group.pods) == 1
+                else any(pod.node_name in gained for pod in group.pods)
+            )
         ]
         if len(rest) < len(groups):
             self.fit.keep_removed(pod for group in (*rest, removed[-1]) for pod in group.pods)
