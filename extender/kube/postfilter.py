@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from extender.core.decisions import Decision, DecisionLog
+from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.kube.client import ApiError
 from extender.kube.reservations import persisted_reservation
@@ -57,6 +58,7 @@ class PostFilterLoop:
         self._thread = threading.Thread(target=self._run, name="postfilter", daemon=True)
         self.committed = 0
         self.refused = 0
+        self._written: set[str] = set()  # victim UIDs this process has marked or evicted
 
     def start(self) -> PostFilterLoop:
         self._thread.start()
@@ -81,6 +83,7 @@ class PostFilterLoop:
                 continue
             now = self.clock()
             self._expire(now)
+            self.complete_in_flight()
             with self._lock:
                 due = sorted(job for job, at in self._due.items() if at <= now)
                 for job in due:
@@ -93,6 +96,38 @@ class PostFilterLoop:
             with self._lock:
                 if self._due and min(self._due.values()) <= self.clock():
                     self._wake.set()
+
+    def _remove(self, pod: PodInfo, job: str, reason: str, delete_now: bool) -> None:
+        """Mark a victim for soft eviction (or evict it at once), once."""
+        if pod.uid in self._written:
+            return
+        self._written.add(pod.uid)
+        try:
+            if delete_now:
+                self.writer.evict(pod.namespace, pod.name, pod.uid, None)
+            else:
+                self.writer.mark_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
+        except ApiError as error:
+            # Gone or replaced already: its room is free either way.
+            log.info("victim %s: %s", pod.key, error)
+
+    def complete_in_flight(self) -> int:
+        """Mark the victims of in-flight reservations that are still unmarked (a Muster
+        that died between writing a reservation and marking its victims); return how many."""
+        with self.source.reading() as snapshot:
+            delete_now = snapshot.args.pod_should_be_deleted_when_preempted
+            unmarked = [
+                (snapshot.pods[key], reservation.job)
+                for reservation in snapshot.reservations.values()
+                for key in reservation.victims
+                if key in snapshot.pods
+                and not snapshot.pods[key].soft_evicted
+                and not snapshot.pods[key].terminating
+                and snapshot.pods[key].node_name is not None
+            ]
+        for pod, job in unmarked:
+            self._remove(pod, job, f"completing the preemption for job {job}", delete_now)
+        return len(unmarked)
 
     def _expire(self, now: float) -> None:
         with self.source.reading() as snapshot:
@@ -132,17 +167,9 @@ class PostFilterLoop:
             return None
         self.committed += 1
         log.info("preempting for %s: %d victims", job, len(decision.victims))
-        for victim in decision.victims:
-            try:
-                if delete_now:
-                    self.writer.evict(victim.pod.namespace, victim.pod.name, victim.pod.uid, None)
-                else:
-                    self.writer.mark_victim(
-                        victim.pod, preemptor=job, reason=victim.reason, grace_seconds=None
-                    )
-            except ApiError as error:
-                # Gone or replaced already: its room is free either way.
-                log.info("victim %s: %s", victim.pod.key, error)
+        # The reservation is written first: it names the victims, so a Muster restarted
+        # half-way knows the job is in flight and finishes marking them (see
+        # complete_in_flight) instead of planning again.
         persisted = persisted_reservation(reservation)
         for pod in preemptor_pods:
             node = decision.placements[pod.key]
@@ -159,6 +186,8 @@ class PostFilterLoop:
                     tuple(f"{v.pod.key}: {v.reason}" for v in decision.victims),
                 ),
             )
+        for victim in decision.victims:
+            self._remove(victim.pod, job, victim.reason, delete_now)
         if preemptor_pods:
             victims = ", ".join(v.pod.key for v in decision.victims)
             self.writer.event(preemptor_pods[0], "Preempting", f"Job {job} preempts {victims}")

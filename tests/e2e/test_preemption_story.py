@@ -19,6 +19,7 @@ from typing import Any
 
 import localcluster as lc
 import pytest
+import yaml
 from e2e_support import Cluster, condition, delete_namespaced, make_pod
 from muster_process import ROOT, MusterProcess
 from test_muster_extender import GPU, create_quota
@@ -33,23 +34,51 @@ TRAINER = {
 }
 
 
-@pytest.fixture
-def muster_and_evictor(control_plane: lc.ControlPlane, tmp_path: Path) -> Iterator[MusterProcess]:
-    muster = MusterProcess(tmp_path, kubeconfig=control_plane.kubeconfig)
-    log = (tmp_path / "evictor.log").open("wb")
-    evictor = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "extender.cli.main",
-            "evictor",
-            "--kubeconfig",
-            str(control_plane.kubeconfig),
-        ],
+RBAC = ROOT / "manifests" / "rbac.yaml"
+CLUSTER_SCOPED = {
+    "Namespace": "/api/v1/namespaces",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+
+
+@pytest.fixture(scope="module")
+def tokens(control_plane: lc.ControlPlane) -> dict[str, Path]:
+    """Apply manifests/rbac.yaml; kubeconfigs with the muster and evictor ServiceAccounts'
+    tokens: Muster runs with exactly the access the manifests grant, not as admin."""
+    for obj in yaml.safe_load_all(RBAC.read_text()):
+        kind = obj["kind"]
+        if kind in CLUSTER_SCOPED:
+            path = CLUSTER_SCOPED[kind]
+        else:
+            path = f"/api/v1/namespaces/{obj['metadata']['namespace']}/serviceaccounts"
+        try:
+            control_plane.rest.request("POST", path, obj)
+        except lc.ApiError as error:
+            if error.status != 409:  # already there from an earlier module
+                raise
+    return {
+        name: control_plane.service_account_kubeconfig("muster-system", name)
+        for name in ("muster", "muster-evictor")
+    }
+
+
+def start_evictor(kubeconfig: Path, log: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "extender.cli.main", "evictor", "--kubeconfig", str(kubeconfig)],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+
+
+@pytest.fixture
+def muster_and_evictor(
+    control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
+) -> Iterator[MusterProcess]:
+    muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
+    log = (tmp_path / "evictor.log").open("wb")
+    evictor = start_evictor(tokens["muster-evictor"], log)
     try:
         with control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)):
             yield muster
@@ -185,7 +214,7 @@ def test_no_partial_eviction(cluster: Cluster, muster_and_evictor: MusterProcess
 
 
 def test_kill_9_in_the_middle_of_a_preemption(
-    cluster: Cluster, control_plane: lc.ControlPlane, tmp_path: Path
+    cluster: Cluster, control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
 ) -> None:
     """Muster dies after marking the victims, before they are gone; a new Muster rebuilds
     the reservation from the pods, evicts nothing more, and the gang still binds."""
@@ -194,7 +223,7 @@ def test_kill_9_in_the_middle_of_a_preemption(
     teams = Teams(
         cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
     )
-    muster = MusterProcess(tmp_path, kubeconfig=control_plane.kubeconfig)
+    muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
     evictor: subprocess.Popen[bytes] | None = None
     try:
         with control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)):
@@ -213,8 +242,19 @@ def test_kill_9_in_the_middle_of_a_preemption(
                 return names if len(names) == 2 else None
 
             victims = lc.wait_until(marked, timeout=60, what="two victims marked")
+            for name in victims:
+                pod = teams.get(teams.b, name) or {}
+                mark = json.loads(pod["metadata"]["annotations"][SOFT_EVICTION])
+                assert mark["preemptor"] == f"{teams.a}/train"
+                assert mark["initiator"] == "muster"
+            for i in range(2):
+                pod = teams.get(teams.a, f"train-{i}") or {}
+                held = json.loads(pod["metadata"]["annotations"]["muster.dev/reservation"])
+                assert held["job"] == f"{teams.a}/train"
+                assert sorted(held["victims"]) == sorted(f"{teams.b}/{n}" for n in victims)
+                assert pod["status"]["nominatedNodeName"] == held["node"]
             muster.kill()
-            muster = MusterProcess(tmp_path, kubeconfig=control_plane.kubeconfig, port=muster.port)
+            muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"], port=muster.port)
             lc.wait_until(
                 lambda: (
                     muster.debug("jobs").get(f"{teams.a}/train", {}).get("state") == "in flight"
@@ -223,19 +263,13 @@ def test_kill_9_in_the_middle_of_a_preemption(
                 timeout=30,
                 what="the restarted Muster to rebuild the reservation",
             )
-            evictor = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "extender.cli.main",
-                    "evictor",
-                    "--kubeconfig",
-                    str(control_plane.kubeconfig),
-                ],
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            for name in victims:  # set before the kill, or completed by the new Muster
+                lc.wait_until(
+                    lambda name=name: condition(teams.get(teams.b, name) or {}, "DisruptionTarget"),
+                    timeout=30,
+                    what=f"DisruptionTarget on {name}",
+                )
+            evictor = start_evictor(tokens["muster-evictor"], subprocess.DEVNULL)
             for i in range(2):
                 teams.wait(teams.a, f"train-{i}", "Running", timeout=90)
             preempted = teams.events(teams.b, "Preempted")
