@@ -58,12 +58,14 @@ def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]
     """Fill ``shape.capacity``: the copies that fit in each eligible node's free room
     (:meth:`~extender.core.snapshot.Snapshot.free_on`), where any do.
 
-    Returns the nodes where more copies would fit with every preemptible pod bound
-    to them gone (:meth:`~extender.core.snapshot.Snapshot.preemptible_on`), each
-    with the resources the node may lack for one more copy as victims go: evicting
-    only adds room, and at most that much, so the room never falls below its
-    free room now and one more copy is wanted only up to ``most + 1`` copies
-    (``most``: the copies that fit with every preemptible pod gone).
+    Returns the nodes where more copies would fit with every preemptible pod
+    bound to them gone (:meth:`~extender.core.snapshot.Snapshot.preemptible_on`),
+    each with the resources in which it may lack room for one copy more than it
+    holds, at any point of the search.  Victims only add room, and never more
+    than the preemptible pods hold, so a node never holds more than ``most``
+    copies (those that fit with every preemptible pod gone) and its room never
+    falls below what it is now: a resource can be short only if its free room
+    now is below ``min(most + 1, size)`` copies.
 
     The same numbers as :func:`~extender.core.resources.copies_that_fit` over
     those lists, without building them; ``shape.needs`` come scarcest first, so
@@ -125,8 +127,9 @@ def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]
 
 
 def _short_on(snapshot: Snapshot, shape: _Shape, node: str) -> frozenset[str]:
-    """The resources ``node`` may lack for one more copy of ``shape`` as victims go
-    (see :func:`_count_copies`), worked out for any node."""
+    """The resources in which ``node`` may lack room for one more copy of ``shape``
+    as victims go (see :func:`_count_copies`), for a node where evicting could not
+    fit more of it (but could of another shape)."""
     free = snapshot.free_on(node)
     evictable = snapshot.preemptible_on(node)
     most = shape.size
