@@ -126,6 +126,7 @@ def main() -> int:
     bin_dir = lc.ensure_binaries()
     with lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s") as plane:
         print(f"Control plane up: {plane.server} (logs in {plane.logs_dir})\n", flush=True)
+        plane.create_namespace("muster-system")  # where Muster's leader-election Lease lives
         port = _free_port()
         logs = (workdir / "muster.log").open("wb")
         muster = subprocess.Popen(

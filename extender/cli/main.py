@@ -46,6 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--in-cluster", action="store_true", help="watch the cluster Muster runs in"
     )
+    server.add_argument(
+        "--no-leader-elect",
+        dest="leader_elect",
+        action="store_false",
+        help="commit preemptions without holding the Lease (one replica only)",
+    )
+    server.add_argument(
+        "--leader-elect-namespace",
+        metavar="NAMESPACE",
+        help="where the Lease lives (default: Muster's own namespace, else muster-system)",
+    )
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=8888)
     server.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
@@ -79,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             snapshot_files=options.snapshot,
             kubeconfig=options.kubeconfig,
             in_cluster=options.in_cluster,
+            leader_elect=options.leader_elect,
+            leader_elect_namespace=options.leader_elect_namespace,
             host=options.host,
             port=options.port,
             tls_cert=options.tls_cert,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ssl
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import uvicorn
 
@@ -22,6 +23,7 @@ from extender.core.decisions import DecisionLog
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
+from extender.kube.leader import LeaderElector
 from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter
@@ -34,6 +36,8 @@ def run(
     snapshot_files: Sequence[str],
     kubeconfig: str | None = None,
     in_cluster: bool = False,
+    leader_elect: bool = True,
+    leader_elect_namespace: str | None = None,
     host: str,
     port: int,
     tls_cert: str | None,
@@ -71,7 +75,15 @@ def run(
             return 2
         source = KubeSource(client, args)
         decisions = DecisionLog()
-        postfilter = PostFilterLoop(source, ClusterWriter(client), decisions)
+        elector = None
+        if leader_elect:
+            elector = LeaderElector(client, leader_elect_namespace or _own_namespace()).start()
+        postfilter = PostFilterLoop(
+            source,
+            ClusterWriter(client),
+            decisions,
+            is_leader=elector.is_leader if elector is not None else (lambda: True),
+        )
         source.on_unschedulable = postfilter.request
         extender = Extender(
             source, binder=KubeBinder(client), on_unschedulable=postfilter.request, log=decisions
@@ -100,3 +112,12 @@ def run(
         access_log=False,
     )
     return 0
+
+
+def _own_namespace() -> str:
+    """The namespace Muster runs in (in a pod), else ``muster-system``."""
+    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    try:
+        return path.read_text().strip() or "muster-system"
+    except OSError:
+        return "muster-system"

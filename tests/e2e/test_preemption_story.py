@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import localcluster as lc
 import pytest
 import yaml
@@ -35,10 +36,13 @@ TRAINER = {
 
 
 RBAC = ROOT / "manifests" / "rbac.yaml"
-CLUSTER_SCOPED = {
+COLLECTIONS = {
     "Namespace": "/api/v1/namespaces",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
 }
 
 
@@ -47,11 +51,7 @@ def tokens(control_plane: lc.ControlPlane) -> dict[str, Path]:
     """Apply manifests/rbac.yaml; kubeconfigs with the muster and evictor ServiceAccounts'
     tokens: Muster runs with exactly the access the manifests grant, not as admin."""
     for obj in yaml.safe_load_all(RBAC.read_text()):
-        kind = obj["kind"]
-        if kind in CLUSTER_SCOPED:
-            path = CLUSTER_SCOPED[kind]
-        else:
-            path = f"/api/v1/namespaces/{obj['metadata']['namespace']}/serviceaccounts"
+        path = COLLECTIONS[obj["kind"]].format(namespace=obj["metadata"].get("namespace"))
         try:
             control_plane.rest.request("POST", path, obj)
         except lc.ApiError as error:
@@ -282,4 +282,52 @@ def test_kill_9_in_the_middle_of_a_preemption(
             evictor.terminate()
             evictor.wait(10)
         muster.stop()
+        teams.cleanup()
+
+
+def test_two_replicas_answer_and_only_the_leader_commits(
+    cluster: Cluster, control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
+) -> None:
+    for i in range(4):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = MusterProcess(tmp_path / "one", kubeconfig=tokens["muster"])
+    two = MusterProcess(tmp_path / "two", kubeconfig=tokens["muster"])
+    log = (tmp_path / "evictor.log").open("wb")
+    evictor = start_evictor(tokens["muster-evictor"], log)
+    try:
+        with control_plane.using_extender(lc.ExtenderConfig(one.url, bind=True)):
+            fill_with_borrowers(teams, 4)
+            for i in range(2):
+                labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+                teams.create(teams.a, f"train-{i}", requests={"cpu": "4", GPU: 8}, labels=labels)
+            for i in range(2):
+                teams.wait(teams.a, f"train-{i}", "Running", timeout=90)
+            # both replicas planned from the same informer-fed view; one committed
+            preempted = teams.events(teams.b, "Preempted")
+            assert len(preempted) == 2
+            assert len({e["involvedObject"]["name"] for e in preempted}) == 2
+            assert len(teams.events(teams.a, "Preempting")) == 1
+            lease = cluster.rest.request(
+                "GET", "/apis/coordination.k8s.io/v1/namespaces/muster-system/leases/muster"
+            )
+            assert lease["spec"]["holderIdentity"]
+            # the follower answers kube-scheduler's verbs too
+            probe_pod = make_pod("probe", requests={GPU: 1}, labels=PREEMPTIBLE)
+            probe = {"Pod": probe_pod, "NodeNames": cluster.nodes}
+            probe["Pod"]["metadata"]["namespace"] = teams.a
+            for replica in (one, two):
+                answer = httpx.post(f"{replica.url}/filter", json=probe, timeout=10).json()
+                assert answer["Error"] == ""
+                assert sorted(answer["NodeNames"] or []) == sorted(cluster.nodes)
+    finally:
+        evictor.terminate()
+        evictor.wait(10)
+        log.close()
+        one.stop()
+        two.stop()
         teams.cleanup()

@@ -1,0 +1,131 @@
+"""Leader election on a ``coordination.k8s.io`` Lease, client-go style.
+
+Every replica answers kube-scheduler's filter and prioritize; only the
+leader commits preemptions.  A replica takes the Lease when it is free or its
+holder stopped renewing for ``lease_seconds``, renews it every
+``renew_seconds``, and steps down at once if a renewal fails in a way that
+means someone else holds it (a conflict).  Updates carry the Lease's
+``resourceVersion``, so two replicas can never both win the same round.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+
+from extender.kube.client import ApiError, Json, KubeClient
+
+log = logging.getLogger(__name__)
+
+
+def _micro_time(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(stamp: str | None) -> float:
+    if not stamp:
+        return 0.0
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        name: str = "muster",
+        *,
+        identity: str | None = None,
+        lease_seconds: int = 15,
+        renew_seconds: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.name = name
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.lease_seconds = lease_seconds
+        self.renew_seconds = renew_seconds
+        self.clock = clock
+        self._leading_until = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="leader election", daemon=True)
+
+    def is_leader(self) -> bool:
+        return self.clock() < self._leading_until
+
+    def start(self) -> LeaderElector:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.try_acquire_or_renew()
+            except (ApiError, httpx.HTTPError) as error:
+                log.warning("leader election: %s", error)
+            self._stop.wait(self.renew_seconds)
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round; returns whether this replica leads afterwards."""
+        now = self.clock()
+        try:
+            lease = self.client.request("GET", self.path)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            return self._write("POST", self.collection, self._lease({}, now, acquired=True), now)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = _parse(spec.get("renewTime"))
+        duration = int(spec.get("leaseDurationSeconds") or self.lease_seconds)
+        if holder not in (None, "", self.identity) and renewed + duration > now:
+            self._leading_until = 0.0
+            return False
+        return self._write(
+            "PUT", self.path, self._lease(lease, now, acquired=holder != self.identity), now
+        )
+
+    def _lease(self, lease: Json, now: float, *, acquired: bool) -> Json:
+        spec = dict(lease.get("spec") or {})
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=self.lease_seconds,
+            renewTime=_micro_time(now),
+        )
+        if acquired:
+            spec["acquireTime"] = _micro_time(now)
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if lease else 0)
+        metadata = dict(lease.get("metadata") or {"name": self.name})
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": spec,
+        }
+
+    def _write(self, method: str, path: str, lease: Json, now: float) -> bool:
+        try:
+            self.client.request(method, path, lease)
+        except ApiError as error:
+            if error.status in (409, 422):  # someone else won this round
+                self._leading_until = 0.0
+                return False
+            raise
+        if self._leading_until == 0.0:
+            log.info("leader election: %s leads", self.identity)
+        # Lead a little less than the lease, so two replicas never both think they lead.
+        self._leading_until = now + self.lease_seconds - self.renew_seconds
+        return True
