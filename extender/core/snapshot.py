@@ -301,8 +301,9 @@ class Snapshot:
         return self._victims.get(quota, ())
 
     def has_untallied_pods(self) -> bool:
-        """Are there running pods the node totals leave out (:meth:`free_on`,
-        :meth:`preemptible_on`)?  Those that name a quota that does not exist."""
+        """Are there running pods :meth:`preemptible_on` leaves out though a victim gang
+        could take them along?  Those that name a quota that does not exist (they do
+        count in :meth:`free_on`)."""
         return any(
             self.pods[key].node_name is not None and not self.pods[key].finished
             for key in self._unknown_quota
@@ -345,7 +346,11 @@ class Snapshot:
         try:
             quota = self._resolve_quota(pod)
         except UnknownQuotaError as error:
+            # No quota to charge, but a running pod still takes room on its node.
             self._unknown_quota[key] = str(error.args[0])
+            if pod.node_name is not None and not pod.finished:
+                add_into(self._node_requested.setdefault(pod.node_name, {}), pod.requests)
+                self._node_pods.setdefault(pod.node_name, set()).add(key)
             return
         self._pod_quota[key] = quota
         if pod.finished:
@@ -372,6 +377,9 @@ class Snapshot:
             if not members:
                 del self._jobs[pod.job]
         if self._unknown_quota.pop(key, None) is not None:
+            if pod.node_name is not None and not pod.finished:
+                add_into(self._node_requested[pod.node_name], pod.requests, -1)
+                self._node_pods[pod.node_name].discard(key)
             return
         quota = self._pod_quota.pop(key)
         if pod.finished:

@@ -243,3 +243,16 @@ def test_planning_is_deterministic() -> None:
         return snapshot(NODES, [*full_cluster(), trainer("t-0"), trainer("t-1")], two_teams())
 
     assert plan(build()) == plan(build())
+
+
+def test_a_running_pod_with_an_unknown_quota_still_takes_room() -> None:
+    pods = [
+        pod("lost", "team-b", gpu=8, node="n0", quota="no-such-quota", preemptible=True),
+        trainer("t-0", group="one"),
+    ]
+    snap = snapshot(NODES[:1], pods, two_teams())
+    assert snap.free_on("n0")["nvidia.com/gpu"] == 0
+    decision = refusal(snap, "team-a/one")
+    assert "room for 0 of its 1" in decision.reasons[0]
+    snap.remove_pod("team-b/lost")
+    assert snap.free_on("n0")["nvidia.com/gpu"] == 8000
