@@ -83,9 +83,13 @@ class VictimGroup:
         return (0 if self.other_quota else 1, self.priority, -self.started, self.job)
 
 
-def describe(group: VictimGroup, preemptor: Preemptor) -> str:
-    """Why the policies let ``preemptor`` evict ``group``, in words."""
-    resources = ", ".join(sorted(preemptor.contested))
+def describe(
+    group: VictimGroup, preemptor: Preemptor, governed: frozenset[str] = frozenset()
+) -> str:
+    """Why the policies let ``preemptor`` evict ``group``, in words; ``governed``: the
+    resources the victim's quota names, to which the borrowed resources are narrowed."""
+    contested = preemptor.contested & governed or preemptor.contested
+    resources = ", ".join(sorted(contested))
     if group.rule is Rule.LOWER_PRIORITY:
         return (
             f"lower priority ({group.priority} < {preemptor.priority}) in the same quota "

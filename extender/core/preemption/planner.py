@@ -124,7 +124,12 @@ def plan_job_preemption(snapshot: Snapshot, job: str, now: float) -> PreemptionP
         return Refusal(job, ("internal: the placement that fit could not be rebuilt",))
     kept.sort(key=lambda g: g.order_key)
     victims = tuple(
-        Victim(pod=pod, quota=group.quota, job=group.job, reason=describe(group, preemptor))
+        Victim(
+            pod=pod,
+            quota=group.quota,
+            job=group.job,
+            reason=describe(group, preemptor, snapshot.tree[group.quota].governed),
+        )
         for group in kept
         for pod in group.pods
     )
