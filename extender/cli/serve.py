@@ -23,6 +23,7 @@ from extender.core.decisions import DecisionLog
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
+from extender.kube.housekeeping import Housekeeper
 from extender.kube.leader import LeaderElector
 from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
@@ -88,6 +89,11 @@ def run(
         extender = Extender(
             source, binder=KubeBinder(client), on_unschedulable=postfilter.request, log=decisions
         )
+        Housekeeper(
+            source,
+            ClusterWriter(client),
+            is_leader=elector.is_leader if elector is not None else (lambda: True),
+        ).start()
         source.start()
         postfilter.start()
     else:

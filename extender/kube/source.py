@@ -55,6 +55,11 @@ class KubeSource:
             Informer(client, "/api/v1/pods", self._on_pod),
         ]
 
+    def quota_objects(self) -> dict[str, tuple[str, QuotaSpec]]:
+        """Every ElasticQuota object seen: ``group/namespace/name`` → (API group, spec)."""
+        with self.lock:
+            return {key: (key.split("/", 1)[0], spec) for key, spec in self._quotas.items()}
+
     def start(self) -> KubeSource:
         for informer in self.informers:
             informer.start()

@@ -331,3 +331,64 @@ def test_two_replicas_answer_and_only_the_leader_commits(
         one.stop()
         two.stop()
         teams.cleanup()
+
+
+def test_quota_status_and_hold_and_drain(
+    cluster: Cluster, muster_and_evictor: MusterProcess
+) -> None:
+    cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "8"}}, {"min": {GPU: "2"}, "max": {GPU: "8"}}
+    )
+    quota_path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{teams.b}/elasticquotas/{teams.b}"
+    try:
+        teams.create(teams.b, "b-0", requests={GPU: 4}, labels=PREEMPTIBLE)
+        teams.wait(teams.b, "b-0", "Running")
+        teams.create(teams.b, "b-1", requests={GPU: 2}, labels={})
+        teams.wait(teams.b, "b-1", "Running")
+        # Muster keeps the ElasticQuota's status current (it is the leader of one replica)
+        lc.wait_until(
+            lambda: (
+                (cluster.rest.request("GET", quota_path).get("status") or {})
+                .get("used", {})
+                .get(GPU)
+                == "6"
+                or None
+            ),
+            timeout=30,
+            what="status.used to show 6 GPUs",
+        )
+        stored = cluster.rest.request("GET", quota_path)
+        np_used = json.loads(stored["metadata"]["annotations"]["muster.dev/non-preemptible-used"])
+        assert np_used[GPU] == "2"
+        # stop-policy HoldAndDrain: its running pods are soft-evicted, new ones not admitted
+        cluster.rest.request(
+            "PATCH",
+            quota_path,
+            {"metadata": {"annotations": {"muster.dev/stop-policy": "HoldAndDrain"}}},
+            content_type="application/merge-patch+json",
+        )
+        for name in ("b-0", "b-1"):
+            lc.wait_until(
+                lambda name=name: teams.get(teams.b, name) is None or None,
+                timeout=60,
+                what=f"{name} drained",
+            )
+        drained = teams.events(teams.b, "Preempted")
+        assert sorted(e["involvedObject"]["name"] for e in drained) == ["b-0", "b-1"]
+        assert "HoldAndDrain" in drained[0]["message"]
+        teams.create(teams.b, "b-2", requests={GPU: 1}, labels=PREEMPTIBLE)
+        pod = lc.wait_until(
+            lambda: (
+                (condition(teams.get(teams.b, "b-2") or {}, "PodScheduled") or {}).get("reason")
+                == "Unschedulable"
+                or None
+            ),
+            timeout=30,
+            what="b-2 held",
+        )
+        assert pod
+        message = condition(teams.get(teams.b, "b-2") or {}, "PodScheduled") or {}
+        assert "stop-policy HoldAndDrain" in message.get("message", "")
+    finally:
+        teams.cleanup()

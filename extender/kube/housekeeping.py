@@ -1,0 +1,126 @@
+"""The leader's periodic chores: ElasticQuota status, and draining stopped quotas.
+
+Every few seconds the leader writes each ElasticQuota's ``status.used`` (the
+requests of its bound or reserved pods, subtree included) and its
+non-preemptible part as the ``muster.dev/non-preemptible-used`` annotation,
+only where they changed; and soft-evicts the running pods of quotas whose
+``muster.dev/stop-policy`` is ``HoldAndDrain`` (their filter already admits
+nothing new).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+import httpx
+
+from extender.core.objects import PodInfo
+from extender.core.resources import format_resources
+from extender.kube.client import ApiError
+from extender.kube.source import KubeSource
+from extender.kube.writer import MERGE_PATCH, ClusterWriter
+from quota.tree import StopPolicy
+
+log = logging.getLogger(__name__)
+
+NON_PREEMPTIBLE_USED_ANNOTATION = "muster.dev/non-preemptible-used"
+
+
+class Housekeeper:
+    def __init__(
+        self,
+        source: KubeSource,
+        writer: ClusterWriter,
+        *,
+        interval_seconds: float = 5.0,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.source = source
+        self.writer = writer
+        self.interval_seconds = interval_seconds
+        self.is_leader = is_leader
+        self._written: dict[str, str] = {}  # quota object → the status last written
+        self._drained: set[str] = set()  # pod UIDs marked for a drain
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="housekeeping", daemon=True)
+
+    def start(self) -> Housekeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            if not self.source.ready() or not self.is_leader():
+                continue
+            try:
+                self.write_quota_status()
+                self.drain_stopped_quotas()
+            except (ApiError, httpx.HTTPError) as error:
+                log.warning("housekeeping: %s", error)
+
+    def write_quota_status(self) -> int:
+        """Write the status of every quota whose usage changed; return how many."""
+        with self.source.reading() as snapshot:
+            wanted = {}
+            for key, (group, spec) in self.source.quota_objects().items():
+                if spec.name not in snapshot.tree:
+                    continue
+                usage = snapshot.ledger[spec.name]
+                used = format_resources({r: v for r, v in usage.subtree_used.items() if v})
+                np_used = format_resources({r: v for r, v in usage.np_used.items() if v})
+                wanted[key] = (group, spec.namespace, spec.name, used, np_used)
+        written = 0
+        for key, (group, namespace, name, used, np_used) in wanted.items():
+            fingerprint = json.dumps([used, np_used], sort_keys=True)
+            if self._written.get(key) == fingerprint:
+                continue
+            path = f"/apis/{group}/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
+            self._patch(f"{path}/status", {"status": {"used": used}})
+            annotation = {NON_PREEMPTIBLE_USED_ANNOTATION: json.dumps(np_used)}
+            self._patch(path, {"metadata": {"annotations": annotation}})
+            self._written[key] = fingerprint
+            written += 1
+        return written
+
+    def _patch(self, path: str, body: dict[str, object]) -> None:
+        self.writer.retrying(
+            lambda: self.writer.client.request("PATCH", path, body, content_type=MERGE_PATCH)
+        )
+
+    def drain_stopped_quotas(self) -> int:
+        """Soft-evict the running pods of ``HoldAndDrain`` quotas; return how many."""
+        with self.source.reading() as snapshot:
+            draining = {
+                name
+                for name, spec in snapshot.tree.specs.items()
+                if spec.policy.stop_policy is StopPolicy.HOLD_AND_DRAIN
+            }
+            pods: list[tuple[PodInfo, str]] = [
+                (pod, quota)
+                for pod in snapshot.pods.values()
+                if pod.node_name is not None
+                and not pod.finished
+                and not pod.terminating
+                and not pod.soft_evicted
+                and pod.uid not in self._drained
+                and (quota := snapshot.quota_name(pod) or "") in draining
+            ]
+        for pod, quota in pods:
+            self._drained.add(pod.uid)
+            try:
+                self.writer.mark_victim(
+                    pod,
+                    preemptor=f"quota/{quota}",
+                    reason=f"quota {quota} has stop-policy HoldAndDrain",
+                    grace_seconds=None,
+                )
+            except ApiError as error:
+                log.info("draining %s: %s", pod.key, error)
+        return len(pods)
