@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 
 import httpx
@@ -21,6 +20,7 @@ from extender.core.objects import PodInfo
 from extender.core.resources import format_resources
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
+from extender.kube.worker import PeriodicWorker
 from extender.kube.writer import MERGE_PATCH, ClusterWriter
 from quota.tree import StopPolicy
 
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 NON_PREEMPTIBLE_USED_ANNOTATION = "muster.dev/non-preemptible-used"
 
 
-class Housekeeper:
+class Housekeeper(PeriodicWorker):
     def __init__(
         self,
         source: KubeSource,
@@ -38,32 +38,21 @@ class Housekeeper:
         interval_seconds: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
+        super().__init__("housekeeping", interval_seconds)
         self.source = source
         self.writer = writer
-        self.interval_seconds = interval_seconds
         self.is_leader = is_leader
         self._written: dict[str, str] = {}  # quota object → the status last written
         self._drained: set[str] = set()  # pod UIDs marked for a drain
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="housekeeping", daemon=True)
 
-    def start(self) -> Housekeeper:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
-            if not self.source.ready() or not self.is_leader():
-                continue
-            try:
-                self.write_quota_status()
-                self.drain_stopped_quotas()
-            except (ApiError, httpx.HTTPError) as error:
-                log.warning("housekeeping: %s", error)
+    def tick(self) -> None:
+        if not self.source.ready() or not self.is_leader():
+            return
+        try:
+            self.write_quota_status()
+            self.drain_stopped_quotas()
+        except (ApiError, httpx.HTTPError) as error:
+            log.warning("housekeeping: %s", error)
 
     def write_quota_status(self) -> int:
         """Write the status of every quota whose usage changed; return how many."""

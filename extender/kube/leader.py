@@ -14,13 +14,13 @@ import datetime as dt
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 
 import httpx
 
 from extender.kube.client import ApiError, Json, KubeClient
+from extender.kube.worker import PeriodicWorker
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def _parse(stamp: str | None) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-class LeaderElector:
+class LeaderElector(PeriodicWorker):
     def __init__(
         self,
         client: KubeClient,
@@ -47,6 +47,7 @@ class LeaderElector:
         renew_seconds: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__("leader election", renew_seconds)
         self.client = client
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
@@ -56,27 +57,15 @@ class LeaderElector:
         self.renew_seconds = renew_seconds
         self.clock = clock
         self._leading_until = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="leader election", daemon=True)
 
     def is_leader(self) -> bool:
         return self.clock() < self._leading_until
 
-    def start(self) -> LeaderElector:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.try_acquire_or_renew()
-            except (ApiError, httpx.HTTPError) as error:
-                log.warning("leader election: %s", error)
-            self._stop.wait(self.renew_seconds)
+    def tick(self) -> None:
+        try:
+            self.try_acquire_or_renew()
+        except (ApiError, httpx.HTTPError) as error:
+            log.warning("leader election: %s", error)
 
     def try_acquire_or_renew(self) -> bool:
         """One round; returns whether this replica leads afterwards."""

@@ -71,20 +71,12 @@ class ClusterWriter:
             "preemptor": preemptor,
             "deleteOptions": {"gracePeriodSeconds": grace_seconds},
         }
-        path = _pod_path(pod)
-        self.retrying(
-            lambda: self.client.request(
-                "PATCH",
-                path,
-                {
-                    "metadata": {
-                        "uid": pod.uid,
-                        "labels": {keys.SOFT_EVICTION_KEY: "true"},
-                        "annotations": {keys.SOFT_EVICTION_KEY: json.dumps(mark)},
-                    }
-                },
-                content_type=MERGE_PATCH,
-            )
+        self.patch_pod(
+            pod,
+            {
+                "labels": {keys.SOFT_EVICTION_KEY: "true"},
+                "annotations": {keys.SOFT_EVICTION_KEY: json.dumps(mark)},
+            },
         )
         condition = {
             "type": "DisruptionTarget",
@@ -93,51 +85,34 @@ class ClusterWriter:
             "message": f"{COMPONENT}: preempted by job {preemptor}: {reason}",
             "lastTransitionTime": now,
         }
-        self.retrying(
-            lambda: self.client.request(
-                "PATCH",
-                f"{path}/status",
-                {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}},
-                content_type=STRATEGIC_PATCH,
-            )
-        )
+        self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
         self.event(pod, "Preempted", f"Marked for eviction by job {preemptor}: {reason}")
 
     def hold_room(self, pod: PodInfo, node: str, reservation: Json) -> None:
         """Persist a pod's reservation: an annotation, and ``status.nominatedNodeName``."""
-        path = _pod_path(pod)
-        self.retrying(
-            lambda: self.client.request(
-                "PATCH",
-                path,
-                {
-                    "metadata": {
-                        "uid": pod.uid,
-                        "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(reservation)},
-                    }
-                },
-                content_type=MERGE_PATCH,
-            )
-        )
-        self.retrying(
-            lambda: self.client.request(
-                "PATCH",
-                f"{path}/status",
-                {"metadata": {"uid": pod.uid}, "status": {"nominatedNodeName": node}},
-                content_type=MERGE_PATCH,
-            )
-        )
+        self.patch_pod(pod, {"annotations": {keys.RESERVATION_ANNOTATION: json.dumps(reservation)}})
+        self.patch_pod(pod, {}, status={"nominatedNodeName": node})
 
     def release_room(self, pod: PodInfo) -> None:
         """Drop a pod's persisted reservation (expired, or the job went away)."""
-        self.retrying(
-            lambda: self.client.request(
-                "PATCH",
-                _pod_path(pod),
-                {"metadata": {"uid": pod.uid, "annotations": {keys.RESERVATION_ANNOTATION: None}}},
-                content_type=MERGE_PATCH,
-            )
-        )
+        self.patch_pod(pod, {"annotations": {keys.RESERVATION_ANNOTATION: None}})
+
+    def patch_pod(
+        self,
+        pod: PodInfo,
+        metadata: Json,
+        *,
+        status: Json | None = None,
+        content_type: str = MERGE_PATCH,
+    ) -> None:
+        """Patch the pod's metadata, or with ``status`` its status subresource, with its
+        UID as a precondition; retried when transient."""
+        path = _pod_path(pod)
+        body: Json = {"metadata": {"uid": pod.uid, **metadata}}
+        if status is not None:
+            path = f"{path}/status"
+            body["status"] = status
+        self.retrying(lambda: self.client.request("PATCH", path, body, content_type=content_type))
 
     def evict(self, namespace: str, name: str, uid: str, grace_seconds: int | None) -> None:
         """Evict through the Eviction API (PodDisruptionBudgets apply: 429 is retried)."""
