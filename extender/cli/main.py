@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evictor.add_argument("--kubeconfig", metavar="PATH", help="the cluster's kubeconfig")
     evictor.add_argument("--in-cluster", action="store_true", help="the cluster it runs in")
+    evictor.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port"
+    )
     return parser
 
 
@@ -100,7 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_body_bytes=options.max_body_bytes,
         )
     if options.command == "evictor":
-        return run_evictor(kubeconfig=options.kubeconfig, in_cluster=options.in_cluster)
+        return run_evictor(
+            kubeconfig=options.kubeconfig,
+            in_cluster=options.in_cluster,
+            metrics_port=options.metrics_port,
+        )
     raise AssertionError(options.command)  # argparse rejects unknown commands
 
 

@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from prometheus_client import CollectorRegistry, Counter
+
 from extender.core import keys
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
@@ -33,9 +35,15 @@ class Evictor:
     ) -> None:
         self.writer = ClusterWriter(client, clock)
         self.retry_seconds = retry_seconds
-        self.evicted = 0
-        self.failed = 0
+        self.registry = CollectorRegistry()
+        self.evictions = Counter(
+            "muster_evictor_evictions",
+            "Eviction attempts of soft-evicted pods, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
         self._waiting: dict[str, Json] = {}  # blocked by a PDB, retried later
+        self._evicted: set[str] = set()  # UIDs evicted already (their updates follow)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.informer = Informer(
@@ -57,12 +65,17 @@ class Evictor:
         if kind == "DELETED" or metadata.get("deletionTimestamp"):
             with self._lock:
                 self._waiting.pop(object_key(obj), None)
+            if kind == "DELETED":
+                self._evicted.discard(str(metadata.get("uid")))
             return
         self._evict(obj)
 
     def _evict(self, obj: Json) -> None:
         metadata = obj.get("metadata") or {}
         key = object_key(obj)
+        uid = str(metadata.get("uid"))
+        if uid in self._evicted:
+            return
         grace = _grace_seconds(metadata.get("annotations") or {})
         try:
             self.writer.evict(
@@ -71,14 +84,16 @@ class Evictor:
                 str(metadata.get("uid")),
                 grace,
             )
-            self.evicted += 1
+            self.evictions.labels("evicted").inc()
+            self._evicted.add(uid)
             log.info("evicted %s", key)
             with self._lock:
                 self._waiting.pop(key, None)
         except ApiError as error:
             if error.status == 404 or error.status == 409:
+                self.evictions.labels("gone").inc()
                 return  # gone, or replaced by a new pod of the same name
-            self.failed += 1
+            self.evictions.labels("refused" if error.status == 429 else "failed").inc()
             log.warning("evicting %s: %s (will retry)", key, error)
             with self._lock:
                 self._waiting[key] = obj

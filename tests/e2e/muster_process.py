@@ -32,6 +32,7 @@ class MusterProcess:
         snapshot: list[dict[str, Any]] | None = None,
         kubeconfig: Path | None = None,
         port: int | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = workdir
         if snapshot is not None:
@@ -46,11 +47,22 @@ class MusterProcess:
         self.log_path = workdir / "muster.log"
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "extender.cli.main", "serve", *source, "--port", str(self.port)],
+            [
+                sys.executable,
+                "-m",
+                "extender.cli.main",
+                "serve",
+                *source,
+                "--port",
+                str(self.port),
+                *extra_args,
+            ],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
+        #: Set by fixtures that run the evictor beside this Muster.
+        self.evictor_metrics_url: str | None = None
         self._wait_ready(deadline=30.0)
 
     def _wait_ready(self, deadline: float) -> None:

@@ -22,7 +22,7 @@ import localcluster as lc
 import pytest
 import yaml
 from e2e_support import Cluster, condition, delete_namespaced, make_pod
-from muster_process import ROOT, MusterProcess
+from muster_process import ROOT, MusterProcess, free_port
 from test_muster_extender import GPU, create_quota
 
 pytestmark = pytest.mark.e2e
@@ -63,9 +63,20 @@ def tokens(control_plane: lc.ControlPlane) -> dict[str, Path]:
     }
 
 
-def start_evictor(kubeconfig: Path, log: Any) -> subprocess.Popen[bytes]:
+def start_evictor(
+    kubeconfig: Path, log: Any, metrics_port: int | None = None
+) -> subprocess.Popen[bytes]:
+    metrics = ["--metrics-port", str(metrics_port)] if metrics_port is not None else []
     return subprocess.Popen(
-        [sys.executable, "-m", "extender.cli.main", "evictor", "--kubeconfig", str(kubeconfig)],
+        [
+            sys.executable,
+            "-m",
+            "extender.cli.main",
+            "evictor",
+            "--kubeconfig",
+            str(kubeconfig),
+            *metrics,
+        ],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -78,7 +89,9 @@ def muster_and_evictor(
 ) -> Iterator[MusterProcess]:
     muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
     log = (tmp_path / "evictor.log").open("wb")
-    evictor = start_evictor(tokens["muster-evictor"], log)
+    metrics_port = free_port()
+    evictor = start_evictor(tokens["muster-evictor"], log, metrics_port)
+    muster.evictor_metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     try:
         with control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)):
             yield muster
@@ -391,4 +404,56 @@ def test_quota_status_and_hold_and_drain(
         message = condition(teams.get(teams.b, "b-2") or {}, "PodScheduled") or {}
         assert "stop-policy HoldAndDrain" in message.get("message", "")
     finally:
+        teams.cleanup()
+
+
+def test_partial_gang_then_preempt(cluster: Cluster, muster_and_evictor: MusterProcess) -> None:
+    """Two pods of a three-pod gang bind on free nodes; the third needs a borrower's node."""
+    for i in range(3):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "24"}, "max": {GPU: "24"}}, {"min": {GPU: "0"}, "max": {GPU: "24"}}
+    )
+    try:
+        fill_with_borrowers(teams, 1)
+        for i in range(3):
+            labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "job"}
+            teams.create(teams.a, f"job-{i}", requests={GPU: 8}, labels=labels)
+        lc.wait_until(
+            lambda: teams.get(teams.b, "b-0") is None or None, timeout=60, what="b-0 evicted"
+        )
+        for i in range(3):
+            teams.wait(teams.a, f"job-{i}", "Running", timeout=60)
+        assert [e["involvedObject"]["name"] for e in teams.events(teams.b, "Preempted")] == ["b-0"]
+        assert muster_and_evictor.evictor_metrics_url is not None
+        metrics = httpx.get(muster_and_evictor.evictor_metrics_url, timeout=5).text
+        assert 'muster_evictor_evictions_total{outcome="evicted"} 1.0' in metrics
+    finally:
+        teams.cleanup()
+
+
+def test_muster_evicts_itself_when_configured(
+    cluster: Cluster, control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
+) -> None:
+    """podShouldBeDeletedWhenPreempted: true: no evictor runs, Muster evicts the victims."""
+    for i in range(2):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
+    )
+    args = tmp_path / "args.yaml"
+    args.write_text("podShouldBeDeletedWhenPreempted: true\n")
+    muster = MusterProcess(
+        tmp_path, kubeconfig=tokens["muster"], extra_args=("--config", str(args))
+    )
+    try:
+        with control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)):
+            fill_with_borrowers(teams, 2)
+            labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "solo"}
+            teams.create(teams.a, "solo-0", requests={GPU: 8}, labels=labels)
+            teams.wait(teams.a, "solo-0", "Running", timeout=60)
+            gone = [name for name in ("b-0", "b-1") if teams.get(teams.b, name) is None]
+            assert len(gone) == 1
+    finally:
+        muster.stop()
         teams.cleanup()
