@@ -16,7 +16,7 @@ Every failure is a sentence a person can act on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from extender.core.resources import PODS, format_quantity
 from quota.accounting import QuotaLedger
@@ -117,31 +117,32 @@ def is_borrowing(ledger: QuotaLedger, quota: str, resources: Iterable[str]) -> b
 
 
 def min_violation(
-    ledger: QuotaLedger, quotas: Iterable[str], requests: Mapping[str, int]
+    ledger: QuotaLedger,
+    quotas: Iterable[str],
+    requests: Mapping[str, int],
+    contested: Container[str],
 ) -> str | None:
     """Why taking ``requests`` away would push one of ``quotas`` below its ``min``, or ``None``.
 
     ``quotas`` are the victim's quota and its ancestors below the level it
-    shares with the preemptor; a resource the quota names no ``min`` for has
-    nothing guaranteed.
+    shares with the preemptor.  Only the ``contested`` resources (those the
+    preemptor asks for) count, and only one the quota uses at least its
+    ``min`` of can be pushed below it: a quota already short of its ``min`` in
+    a resource (a CPU guarantee it does not use, say, beside borrowed GPUs) is
+    not protected from losing the pods it borrows with.
     """
     for quota in quotas:
         spec = ledger.tree[quota]
         usage = ledger[quota].subtree_used
-        # First the common case, "no", looking only at the resources with a min ...
         for name, bound in spec.min.items():
             amount = requests.get(name, 0)
-            if bound > 0 and amount > 0 and usage.get(name, 0) - amount < bound:
-                break
-        else:
-            continue
-        # ... then the first resource of the request that breaks it, for the message.
-        for name, amount in requests.items():
-            bound = spec.min.get(name, 0)
-            if amount > 0 and bound > 0 and usage.get(name, 0) - amount < bound:
+            if bound <= 0 or amount <= 0 or name not in contested:
+                continue
+            used = usage.get(name, 0)
+            if used >= bound > used - amount:
                 return (
                     f"quota {quota} would fall below its min {name} {_q(name, bound)} "
-                    f"(uses {_q(name, usage.get(name, 0))})"
+                    f"(uses {_q(name, used)})"
                 )
     return None
 

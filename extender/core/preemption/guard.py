@@ -78,7 +78,7 @@ def guard_scheduler_preemption(
                 quota = snapshot.quota_of(victim)
                 if quota != preemptor.quota:
                     path = snapshot.tree.path_below_common_ancestor(quota, preemptor.quota)
-                    why = min_violation(ledger, path, victim.requests)
+                    why = min_violation(ledger, path, victim.requests, preemptor.contested)
                 if why is None:
                     ledger.charge(quota, victim.requests, preemptible=True, used=True, sign=-1)
                     add_into(free, victim.requests)

@@ -231,6 +231,9 @@ class _Simulation:
         self._counts: dict[str, bool] = {}
         self._guards: dict[str, tuple[str, ...]] = {}
         self._read: dict[str, bool] = {}
+        self._contested = frozenset(
+            name for name, amount in demand.request.items() if amount and name != PODS
+        )
 
     def admits(self) -> bool:
         """Do the job's quota checks hold on the ledger copy?"""
@@ -262,7 +265,9 @@ class _Simulation:
 
     def min_violation(self, group: VictimGroup) -> str | None:
         guards = self._guarding(group.quota)
-        return min_violation(self.ledger, guards, group.requests) if guards else None
+        if not guards:
+            return None
+        return min_violation(self.ledger, guards, group.requests, self._contested)
 
     def take(self, group: VictimGroup) -> None:
         self.fit.remove(group.pods)
