@@ -337,3 +337,18 @@ def test_fuzzed_requests_never_get_a_5xx(path: str, body: Any) -> None:
 
 
 FUZZ_CLIENT = cluster()
+
+
+def test_preempt_guard_drops_gang_victims_and_nodes_the_quota_would_still_refuse() -> None:
+    client, extender, _ = cluster()
+    with extender.source.reading() as snap:
+        for i, node_name in enumerate(("n2", "n3")):
+            snap.upsert_pod(
+                parse_pod(
+                    pod(f"g-{i}", "team-b", gpu=4, node=node_name, group="g", preemptible=True)
+                )
+            )
+    preemptor = scheduler_pod("a-0", gpu=4, can_preempt=True, preemptible=False)
+    meta = {"n2": {"Pods": [{"UID": "team-b/g-0"}], "NumPDBViolations": 0}}
+    body = {"Pod": preemptor, "NodeNameToMetaVictims": meta}
+    assert client.post("/preempt", json=body).json() == {"NodeNameToMetaVictims": {}}

@@ -10,10 +10,12 @@ job-level rules would also pick, and only nodes where those still make room:
   whole job;
 - a preemptor whose job may not trigger preemption gets none either;
 - a victim is dropped if Muster does not know it, or it is not preemptible,
-  already marked or promised, terminating, or outside the preemptor quota's
-  policies, or if evicting it would take a reclaimed quota below its ``min``;
+  belongs to a gang (kube-scheduler would evict part of it), is already
+  marked or promised, terminating, or outside the preemptor quota's policies,
+  or if evicting it would take a reclaimed quota below its ``min``;
 - a node is dropped if the victims left do not make room for the pod there
-  (room held for other jobs' reservations counts as taken).
+  (room held for other jobs' reservations counts as taken), or if the pod's
+  quota would still not admit it once they are gone.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from extender.core.preemption.candidates import Preemptor, preemptor_admits
 from extender.core.resources import PODS, add_into, fits
 from extender.core.scheduling import job_demand
 from extender.core.snapshot import Snapshot, UnknownQuotaError
-from quota.admission import min_violation, would_borrow
+from quota.admission import job_admission_failures, min_violation, would_borrow
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +87,16 @@ def guard_scheduler_preemption(
                     chosen.append(uid)
                     continue
             notes.append(f"{node}: victim {uid} dropped: {why}")
-        if chosen and fits(pod.requests, free):
-            kept[node] = chosen
-        elif chosen:
+        if not chosen:
+            continue
+        if not fits(pod.requests, free):
             notes.append(f"{node}: the victims left do not make room")
+            continue
+        failures = job_admission_failures(ledger, demand.quota, demand.np_request, demand.p_request)
+        if failures:
+            notes.append(f"{node}: the pod's quota would still not admit it: {failures[0]}")
+            continue
+        kept[node] = chosen
     return GuardResult(kept, tuple(notes))
 
 
@@ -105,6 +113,8 @@ def _veto(
         return "not on this node"
     if not snapshot.preemptible(victim):
         return "not preemptible"
+    if victim.group is not None:
+        return f"it belongs to gang {victim.job}, which goes whole or not at all"
     if victim.soft_evicted or victim.key in promised:
         return "already marked for eviction"
     if victim.terminating:
