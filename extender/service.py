@@ -90,12 +90,14 @@ class Extender:
         self.log = log if log is not None else DecisionLog()
         # Pods seen in filter calls, so a pod Muster binds can be counted at once.
         self._recent: OrderedDict[str, PodInfo] = OrderedDict()
+        self._recent_lock = threading.Lock()
 
     def filter(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
-        self._recent[pod.key] = pod
-        self._recent.move_to_end(pod.key)
-        while len(self._recent) > RECENT_PODS:
-            self._recent.popitem(last=False)
+        with self._recent_lock:
+            self._recent[pod.key] = pod
+            self._recent.move_to_end(pod.key)
+            while len(self._recent) > RECENT_PODS:
+                self._recent.popitem(last=False)
         with self.source.reading() as snapshot:
             result = filter_nodes(snapshot, pod, nodes, as_extender=True)
         if result.quota_failures:
@@ -152,7 +154,9 @@ class Extender:
         """Count a pod Muster just bound as running there before its informer says so,
         as kube-scheduler assumes pods: a decision in between must not see the room free."""
         with self.source.reading() as snapshot:
-            pod = snapshot.pods.get(key) or self._recent.get(key)
+            with self._recent_lock:
+                recent = self._recent.get(key)
+            pod = snapshot.pods.get(key) or recent
             if pod is not None and pod.node_name is None:
                 snapshot.upsert_pod(dataclasses.replace(pod, node_name=node))
 

@@ -8,6 +8,7 @@ forgotten first), so it never grows with the cluster's history.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
@@ -25,17 +26,20 @@ class DecisionLog:
         self._per_pod = per_pod
         self._pods = pods
         self._entries: OrderedDict[str, deque[Decision]] = OrderedDict()
+        self._lock = threading.Lock()  # written by request threads and the PostFilter loop
 
     def record(self, pod_key: str, decision: Decision) -> None:
-        entries = self._entries.get(pod_key)
-        if entries is None:
-            entries = self._entries[pod_key] = deque(maxlen=self._per_pod)
-            while len(self._entries) > self._pods:
-                self._entries.popitem(last=False)
-        else:
-            self._entries.move_to_end(pod_key)
-        entries.append(decision)
+        with self._lock:
+            entries = self._entries.get(pod_key)
+            if entries is None:
+                entries = self._entries[pod_key] = deque(maxlen=self._per_pod)
+                while len(self._entries) > self._pods:
+                    self._entries.popitem(last=False)
+            else:
+                self._entries.move_to_end(pod_key)
+            entries.append(decision)
 
     def for_pod(self, pod_key: str) -> list[Decision]:
         """The pod's recent decisions, oldest first."""
-        return list(self._entries.get(pod_key, ()))
+        with self._lock:
+            return list(self._entries.get(pod_key, ()))

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from extender.core.objects import ManifestError, PodInfo, parse_pod
 from extender.http import explain, wire
@@ -74,7 +75,9 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         start = time.perf_counter()
         try:
             body = await request.body()
-            payload = handle(body)
+            # Decisions wait for the snapshot's lock (informer threads write it) and bind
+            # calls the API: keep both off the event loop.
+            payload = await run_in_threadpool(handle, body)
             response: Response = Response(
                 content=payload if isinstance(payload, bytes) else json.dumps(payload),
                 media_type="application/json",
@@ -183,21 +186,21 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         return JSONResponse({"status": "waiting for the first full sync"}, status_code=503)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/debug/quotas", summary="every quota: min, max, used, non-preemptible used")
-    async def debug_quotas() -> dict[str, Any]:
+    def debug_quotas() -> dict[str, Any]:
         with extender.source.reading() as snapshot:
             return explain.quotas(snapshot)
 
     @app.get("/debug/jobs", summary="jobs with pending pods or reservations")
-    async def debug_jobs() -> dict[str, Any]:
+    def debug_jobs() -> dict[str, Any]:
         with extender.source.reading() as snapshot:
             return explain.jobs(snapshot, extender.clock())
 
     @app.get("/debug/pods/{namespace}/{name}", summary="why is this pod pending?")
-    async def debug_pod(namespace: str, name: str) -> Response:
+    def debug_pod(namespace: str, name: str) -> Response:
         with extender.source.reading() as snapshot:
             found = explain.pod(snapshot, extender.log, f"{namespace}/{name}")
         if found is None:

@@ -102,7 +102,6 @@ class Housekeeper(PeriodicWorker):
                 and (quota := snapshot.quota_name(pod) or "") in draining
             ]
         for pod, quota in pods:
-            self._drained.add(pod.uid)
             try:
                 self.writer.mark_victim(
                     pod,
@@ -110,6 +109,8 @@ class Housekeeper(PeriodicWorker):
                     reason=f"quota {quota} has stop-policy HoldAndDrain",
                     grace_seconds=None,
                 )
-            except ApiError as error:
-                log.info("draining %s: %s", pod.key, error)
+            except (ApiError, httpx.HTTPError) as error:
+                log.info("draining %s: %s (will retry)", pod.key, error)
+                continue
+            self._drained.add(pod.uid)
         return len(pods)

@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import httpx
+
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
@@ -79,10 +81,15 @@ class PostFilterLoop:
         while not self._stop.is_set():
             self._wake.wait(0.5)
             self._wake.clear()
-            if not self.source.ready() or not self.is_leader():
+            if not self.source.ready():
                 continue
             now = self.clock()
-            self._expire(now)
+            # Every replica ends its reservations on time (followers answer the filter
+            # too); only the leader writes to the cluster.
+            expired = self._expire(now)
+            if not self.is_leader():
+                continue
+            self._release(expired)
             self.complete_in_flight()
             with self._lock:
                 due = sorted(job for job, at in self._due.items() if at <= now)
@@ -98,18 +105,23 @@ class PostFilterLoop:
                     self._wake.set()
 
     def _remove(self, pod: PodInfo, job: str, reason: str, delete_now: bool) -> None:
-        """Mark a victim for soft eviction (or evict it at once), once."""
+        """Mark a victim for soft eviction (or evict it at once), once it succeeds; a
+        failure is left for :meth:`complete_in_flight` to retry."""
         if pod.uid in self._written:
             return
-        self._written.add(pod.uid)
         try:
             if delete_now:
                 self.writer.evict(pod.namespace, pod.name, pod.uid, None)
             else:
                 self.writer.mark_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
         except ApiError as error:
-            # Gone or replaced already: its room is free either way.
-            log.info("victim %s: %s", pod.key, error)
+            if error.status not in (404, 409):  # not gone or replaced: try again later
+                log.warning("victim %s: %s (will retry)", pod.key, error)
+                return
+        except httpx.HTTPError as error:
+            log.warning("victim %s: %s (will retry)", pod.key, error)
+            return
+        self._written.add(pod.uid)
 
     def complete_in_flight(self) -> int:
         """Mark the victims of in-flight reservations that are still unmarked (a Muster
@@ -121,6 +133,7 @@ class PostFilterLoop:
                 for reservation in snapshot.reservations.values()
                 for key in reservation.victims
                 if key in snapshot.pods
+                and snapshot.pods[key].uid not in self._written
                 and not snapshot.pods[key].soft_evicted
                 and not snapshot.pods[key].terminating
                 and snapshot.pods[key].node_name is not None
@@ -129,19 +142,22 @@ class PostFilterLoop:
             self._remove(pod, job, f"completing the preemption for job {job}", delete_now)
         return len(unmarked)
 
-    def _expire(self, now: float) -> None:
+    def _expire(self, now: float) -> list[PodInfo]:
+        """End the reservations whose time is up; return their pods still present."""
         with self.source.reading() as snapshot:
             expired = snapshot.expire_reservations(now)
-            pods = [
+            return [
                 snapshot.pods[key]
                 for reservation in expired
                 for key in reservation.placements
                 if key in snapshot.pods
             ]
+
+    def _release(self, pods: list[PodInfo]) -> None:
         for pod in pods:
             try:
                 self.writer.release_room(pod)
-            except ApiError as error:
+            except (ApiError, httpx.HTTPError) as error:
                 log.info("releasing %s: %s", pod.key, error)
 
     def decide(self, job: str, now: float) -> PreemptionPlan | None:
@@ -175,8 +191,8 @@ class PostFilterLoop:
             node = decision.placements[pod.key]
             try:
                 self.writer.hold_room(pod, node, persisted | {"node": node})
-            except ApiError as error:
-                log.info("reservation of %s: %s", pod.key, error)
+            except (ApiError, httpx.HTTPError) as error:
+                log.warning("reservation of %s: %s", pod.key, error)
             self.decisions.record(
                 pod.key,
                 Decision(

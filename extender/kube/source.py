@@ -36,6 +36,7 @@ class KubeSource:
         self.lock = threading.RLock()
         self.rejected: dict[str, str] = {}  # object → why it was skipped
         self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
+        self._applied: dict[str, QuotaSpec] = {}  # what the snapshot has, by quota name
         self._priorities: dict[str, tuple[int, bool]] = {}
         #: Called with (job, reason) when a pod turns PodScheduled=False/Unschedulable.
         self.on_unschedulable: Callable[[str, str], None] | None = None
@@ -177,8 +178,11 @@ class KubeSource:
                 self.rejected[key] = f"duplicate quota name {spec.name!r}"
                 continue
             specs[spec.name] = spec
+        if specs == self._applied:
+            return  # e.g. only status or annotations changed: nothing to re-index
         try:
             self.snapshot.set_quotas(specs.values())
+            self._applied = specs
         except QuotaTreeError as error:
             self.rejected[f"quota/{error.quota}"] = str(error)
             log.warning("quota tree: %s; keeping the previous quotas", error)
