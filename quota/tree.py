@@ -90,6 +90,11 @@ def parse_elastic_quota(obj: Mapping[str, Any]) -> QuotaSpec:
         raise ManifestError("metadata.name", f"expected a non-empty string, got {name!r}")
     labels = metadata.get("labels") or {}
     annotations = metadata.get("annotations") or {}
+    for where, value in (("metadata.labels", labels), ("metadata.annotations", annotations)):
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise ManifestError(where, "expected a mapping of strings to strings")
     try:
         minimum = parse_resource_list(spec.get("min"), "spec.min")
         maximum = parse_resource_list(spec.get("max"), "spec.max")

@@ -122,8 +122,8 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         ):
             raise document.error("spec.minMember", f"{min_member!r} is not a positive integer")
         metadata = document.obj.get("metadata") or {}
-        snapshot.set_pod_group(
-            str(metadata.get("namespace") or "default"), str(metadata.get("name")), min_member or 1
+        snapshot.set_pod_group(  # no minMember: every pod of the job, as in live mode
+            str(metadata.get("namespace") or "default"), str(metadata.get("name")), min_member
         )
     for document in by_kind["Pod"]:
         pod = _parse(document, lambda obj: parse_pod(obj, priorities))

@@ -130,6 +130,8 @@ class PriorityClasses:
                 raise ManifestError("spec.priority", f"expected an integer, got {priority!r}")
             return priority
         class_name = spec.get("priorityClassName")
+        if class_name is not None and not isinstance(class_name, str):
+            raise ManifestError("spec.priorityClassName", f"expected a string, got {class_name!r}")
         if class_name:
             if class_name not in self.values:
                 raise ManifestError(
@@ -311,7 +313,10 @@ def _requirements(value: object, field: str) -> tuple[SelectorRequirement, ...]:
         operator = item.get("operator")
         if operator not in _OPERATORS:
             raise ManifestError(f"{where}.operator", f"unknown operator {operator!r}")
-        values = tuple(_str(v, f"{where}.values") for v in item.get("values") or [])
+        raw_values = item.get("values") or []
+        if not isinstance(raw_values, list):
+            raise ManifestError(f"{where}.values", f"expected a list, got {raw_values!r}")
+        values = tuple(_str(v, f"{where}.values") for v in raw_values)
         if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
             raise ManifestError(f"{where}.values", f"{operator} needs one integer value")
         requirements.append(

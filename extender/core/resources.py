@@ -71,6 +71,8 @@ def parse_quantity(value: object) -> int:
         match = _QUANTITY.match(value.strip())
         if match is None:
             raise QuantityError(f"{value!r} is not a quantity")
+        if len(value) > 64:
+            raise QuantityError(f"{value[:20]!r}... is too long to be a quantity")
         amount = Fraction(match["number"])
         if match["exp"]:
             exponent = int(match["exp"][1:])

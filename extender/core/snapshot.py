@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from extender.core import keys
 from extender.core.config import MusterArgs
 from extender.core.jobs import is_preemptible, min_available_annotation
-from extender.core.objects import NodeInfo, PodInfo
+from extender.core.objects import ManifestError, NodeInfo, PodInfo
 from extender.core.resources import Resources, add_into, subtract
 from quota.accounting import QuotaLedger
 from quota.tree import QuotaSpec, QuotaTree
@@ -226,7 +226,10 @@ class Snapshot:
         if job in self._pod_groups:
             return self._pod_groups[job]
         for pod in pods:
-            declared = min_available_annotation(pod)
+            try:
+                declared = min_available_annotation(pod)
+            except ManifestError:
+                continue  # not a number: ignored here (simulate rejects it outright)
             if declared is not None:
                 return declared
         return len(pods)

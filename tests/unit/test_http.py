@@ -352,3 +352,35 @@ def test_preempt_guard_drops_gang_victims_and_nodes_the_quota_would_still_refuse
     meta = {"n2": {"Pods": [{"UID": "team-b/g-0"}], "NumPDBViolations": 0}}
     body = {"Pod": preemptor, "NodeNameToMetaVictims": meta}
     assert client.post("/preempt", json=body).json() == {"NodeNameToMetaVictims": {}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"priorityClassName": ["x"]}, "Pod.spec.priorityClassName: expected a string"),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "k", "operator": "In", "values": 5}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            "values: expected a list",
+        ),
+        (
+            {"containers": [{"name": "c", "resources": {"requests": {"cpu": "9" * 5000}}}]},
+            "too long to be a quantity",
+        ),
+    ],
+)
+def test_odd_pod_fields_are_400s(spec: dict[str, Any], message: str) -> None:
+    client, _, _ = cluster()
+    body = {"Pod": {"metadata": {"name": "p"}, "spec": spec}, "NodeNames": ["n0"]}
+    response = client.post("/filter", json=body)
+    assert response.status_code == 400
+    assert message in response.json()["error"]

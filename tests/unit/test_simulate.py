@@ -199,3 +199,22 @@ def test_console_script_runs() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert [e["pod"] for e in json.loads(completed.stdout)["evictions"]] == ["team-b/b-0"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (EQ + "metadata: {name: q, labels: oops}\n", "metadata.labels: expected a mapping"),
+        (
+            EQ + "metadata: {name: q, annotations: {muster.dev/max-priority-threshold: [1]}}\n",
+            "metadata.annotations: expected a mapping of strings",
+        ),
+    ],
+)
+def test_odd_quota_fields_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    code, _, err = run(capsys, str(path))
+    assert code == 2 and message in err and err.count("\n") == 1

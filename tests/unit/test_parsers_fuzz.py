@@ -1,0 +1,81 @@
+"""The object parsers on arbitrary JSON: a ManifestError naming a field, never anything else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.core.objects import ManifestError, parse_node, parse_pod
+from quota.tree import parse_elastic_quota
+
+LEAVES = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6)
+)
+JSON = st.recursive(
+    LEAVES,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+FIELDS = st.sampled_from(
+    [
+        "metadata",
+        "spec",
+        "status",
+        "labels",
+        "annotations",
+        "name",
+        "namespace",
+        "containers",
+        "initContainers",
+        "resources",
+        "requests",
+        "limits",
+        "overhead",
+        "nodeSelector",
+        "affinity",
+        "nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "nodeSelectorTerms",
+        "matchExpressions",
+        "matchFields",
+        "key",
+        "operator",
+        "values",
+        "tolerations",
+        "taints",
+        "priority",
+        "priorityClassName",
+        "preemptionPolicy",
+        "nodeName",
+        "allocatable",
+        "capacity",
+        "min",
+        "max",
+        "startTime",
+        "creationTimestamp",
+        "ports",
+        "topologySpreadConstraints",
+        "volumes",
+        "unschedulable",
+        "effect",
+    ]
+)
+SHAPED = st.recursive(
+    LEAVES,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(FIELDS, children, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(FIELDS, SHAPED | JSON, max_size=4))
+def test_parsers_raise_only_manifest_errors(obj: dict[str, Any]) -> None:
+    for parse in (parse_pod, parse_node, parse_elastic_quota):
+        try:
+            parse(obj)
+        except ManifestError as error:
+            assert error.field
