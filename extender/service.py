@@ -22,7 +22,12 @@ from typing import Protocol
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.objects import PodInfo
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
-from extender.core.scheduling import FilterResult, filter_nodes, score_nodes
+from extender.core.scheduling import (
+    FilterResult,
+    filter_nodes,
+    hold_admitted_job,
+    score_nodes,
+)
 from extender.core.snapshot import Snapshot
 
 
@@ -98,8 +103,12 @@ class Extender:
             self._recent.move_to_end(pod.key)
             while len(self._recent) > RECENT_PODS:
                 self._recent.popitem(last=False)
+        now = self.clock()
         with self.source.reading() as snapshot:
+            snapshot.release_quota_holds(now)
             result = filter_nodes(snapshot, pod, nodes, as_extender=True)
+            if not result.quota_failures and result.passed:
+                hold_admitted_job(snapshot, pod, now + snapshot.args.quota_hold_seconds)
         if result.quota_failures:
             self._record(pod, "filter", "rejected by quota", result.quota_failures)
             self._unschedulable(pod.job, "; ".join(result.quota_failures))

@@ -98,13 +98,17 @@ def unevictable_failures(
     return failures
 
 
-def would_borrow(ledger: QuotaLedger, quota: str, request: Mapping[str, int]) -> bool:
-    """Whether admitting ``request`` takes ``quota`` above its ``min`` in a resource it governs."""
+def would_borrow(
+    ledger: QuotaLedger, quota: str, request: Mapping[str, int], resources: Iterable[str]
+) -> bool:
+    """Whether ``quota`` is, or admitting ``request`` takes it, above its ``min`` in one of
+    ``resources`` it governs (the job's own resources; part of the job may be charged
+    already by its admission hold)."""
     spec = ledger.tree[quota]
     usage = ledger[quota]
     return any(
-        amount > 0 and usage.used.get(name, 0) + amount > spec.min.get(name, 0)
-        for name, amount in request.items()
+        usage.used.get(name, 0) + request.get(name, 0) > spec.min.get(name, 0)
+        for name in resources
         if name in spec.governed and name != PODS
     )
 

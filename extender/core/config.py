@@ -26,6 +26,8 @@ class MusterArgs(BaseModel):
     )
     #: How long a committed preemption holds its room for the job's pods.
     reservation_timeout_seconds: float = Field(300.0, alias="reservationTimeoutSeconds", gt=0)
+    #: How long a gang admitted whole keeps its pending pods' quota while they bind.
+    quota_hold_seconds: float = Field(60.0, alias="quotaHoldSeconds", gt=0)
 
 
 class ArgsError(ValueError):

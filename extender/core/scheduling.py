@@ -46,6 +46,16 @@ class JobDemand:
     p_request: Resources
 
     @property
+    def asks(self) -> frozenset[str]:
+        """The resources its unplaced pods ask for (not the pod count): what it contends for."""
+        return frozenset(
+            name
+            for pod in self.unplaced
+            for name, amount in pod.requests.items()
+            if amount and name != PODS
+        )
+
+    @property
     def request(self) -> Resources:
         total = dict(self.np_request)
         add_into(total, self.p_request)
@@ -75,12 +85,16 @@ def job_demand(snapshot: Snapshot, job: str, including: PodInfo | None = None) -
     unplaced = tuple(
         pod
         for pod in pods
-        if not pod.finished and not pod.terminating and not snapshot.counts_as_used(pod)
+        if not pod.finished
+        and not pod.terminating
+        and pod.node_name is None
+        and snapshot.reserved_node(pod.key) is None
     )
     np_request: Resources = {}
     p_request: Resources = {}
     for pod in unplaced:
-        add_into(p_request if snapshot.preemptible(pod) else np_request, pod.requests)
+        if not snapshot.quota_held(pod.key):  # a hold has charged its quota already
+            add_into(p_request if snapshot.preemptible(pod) else np_request, pod.requests)
     quota = snapshot.quota_of(unplaced[0] if unplaced else pods[0])
     return JobDemand(job, quota, unplaced, np_request, p_request)
 
@@ -94,11 +108,26 @@ def admission_failures(snapshot: Snapshot, pod: PodInfo) -> list[str]:
     if quota in snapshot.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
     if snapshot.counts_as_used(pod):
-        return []  # its room is already charged (a reservation)
+        return []  # its room is already charged (bound, reserved, or its job's hold)
     demand = job_demand(snapshot, pod.job, including=pod)
     if not demand.unplaced:
         return []
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
+
+
+def hold_admitted_job(snapshot: Snapshot, pod: PodInfo, until: float) -> None:
+    """After ``pod`` passed admission, charge its job's other pending pods to the quota
+    until ``until``: the job was admitted whole, and kube-scheduler places its pods one
+    at a time (Muster's cache sees each binding only later)."""
+    if pod.group is None:
+        return
+    pending = [
+        other.key
+        for other in snapshot.job_pods(pod.job)
+        if other.node_name is None and not other.finished and not other.terminating
+    ]
+    if pending:
+        snapshot.hold_quota(pod.job, pending, until)
 
 
 def filter_nodes(

@@ -90,6 +90,8 @@ class Snapshot:
         # The resource sets of the units' places → (that set, shared by them; how many).
         self._unit_resources: dict[frozenset[str], tuple[frozenset[str], int]] = {}
         self._reserved_pod: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
+        self._held_pod: dict[str, str] = {}  # pod key → job whose admission holds quota
+        self._held_until: dict[str, float] = {}  # job → when its hold ends
         #: Memo for planners: facts derived from nodes only; cleared when nodes change.
         self.node_cache: dict[object, object] = {}
 
@@ -113,6 +115,8 @@ class Snapshot:
         reserved = self._reserved_pod.get(pod.key)
         if reserved is not None and (pod.node_name is not None or pod.finished):
             self._drop_reserved_pod(pod.key)
+        if pod.node_name is not None or pod.finished:
+            self._held_pod.pop(pod.key, None)
         self._index(pod)
 
     def remove_pod(self, key: str) -> None:
@@ -122,6 +126,7 @@ class Snapshot:
         self._unindex(pod)
         if key in self._reserved_pod:
             self._drop_reserved_pod(key)
+        self._held_pod.pop(key, None)
 
     def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
         """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
@@ -203,10 +208,42 @@ class Snapshot:
         return is_preemptible(pod, self.args)
 
     def counts_as_used(self, pod: PodInfo) -> bool:
-        """Bound to a node and not finished, or pending with a reservation."""
+        """Bound to a node and not finished, or pending with a reservation, or pending in
+        a job whose admission holds its quota (:meth:`hold_quota`)."""
         if pod.finished:
             return False
-        return pod.node_name is not None or pod.key in self._reserved_pod
+        return (
+            pod.node_name is not None or pod.key in self._reserved_pod or pod.key in self._held_pod
+        )
+
+    def quota_held(self, pod_key: str) -> bool:
+        return pod_key in self._held_pod
+
+    def hold_quota(self, job: str, pod_keys: Iterable[str], until: float) -> None:
+        """Charge these pending pods of an admitted job to its quota until ``until``, so a
+        job admitted whole cannot lose the rest of its room to a job admitted meanwhile."""
+        self._held_until[job] = max(until, self._held_until.get(job, until))
+        for key in pod_keys:
+            pod = self.pods.get(key)
+            if pod is None or key in self._held_pod or self.counts_as_used(pod):
+                continue
+            self._unindex(pod)
+            self._held_pod[key] = job
+            self._index(pod)
+
+    def release_quota_holds(self, now: float) -> list[str]:
+        """End the holds whose time is up; return their jobs."""
+        ended = [job for job, until in self._held_until.items() if until <= now]
+        for job in ended:
+            del self._held_until[job]
+            for key in [k for k, holder in self._held_pod.items() if holder == job]:
+                pod = self.pods.get(key)
+                if pod is not None:
+                    self._unindex(pod)
+                del self._held_pod[key]
+                if pod is not None:
+                    self._index(pod)
+        return ended
 
     def reserved_node(self, pod_key: str) -> str | None:
         reserved = self._reserved_pod.get(pod_key)

@@ -19,7 +19,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.scheduling import FilterResult, best_node, filter_nodes, score_nodes
+from extender.core.scheduling import (
+    FilterResult,
+    best_node,
+    filter_nodes,
+    hold_admitted_job,
+    score_nodes,
+)
 from extender.core.snapshot import Snapshot
 from quota.tree import StopPolicy
 
@@ -72,6 +78,7 @@ def run_simulation(snapshot: Snapshot, now: float) -> SimulationResult:
             names = sorted(snapshot.nodes)
             outcome = filter_nodes(snapshot, current, names, as_extender=False)
             if outcome.passed:
+                hold_admitted_job(snapshot, current, now + snapshot.args.quota_hold_seconds)
                 node = best_node(score_nodes(snapshot, current, outcome.passed))
                 assert node is not None
                 snapshot.upsert_pod(

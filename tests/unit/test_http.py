@@ -384,3 +384,30 @@ def test_odd_pod_fields_are_400s(spec: dict[str, Any], message: str) -> None:
     response = client.post("/filter", json=body)
     assert response.status_code == 400
     assert message in response.json()["error"]
+
+
+def test_a_gang_admitted_whole_keeps_its_quota_while_its_pods_bind() -> None:
+    """Two gangs filtered in turn before any binding is seen: the second must not take the
+    room the first was admitted with (else both end up half-placed)."""
+    snap = snapshot(
+        [node("n0"), node("n1")],
+        [
+            pod(f"{job}-{i}", "q", gpu=1, group=job, preemptible=True)
+            for job in ("x", "y")
+            for i in range(2)
+        ],
+        [quota("q", max={GPU: "2"})],
+    )
+    extender = Extender(StaticSource(snap), clock=lambda: 1_800_000_000.0)
+
+    def filtered(name: str) -> list[str]:
+        return extender.filter(
+            parse_pod(pod(name, "q", gpu=1, group=name[0], preemptible=True)), ["n0", "n1"]
+        ).passed
+
+    assert filtered("x-0") == ["n0", "n1"]
+    assert filtered("y-0") == []  # x holds both GPUs of the quota until its pods bind
+    assert filtered("x-1") == ["n0", "n1"]
+    # the hold ends after quotaHoldSeconds, if x never binds
+    extender.clock = lambda: 1_800_000_000.0 + snap.args.quota_hold_seconds + 1
+    assert filtered("y-0") == ["n0", "n1"]

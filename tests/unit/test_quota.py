@@ -128,8 +128,8 @@ def test_stop_policy_admits_nothing() -> None:
 def test_borrowing_and_min_protection() -> None:
     ledger = ledger_for(quota("a", min={GPU: "16"}, max={GPU: "32"}))
     ledger.charge("a", g(8), preemptible=True, used=True)
-    assert not would_borrow(ledger, "a", g(8))
-    assert would_borrow(ledger, "a", g(9))
+    assert not would_borrow(ledger, "a", g(8), {GPU})
+    assert would_borrow(ledger, "a", g(9), {GPU})
     ledger.charge("a", g(16), preemptible=True, used=True)  # uses 24 of min 16
     contested = {GPU}
     assert min_violation(ledger, ["a"], g(8), contested) is None  # back to exactly min

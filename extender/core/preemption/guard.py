@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
 from extender.core.preemption.candidates import Preemptor, preemptor_admits
-from extender.core.resources import PODS, add_into, fits
+from extender.core.resources import add_into, fits
 from extender.core.scheduling import job_demand
 from extender.core.snapshot import Snapshot, UnknownQuotaError
 from quota.admission import job_admission_failures, min_violation, would_borrow
@@ -59,8 +59,8 @@ def guard_scheduler_preemption(
         quota=demand.quota,
         priority=pod.priority,
         created=pod.created,
-        borrows=would_borrow(snapshot.ledger, demand.quota, request),
-        contested=frozenset(name for name, amount in request.items() if amount and name != PODS),
+        borrows=would_borrow(snapshot.ledger, demand.quota, request, demand.asks),
+        contested=demand.asks,
     )
     by_uid = {p.uid: p for p in snapshot.pods.values() if p.node_name in proposed}
     promised = {key for r in snapshot.reservations.values() for key in r.victims}

@@ -35,7 +35,6 @@ from extender.core.preemption.candidates import (
     find_victim_groups,
 )
 from extender.core.preemption.fit import JobFit
-from extender.core.resources import PODS
 from extender.core.scheduling import JobDemand, job_demand
 from extender.core.snapshot import Reservation, Snapshot, UnknownQuotaError
 from quota.admission import (
@@ -177,8 +176,8 @@ def _preemptor(snapshot: Snapshot, demand: JobDemand) -> Preemptor:
         quota=demand.quota,
         priority=max(pod.priority for pod in demand.unplaced),
         created=min(pod.created for pod in snapshot.job_pods(demand.job)),
-        borrows=would_borrow(snapshot.ledger, demand.quota, request),
-        contested=frozenset(name for name, amount in request.items() if amount and name != PODS),
+        borrows=would_borrow(snapshot.ledger, demand.quota, request, demand.asks),
+        contested=demand.asks,
     )
 
 
@@ -231,9 +230,7 @@ class _Simulation:
         self._counts: dict[str, bool] = {}
         self._guards: dict[str, tuple[str, ...]] = {}
         self._read: dict[str, bool] = {}
-        self._contested = frozenset(
-            name for name, amount in demand.request.items() if amount and name != PODS
-        )
+        self._contested = demand.asks
 
     def admits(self) -> bool:
         """Do the job's quota checks hold on the ledger copy?"""
