@@ -29,12 +29,6 @@ def _micro_time(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(stamp: str | None) -> float:
-    if not stamp:
-        return 0.0
-    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 class LeaderElector(PeriodicWorker):
     def __init__(
         self,
@@ -57,6 +51,10 @@ class LeaderElector(PeriodicWorker):
         self.renew_seconds = renew_seconds
         self.clock = clock
         self._leading_until = 0.0
+        # The other holder's last renewal as this replica saw it change, on its own clock:
+        # clocks of two machines are never compared (as client-go does).
+        self._observed: tuple[str, str] = ("", "")
+        self._observed_at = 0.0
 
     def is_leader(self) -> bool:
         return self.clock() < self._leading_until
@@ -78,9 +76,11 @@ class LeaderElector(PeriodicWorker):
             return self._write("POST", self.collection, self._lease({}, now, acquired=True), now)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime"))
+        record = (str(holder or ""), str(spec.get("renewTime") or ""))
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
         duration = int(spec.get("leaseDurationSeconds") or self.lease_seconds)
-        if holder not in (None, "", self.identity) and renewed + duration > now:
+        if holder not in (None, "", self.identity) and self._observed_at + duration > now:
             self._leading_until = 0.0
             return False
         return self._write(

@@ -162,6 +162,8 @@ class PostFilterLoop:
 
     def decide(self, job: str, now: float) -> PreemptionPlan | None:
         """Plan for ``job``; on a plan, hold its room and write it to the cluster."""
+        if not self.is_leader():
+            return None  # lost the Lease since the loop looked: the new leader decides
         with self.source.reading() as snapshot:
             if job in snapshot.reservations:
                 return None  # in flight: its room is held, its pods are being retried
