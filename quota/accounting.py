@@ -79,7 +79,7 @@ class QuotaLedger:
             add_into(self.usage[name].subtree_used, requests, sign)
 
     def overlay(self) -> QuotaLedger:
-        """A ledger sharing this one's entries until :meth:`own` copies one."""
+        """A ledger sharing this one's entries until a charge copies the ones it touches."""
         return _Overlay(self.tree, self.usage)
 
 
