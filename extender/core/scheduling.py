@@ -142,29 +142,22 @@ def filter_nodes(
             unresolvable=dict.fromkeys(names, reason), quota_failures=tuple(failures)
         )
     result = FilterResult()
-    if as_extender:
-        # Only room held for other pods can fail a node here; most nodes hold none.
-        for name in names:
+    for name in names:
+        failure: str | None
+        if as_extender:
+            # Only room held for other pods can fail a node here; most nodes hold none.
             held = snapshot.reserved_on(name)
             if not held or (len(held) == 1 and pod.key in held) or name not in snapshot.nodes:
-                result.passed.append(name)
-                continue
-            failure = _resource_failure(snapshot, pod, name, as_extender=True)
-            if failure is None:
-                result.passed.append(name)
+                failure = None
             else:
-                result.failed[name] = failure
-        return result
-    for name in names:
-        node = snapshot.nodes.get(name)
-        if node is None:
-            result.unresolvable[name] = "node is not known"
-            continue
-        misfit = static_misfit(pod, node)
-        if misfit is not None:
-            result.unresolvable[name] = misfit
-            continue
-        failure = _resource_failure(snapshot, pod, name, as_extender=False)
+                failure = _resource_failure(snapshot, pod, name, as_extender=True)
+        else:
+            node = snapshot.nodes.get(name)
+            misfit = "node is not known" if node is None else static_misfit(pod, node)
+            if misfit is not None:
+                result.unresolvable[name] = misfit
+                continue
+            failure = _resource_failure(snapshot, pod, name, as_extender=False)
         if failure is None:
             result.passed.append(name)
         else:
