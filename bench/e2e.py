@@ -563,14 +563,19 @@ class MusterServer:
         return httpx.get(f"{self.url}/debug/{path}", timeout=10).json()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _stop_child(self.process)
         self._log.close()
+
+
+def _stop_child(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it is still running after 15 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class Evictor:
@@ -586,13 +591,7 @@ class Evictor:
         )
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _stop_child(self.process)
         self._log.close()
 
 
