@@ -186,33 +186,49 @@ def _resource_failure(
 
 def score_nodes(snapshot: Snapshot, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
     """Integer scores 0..10 per node; see the module docstring."""
-    reserved = snapshot.reserved_node(pod.key)
-    scarce = [name for name in pod.requests if name not in COMMON_RESOURCES]
-    considered = scarce or [name for name in pod.requests if name != PODS]
-    scores = {}
+    reserved_node = snapshot.reserved_node(pod.key)
+    considered = scored_resources(pod.requests)
+    # The same arithmetic as packing_score, unrolled: prioritize scores every candidate
+    # node on kube-scheduler's scheduling cycle (tests check the two agree).
+    wants = [(name, pod.requests.get(name, 0)) for name in considered]
+    requested, held, _ = snapshot.node_totals()
     nodes = snapshot.nodes
-    single = considered[0] if len(considered) == 1 else None
-    extra = pod.requests.get(single, 0) if single is not None else 0
+    scores = {}
     for name in node_names:
         node = nodes.get(name)
-        if name == reserved:
+        if name == reserved_node:
             scores[name] = MAX_SCORE
         elif node is None:
             scores[name] = 0
-        elif single is not None and not snapshot.reserved_on(name):
-            # The common case, one scarce resource and no reservations, kept cheap.
-            capacity = node.allocatable.get(single, 0)
-            used = min(snapshot.requested_on(name).get(single, 0) + extra, capacity)
-            scores[name] = MAX_SCORE * used // capacity if capacity > 0 else 0
-        else:
+        elif held.get(name):
             scores[name] = packing_score(
                 pod.requests,
                 node.allocatable,
-                snapshot.requested_on(name),
-                snapshot.reserved_on(name).values(),
+                requested.get(name, {}),
+                held[name].values(),
                 considered,
             )
+        else:
+            allocatable = node.allocatable
+            taken = requested.get(name, {})
+            numerator, denominator, count = 0, 1, 0
+            for resource, extra in wants:
+                capacity = allocatable.get(resource, 0)
+                if capacity > 0:
+                    used = min(taken.get(resource, 0) + extra, capacity)
+                    numerator = numerator * capacity + used * denominator
+                    denominator *= capacity
+                    count += 1
+            scores[name] = (
+                min(MAX_SCORE, MAX_SCORE * numerator // (denominator * count)) if count else 0
+            )
     return scores
+
+
+def scored_resources(request: Mapping[str, int]) -> list[str]:
+    """The resources a pod is packed by: its scarce ones if any, else all it asks for."""
+    scarce = [name for name in request if name not in COMMON_RESOURCES]
+    return scarce or [name for name in request if name != PODS]
 
 
 def packing_score(

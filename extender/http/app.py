@@ -5,20 +5,24 @@ explain endpoints under ``/debug/``.  Requests are read as raw bytes and
 validated with the wire models, so that every client mistake becomes a 400
 (or 413 for a body over the limit) with a JSON ``{"error": ...}`` naming the
 field, never a 500; the decisions themselves are :class:`extender.service.Extender`'s.
+The four verbs are served by a small ASGI layer ahead of FastAPI's routing
+(:class:`_ExtenderVerbs`), since they sit on kube-scheduler's scheduling cycle;
+FastAPI serves the rest.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from extender.core.objects import ManifestError, PodInfo, parse_pod
@@ -69,25 +73,6 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
     )
     registry.register(QuotaCollector(extender.source))
 
-    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
-
-    async def answer(verb: str, request: Request, handle: Callable[[bytes], Any]) -> Response:
-        start = time.perf_counter()
-        try:
-            body = await request.body()
-            # Decisions wait for the snapshot's lock (informer threads write it) and bind
-            # calls the API: keep both off the event loop.
-            payload = await run_in_threadpool(handle, body)
-            response: Response = Response(
-                content=payload if isinstance(payload, bytes) else json.dumps(payload),
-                media_type="application/json",
-            )
-        except ClientError as error:
-            response = JSONResponse({"error": error.message}, status_code=error.status)
-        latency.labels(verb).observe(time.perf_counter() - start)
-        requests.labels(verb, str(response.status_code)).inc()
-        return response
-
     def filter_verb(body: bytes) -> bytes:
         args, pod, names = _extender_args(body)
         result = extender.filter(pod, names)
@@ -120,7 +105,7 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
     def prioritize_verb(body: bytes) -> bytes:
         _args, pod, names = _extender_args(body)
         scores = extender.prioritize(pod, names)
-        return json.dumps([{"Host": name, "Score": scores[name]} for name in names]).encode()
+        return to_json([{"Host": name, "Score": scores[name]} for name in names])
 
     def preempt_verb(body: bytes) -> bytes:
         args = _decode(wire.ExtenderPreemptionArgs, body)
@@ -159,21 +144,24 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         decisions.labels("bind", "failed" if error else "bound").inc()
         return wire.ExtenderBindingResult(Error=error).model_dump_json().encode()
 
-    @app.post("/filter", summary="kube-scheduler's filter verb (ExtenderArgs)")
-    async def filter_endpoint(request: Request) -> Response:
-        return await answer("filter", request, filter_verb)
-
-    @app.post("/prioritize", summary="kube-scheduler's prioritize verb (ExtenderArgs)")
-    async def prioritize_endpoint(request: Request) -> Response:
-        return await answer("prioritize", request, prioritize_verb)
-
-    @app.post("/preempt", summary="kube-scheduler's preempt verb (ExtenderPreemptionArgs)")
-    async def preempt_endpoint(request: Request) -> Response:
-        return await answer("preempt", request, preempt_verb)
-
-    @app.post("/bind", summary="kube-scheduler's bind verb (ExtenderBindingArgs)")
-    async def bind_endpoint(request: Request) -> Response:
-        return await answer("bind", request, bind_verb)
+    # Filter and prioritize answer on the event loop: they are short (tens to hundreds of
+    # microseconds), and kube-scheduler waits for each on its serial scheduling cycle, so
+    # a thread hand-off would only add latency.  Preempt may plan and bind calls the API:
+    # those go to a worker thread.
+    verbs = {
+        "/filter": _Verb("filter", filter_verb, inline=True),
+        "/prioritize": _Verb("prioritize", prioritize_verb, inline=True),
+        "/preempt": _Verb("preempt", preempt_verb, inline=False),
+        "/bind": _Verb("bind", bind_verb, inline=False),
+    }
+    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(
+        _ExtenderVerbs,
+        verbs=verbs,
+        max_bytes=max_body_bytes,
+        latency=latency,
+        requests=requests,
+    )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -272,6 +260,107 @@ class _TooLarge(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class _Verb:
+    """One extender verb: its metric label, its handler (body in, JSON out), and whether
+    it runs on the event loop (``inline``) or in a worker thread."""
+
+    name: str
+    handle: Callable[[bytes], bytes]
+    inline: bool
+
+
+class _ExtenderVerbs:
+    """Serve ``POST`` to the extender verbs straight from ASGI, ahead of FastAPI's routing.
+
+    Each verb call sits on kube-scheduler's serial scheduling cycle, and FastAPI's
+    per-request machinery (routing, request objects, dependency solving) cost more than
+    the decision itself; everything else goes on to the FastAPI app.
+    """
+
+    def __init__(
+        self,
+        app: _ASGIApp,
+        verbs: Mapping[str, _Verb],
+        max_bytes: int,
+        latency: Histogram,
+        requests: Counter,
+    ) -> None:
+        self.app = app
+        self.verbs = verbs
+        self.max_bytes = max_bytes
+        self.latency = {verb.name: latency.labels(verb.name) for verb in verbs.values()}
+        self.requests = requests
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        verb = self.verbs.get(scope["path"]) if scope["type"] == "http" else None
+        if verb is None:
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            error = f"{scope['method']} {scope['path']}: method not allowed, use POST"
+            await _send_json(send, 405, _error_body(error), [(b"allow", b"POST")])
+            return
+        start = time.perf_counter()
+        try:
+            body = await self._read_body(scope, receive)
+            if verb.inline:
+                status, payload = 200, verb.handle(body)
+            else:
+                status, payload = 200, await run_in_threadpool(verb.handle, body)
+        except ClientError as error:
+            status, payload = error.status, _error_body(error.message)
+        await _send_json(send, status, payload)
+        self.latency[verb.name].observe(time.perf_counter() - start)
+        self.requests.labels(verb.name, str(status)).inc()
+
+    async def _read_body(self, scope: _Scope, receive: _Receive) -> bytes:
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            raise ClientError(413, f"request body over {self.max_bytes} bytes")
+        chunks = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientError(400, "client disconnected before the body was read")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise ClientError(413, f"request body over {self.max_bytes} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _header(scope: _Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers") or ():
+        if key.lower() == name:
+            return bytes(value)
+    return None
+
+
+def _error_body(message: str) -> bytes:
+    return to_json({"error": message})
+
+
+async def _send_json(
+    send: _Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 class _BodyLimit:
     """Answer 413 to a request body over ``max_bytes`` (declared or streamed)."""
 
@@ -283,7 +372,7 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._too_large(send)
             return
@@ -312,12 +401,4 @@ class _BodyLimit:
                 await self._too_large(send)
 
     async def _too_large(self, send: _Send) -> None:
-        body = json.dumps({"error": f"request body over {self.max_bytes} bytes"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _send_json(send, 413, _error_body(f"request body over {self.max_bytes} bytes"))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from extender.core.objects import parse_pod
-from extender.core.scheduling import filter_nodes, packing_score, score_nodes
+from extender.core.scheduling import filter_nodes, packing_score, score_nodes, scored_resources
 from tests.builders import node, pod, snapshot
 
 
@@ -26,6 +29,43 @@ def test_packing_score_prefers_fuller_nodes_and_the_fast_path_agrees() -> None:
             ["nvidia.com/gpu"],
         )
         assert generic == scores[name]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gpus=st.lists(st.sampled_from([0, 4, 8]), min_size=1, max_size=4),
+    cpus=st.lists(st.integers(1, 64), min_size=4, max_size=4),
+    bound=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 48))),
+    want_gpu=st.integers(0, 3),
+    want_cpu=st.integers(1, 40),
+)
+def test_score_nodes_is_packing_score_on_every_node(
+    gpus: list[int],
+    cpus: list[int],
+    bound: list[tuple[int, int, int]],
+    want_gpu: int,
+    want_cpu: int,
+) -> None:
+    nodes = [node(f"n{i}", gpu=g, cpu=str(cpus[i])) for i, g in enumerate(gpus)]
+    pods = [
+        pod(f"b{j}", "x", gpu=min(g, gpus[i % len(gpus)]), cpu=f"{c}00m", node=f"n{i % len(gpus)}")
+        for j, (i, g, c) in enumerate(bound)
+    ]
+    snap = snapshot(nodes, pods)
+    candidate = parse_pod(pod("p", "x", gpu=want_gpu, cpu=f"{want_cpu}00m"))
+    names = [*snap.nodes, "unknown"]
+    scores = score_nodes(snap, candidate, names)
+    considered = scored_resources(candidate.requests)
+    for name in snap.nodes:
+        expected = packing_score(
+            candidate.requests,
+            snap.nodes[name].allocatable,
+            snap.requested_on(name),
+            (),
+            considered,
+        )
+        assert scores[name] == expected, name
+    assert scores["unknown"] == 0
 
 
 def test_cpu_pods_are_packed_by_cpu_and_memory() -> None:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from extender.core.nodefit import constraint_signature, static_misfit
 from extender.core.objects import PodInfo
-from extender.core.resources import PODS, Resources, add_into, copies_that_fit
-from extender.core.scheduling import COMMON_RESOURCES, packing_score
+from extender.core.resources import Resources, add_into, copies_that_fit
+from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
 from extender.core.snapshot import Snapshot
 
 
@@ -338,9 +338,7 @@ class JobFit:
         placement: dict[str, str] = {}
         for shape in self.shapes:
             remaining = list(shape.pods)
-            considered = [n for n in shape.request if n not in COMMON_RESOURCES] or [
-                n for n in shape.request if n != PODS
-            ]
+            considered = scored_resources(shape.request)
             ranked = []
             for node in shape.capacity:
                 if shape.capacity[node] <= 0:
