@@ -1,7 +1,8 @@
 """End-to-end benchmark: the real kube-scheduler, alone and with Muster, on the local control plane.
 
     python -m bench.e2e [--nodes 500] [--pods 2000] [--repeat 3] [--gang 8] [--gang-repeat 3]
-                        [--scheduler-qps 1000] [--kubelet] [--no-bind-mode]
+                        [--scheduler-qps 1000] [--kubelet] [--modes alone,muster-filter,...]
+                        [--packing most-allocated|default] [--gang-mode muster-filter|muster]
                         [--muster-ref REF] [--profile PREFIX] [--json PATH]
 
 Everything runs in one control plane (``hack/localcluster.py``: etcd, kube-apiserver and
@@ -11,8 +12,10 @@ Muster runs as a child process (``python -m extender.cli.main``) from the workin
 from ``git archive REF`` with ``--muster-ref`` (the checkout may change under a long run);
 the code measured is printed with the results.
 
-**Throughput** (kube-scheduler alone, then with Muster as its extender, without and with
-``bindVerb``, alternating, ``--repeat`` rounds). In every trial:
+**Throughput** (kube-scheduler alone, then with Muster as its extender in the ``--modes``
+configurations, alternating, ``--repeat`` rounds). Every trial's kube-scheduler runs the
+same profile (``--packing``: NodeResourcesFit MostAllocated, as the sample configuration
+recommends, or kube-scheduler's defaults). In every trial:
 
 1. kube-scheduler is stopped, and ``--pods`` pods (100m cpu, 128Mi each, no GPU) are
    created in ``--namespaces`` namespaces, concurrently (``--threads`` client threads).
@@ -20,9 +23,9 @@ the code measured is printed with the results.
    Muster's job-level quota admission runs for every pod;
 2. for a Muster trial, a fresh ``muster serve --kubeconfig <admin> --no-leader-elect`` is
    started and waited for (``/readyz``); for an *alone* trial no Muster process runs;
-3. kube-scheduler is started (alone, or with an ``extenders`` entry: filter, prioritize,
-   preempt, ``nodeCacheCapable: true``, with or without ``bindVerb``) and a watch on the
-   pods records, with this process's monotonic clock, when each pod's ``spec.nodeName``
+3. kube-scheduler is started (alone, or with an ``extenders`` entry, ``nodeCacheCapable:
+   true``: filter and preempt; with prioritize; with prioritize and ``bindVerb``) and a
+   watch on the pods records, with this process's monotonic clock, when each pod's ``spec.nodeName``
    first appears.
 
 The figure is the scheduler's sustained rate with a full queue: ``(pods - 1) / (last
@@ -42,16 +45,16 @@ are read from ``/proc``: etcd, kube-apiserver, kube-scheduler, Muster (and its m
 the event loop, apart) and this process; "others" is the rest of the machine's busy time
 (other users of a shared machine), with the biggest such processes named in the log.
 
-**Gang preemption** (after the throughput rounds): Muster (filter, prioritize, preempt, no
-``bindVerb``), ``muster evictor`` and the kubelet emulator run; team B (quota min 0)
-borrows every GPU with one preemptible 8-GPU pod per node (``terminationGracePeriodSeconds:
-1``: the emulator removes a pod being deleted once its grace period has passed); then
-team A, whose quota's min covers the gang, submits a gang of ``--gang`` non-preemptible
-8-GPU pods that may preempt. Reported: gang creation to every gang pod bound, and its
-parts: creation to the first victim marked (``scheduling.koordinator.sh/soft-eviction``),
-first victim marked to the last victim gone (*victim termination*), last victim gone to
-the last gang pod bound (kube-scheduler's retry and binding). Between rounds the gang is
-deleted and team B refills the freed nodes.
+**Gang preemption** (after the throughput rounds): Muster (``--gang-mode``: filter and
+preempt, or with prioritize too; no ``bindVerb``), ``muster evictor`` and the kubelet
+emulator run; team B (quota min 0) borrows every GPU with one preemptible 8-GPU pod per node
+(``terminationGracePeriodSeconds: 1``: the emulator removes a pod being deleted once its
+grace period has passed); then team A, whose quota's min covers the gang, submits a gang of
+``--gang`` non-preemptible 8-GPU pods that may preempt. Reported: gang creation to every
+gang pod bound, and its parts: creation to the first victim marked
+(``scheduling.koordinator.sh/soft-eviction``), first victim marked to the last victim gone
+(*victim termination*), last victim gone to the last gang pod bound (kube-scheduler's retry
+and binding). Between rounds the gang is deleted and team B refills the freed nodes.
 
 ``--profile PREFIX`` adds one Muster trial, not counted in the medians, with ``py-spy record``
 attached to Muster (collapsed stacks in ``PREFIX.txt``; py-spy must be installed), and
@@ -107,8 +110,31 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 MUSTER_COMMAND = [sys.executable, "-m", "extender.cli.main"]
 
 ALONE = "alone"
+MUSTER_FILTER = "muster-filter"
 MUSTER = "muster"
 MUSTER_BIND = "muster+bind"
+MODES = (ALONE, MUSTER_FILTER, MUSTER, MUSTER_BIND)
+
+#: kube-scheduler's own bin packing (``--packing most-allocated``), as
+#: manifests/scheduler-config.yaml configures it.
+MOST_ALLOCATED_PROFILE: Json = {
+    "schedulerName": "default-scheduler",
+    "pluginConfig": [
+        {
+            "name": "NodeResourcesFit",
+            "args": {
+                "scoringStrategy": {
+                    "type": "MostAllocated",
+                    "resources": [
+                        {"name": GPU, "weight": 5},
+                        {"name": "cpu", "weight": 1},
+                        {"name": "memory", "weight": 1},
+                    ],
+                }
+            },
+        }
+    ],
+}
 
 
 def log(message: str) -> None:
@@ -721,6 +747,8 @@ class Bench:
         self.watch = PodWatch(lc.RestClient(cp.server, cp.admin_token, cp.ca_file)).start()
         self.namespaces = [f"bench-{i}" for i in range(options.namespaces)]
         self.serial = 0
+        if options.packing == "most-allocated":
+            cp.scheduler_overrides["profiles"] = [MOST_ALLOCATED_PROFILE]
         if options.scheduler_qps:
             connection = cp.scheduler_configuration()["clientConnection"]
             qps = options.scheduler_qps
@@ -779,7 +807,11 @@ class Bench:
     def extender(self, mode: str, muster: MusterServer | None) -> lc.ExtenderConfig | None:
         if muster is None:
             return None
-        return lc.ExtenderConfig(muster.url, bind=mode == MUSTER_BIND)
+        return lc.ExtenderConfig(
+            muster.url,
+            bind=mode == MUSTER_BIND,
+            prioritize_verb=None if mode == MUSTER_FILTER else "prioritize",
+        )
 
     def throughput_trial(self, mode: str, round_: int, profile: str | None = None) -> Trial:
         self.serial += 1
@@ -863,7 +895,7 @@ class Bench:
         evictor = Evictor(self.cp.kubeconfig, self.cp.workdir / "evictor.log", self.muster_cwd)
         rounds: list[GangRound] = []
         try:
-            self.cp.restart_scheduler(lc.ExtenderConfig(muster.url, bind=False))
+            self.cp.restart_scheduler(self.extender(self.options.gang_mode, muster))
             filler = 0
 
             def fill(count: int) -> list[str]:
@@ -969,7 +1001,7 @@ def machine_notes() -> dict[str, Any]:
 
 
 def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -> Json:
-    modes = [m for m in (ALONE, MUSTER, MUSTER_BIND) if any(t.mode == m for t in trials)]
+    modes = [m for m in MODES if any(t.mode == m for t in trials)]
     summary: Json = {"machine": notes, "throughput": {}, "gang": {}}
     print(f"Machine and code: {json.dumps(notes)}")
     print("\nThroughput (pods/s = (pods - 1) / (first to last binding))")
@@ -1030,10 +1062,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespaces", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3, help="rounds of alone/Muster trials")
     parser.add_argument(
-        "--no-bind-mode",
-        dest="bind_mode",
-        action="store_false",
-        help="skip the trials where kube-scheduler delegates binding to Muster",
+        "--modes",
+        default=",".join(MODES),
+        help="throughput trials per round, in this order (default: %(default)s): "
+        f"{ALONE}: no extender; {MUSTER_FILTER}: filter and preempt verbs; {MUSTER}: "
+        f"also prioritize; {MUSTER_BIND}: also bind",
+    )
+    parser.add_argument(
+        "--packing",
+        choices=("most-allocated", "default"),
+        default="most-allocated",
+        help="kube-scheduler's profile in every trial: NodeResourcesFit MostAllocated, as "
+        "manifests/scheduler-config.yaml sets it (default), or kube-scheduler's defaults",
+    )
+    parser.add_argument(
+        "--gang-mode",
+        choices=(MUSTER_FILTER, MUSTER),
+        default=MUSTER_FILTER,
+        help="Muster's verbs in the gang phase (default: %(default)s)",
     )
     parser.add_argument("--gang", type=int, default=8, help="pods in the preempting gang")
     parser.add_argument("--gang-repeat", type=int, default=3, help="gang rounds (0: none)")
@@ -1064,6 +1110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the summary here")
     parser.add_argument("--workdir", metavar="DIR", help="control-plane workdir (kept)")
     options = parser.parse_args(argv)
+    modes = options.modes.split(",")
+    if unknown := sorted(set(modes) - set(MODES)):
+        parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
 
     notes = machine_notes()
     bin_dir = lc.ensure_binaries()
@@ -1087,7 +1136,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bench.create_nodes()
             bench.create_quotas()
-            modes = [ALONE, MUSTER] + ([MUSTER_BIND] if options.bind_mode else [])
             if not options.kubelet and cp.kubelet is not None:
                 cp.kubelet.stop()  # restarted for the gang phase: victims must terminate
             for round_ in range(1, options.repeat + 1):

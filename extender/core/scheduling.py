@@ -10,6 +10,7 @@ Filter, in two modes:
   admission (every node ``FailedAndUnresolvable``: no eviction on a node
   helps a quota), and room held for other jobs' reservations (``Failed``).
   A node Muster has not seen yet holds no reservation, so it passes.
+  A pod with reserved room is held to its reserved node whenever that node passes.
 - full (``simulate``): also the node constraints of :mod:`extender.core.nodefit`.
 
 Score: a pod's reserved node scores 10; otherwise a *packing* score, 0..10:
@@ -162,6 +163,15 @@ def filter_nodes(
             result.passed.append(name)
         else:
             result.failed[name] = failure
+    reserved_node = snapshot.reserved_node(pod.key)
+    if reserved_node is not None and reserved_node in result.passed and len(result.passed) > 1:
+        # Room was freed for this pod on its reserved node: it goes there, not elsewhere
+        # (where it would waste the eviction and could take room another job needs).
+        pinned = f"the pod's room is reserved on node {reserved_node}"
+        for name in result.passed:
+            if name != reserved_node:
+                result.failed[name] = pinned
+        result.passed = [reserved_node]
     return result
 
 

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from extender.core.objects import parse_pod
 from extender.core.scheduling import filter_nodes, packing_score, score_nodes, scored_resources
+from extender.core.snapshot import Reservation
 from tests.builders import node, pod, snapshot
 
 
@@ -96,3 +97,24 @@ def test_full_filter_reports_like_kube_scheduler() -> None:
         snap, parse_pod(pod("p", "x", gpu=1)), ["n1", "tainted", "gone"], as_extender=True
     )
     assert extender.passed == ["n1", "tainted", "gone"]
+
+
+def test_a_pod_with_reserved_room_is_held_to_its_reserved_node() -> None:
+    snap = snapshot([node("n1"), node("n2"), node("n3")], [pod("p", "x", gpu=2)])
+    snap.add_reservation(
+        Reservation("x/p", "x", {"x/p": "n2"}, victims=(), created=0.0, expires=300.0)
+    )
+    candidate = snap.pods["x/p"]
+    for as_extender in (True, False):
+        result = filter_nodes(snap, candidate, ["n1", "n2", "n3"], as_extender=as_extender)
+        assert result.passed == ["n2"]
+        assert result.failed == dict.fromkeys(["n1", "n3"], "the pod's room is reserved on node n2")
+        # Its reserved node not among the candidates (kube-scheduler found no room there
+        # yet): the others pass, as for any pod.
+        assert filter_nodes(snap, candidate, ["n1", "n3"], as_extender=as_extender).passed == [
+            "n1",
+            "n3",
+        ]
+    # Other pods keep off n2's reserved room only where it is needed; they are not pinned.
+    other = parse_pod(pod("q", "y", gpu=2))
+    assert filter_nodes(snap, other, ["n1", "n2"], as_extender=True).passed == ["n1", "n2"]
