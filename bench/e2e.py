@@ -56,9 +56,9 @@ gang pod bound, and its parts: creation to the first victim marked
 (*victim termination*), last victim gone to the last gang pod bound (kube-scheduler's retry
 and binding). Between rounds the gang is deleted and team B refills the freed nodes.
 
-``--profile PREFIX`` adds one Muster trial (the first Muster mode of ``--modes``), not counted in the medians, with ``py-spy record``
-attached to Muster (collapsed stacks in ``PREFIX.txt``; py-spy must be installed), and
-prints the hottest functions.
+``--profile PREFIX`` adds one Muster trial (the first Muster mode of ``--modes``), not
+counted in the medians, with ``py-spy record`` attached to Muster (collapsed stacks in
+``PREFIX.txt``; py-spy must be installed), and prints the hottest functions.
 """
 
 from __future__ import annotations
