@@ -533,7 +533,9 @@ class MusterServer:
     """``muster serve --kubeconfig ... --no-leader-elect`` as a child process, run from
     ``cwd`` (the checkout, or an exported commit)."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, cwd: Path) -> None:
+    def __init__(
+        self, kubeconfig: Path, log_path: Path, cwd: Path, cpus: set[int] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log_path.open("ab")
@@ -550,6 +552,7 @@ class MusterServer:
             cwd=cwd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
         self.log_path = log_path
         deadline = time.monotonic() + 120
@@ -747,6 +750,7 @@ class Bench:
         self.watch = PodWatch(lc.RestClient(cp.server, cp.admin_token, cp.ca_file)).start()
         self.namespaces = [f"bench-{i}" for i in range(options.namespaces)]
         self.serial = 0
+        self.muster_cpus = parse_cpus(options.muster_cpus) if options.muster_cpus else None
         if options.packing == "most-allocated":
             cp.scheduler_overrides["profiles"] = [MOST_ALLOCATED_PROFILE]
         if options.scheduler_qps:
@@ -830,7 +834,10 @@ class Bench:
         muster: MusterServer | None = None
         if mode != ALONE:
             muster = MusterServer(
-                self.cp.kubeconfig, self.cp.workdir / f"muster-{trial}.log", self.muster_cwd
+                self.cp.kubeconfig,
+                self.cp.workdir / f"muster-{trial}.log",
+                self.muster_cwd,
+                self.muster_cpus,
             )
         try:
             profiler = (
@@ -890,7 +897,10 @@ class Bench:
     def gang_phase(self) -> list[GangRound]:
         options = self.options
         muster = MusterServer(
-            self.cp.kubeconfig, self.cp.workdir / "muster-gang.log", self.muster_cwd
+            self.cp.kubeconfig,
+            self.cp.workdir / "muster-gang.log",
+            self.muster_cwd,
+            self.muster_cpus,
         )
         evictor = Evictor(self.cp.kubeconfig, self.cp.workdir / "evictor.log", self.muster_cwd)
         rounds: list[GangRound] = []
@@ -976,6 +986,15 @@ class Bench:
 
 
 # --------------------------------------------------------------------------- report
+
+
+def parse_cpus(text: str) -> set[int]:
+    """``"1"``, ``"2,3"`` or ``"2-3"`` → a set of CPU numbers."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
 
 
 def median(values: Iterable[float]) -> float:
@@ -1107,6 +1126,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run Muster's code at this commit (exported with git archive) instead of the "
         "working tree",
     )
+    parser.add_argument(
+        "--muster-cpus",
+        metavar="CPUS",
+        help="run muster serve on these CPUs (e.g. 1 or 2-3) and everything else "
+        "(etcd, kube-apiserver, kube-scheduler, this process) on the others, in every trial, "
+        "as when Muster runs on a node of its own; default: all share all CPUs",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the summary here")
     parser.add_argument("--workdir", metavar="DIR", help="control-plane workdir (kept)")
     options = parser.parse_args(argv)
@@ -1115,6 +1141,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
 
     notes = machine_notes()
+    if options.muster_cpus:
+        try:
+            muster_cpus = parse_cpus(options.muster_cpus)
+        except ValueError:
+            parser.error(f"--muster-cpus: expected e.g. 1, 2,3 or 2-3, not {options.muster_cpus}")
+        rest = os.sched_getaffinity(0) - muster_cpus
+        if not rest or not muster_cpus <= os.sched_getaffinity(0):
+            parser.error(
+                f"--muster-cpus {options.muster_cpus}: must be some, not all, of "
+                f"this machine's CPUs {sorted(os.sched_getaffinity(0))}"
+            )
+        # Children started from this thread (the control plane) and later threads inherit it.
+        os.sched_setaffinity(0, rest)
+        notes["cpu_split"] = {"muster": sorted(muster_cpus), "others": sorted(rest)}
     bin_dir = lc.ensure_binaries()
     notes["kubernetes"] = bin_dir.parent.name
     log(f"machine: {notes}")
