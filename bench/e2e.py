@@ -110,10 +110,12 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 MUSTER_COMMAND = [sys.executable, "-m", "extender.cli.main"]
 
 ALONE = "alone"
+NOOP_FILTER = "noop-filter"
 MUSTER_FILTER = "muster-filter"
 MUSTER = "muster"
 MUSTER_BIND = "muster+bind"
-MODES = (ALONE, MUSTER_FILTER, MUSTER, MUSTER_BIND)
+MODES = (ALONE, NOOP_FILTER, MUSTER_FILTER, MUSTER, MUSTER_BIND)
+NOOP_SOURCE = Path(__file__).resolve().parent / "noop-extender"
 
 #: kube-scheduler's own bin packing (``--packing most-allocated``), as
 #: manifests/scheduler-config.yaml configures it.
@@ -607,6 +609,51 @@ def _stop_child(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+class NoopExtender:
+    """``bench/noop-extender`` (Go, built into the workdir) as a child process: passes
+    every node, the floor any extender's filter call costs kube-scheduler."""
+
+    def __init__(self, binary: Path, log_path: Path, cpus: set[int] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            [str(binary), "-listen", f"127.0.0.1:{self.port}"],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+        )
+        lc.wait_until(lambda: _answers(f"{self.url}/readyz"), timeout=30, what="the no-op extender")
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def stop(self) -> None:
+        _stop_child(self.process)
+        self._log.close()
+
+    @staticmethod
+    def build(workdir: Path) -> Path:
+        binary = workdir / "noop-extender"
+        subprocess.run(
+            ["go", "build", "-o", str(binary), "."],
+            cwd=NOOP_SOURCE,
+            check=True,
+            env={**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"},
+        )
+        return binary
+
+
+def _answers(url: str) -> bool:
+    with contextlib.suppress(httpx.TransportError):
+        return httpx.get(url, timeout=1).status_code == 200
+    return False
+
+
 class Evictor:
     """``muster evictor --kubeconfig ...`` as a child process."""
 
@@ -750,6 +797,7 @@ class Bench:
         self.watch = PodWatch(lc.RestClient(cp.server, cp.admin_token, cp.ca_file)).start()
         self.namespaces = [f"bench-{i}" for i in range(options.namespaces)]
         self.serial = 0
+        self.noop_binary: Path | None = None
         self.muster_cpus = parse_cpus(options.muster_cpus) if options.muster_cpus else None
         if options.packing == "most-allocated":
             cp.scheduler_overrides["profiles"] = [MOST_ALLOCATED_PROFILE]
@@ -797,24 +845,29 @@ class Bench:
         all_gpus = self.options.nodes * 8
         create_quota(self.rest, "team-b", {"min": {GPU: "0"}, "max": {GPU: str(all_gpus)}})
 
-    def pids(self, muster: MusterServer | None) -> dict[str, int]:
+    def pids(self, muster: MusterServer | NoopExtender | None) -> dict[str, int]:
         pids = {
             name: pid for name, pid in self.cp.pids.items() if name in ("etcd", "kube-apiserver")
         }
         pids["bench"] = os.getpid()
-        if muster is not None:
+        if isinstance(muster, NoopExtender):
+            pids["noop-extender"] = muster.pid
+        elif muster is not None:
             pids["muster"] = muster.pid
         return pids
 
     # -- throughput
 
-    def extender(self, mode: str, muster: MusterServer | None) -> lc.ExtenderConfig | None:
+    def extender(
+        self, mode: str, muster: MusterServer | NoopExtender | None
+    ) -> lc.ExtenderConfig | None:
         if muster is None:
             return None
         return lc.ExtenderConfig(
             muster.url,
             bind=mode == MUSTER_BIND,
-            prioritize_verb=None if mode == MUSTER_FILTER else "prioritize",
+            prioritize_verb=None if mode in (MUSTER_FILTER, NOOP_FILTER) else "prioritize",
+            preempt_verb=None if mode == NOOP_FILTER else "preempt",
         )
 
     def throughput_trial(self, mode: str, round_: int, profile: str | None = None) -> Trial:
@@ -831,8 +884,14 @@ class Bench:
         keys, create_s = create_pods(self.rest, bodies, self.options.threads)
         self.watch.wait(keys, lambda r: True, timeout=60, what="pods seen by the watch")
         log(f"{trial} {mode}: {len(keys)} pods created in {create_s:.1f} s")
-        muster: MusterServer | None = None
-        if mode != ALONE:
+        muster: MusterServer | NoopExtender | None = None
+        if mode == NOOP_FILTER:
+            if self.noop_binary is None:
+                self.noop_binary = NoopExtender.build(self.cp.workdir)
+            muster = NoopExtender(
+                self.noop_binary, self.cp.workdir / f"noop-{trial}.log", self.muster_cpus
+            )
+        elif mode != ALONE:
             muster = MusterServer(
                 self.cp.kubeconfig,
                 self.cp.workdir / f"muster-{trial}.log",
@@ -1084,8 +1143,9 @@ def main(argv: list[str] | None = None) -> int:
         "--modes",
         default=",".join(MODES),
         help="throughput trials per round, in this order (default: %(default)s): "
-        f"{ALONE}: no extender; {MUSTER_FILTER}: filter and preempt verbs; {MUSTER}: "
-        f"also prioritize; {MUSTER_BIND}: also bind",
+        f"{ALONE}: no extender; {NOOP_FILTER}: a no-op extender in Go (filter only, "
+        f"passes every node: the floor for any extender); {MUSTER_FILTER}: filter and "
+        f"preempt verbs; {MUSTER}: also prioritize; {MUSTER_BIND}: also bind",
     )
     parser.add_argument(
         "--packing",
@@ -1182,7 +1242,7 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in modes:
                     trials.append(bench.throughput_trial(mode, round_))
             if options.profile:
-                profiled = next((mode for mode in modes if mode != ALONE), MUSTER)
+                profiled = next((m for m in modes if m not in (ALONE, NOOP_FILTER)), MUSTER)
                 extra = bench.throughput_trial(profiled, 0, profile=options.profile)
                 log(f"profiled trial (not in the medians): {extra.pods_per_s} pods/s")
             if options.gang_repeat > 0:

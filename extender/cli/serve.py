@@ -116,6 +116,8 @@ def run(
         ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca else ssl.CERT_NONE,
         log_level="warning",
         access_log=False,
+        # kube-scheduler connects directly: no proxy headers to trust, and one less layer.
+        proxy_headers=False,
     )
     return 0
 

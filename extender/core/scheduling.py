@@ -143,26 +143,30 @@ def filter_nodes(
             unresolvable=dict.fromkeys(names, reason), quota_failures=tuple(failures)
         )
     result = FilterResult()
-    for name in names:
-        failure: str | None
-        if as_extender:
-            # Only room held for other pods can fail a node here; most nodes hold none.
+    if as_extender:
+        # kube-scheduler has judged node constraints and plain fit; only room held for
+        # other pods can fail a node here, and most nodes hold none.
+        holding = snapshot.nodes_with_reserved_room()
+        suspects = [name for name in names if name in holding] if holding else []
+        for name in suspects:
             held = snapshot.reserved_on(name)
-            if not held or (len(held) == 1 and pod.key in held) or name not in snapshot.nodes:
-                failure = None
-            else:
+            if (len(held) > 1 or pod.key not in held) and name in snapshot.nodes:
                 failure = _resource_failure(snapshot, pod, name, as_extender=True)
-        else:
+                if failure is not None:
+                    result.failed[name] = failure
+        result.passed = [name for name in names if name not in result.failed] if suspects else names
+    else:
+        for name in names:
             node = snapshot.nodes.get(name)
             misfit = "node is not known" if node is None else static_misfit(pod, node)
             if misfit is not None:
                 result.unresolvable[name] = misfit
                 continue
             failure = _resource_failure(snapshot, pod, name, as_extender=False)
-        if failure is None:
-            result.passed.append(name)
-        else:
-            result.failed[name] = failure
+            if failure is None:
+                result.passed.append(name)
+            else:
+                result.failed[name] = failure
     reserved_node = snapshot.reserved_node(pod.key)
     if reserved_node is not None and reserved_node in result.passed and len(result.passed) > 1:
         # Room was freed for this pod on its reserved node: it goes there, not elsewhere

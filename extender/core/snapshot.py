@@ -282,6 +282,10 @@ class Snapshot:
         """Room held on ``node`` for pending pods of in-flight jobs, by pod key."""
         return self._node_reserved.get(node, {})
 
+    def nodes_with_reserved_room(self) -> Collection[str]:
+        """The nodes holding room for some reserved pod (usually few or none)."""
+        return self._node_reserved.keys()
+
     def reservation_holder(self, pod_key: str) -> str | None:
         """The job a reserved pod belongs to."""
         reserved = self._reserved_pod.get(pod_key)
@@ -436,7 +440,10 @@ class Snapshot:
                 del self._node_victims[pod.node_name][key]
         elif key in self._reserved_pod:
             _job, node = self._reserved_pod[key]
-            del self._node_reserved[node][key]
+            held = self._node_reserved[node]
+            del held[key]
+            if not held:
+                del self._node_reserved[node]
 
     def _reindex_unit(self, job: str) -> None:
         """Recompute the job's victim unit: after any change to the job's pods."""

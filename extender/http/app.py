@@ -5,8 +5,8 @@ explain endpoints under ``/debug/``.  Requests are read as raw bytes and
 validated with the wire models, so that every client mistake becomes a 400
 (or 413 for a body over the limit) with a JSON ``{"error": ...}`` naming the
 field, never a 500; the decisions themselves are :class:`extender.service.Extender`'s.
-The four verbs are served by a small ASGI layer ahead of FastAPI's routing
-(:class:`_ExtenderVerbs`), since they sit on kube-scheduler's scheduling cycle;
+The four verbs are served by a small ASGI layer ahead of FastAPI
+(:class:`MusterApp`), since they sit on kube-scheduler's scheduling cycle;
 FastAPI serves the rest.
 """
 
@@ -45,7 +45,8 @@ class ClientError(Exception):
         self.message = message
 
 
-def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> MusterApp:
+    """The ASGI app: the extender verbs, then FastAPI for everything else."""
     app = FastAPI(
         title="Muster extender",
         description="Elastic quotas and job-level preemption for kube-scheduler.",
@@ -76,31 +77,26 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
     def filter_verb(body: bytes) -> bytes:
         args, pod, names = _extender_args(body)
         result = extender.filter(pod, names)
-        passed = set(result.passed)
         if result.quota_failures:
             decisions.labels("filter", "rejected_quota").inc()
         elif result.failed:
             decisions.labels("filter", "reserved_room").inc()
         else:
             decisions.labels("filter", "admitted").inc()
-        answer_model = wire.ExtenderFilterResult(
-            NodeNames=[n for n in names if n in passed] if args.NodeNames is not None else None,
-            Nodes=(
-                wire.NodeList(
-                    items=[
-                        node
-                        for node, name in zip(args.Nodes.items, names, strict=True)
-                        if name in passed
-                    ]
-                )
-                if args.NodeNames is None and args.Nodes is not None
-                else None
-            ),
+        nodes = None
+        if args.NodeNames is None and args.Nodes is not None:
+            passed = set(result.passed)
+            items = zip(args.Nodes.items, names, strict=True)
+            nodes = wire.NodeList(items=[node for node, name in items if name in passed])
+        # Built from checked parts: model_construct skips re-validating every node name.
+        answer_model = wire.ExtenderFilterResult.model_construct(
+            NodeNames=result.passed if args.NodeNames is not None else None,
+            Nodes=nodes,
             FailedNodes=result.failed,
             FailedAndUnresolvableNodes=result.unresolvable,
             Error="",
         )
-        return answer_model.model_dump_json().encode()
+        return to_json(answer_model)
 
     def prioritize_verb(body: bytes) -> bytes:
         _args, pod, names = _extender_args(body)
@@ -154,14 +150,6 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         "/preempt": _Verb("preempt", preempt_verb, inline=False),
         "/bind": _Verb("bind", bind_verb, inline=False),
     }
-    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(
-        _ExtenderVerbs,
-        verbs=verbs,
-        max_bytes=max_body_bytes,
-        latency=latency,
-        requests=requests,
-    )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -195,7 +183,7 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
             return JSONResponse({"error": f"pod {namespace}/{name} is not known"}, 404)
         return JSONResponse(found)
 
-    return app
+    return MusterApp(app, verbs, max_bytes=max_body_bytes, latency=latency, requests=requests)
 
 
 def _extender_args(body: bytes) -> tuple[wire.ExtenderArgs, PodInfo, list[str]]:
@@ -253,11 +241,6 @@ _Scope = MutableMapping[str, Any]
 _Message = MutableMapping[str, Any]
 _Receive = Callable[[], Awaitable[_Message]]
 _Send = Callable[[_Message], Awaitable[None]]
-_ASGIApp = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
-
-
-class _TooLarge(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -270,23 +253,26 @@ class _Verb:
     inline: bool
 
 
-class _ExtenderVerbs:
-    """Serve ``POST`` to the extender verbs straight from ASGI, ahead of FastAPI's routing.
+class MusterApp:
+    """The ASGI app: ``POST`` to an extender verb is answered here, straight from ASGI;
+    everything else goes on to the FastAPI app (``api``).
 
     Each verb call sits on kube-scheduler's serial scheduling cycle, and FastAPI's
-    per-request machinery (routing, request objects, dependency solving) cost more than
-    the decision itself; everything else goes on to the FastAPI app.
+    per-request machinery (middleware, routing, request objects) costs more than the
+    decision itself (docs/benchmarks.md).  Only the verbs read a request body, so
+    ``max_bytes`` (413 over it, declared or streamed) is enforced here.
     """
 
     def __init__(
         self,
-        app: _ASGIApp,
+        api: FastAPI,
         verbs: Mapping[str, _Verb],
+        *,
         max_bytes: int,
         latency: Histogram,
         requests: Counter,
     ) -> None:
-        self.app = app
+        self.api = api
         self.verbs = verbs
         self.max_bytes = max_bytes
         self.latency = {verb.name: latency.labels(verb.name) for verb in verbs.values()}
@@ -295,7 +281,7 @@ class _ExtenderVerbs:
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         verb = self.verbs.get(scope["path"]) if scope["type"] == "http" else None
         if verb is None:
-            await self.app(scope, receive, send)
+            await self.api(scope, receive, send)
             return
         if scope["method"] != "POST":
             error = f"{scope['method']} {scope['path']}: method not allowed, use POST"
@@ -359,46 +345,3 @@ async def _send_json(
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-class _BodyLimit:
-    """Answer 413 to a request body over ``max_bytes`` (declared or streamed)."""
-
-    def __init__(self, app: _ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._too_large(send)
-            return
-        seen = 0
-
-        async def limited_receive() -> _Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        started = False
-
-        async def tracking_send(message: _Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._too_large(send)
-
-    async def _too_large(self, send: _Send) -> None:
-        await _send_json(send, 413, _error_body(f"request body over {self.max_bytes} bytes"))

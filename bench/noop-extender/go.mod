@@ -1,0 +1,3 @@
+module muster.local/bench/noop-extender
+
+go 1.25.0
