@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import localcluster as lc
+import yaml
 
 Json = dict[str, Any]
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
@@ -198,6 +200,28 @@ def delete_namespaced(rest: lc.RestClient, namespace: str) -> None:
         for kind in ("elasticquotas", "podgroups"):
             with contextlib.suppress(lc.ApiError):
                 rest.request("DELETE", f"/apis/{group}/v1alpha1/namespaces/{namespace}/{kind}")
+
+
+SAMPLE_SCHEDULER_CONFIG = Path(__file__).resolve().parents[2] / "manifests/scheduler-config.yaml"
+
+
+def sample_scheduler_config(url_prefix: str) -> tuple[lc.ExtenderConfig, Json]:
+    """manifests/scheduler-config.yaml, as the harness runs it: its Muster ``extenders``
+    entry pointed at ``url_prefix``, and the rest of what it sets (its profiles)."""
+    config = yaml.safe_load(SAMPLE_SCHEDULER_CONFIG.read_text())
+    (entry,) = config["extenders"]
+    extender = lc.ExtenderConfig(
+        url_prefix,
+        bind="bindVerb" in entry,
+        filter_verb=entry.get("filterVerb"),
+        prioritize_verb=entry.get("prioritizeVerb"),
+        preempt_verb=entry.get("preemptVerb"),
+        weight=entry.get("weight", 1),
+        node_cache_capable=entry["nodeCacheCapable"],
+        http_timeout=entry["httpTimeout"],
+        ignorable=entry["ignorable"],
+    )
+    return extender, {"profiles": config["profiles"]}
 
 
 def _short(pod: Json | None) -> str:

@@ -21,7 +21,7 @@ import httpx
 import localcluster as lc
 import pytest
 import yaml
-from e2e_support import Cluster, condition, delete_namespaced, make_pod
+from e2e_support import Cluster, condition, delete_namespaced, make_pod, sample_scheduler_config
 from muster_process import ROOT, MusterProcess, free_port
 from test_muster_extender import GPU, create_quota
 
@@ -151,7 +151,39 @@ def fill_with_borrowers(teams: Teams, count: int) -> None:
         teams.wait(teams.b, f"b-{i}", "Running")
 
 
+@pytest.fixture
+def muster_with_the_sample_config(
+    control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
+) -> Iterator[MusterProcess]:
+    """Muster and the evictor, with kube-scheduler run on manifests/scheduler-config.yaml
+    (filter and preempt only, kube-scheduler's own MostAllocated packing)."""
+    muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
+    log = (tmp_path / "evictor.log").open("wb")
+    evictor = start_evictor(tokens["muster-evictor"], log, free_port())
+    extender, config = sample_scheduler_config(muster.url)
+    previous = control_plane.extender
+    try:
+        control_plane.restart_scheduler(extender, scheduler_config=config)
+        yield muster
+    finally:
+        control_plane.restart_scheduler(previous, scheduler_config={})
+        evictor.terminate()
+        evictor.wait(10)
+        log.close()
+        muster.stop()
+
+
 def test_gang_fits_after_eviction(cluster: Cluster, muster_and_evictor: MusterProcess) -> None:
+    gang_fits_after_eviction(cluster, muster_and_evictor)
+
+
+def test_gang_fits_after_eviction_with_the_sample_scheduler_config(
+    cluster: Cluster, muster_with_the_sample_config: MusterProcess
+) -> None:
+    gang_fits_after_eviction(cluster, muster_with_the_sample_config)
+
+
+def gang_fits_after_eviction(cluster: Cluster, muster: MusterProcess) -> None:
     for i in range(4):
         cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
     teams = Teams(
@@ -165,6 +197,7 @@ def test_gang_fits_after_eviction(cluster: Cluster, muster_and_evictor: MusterPr
         started = {n: (teams.get(teams.b, n) or {})["status"]["startTime"] for n in borrowers}
         order = sorted(borrowers, key=lambda n: (-_epoch(started[n]), f"{teams.b}/{n}"))
         victims, spared = sorted(order[:2]), sorted(order[2:])
+        freed = sorted((teams.get(teams.b, n) or {})["spec"]["nodeName"] for n in victims)
         for i in range(2):
             labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
             teams.create(teams.a, f"train-{i}", requests={"cpu": "4", GPU: 8}, labels=labels)
@@ -176,6 +209,11 @@ def test_gang_fits_after_eviction(cluster: Cluster, muster_and_evictor: MusterPr
             )
         for i in range(2):
             teams.wait(teams.a, f"train-{i}", "Running", timeout=60)
+        # The gang took the room freed for it.
+        placed = sorted(
+            (teams.get(teams.a, f"train-{i}") or {})["spec"]["nodeName"] for i in range(2)
+        )
+        assert placed == freed
         for name in spared:
             pod = teams.get(teams.b, name)
             assert pod is not None and pod["status"]["phase"] == "Running"
@@ -185,7 +223,7 @@ def test_gang_fits_after_eviction(cluster: Cluster, muster_and_evictor: MusterPr
         assert f"job {teams.a}/train" in preempted[0]["message"]
         preempting = teams.events(teams.a, "Preempting")
         assert len(preempting) == 1 and victims[0] in preempting[0]["message"]
-        explained = muster_and_evictor.debug(f"pods/{teams.a}/train-0")
+        explained = muster.debug(f"pods/{teams.a}/train-0")
         assert any(d["verb"] == "postfilter" for d in explained["decisions"])
     finally:
         teams.cleanup()
