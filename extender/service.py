@@ -97,6 +97,23 @@ class Extender:
         self._recent: OrderedDict[str, PodInfo] = OrderedDict()
         self._recent_lock = threading.Lock()
 
+    def known_pending_pod(self, key: str, uid: str, resource_version: str) -> PodInfo | None:
+        """The cluster's own reading of this exact pod version (same UID and
+        resourceVersion), if it has one and the pod is pending: it spares parsing the
+        copy kube-scheduler sends."""
+        if not resource_version:
+            return None
+        with self.source.reading() as snapshot:
+            pod = snapshot.pods.get(key)
+        if (
+            pod is None
+            or pod.uid != uid
+            or pod.resource_version != resource_version
+            or pod.node_name is not None
+        ):
+            return None
+        return pod
+
     def filter(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
         with self._recent_lock:
             self._recent[pod.key] = pod

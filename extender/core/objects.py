@@ -90,6 +90,8 @@ class PodInfo:
     nominated_node_name: str | None
     #: Constraints the core cannot simulate (inter-pod affinity, spread, ...).
     unsupported: tuple[str, ...]
+    #: ``metadata.resourceVersion``: with ``uid``, names exactly this version of the pod.
+    resource_version: str = ""
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name, or ``None`` for a pod that is a job of its own.
@@ -247,6 +249,7 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         preemption_policy=policy,
         nominated_node_name=status.get("nominatedNodeName") or None,
         unsupported=_unsupported_constraints(spec, affinity),
+        resource_version=_str(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
     )
 
 

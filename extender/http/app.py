@@ -75,7 +75,7 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
     registry.register(QuotaCollector(extender.source))
 
     def filter_verb(body: bytes) -> bytes:
-        args, pod, names = _extender_args(body)
+        args, pod, names = _extender_args(body, extender)
         result = extender.filter(pod, names)
         if result.quota_failures:
             decisions.labels("filter", "rejected_quota").inc()
@@ -99,13 +99,13 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         return to_json(answer_model)
 
     def prioritize_verb(body: bytes) -> bytes:
-        _args, pod, names = _extender_args(body)
+        _args, pod, names = _extender_args(body, extender)
         scores = extender.prioritize(pod, names)
         return to_json([{"Host": name, "Score": scores[name]} for name in names])
 
     def preempt_verb(body: bytes) -> bytes:
         args = _decode(wire.ExtenderPreemptionArgs, body)
-        pod = _pod(args.Pod)
+        pod = _pod(args.Pod, extender)
         proposed: dict[str, list[str]] = {}
         pdb: dict[str, int] = {}
         if args.NodeNameToMetaVictims is not None:
@@ -186,10 +186,10 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
     return MusterApp(app, verbs, max_bytes=max_body_bytes, latency=latency, requests=requests)
 
 
-def _extender_args(body: bytes) -> tuple[wire.ExtenderArgs, PodInfo, list[str]]:
+def _extender_args(body: bytes, extender: Extender) -> tuple[wire.ExtenderArgs, PodInfo, list[str]]:
     """Decode ``ExtenderArgs``: the args, the pod, and the node names in either mode."""
     args = _decode(wire.ExtenderArgs, body)
-    pod = _pod(args.Pod)
+    pod = _pod(args.Pod, extender)
     if args.NodeNames is not None:
         names = args.NodeNames
     elif args.Nodes is not None:
@@ -212,13 +212,33 @@ def _decode(model: type[_Model], body: bytes) -> _Model:
         raise ClientError(400, f"{where}: {first['msg']}") from None
 
 
-def _pod(obj: dict[str, Any] | None) -> PodInfo:
+def _pod(obj: dict[str, Any] | None, extender: Extender) -> PodInfo:
     if obj is None:
         raise ClientError(400, "Pod: required")
+    known = _known_pod(obj, extender)
+    if known is not None:
+        return known
     try:
         return parse_pod(obj)
     except ManifestError as error:
         raise ClientError(400, f"Pod.{error.field}: {error.message}") from None
+
+
+def _known_pod(obj: dict[str, Any], extender: Extender) -> PodInfo | None:
+    """The informers' reading of this exact pod version, when Muster has one."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    uid, version, name = metadata.get("uid"), metadata.get("resourceVersion"), metadata.get("name")
+    namespace = metadata.get("namespace") or "default"
+    if not (
+        isinstance(uid, str)
+        and isinstance(version, str)
+        and isinstance(name, str)
+        and isinstance(namespace, str)
+    ):
+        return None
+    return extender.known_pending_pod(f"{namespace}/{name}", uid, version)
 
 
 def _node_name(node: dict[str, Any], index: int) -> str:

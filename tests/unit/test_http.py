@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.http.app import create_app
+from extender.http.app import _pod, create_app
 from extender.service import Extender, StaticSource
 from tests.builders import node, pod, quota, snapshot
 
@@ -411,3 +412,25 @@ def test_a_gang_admitted_whole_keeps_its_quota_while_its_pods_bind() -> None:
     # the hold ends after quotaHoldSeconds, if x never binds
     extender.clock = lambda: 1_800_000_000.0 + snap.args.quota_hold_seconds + 1
     assert filtered("y-0") == ["n0", "n1"]
+
+
+def test_the_informers_reading_of_the_same_pod_version_is_used() -> None:
+    """kube-scheduler sends the pod object Muster's informers already parsed: the same UID
+    and resourceVersion is the same object, so that reading is used; any other version,
+    another pod under the same name, or a bound pod is parsed from the request."""
+    _client, extender, _ = cluster()
+    sent = scheduler_pod("p", "team-a", gpu=8)
+    informed = parse_pod(sent)
+    with extender.source.reading() as snap:
+        snap.upsert_pod(informed)
+    assert extender.known_pending_pod("team-a/p", "uid-p", "123") is informed
+    assert _pod(sent, extender) is informed
+    newer = json.loads(json.dumps(sent))
+    newer["metadata"]["resourceVersion"] = "124"
+    newer["spec"]["containers"][0]["resources"] = {"requests": {GPU: "2"}}
+    assert _pod(newer, extender).requests == {GPU: 2000, "pods": 1000}
+    assert extender.known_pending_pod("team-a/p", "uid-other", "123") is None
+    assert extender.known_pending_pod("team-a/p", "uid-p", "") is None
+    with extender.source.reading() as snap:
+        snap.upsert_pod(dataclasses.replace(informed, node_name="n3"))
+    assert extender.known_pending_pod("team-a/p", "uid-p", "123") is None
