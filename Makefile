@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # Pinned Kubernetes binaries are built once into this cache (see hack/build-k8s.sh).
 export MUSTER_K8S_CACHE ?= $(HOME)/.cache/muster/k8s
 
-.PHONY: venv lint unit e2e test demo bench k8s clean
+.PHONY: venv lint unit e2e test demo bench bench-e2e k8s clean
 
 venv: $(VENV)/.installed
 
@@ -39,6 +39,10 @@ demo: venv k8s
 
 bench: venv
 	$(PY) -m bench
+
+# Needs the control-plane binaries and Go (it builds bench/noop-extender).
+bench-e2e: venv k8s
+	$(PY) -m bench.e2e
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -40,6 +40,15 @@ _DECIMAL_SUFFIXES = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+#: Suffix → its value in milli-units, for the suffixes worth at least a milli-unit: an
+#: integer quantity with one of them is an exact integer product (the common case).
+_SUFFIX_VALUES: dict[str, Fraction] = {
+    **{suffix: Fraction(factor) for suffix, factor in _BINARY_SUFFIXES.items()},
+    **_DECIMAL_SUFFIXES,
+}
+_MILLI_FACTORS = {
+    suffix: int(value * MILLI) for suffix, value in _SUFFIX_VALUES.items() if value * MILLI >= 1
+}
 _QUANTITY = re.compile(
     r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
     r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
@@ -61,7 +70,9 @@ def parse_quantity(value: object) -> int:
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):
-        amount = Fraction(value)
+        if value < 0:
+            raise QuantityError(f"{value!r} is negative")
+        return value * MILLI
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"{value!r} is not a quantity")
@@ -73,16 +84,20 @@ def parse_quantity(value: object) -> int:
             raise QuantityError(f"{value!r} is not a quantity")
         if len(value) > 64:
             raise QuantityError(f"{value[:20]!r}... is too long to be a quantity")
-        amount = Fraction(match["number"])
+        number, suffix = match["number"], match["suffix"] or ""
+        if number.isdigit() and not match["exp"] and suffix in _MILLI_FACTORS:
+            milli = int(number) * _MILLI_FACTORS[suffix]
+            if match["sign"] == "-" and milli != 0:
+                raise QuantityError(f"{value!r} is negative")
+            return milli
+        amount = Fraction(number)
         if match["exp"]:
             exponent = int(match["exp"][1:])
             if abs(exponent) > 30:
                 raise QuantityError(f"{value!r} is out of range")
             amount *= Fraction(10) ** exponent
-        elif match["suffix"] in _BINARY_SUFFIXES:
-            amount *= _BINARY_SUFFIXES[match["suffix"]]
         else:
-            amount *= _DECIMAL_SUFFIXES[match["suffix"] or ""]
+            amount *= _SUFFIX_VALUES[suffix]
         if match["sign"] == "-" and amount != 0:
             raise QuantityError(f"{value!r} is negative")
     else:

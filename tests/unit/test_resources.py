@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from extender.core.resources import (
     QuantityError,
@@ -38,6 +43,30 @@ from extender.core.resources import (
 )
 def test_parse_quantity_is_exact(text: object, milli: int) -> None:
     assert parse_quantity(text) == milli
+
+
+SUFFIX_VALUES = {
+    **{s: Fraction(2) ** (10 * i) for i, s in enumerate(["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"])},
+    **{s: Fraction(10) ** e for s, e in [("n", -9), ("u", -6), ("m", -3), ("k", 3), ("M", 6)]},
+    **{s: Fraction(10) ** e for s, e in [("G", 9), ("T", 12), ("P", 15), ("E", 18)]},
+}
+
+
+@given(
+    sign=st.sampled_from(["", "+"]),
+    whole=st.integers(0, 10**9),
+    fraction=st.one_of(st.none(), st.integers(0, 999)),
+    suffix=st.sampled_from(sorted(SUFFIX_VALUES)),
+)
+def test_parse_quantity_agrees_with_exact_arithmetic(
+    sign: str, whole: int, fraction: int | None, suffix: str
+) -> None:
+    number = str(whole) if fraction is None else f"{whole}.{fraction:03d}"
+    expected = math.ceil(Fraction(number) * SUFFIX_VALUES[suffix] * 1000)
+    assert parse_quantity(f"{sign}{number}{suffix}") == expected
+    if fraction is None and whole:
+        with pytest.raises(QuantityError):
+            parse_quantity(f"-{number}{suffix}")
 
 
 @pytest.mark.parametrize(
