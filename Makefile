@@ -37,10 +37,11 @@ test: venv lint k8s
 demo: venv k8s
 	$(PY) hack/demo.py
 
-bench: venv
+# Every benchmark (about ten minutes); the end-to-end one needs the control-plane
+# binaries and Go (it builds bench/noop-extender).
+bench: venv k8s
 	$(PY) -m bench
 
-# Needs the control-plane binaries and Go (it builds bench/noop-extender).
 bench-e2e: venv k8s
 	$(PY) -m bench.e2e
 

@@ -1,17 +1,29 @@
-"""``python -m bench``: run every benchmark with its defaults (see docs/benchmarks.md)."""
+"""``python -m bench``: every benchmark with its defaults (see docs/benchmarks.md).
+
+The planner and HTTP benchmarks need nothing but the virtualenv; the end-to-end one
+needs the control-plane binaries (``hack/build-k8s.sh``, which ``make bench`` runs
+first) and Go, and takes about six minutes.  ``--no-e2e`` skips it.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from bench import http, planner
+from bench import e2e, http, planner
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end benchmark")
+    options = parser.parse_args(argv)
     print("# Planner", flush=True)
     planner.main([])
     print("\n# HTTP", flush=True)
     http.main([])
+    if not options.no_e2e:
+        print("\n# End to end", flush=True)
+        e2e.main([])
     return 0
 
 
