@@ -31,6 +31,11 @@ from extender.core.scheduling import (
 from extender.core.snapshot import Snapshot
 
 
+class SnapshotBusy(Exception):
+    """The snapshot is being written (or read by a long decision) and the caller asked
+    not to wait: the HTTP front door then moves the request off its event loop."""
+
+
 class ClusterSource(Protocol):
     """Where the service reads the cluster from."""
 
@@ -38,9 +43,28 @@ class ClusterSource(Protocol):
         """Has the first full sync happened?"""
         ...
 
-    def reading(self) -> AbstractContextManager[Snapshot]:
-        """The snapshot, held still for the duration of one decision."""
+    def reading(self, wait: bool = True) -> AbstractContextManager[Snapshot]:
+        """The snapshot, held still for the duration of one decision; with ``wait`` false,
+        :class:`SnapshotBusy` if someone else holds it."""
         ...
+
+
+class _Lock(Protocol):
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+@contextmanager
+def holding(lock: _Lock, snapshot: Snapshot, wait: bool) -> Iterator[Snapshot]:
+    """``snapshot`` under ``lock``; :class:`SnapshotBusy` if ``wait`` is false and the
+    lock is taken.  (The one implementation of :meth:`ClusterSource.reading`.)"""
+    if not lock.acquire(blocking=wait):
+        raise SnapshotBusy
+    try:
+        yield snapshot
+    finally:
+        lock.release()
 
 
 class StaticSource:
@@ -53,10 +77,8 @@ class StaticSource:
     def ready(self) -> bool:
         return True
 
-    @contextmanager
-    def reading(self) -> Iterator[Snapshot]:
-        with self._lock:
-            yield self._snapshot
+    def reading(self, wait: bool = True) -> AbstractContextManager[Snapshot]:
+        return holding(self._lock, self._snapshot, wait)
 
 
 class BindError(RuntimeError):
@@ -97,13 +119,15 @@ class Extender:
         self._recent: OrderedDict[str, PodInfo] = OrderedDict()
         self._recent_lock = threading.Lock()
 
-    def known_pending_pod(self, key: str, uid: str, resource_version: str) -> PodInfo | None:
+    def known_pending_pod(
+        self, key: str, uid: str, resource_version: str, *, wait: bool = True
+    ) -> PodInfo | None:
         """The cluster's own reading of this exact pod version (same UID and
         resourceVersion), if it has one and the pod is pending: it spares parsing the
         copy kube-scheduler sends."""
         if not resource_version:
             return None
-        with self.source.reading() as snapshot:
+        with self.source.reading(wait) as snapshot:
             pod = snapshot.pods.get(key)
         if (
             pod is None
@@ -114,21 +138,25 @@ class Extender:
             return None
         return pod
 
-    def filter(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
+    def filter(self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True) -> FilterResult:
+        """Filter ``nodes`` for ``pod``; with ``wait`` false, :class:`SnapshotBusy` rather
+        than waiting for the snapshot (nothing is changed then)."""
+        now = self.clock()
+        with self.source.reading(wait) as snapshot:
+            snapshot.release_quota_holds(now)
+            result = filter_nodes(snapshot, pod, nodes, as_extender=True)
+            if not result.quota_failures and result.passed:
+                hold_admitted_job(snapshot, pod, now + snapshot.args.quota_hold_seconds)
         with self._recent_lock:
             self._recent[pod.key] = pod
             self._recent.move_to_end(pod.key)
             while len(self._recent) > RECENT_PODS:
                 self._recent.popitem(last=False)
-        now = self.clock()
-        with self.source.reading() as snapshot:
-            snapshot.release_quota_holds(now)
-            result = filter_nodes(snapshot, pod, nodes, as_extender=True)
-            if not result.quota_failures and result.passed:
-                hold_admitted_job(snapshot, pod, now + snapshot.args.quota_hold_seconds)
         if result.quota_failures:
             self._record(pod, "filter", "rejected by quota", result.quota_failures)
             self._unschedulable(pod.job, "; ".join(result.quota_failures))
+        elif result.pinned_to is not None:
+            self._record(pod, "filter", f"held to its reserved node {result.pinned_to}")
         elif result.failed:
             reasons = tuple(sorted(set(result.failed.values())))
             outcome = f"{len(result.passed)} of {len(nodes)} nodes passed"
@@ -139,8 +167,10 @@ class Extender:
             self._record(pod, "filter", f"all {len(nodes)} nodes passed")
         return result
 
-    def prioritize(self, pod: PodInfo, nodes: Sequence[str]) -> dict[str, int]:
-        with self.source.reading() as snapshot:
+    def prioritize(
+        self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True
+    ) -> dict[str, int]:
+        with self.source.reading(wait) as snapshot:
             return score_nodes(snapshot, pod, nodes)
 
     def preempt(self, pod: PodInfo, proposed: Mapping[str, Sequence[str]]) -> GuardResult:

@@ -72,6 +72,8 @@ class FilterResult:
     unresolvable: dict[str, str] = field(default_factory=dict)
     #: Job-level quota reasons, when the job is not admitted at all.
     quota_failures: tuple[str, ...] = ()
+    #: The pod's reserved node, when the pod was held to it (every other node failed).
+    pinned_to: str | None = None
 
 
 def job_demand(snapshot: Snapshot, job: str, including: PodInfo | None = None) -> JobDemand:
@@ -176,6 +178,7 @@ def filter_nodes(
             if name != reserved_node:
                 result.failed[name] = pinned
         result.passed = [reserved_node]
+        result.pinned_to = reserved_node
     return result
 
 

@@ -4,14 +4,16 @@ Also ``GET /healthz``, ``/readyz``, ``/metrics`` (Prometheus) and read-only
 explain endpoints under ``/debug/``.  Requests are read as raw bytes and
 validated with the wire models, so that every client mistake becomes a 400
 (or 413 for a body over the limit) with a JSON ``{"error": ...}`` naming the
-field, never a 500; the decisions themselves are :class:`extender.service.Extender`'s.
-The four verbs are served by a small ASGI layer ahead of FastAPI
-(:class:`MusterApp`), since they sit on kube-scheduler's scheduling cycle;
-FastAPI serves the rest.
+field (a bug in Muster is a logged JSON 500, and the service keeps serving); the
+decisions themselves are :class:`extender.service.Extender`'s.  The four verbs are
+served by a small ASGI layer ahead of FastAPI (:class:`MusterApp`), since they sit on
+kube-scheduler's scheduling cycle: filter and prioritize on the event loop while the
+snapshot is free, in a worker thread when it is busy.  FastAPI serves the rest.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +30,9 @@ from starlette.concurrency import run_in_threadpool
 from extender.core.objects import ManifestError, PodInfo, parse_pod
 from extender.http import explain, wire
 from extender.http.metrics import QuotaCollector
-from extender.service import Extender
+from extender.service import Extender, SnapshotBusy
+
+log = logging.getLogger(__name__)
 
 #: Default request-size limit: a 5,000-node NodeList is a few MiB.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -74,11 +78,13 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
     )
     registry.register(QuotaCollector(extender.source))
 
-    def filter_verb(body: bytes) -> bytes:
-        args, pod, names = _extender_args(body, extender)
-        result = extender.filter(pod, names)
+    def filter_verb(body: bytes, wait: bool) -> bytes:
+        args, pod, names = _extender_args(body, extender, wait)
+        result = extender.filter(pod, names, wait=wait)
         if result.quota_failures:
             decisions.labels("filter", "rejected_quota").inc()
+        elif result.pinned_to is not None:
+            decisions.labels("filter", "pinned_to_reservation").inc()
         elif result.failed:
             decisions.labels("filter", "reserved_room").inc()
         else:
@@ -98,14 +104,14 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         )
         return to_json(answer_model)
 
-    def prioritize_verb(body: bytes) -> bytes:
-        _args, pod, names = _extender_args(body, extender)
-        scores = extender.prioritize(pod, names)
+    def prioritize_verb(body: bytes, wait: bool) -> bytes:
+        _args, pod, names = _extender_args(body, extender, wait)
+        scores = extender.prioritize(pod, names, wait=wait)
         return to_json([{"Host": name, "Score": scores[name]} for name in names])
 
-    def preempt_verb(body: bytes) -> bytes:
+    def preempt_verb(body: bytes, wait: bool) -> bytes:
         args = _decode(wire.ExtenderPreemptionArgs, body)
-        pod = _pod(args.Pod, extender)
+        pod = _pod(args.Pod, extender, wait)
         proposed: dict[str, list[str]] = {}
         pdb: dict[str, int] = {}
         if args.NodeNameToMetaVictims is not None:
@@ -134,7 +140,7 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         )
         return answer_model.model_dump_json().encode()
 
-    def bind_verb(body: bytes) -> bytes:
+    def bind_verb(body: bytes, wait: bool) -> bytes:
         args = _decode(wire.ExtenderBindingArgs, body)
         error = extender.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node)
         decisions.labels("bind", "failed" if error else "bound").inc()
@@ -186,10 +192,12 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
     return MusterApp(app, verbs, max_bytes=max_body_bytes, latency=latency, requests=requests)
 
 
-def _extender_args(body: bytes, extender: Extender) -> tuple[wire.ExtenderArgs, PodInfo, list[str]]:
+def _extender_args(
+    body: bytes, extender: Extender, wait: bool
+) -> tuple[wire.ExtenderArgs, PodInfo, list[str]]:
     """Decode ``ExtenderArgs``: the args, the pod, and the node names in either mode."""
     args = _decode(wire.ExtenderArgs, body)
-    pod = _pod(args.Pod, extender)
+    pod = _pod(args.Pod, extender, wait)
     if args.NodeNames is not None:
         names = args.NodeNames
     elif args.Nodes is not None:
@@ -212,10 +220,10 @@ def _decode(model: type[_Model], body: bytes) -> _Model:
         raise ClientError(400, f"{where}: {first['msg']}") from None
 
 
-def _pod(obj: dict[str, Any] | None, extender: Extender) -> PodInfo:
+def _pod(obj: dict[str, Any] | None, extender: Extender, wait: bool = True) -> PodInfo:
     if obj is None:
         raise ClientError(400, "Pod: required")
-    known = _known_pod(obj, extender)
+    known = _known_pod(obj, extender, wait)
     if known is not None:
         return known
     try:
@@ -224,7 +232,7 @@ def _pod(obj: dict[str, Any] | None, extender: Extender) -> PodInfo:
         raise ClientError(400, f"Pod.{error.field}: {error.message}") from None
 
 
-def _known_pod(obj: dict[str, Any], extender: Extender) -> PodInfo | None:
+def _known_pod(obj: dict[str, Any], extender: Extender, wait: bool) -> PodInfo | None:
     """The informers' reading of this exact pod version, when Muster has one."""
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
@@ -238,7 +246,7 @@ def _known_pod(obj: dict[str, Any], extender: Extender) -> PodInfo | None:
         and isinstance(namespace, str)
     ):
         return None
-    return extender.known_pending_pod(f"{namespace}/{name}", uid, version)
+    return extender.known_pending_pod(f"{namespace}/{name}", uid, version, wait=wait)
 
 
 def _node_name(node: dict[str, Any], index: int) -> str:
@@ -265,11 +273,12 @@ _Send = Callable[[_Message], Awaitable[None]]
 
 @dataclass(frozen=True)
 class _Verb:
-    """One extender verb: its metric label, its handler (body in, JSON out), and whether
-    it runs on the event loop (``inline``) or in a worker thread."""
+    """One extender verb: its metric label, its handler (body in, JSON out; told whether
+    it may wait for the snapshot), and whether it runs on the event loop (``inline``)
+    or in a worker thread."""
 
     name: str
-    handle: Callable[[bytes], bytes]
+    handle: Callable[[bytes, bool], bytes]
     inline: bool
 
 
@@ -299,7 +308,7 @@ class MusterApp:
         self.requests = requests
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
-        verb = self.verbs.get(scope["path"]) if scope["type"] == "http" else None
+        verb = self.verbs.get(_verb_path(scope)) if scope["type"] == "http" else None
         if verb is None:
             await self.api(scope, receive, send)
             return
@@ -310,15 +319,29 @@ class MusterApp:
         start = time.perf_counter()
         try:
             body = await self._read_body(scope, receive)
-            if verb.inline:
-                status, payload = 200, verb.handle(body)
-            else:
-                status, payload = 200, await run_in_threadpool(verb.handle, body)
+            status, payload = 200, await self._answer(verb, body)
         except ClientError as error:
             status, payload = error.status, _error_body(error.message)
+        except _Disconnected:
+            self.requests.labels(verb.name, "disconnected").inc()
+            return
+        except Exception as error:  # a bug: answer it, count it, keep serving
+            log.exception("%s: unexpected error", verb.name)
+            status, payload = 500, _error_body(f"internal error: {type(error).__name__}")
         await _send_json(send, status, payload)
         self.latency[verb.name].observe(time.perf_counter() - start)
         self.requests.labels(verb.name, str(status)).inc()
+
+    async def _answer(self, verb: _Verb, body: bytes) -> bytes:
+        """Inline verbs run on the event loop unless the snapshot is busy (an informer
+        relisting, a preemption being planned): then in a worker thread, so the loop
+        keeps answering everything else."""
+        if verb.inline:
+            try:
+                return verb.handle(body, False)
+            except SnapshotBusy:
+                pass
+        return await run_in_threadpool(verb.handle, body, True)
 
     async def _read_body(self, scope: _Scope, receive: _Receive) -> bytes:
         declared = _header(scope, b"content-length")
@@ -329,7 +352,7 @@ class MusterApp:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                raise ClientError(400, "client disconnected before the body was read")
+                raise _Disconnected
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
@@ -337,6 +360,20 @@ class MusterApp:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+class _Disconnected(Exception):
+    """The client went away before its request body was read: nobody to answer."""
+
+
+def _verb_path(scope: _Scope) -> str:
+    """The request path as a verb key: without the app's root path, repeated or trailing
+    slashes (a ``urlPrefix`` ending in ``/`` makes kube-scheduler ask for ``//filter``)."""
+    path = str(scope["path"])
+    root = str(scope.get("root_path") or "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return "/" + "/".join(part for part in path.split("/") if part)
 
 
 def _header(scope: _Scope, name: bytes) -> bytes | None:

@@ -118,7 +118,9 @@ class KubeClient:
             if response.status_code >= 300:
                 response.read()
                 _decoded(response)
-            yield (json.loads(line) for line in stream_lines(response.iter_raw()) if line.strip())
+            # iter_bytes: undoes a Content-Encoding, should anything in between compress.
+            events = stream_lines(response.iter_bytes())
+            yield (json.loads(line) for line in events if line.strip())
 
 
 def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:

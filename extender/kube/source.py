@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from extender.core import keys
 from extender.core.config import MusterArgs
@@ -22,6 +22,7 @@ from extender.core.snapshot import Reservation, Snapshot
 from extender.kube.client import Json, KubeClient
 from extender.kube.informer import Handler, Informer, object_key
 from extender.kube.reservations import parse_persisted
+from extender.service import holding
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
 
 log = logging.getLogger(__name__)
@@ -76,10 +77,8 @@ class KubeSource:
     def wait_ready(self, timeout: float) -> bool:
         return all(informer.synced.wait(timeout) for informer in self.informers)
 
-    @contextmanager
-    def reading(self) -> Iterator[Snapshot]:
-        with self.lock:
-            yield self.snapshot
+    def reading(self, wait: bool = True) -> AbstractContextManager[Snapshot]:
+        return holding(self.lock, self.snapshot, wait)
 
     # ---- handlers (informer threads) ----------------------------------------------
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -434,3 +436,66 @@ def test_the_informers_reading_of_the_same_pod_version_is_used() -> None:
     with extender.source.reading() as snap:
         snap.upsert_pod(dataclasses.replace(informed, node_name="n3"))
     assert extender.known_pending_pod("team-a/p", "uid-p", "123") is None
+
+
+class _RecordingLock:
+    """A lock that records how it was asked for: to see where a verb waited."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: list[bool] = []  # the ``blocking`` argument of each acquire
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.calls.append(blocking)
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def test_a_busy_snapshot_moves_the_verb_off_the_event_loop() -> None:
+    client, extender, _ = cluster()
+    lock = _RecordingLock()
+    extender.source._lock = lock  # type: ignore[attr-defined]
+    body = {"Pod": scheduler_pod("a-0", gpu=1), "NodeNames": ["n3"]}
+    assert client.post("/filter", json=body).status_code == 200
+    assert lock.calls and not any(lock.calls)  # answered inline, never waiting
+    lock.calls.clear()
+    answers: list[Any] = []
+    lock._lock.acquire()  # an informer applying a relist, say
+    try:
+        worker = threading.Thread(target=lambda: answers.append(client.post("/filter", json=body)))
+        worker.start()
+        # The inline attempt found the snapshot busy; a worker thread now waits for it...
+        deadline = time.monotonic() + 10
+        while True not in lock.calls:
+            assert time.monotonic() < deadline, "the filter never moved to a worker thread"
+            time.sleep(0.005)
+        # ...while the event loop keeps answering.
+        assert client.get("/healthz").json() == {"status": "ok"}
+        assert answers == []
+    finally:
+        lock._lock.release()
+    worker.join(timeout=30)
+    assert answers[0].status_code == 200
+    assert answers[0].json()["NodeNames"] == ["n3"]
+
+
+def test_verb_paths_tolerate_slashes_and_a_bug_is_a_json_500() -> None:
+    client, extender, _ = cluster()
+    body = {"Pod": scheduler_pod("a-0", gpu=1), "NodeNames": ["n3"]}
+    for path in ("http://testserver//filter", "/filter/"):
+        assert client.post(path, json=body).json()["NodeNames"] == ["n3"]
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    working = extender.prioritize
+    extender.prioritize = broken  # type: ignore[method-assign]
+    failed = client.post("/prioritize", json=body)
+    assert failed.status_code == 500
+    assert failed.json() == {"error": "internal error: RuntimeError"}
+    extender.prioritize = working  # type: ignore[method-assign]
+    assert client.post("/prioritize", json=body).status_code == 200
+    metrics = client.get("/metrics").text
+    assert 'muster_extender_requests_total{code="500",verb="prioritize"} 1.0' in metrics

@@ -107,7 +107,7 @@ def test_a_pod_with_reserved_room_is_held_to_its_reserved_node() -> None:
     candidate = snap.pods["x/p"]
     for as_extender in (True, False):
         result = filter_nodes(snap, candidate, ["n1", "n2", "n3"], as_extender=as_extender)
-        assert result.passed == ["n2"]
+        assert result.passed == ["n2"] and result.pinned_to == "n2"
         assert result.failed == dict.fromkeys(["n1", "n3"], "the pod's room is reserved on node n2")
         # Its reserved node not among the candidates (kube-scheduler found no room there
         # yet): the others pass, as for any pod.
