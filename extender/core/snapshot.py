@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from extender.core import keys
@@ -162,9 +163,8 @@ class Snapshot:
             pod = self.pods.get(pod_key)
             if pod is None or pod.node_name is not None:
                 continue
-            self._unindex(pod)
-            self._reserved_pod[pod_key] = (reservation.job, node)
-            self._index(pod)
+            with self._reindexing(pod_key):
+                self._reserved_pod[pod_key] = (reservation.job, node)
 
     def remove_reservation(self, job: str) -> Reservation | None:
         reservation = self.reservations.pop(job, None)
@@ -172,12 +172,8 @@ class Snapshot:
             return None
         for pod_key in reservation.placements:
             if self._reserved_pod.get(pod_key, ("", ""))[0] == job:
-                pod = self.pods.get(pod_key)
-                if pod is not None:
-                    self._unindex(pod)
-                del self._reserved_pod[pod_key]
-                if pod is not None:
-                    self._index(pod)
+                with self._reindexing(pod_key):
+                    del self._reserved_pod[pod_key]
         return reservation
 
     def expire_reservations(self, now: float) -> list[Reservation]:
@@ -227,9 +223,8 @@ class Snapshot:
             pod = self.pods.get(key)
             if pod is None or key in self._held_pod or self.counts_as_used(pod):
                 continue
-            self._unindex(pod)
-            self._held_pod[key] = job
-            self._index(pod)
+            with self._reindexing(key):
+                self._held_pod[key] = job
 
     def release_quota_holds(self, now: float) -> list[str]:
         """End the holds whose time is up; return their jobs."""
@@ -237,12 +232,8 @@ class Snapshot:
         for job in ended:
             del self._held_until[job]
             for key in [k for k, holder in self._held_pod.items() if holder == job]:
-                pod = self.pods.get(key)
-                if pod is not None:
-                    self._unindex(pod)
-                del self._held_pod[key]
-                if pod is not None:
-                    self._index(pod)
+                with self._reindexing(key):
+                    del self._held_pod[key]
         return ended
 
     def reserved_node(self, pod_key: str) -> str | None:
@@ -444,6 +435,17 @@ class Snapshot:
             del held[key]
             if not held:
                 del self._node_reserved[node]
+
+    @contextmanager
+    def _reindexing(self, key: str) -> Iterator[None]:
+        """Take the pod out of the indexes while its reservation or hold changes, and put
+        it back after (a pod not in the snapshot has no index entries to keep)."""
+        pod = self.pods.get(key)
+        if pod is not None:
+            self._unindex(pod)
+        yield
+        if pod is not None:
+            self._index(pod)
 
     def _reindex_unit(self, job: str) -> None:
         """Recompute the job's victim unit: after any change to the job's pods."""
