@@ -1,9 +1,12 @@
-"""Small builders of Kubernetes objects (camelCase dicts) and snapshots for tests."""
+"""Small builders of Kubernetes objects (camelCase dicts) and snapshots for tests, and
+the arbitrary-JSON strategy the fuzz tests share."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from hypothesis import strategies as st
 
 from extender.core import keys
 from extender.core.config import MusterArgs
@@ -12,6 +15,23 @@ from extender.core.snapshot import Snapshot
 from quota.tree import parse_elastic_quota
 
 T0 = "2026-01-01T10:00:00Z"
+
+#: Scalars arbitrary JSON is made of (no NaN: JSON has none).
+JSON_LEAVES = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+)
+
+
+def json_values(*, width: int, leaves: int) -> st.SearchStrategy[Any]:
+    """Arbitrary JSON values: lists and objects up to ``width`` items, ``leaves`` scalars."""
+    return st.recursive(
+        JSON_LEAVES,
+        lambda children: (
+            st.lists(children, max_size=width)
+            | st.dictionaries(st.text(max_size=8), children, max_size=width)
+        ),
+        max_leaves=leaves,
+    )
 
 
 def node(

@@ -17,7 +17,7 @@ from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.http.app import _pod, create_app
 from extender.service import Extender, StaticSource
-from tests.builders import node, pod, quota, snapshot
+from tests.builders import json_values, node, pod, quota, snapshot
 
 GPU = "nvidia.com/gpu"
 
@@ -303,13 +303,7 @@ def test_health_readiness_metrics_and_debug() -> None:
     assert client.get("/debug/jobs").status_code == 200
 
 
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=20,
-)
+JSON = json_values(width=4, leaves=20)
 KEYS = st.sampled_from(
     [
         "Pod",

@@ -9,17 +9,9 @@ from hypothesis import strategies as st
 
 from extender.core.objects import ManifestError, parse_node, parse_pod
 from quota.tree import parse_elastic_quota
+from tests.builders import JSON_LEAVES, json_values
 
-LEAVES = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6)
-)
-JSON = st.recursive(
-    LEAVES,
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
-    ),
-    max_leaves=12,
-)
+JSON = json_values(width=3, leaves=12)
 FIELDS = st.sampled_from(
     [
         "metadata",
@@ -65,7 +57,7 @@ FIELDS = st.sampled_from(
     ]
 )
 SHAPED = st.recursive(
-    LEAVES,
+    JSON_LEAVES,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(FIELDS, children, max_size=4),
     max_leaves=25,
 )
