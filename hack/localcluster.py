@@ -1236,15 +1236,21 @@ class ControlPlane:
         self.start_scheduler()
 
     @contextlib.contextmanager
-    def using_extender(self, extender: ExtenderConfig | str | None) -> Iterator[ControlPlane]:
-        """Run kube-scheduler with ``extender`` inside the block, then restore the
-        previous configuration (e.g. around a test module that runs Muster)."""
-        previous = self.extender
-        self.restart_scheduler(extender)
+    def using_extender(
+        self,
+        extender: ExtenderConfig | str | None,
+        *,
+        scheduler_config: Mapping[str, Any] | _Keep | None = KEEP,
+    ) -> Iterator[ControlPlane]:
+        """Run kube-scheduler with ``extender`` (and ``scheduler_config``, if given) inside
+        the block, then restore the previous configuration (e.g. around a test module that
+        runs Muster)."""
+        previous, previous_config = self.extender, self.scheduler_overrides
+        self.restart_scheduler(extender, scheduler_config=scheduler_config)
         try:
             yield self
         finally:
-            self.restart_scheduler(previous)
+            self.restart_scheduler(previous, scheduler_config=previous_config)
 
     # -- files
 

@@ -9,11 +9,12 @@ and nothing else is evicted; a gang that cannot fit whole evicts nothing.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,23 +84,43 @@ def start_evictor(
     )
 
 
-@pytest.fixture
-def muster_and_evictor(
-    control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
+@contextlib.contextmanager
+def muster_with_evictor(
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],
+    scheduler: Callable[[str], tuple[lc.ExtenderConfig, dict[str, Any]]],
 ) -> Iterator[MusterProcess]:
+    """Muster and the evictor on the manifests' ServiceAccount tokens, with kube-scheduler
+    configured by ``scheduler(muster's URL)`` (its extender entry and other settings)."""
     muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
     log = (tmp_path / "evictor.log").open("wb")
     metrics_port = free_port()
     evictor = start_evictor(tokens["muster-evictor"], log, metrics_port)
     muster.evictor_metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    extender, config = scheduler(muster.url)
     try:
-        with control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)):
+        with control_plane.using_extender(extender, scheduler_config=config):
             yield muster
     finally:
         evictor.terminate()
         evictor.wait(10)
         log.close()
         muster.stop()
+
+
+@pytest.fixture
+def muster_and_evictor(
+    control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
+) -> Iterator[MusterProcess]:
+    """Every verb, binding included, with the harness's scheduler settings."""
+    with muster_with_evictor(
+        control_plane,
+        tmp_path,
+        tokens,
+        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
+    ) as muster:
+        yield muster
 
 
 class Teams:
@@ -155,22 +176,10 @@ def fill_with_borrowers(teams: Teams, count: int) -> None:
 def muster_with_the_sample_config(
     control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
 ) -> Iterator[MusterProcess]:
-    """Muster and the evictor, with kube-scheduler run on manifests/scheduler-config.yaml
-    (filter and preempt only, kube-scheduler's own MostAllocated packing)."""
-    muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
-    log = (tmp_path / "evictor.log").open("wb")
-    evictor = start_evictor(tokens["muster-evictor"], log, free_port())
-    extender, config = sample_scheduler_config(muster.url)
-    previous = control_plane.extender
-    try:
-        control_plane.restart_scheduler(extender, scheduler_config=config)
+    """kube-scheduler run on manifests/scheduler-config.yaml (filter and preempt only,
+    kube-scheduler's own MostAllocated packing)."""
+    with muster_with_evictor(control_plane, tmp_path, tokens, sample_scheduler_config) as muster:
         yield muster
-    finally:
-        control_plane.restart_scheduler(previous, scheduler_config={})
-        evictor.terminate()
-        evictor.wait(10)
-        log.close()
-        muster.stop()
 
 
 def test_gang_fits_after_eviction(cluster: Cluster, muster_and_evictor: MusterProcess) -> None:
