@@ -24,24 +24,27 @@ type filterResult struct {
 	Error                      string
 }
 
-func filter(w http.ResponseWriter, r *http.Request) {
+// decode reads the request's ExtenderArgs, answering 400 if they do not parse.
+func decode(w http.ResponseWriter, r *http.Request) (extenderArgs, bool) {
 	var args extenderArgs
 	if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return args, false
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(filterResult{NodeNames: args.NodeNames})
+	return args, true
+}
+
+func filter(w http.ResponseWriter, r *http.Request) {
+	if args, ok := decode(w, r); ok {
+		_ = json.NewEncoder(w).Encode(filterResult{NodeNames: args.NodeNames})
+	}
 }
 
 func prioritize(w http.ResponseWriter, r *http.Request) {
-	var args extenderArgs
-	if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+	if _, ok := decode(w, r); ok {
+		_, _ = w.Write([]byte("[]"))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte("[]"))
 }
 
 func main() {
