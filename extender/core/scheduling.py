@@ -22,7 +22,7 @@ at a time and whole nodes stay free for gangs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from extender.core.nodefit import static_misfit
@@ -204,12 +204,10 @@ def _resource_failure(
 def score_nodes(snapshot: Snapshot, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
     """Integer scores 0..10 per node; see the module docstring."""
     reserved_node = snapshot.reserved_node(pod.key)
-    considered = scored_resources(pod.requests)
-    # The same arithmetic as packing_score, unrolled: prioritize scores every candidate
-    # node on kube-scheduler's scheduling cycle (tests check the two agree).
-    wants = [(name, pod.requests.get(name, 0)) for name in considered]
+    wants = _wants(pod.requests, scored_resources(pod.requests))
     requested, held, _ = snapshot.node_totals()
     nodes = snapshot.nodes
+    nothing: Mapping[str, int] = {}
     scores = {}
     for name in node_names:
         node = nodes.get(name)
@@ -217,27 +215,13 @@ def score_nodes(snapshot: Snapshot, pod: PodInfo, node_names: Iterable[str]) -> 
             scores[name] = MAX_SCORE
         elif node is None:
             scores[name] = 0
-        elif held.get(name):
-            scores[name] = packing_score(
-                pod.requests,
-                node.allocatable,
-                requested.get(name, {}),
-                held[name].values(),
-                considered,
-            )
         else:
-            allocatable = node.allocatable
-            taken = requested.get(name, {})
-            numerator, denominator, count = 0, 1, 0
-            for resource, extra in wants:
-                capacity = allocatable.get(resource, 0)
-                if capacity > 0:
-                    used = min(taken.get(resource, 0) + extra, capacity)
-                    numerator = numerator * capacity + used * denominator
-                    denominator *= capacity
-                    count += 1
-            scores[name] = (
-                min(MAX_SCORE, MAX_SCORE * numerator // (denominator * count)) if count else 0
+            rooms = held.get(name)
+            scores[name] = _mean_fullness(
+                wants,
+                node.allocatable,
+                requested.get(name, nothing),
+                rooms.values() if rooms else (),
             )
     return scores
 
@@ -256,19 +240,31 @@ def packing_score(
     considered: Iterable[str],
 ) -> int:
     """``floor(10 * mean fullness after placing the pod)`` over ``considered`` resources."""
-    reserved = list(reserved)
-    numerator = 0
-    denominator = 1
-    count = 0
-    for name in considered:
+    return _mean_fullness(_wants(request, considered), allocatable, requested, tuple(reserved))
+
+
+def _wants(request: Mapping[str, int], considered: Iterable[str]) -> list[tuple[str, int]]:
+    return [(name, request.get(name, 0)) for name in considered]
+
+
+def _mean_fullness(
+    wants: Iterable[tuple[str, int]],
+    allocatable: Mapping[str, int],
+    requested: Mapping[str, int],
+    reserved: Collection[Mapping[str, int]],
+) -> int:
+    """:func:`packing_score` for the pod's ``(resource, amount)`` wants; score_nodes calls
+    it for every candidate node, so it is kept to plain integer arithmetic."""
+    numerator, denominator, count = 0, 1, 0
+    for name, amount in wants:
         capacity = allocatable.get(name, 0)
         if capacity <= 0:
             continue
-        used = requested.get(name, 0) + request.get(name, 0)
-        used += sum(room.get(name, 0) for room in reserved)
-        used = min(used, capacity)
+        used = requested.get(name, 0) + amount
+        if reserved:
+            used += sum(room.get(name, 0) for room in reserved)
         # Accumulate the sum of used/capacity as one exact fraction.
-        numerator = numerator * capacity + used * denominator
+        numerator = numerator * capacity + min(used, capacity) * denominator
         denominator *= capacity
         count += 1
     if count == 0:
