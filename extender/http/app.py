@@ -138,13 +138,13 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
                 for node, uids in result.victims.items()
             }
         )
-        return answer_model.model_dump_json().encode()
+        return to_json(answer_model)
 
     def bind_verb(body: bytes, wait: bool) -> bytes:
         args = _decode(wire.ExtenderBindingArgs, body)
         error = extender.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node)
         decisions.labels("bind", "failed" if error else "bound").inc()
-        return wire.ExtenderBindingResult(Error=error).model_dump_json().encode()
+        return to_json(wire.ExtenderBindingResult(Error=error))
 
     # Filter and prioritize answer on the event loop: they are short (tens to hundreds of
     # microseconds), and kube-scheduler waits for each on its serial scheduling cycle, so
@@ -220,7 +220,7 @@ def _decode(model: type[_Model], body: bytes) -> _Model:
         raise ClientError(400, f"{where}: {first['msg']}") from None
 
 
-def _pod(obj: dict[str, Any] | None, extender: Extender, wait: bool = True) -> PodInfo:
+def _pod(obj: dict[str, Any] | None, extender: Extender, wait: bool) -> PodInfo:
     if obj is None:
         raise ClientError(400, "Pod: required")
     known = _known_pod(obj, extender, wait)

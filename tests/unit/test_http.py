@@ -420,11 +420,11 @@ def test_the_informers_reading_of_the_same_pod_version_is_used() -> None:
     with extender.source.reading() as snap:
         snap.upsert_pod(informed)
     assert extender.known_pending_pod("team-a/p", "uid-p", "123") is informed
-    assert _pod(sent, extender) is informed
+    assert _pod(sent, extender, True) is informed
     newer = json.loads(json.dumps(sent))
     newer["metadata"]["resourceVersion"] = "124"
     newer["spec"]["containers"][0]["resources"] = {"requests": {GPU: "2"}}
-    assert _pod(newer, extender).requests == {GPU: 2000, "pods": 1000}
+    assert _pod(newer, extender, True).requests == {GPU: 2000, "pods": 1000}
     assert extender.known_pending_pod("team-a/p", "uid-other", "123") is None
     assert extender.known_pending_pod("team-a/p", "uid-p", "") is None
     with extender.source.reading() as snap:
