@@ -531,46 +531,79 @@ def export_muster(ref: str, workdir: Path) -> tuple[str, Path]:
     return commit, target
 
 
-class MusterServer:
-    """``muster serve --kubeconfig ... --no-leader-elect`` as a child process, run from
-    ``cwd`` (the checkout, or an exported commit)."""
+class ExtenderProcess:
+    """An extender as a child process: ``argv(port)`` on a free loopback port, run from
+    ``cwd`` (on ``cpus`` only, if given), waited for until its ``/readyz`` answers."""
+
+    name = "extender"
 
     def __init__(
-        self, kubeconfig: Path, log_path: Path, cwd: Path, cpus: set[int] | None = None
+        self,
+        argv: Callable[[int], list[str]],
+        log_path: Path,
+        *,
+        cwd: Path | None = None,
+        cpus: set[int] | None = None,
+        ready_timeout: float = 120,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
         self._log = log_path.open("ab")
         self.process = subprocess.Popen(
-            [
-                *MUSTER_COMMAND,
-                "serve",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--port",
-                str(self.port),
-                "--no-leader-elect",
-            ],
+            argv(self.port),
             cwd=cwd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
-        self.log_path = log_path
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"muster serve exited; see {log_path}")
+                self.stop()
+                raise RuntimeError(f"{self.name} exited; see {log_path}")
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
                     return
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"muster serve not ready in 120 s; see {log_path}")
+        raise RuntimeError(f"{self.name} not ready in {ready_timeout:.0f} s; see {log_path}")
 
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def stop(self) -> None:
+        _stop_child(self.process)
+        self._log.close()
+
+
+class MusterServer(ExtenderProcess):
+    """``muster serve --kubeconfig ... --no-leader-elect``, run from ``cwd`` (the
+    checkout, or an exported commit)."""
+
+    name = "muster serve"
+
+    def __init__(
+        self, kubeconfig: Path, log_path: Path, cwd: Path, cpus: set[int] | None = None
+    ) -> None:
+        super().__init__(
+            lambda port: [
+                *MUSTER_COMMAND,
+                "serve",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--port",
+                str(port),
+                "--no-leader-elect",
+            ],
+            log_path,
+            cwd=cwd,
+            cpus=cpus,
+        )
 
     def metrics(self) -> dict[str, float]:
         """Request counts and mean latency (ms) per verb, from ``/metrics``."""
@@ -593,10 +626,6 @@ class MusterServer:
     def debug(self, path: str) -> Any:
         return httpx.get(f"{self.url}/debug/{path}", timeout=10).json()
 
-    def stop(self) -> None:
-        _stop_child(self.process)
-        self._log.close()
-
 
 def _stop_child(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL if it is still running after 15 s."""
@@ -609,32 +638,19 @@ def _stop_child(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-class NoopExtender:
-    """``bench/noop-extender`` (Go, built into the workdir) as a child process: passes
-    every node, the floor any extender's filter call costs kube-scheduler."""
+class NoopExtender(ExtenderProcess):
+    """``bench/noop-extender`` (Go, built into the workdir): passes every node, the floor
+    any extender's filter call costs kube-scheduler."""
+
+    name = "the no-op extender"
 
     def __init__(self, binary: Path, log_path: Path, cpus: set[int] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._log = log_path.open("ab")
-        self.process = subprocess.Popen(
-            [str(binary), "-listen", f"127.0.0.1:{self.port}"],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+        super().__init__(
+            lambda port: [str(binary), "-listen", f"127.0.0.1:{port}"],
+            log_path,
+            cpus=cpus,
+            ready_timeout=30,
         )
-        lc.wait_until(lambda: _answers(f"{self.url}/readyz"), timeout=30, what="the no-op extender")
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def stop(self) -> None:
-        _stop_child(self.process)
-        self._log.close()
 
     @staticmethod
     def build(workdir: Path) -> Path:
@@ -646,12 +662,6 @@ class NoopExtender:
             env={**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"},
         )
         return binary
-
-
-def _answers(url: str) -> bool:
-    with contextlib.suppress(httpx.TransportError):
-        return httpx.get(url, timeout=1).status_code == 200
-    return False
 
 
 class Evictor:
@@ -845,7 +855,7 @@ class Bench:
         all_gpus = self.options.nodes * 8
         create_quota(self.rest, "team-b", {"min": {GPU: "0"}, "max": {GPU: str(all_gpus)}})
 
-    def pids(self, muster: MusterServer | NoopExtender | None) -> dict[str, int]:
+    def pids(self, muster: ExtenderProcess | None) -> dict[str, int]:
         pids = {
             name: pid for name, pid in self.cp.pids.items() if name in ("etcd", "kube-apiserver")
         }
@@ -858,9 +868,7 @@ class Bench:
 
     # -- throughput
 
-    def extender(
-        self, mode: str, muster: MusterServer | NoopExtender | None
-    ) -> lc.ExtenderConfig | None:
+    def extender(self, mode: str, muster: ExtenderProcess | None) -> lc.ExtenderConfig | None:
         if muster is None:
             return None
         return lc.ExtenderConfig(
@@ -884,7 +892,7 @@ class Bench:
         keys, create_s = create_pods(self.rest, bodies, self.options.threads)
         self.watch.wait(keys, lambda r: True, timeout=60, what="pods seen by the watch")
         log(f"{trial} {mode}: {len(keys)} pods created in {create_s:.1f} s")
-        muster: MusterServer | NoopExtender | None = None
+        muster: ExtenderProcess | None = None
         if mode == NOOP_FILTER:
             if self.noop_binary is None:
                 self.noop_binary = NoopExtender.build(self.cp.workdir)
