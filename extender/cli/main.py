@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from extender.cli import serve, simulate
+from extender.cli import scheduler_config, serve, simulate
 from extender.cli.evictor import run_evictor
 from extender.http.app import DEFAULT_MAX_BODY_BYTES
 
@@ -70,6 +70,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_BODY_BYTES,
         help="answer 413 to larger requests (default: %(default)s)",
     )
+    server.add_argument(
+        "--scheduler-config",
+        metavar="FILE",
+        help="check kube-scheduler's KubeSchedulerConfiguration at start-up; warn on findings",
+    )
+    server.add_argument(
+        "--scheduler-url-prefix",
+        metavar="PREFIX",
+        help="Muster's urlPrefix in --scheduler-config, when it has several extenders",
+    )
+    checker = commands.add_parser(
+        "check-scheduler-config",
+        help="is kube-scheduler configured so Muster is the only preemption authority?",
+        description="Check a KubeSchedulerConfiguration file for settings that let "
+        "kube-scheduler schedule past Muster's quotas or preempt without Muster.",
+    )
+    checker.add_argument("file", metavar="FILE", help="the KubeSchedulerConfiguration YAML")
+    checker.add_argument(
+        "--url-prefix",
+        metavar="PREFIX",
+        help="Muster's extenders[].urlPrefix (needed when there are several extenders)",
+    )
     evictor = commands.add_parser(
         "evictor",
         help="the reference soft-eviction operator",
@@ -101,7 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             tls_key=options.tls_key,
             client_ca=options.client_ca,
             max_body_bytes=options.max_body_bytes,
+            scheduler_config=options.scheduler_config,
+            scheduler_url_prefix=options.scheduler_url_prefix,
         )
+    if options.command == "check-scheduler-config":
+        return scheduler_config.run(options.file, options.url_prefix)
     if options.command == "evictor":
         return run_evictor(
             kubeconfig=options.kubeconfig,
