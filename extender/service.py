@@ -5,8 +5,9 @@ This is the seam between the front doors and the core.  The HTTP app
 from a :class:`ClusterSource` (the Kubernetes adapter's informers, or a fixed
 snapshot read from manifests); binding goes through an optional
 :class:`Binder`.  Every decision is written to a :class:`DecisionLog`, and
-jobs rejected for quota or reservation reasons are handed on through
-``on_unschedulable`` (the PostFilter loop's trigger).
+the jobs Muster governs that cannot be placed (rejected for quota or
+reservation reasons, or proposed for kube-scheduler's own preemption) are
+handed on through ``on_unschedulable`` (the PostFilter loop's trigger).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
+from extender.core.authority import governing_reason
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.objects import PodInfo
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
+from extender.core.preemption.planner import ready_to_plan
 from extender.core.scheduling import (
     FilterResult,
     filter_nodes,
@@ -107,7 +110,7 @@ class Extender:
         *,
         clock: Callable[[], float] = time.time,
         binder: Binder | None = None,
-        on_unschedulable: Callable[[str, str], None] | None = None,
+        on_unschedulable: Callable[[str, str, bool], None] | None = None,
         log: DecisionLog | None = None,
     ) -> None:
         self.source = source
@@ -142,11 +145,14 @@ class Extender:
         """Filter ``nodes`` for ``pod``; with ``wait`` false, :class:`SnapshotBusy` rather
         than waiting for the snapshot (nothing is changed then)."""
         now = self.clock()
+        plan_at_once: bool | None = None  # None: not the PostFilter's to plan
         with self.source.reading(wait) as snapshot:
             snapshot.release_quota_holds(now)
             result = filter_nodes(snapshot, pod, nodes, as_extender=True)
             if not result.quota_failures and result.passed:
                 hold_admitted_job(snapshot, pod, now + snapshot.args.quota_hold_seconds)
+            elif self.on_unschedulable is not None:
+                plan_at_once = postfilter_trigger(snapshot, pod)
         with self._recent_lock:
             self._recent[pod.key] = pod
             self._recent.move_to_end(pod.key)
@@ -154,7 +160,7 @@ class Extender:
                 self._recent.popitem(last=False)
         if result.quota_failures:
             self._record(pod, "filter", "rejected by quota", result.quota_failures)
-            self._unschedulable(pod.job, "; ".join(result.quota_failures))
+            self._unschedulable(pod.job, "; ".join(result.quota_failures), plan_at_once)
         elif result.pinned_to is not None:
             self._record(pod, "filter", f"held to its reserved node {result.pinned_to}")
         elif result.failed:
@@ -162,7 +168,7 @@ class Extender:
             outcome = f"{len(result.passed)} of {len(nodes)} nodes passed"
             self._record(pod, "filter", outcome, reasons)
             if not result.passed:
-                self._unschedulable(pod.job, "; ".join(reasons))
+                self._unschedulable(pod.job, "; ".join(reasons), plan_at_once)
         else:
             self._record(pod, "filter", f"all {len(nodes)} nodes passed")
         return result
@@ -174,13 +180,18 @@ class Extender:
             return score_nodes(snapshot, pod, nodes)
 
     def preempt(self, pod: PodInfo, proposed: Mapping[str, Sequence[str]]) -> GuardResult:
+        """Answer kube-scheduler's proposed victims (see
+        :mod:`extender.core.preemption.guard`); for a pod Muster governs, none, and its
+        job goes to the PostFilter: this call is the earliest sign it needs room."""
+        plan_at_once: bool | None = None
         with self.source.reading() as snapshot:
             result = guard_scheduler_preemption(snapshot, pod, proposed)
+            if result.hand_to_postfilter:
+                plan_at_once = postfilter_trigger(snapshot, pod)
         kept = sum(len(uids) for uids in result.victims.values())
         outcome = f"kept {kept} victims on {len(result.victims)} of {len(proposed)} nodes"
         self._record(pod, "preempt", outcome, result.notes)
-        if result.hand_to_postfilter:
-            self._unschedulable(pod.job, "kube-scheduler proposed per-pod preemption for a gang")
+        self._unschedulable(pod.job, "kube-scheduler wants to preempt for it", plan_at_once)
         return result
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
@@ -219,6 +230,15 @@ class Extender:
     def _record(self, pod: PodInfo, verb: str, outcome: str, reasons: Sequence[str] = ()) -> None:
         self.log.record(pod.key, Decision(self.clock(), verb, outcome, tuple(reasons)))
 
-    def _unschedulable(self, job: str, reason: str) -> None:
-        if self.on_unschedulable is not None:
-            self.on_unschedulable(job, reason)
+    def _unschedulable(self, job: str, reason: str, plan_at_once: bool | None) -> None:
+        if self.on_unschedulable is not None and plan_at_once is not None:
+            self.on_unschedulable(job, reason, plan_at_once)
+
+
+def postfilter_trigger(snapshot: Snapshot, pod: PodInfo) -> bool | None:
+    """For a pod that cannot be placed: ``None`` when its job is not Muster's to preempt
+    for (kube-scheduler governs it), else whether the PostFilter should plan for the job
+    at once (see :func:`extender.core.preemption.planner.ready_to_plan`)."""
+    if governing_reason(snapshot, pod) is None:
+        return None
+    return ready_to_plan(snapshot, pod.job)

@@ -10,14 +10,17 @@ TLS with ``--tls-cert``/``--tls-key``; mutual TLS (as kube-scheduler's
 
 from __future__ import annotations
 
+import logging
 import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import uvicorn
+from prometheus_client.registry import Collector
 
 from extender.cli.manifests import InputError, load_manifests
+from extender.cli.scheduler_config import check_scheduler_config_file
 from extender.cli.simulate import load_args_file
 from extender.core.decisions import DecisionLog
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
@@ -45,8 +48,21 @@ def run(
     tls_key: str | None,
     client_ca: str | None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    scheduler_config: str | None = None,
+    scheduler_url_prefix: str | None = None,
 ) -> int:
     """The ``serve`` command; returns the exit status."""
+    if scheduler_config is not None:
+        try:
+            findings = check_scheduler_config_file(
+                scheduler_config, scheduler_url_prefix, flag="--scheduler-url-prefix"
+            )
+        except InputError as error:
+            print(f"muster serve: {error}", file=sys.stderr)
+            return 2
+        for finding in findings:
+            logging.getLogger(__name__).warning("%s: %s", finding.field, finding.message)
+            print(f"muster serve: warning: {finding.field}: {finding.message}", file=sys.stderr)
     if (tls_cert is None) != (tls_key is None):
         print("muster serve: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
@@ -75,6 +91,7 @@ def run(
             print(f"muster serve: cannot configure API access: {error}", file=sys.stderr)
             return 2
         source = KubeSource(client, args)
+        collectors: list[Collector] = [source.scheduler_preemptions]
         decisions = DecisionLog()
         elector = None
         if leader_elect:
@@ -105,7 +122,8 @@ def run(
         for note in loaded.notes:
             print(f"note: {note}", file=sys.stderr)
         extender = Extender(StaticSource(loaded.snapshot))
-    app = create_app(extender, max_body_bytes=max_body_bytes)
+        collectors = []
+    app = create_app(extender, max_body_bytes=max_body_bytes, collectors=collectors)
     uvicorn.run(
         app,
         host=host,

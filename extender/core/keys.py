@@ -24,6 +24,12 @@ CAN_PREEMPT_LABEL = "quota.scheduling.koordinator.sh/can-preempt"
 # Written by Muster on victims (label and annotation).
 SOFT_EVICTION_KEY = "scheduling.koordinator.sh/soft-eviction"
 
+# The DisruptionTarget condition's reason on a preempted pod, written by kube-scheduler's
+# own preemption and by Muster's marks; its message starts with "<component>: ".
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+# Muster's name as a component: in that message, in Events' source, in marks' initiator.
+MUSTER_COMPONENT = "muster"
+
 # Written by Muster on a preemptor's pods: the node held for it (JSON).
 RESERVATION_ANNOTATION = "muster.dev/reservation"
 

@@ -92,6 +92,10 @@ class PodInfo:
     unsupported: tuple[str, ...]
     #: ``metadata.resourceVersion``: with ``uid``, names exactly this version of the pod.
     resource_version: str = ""
+    #: Who is preempting this pod: the component named by a ``DisruptionTarget=True``
+    #: condition with reason ``PreemptionByScheduler`` (its message starts with the
+    #: component's name: ``default-scheduler``, or ``muster`` for Muster's own marks).
+    preempted_by: str | None = None
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name, or ``None`` for a pod that is a job of its own.
@@ -115,6 +119,12 @@ class PodInfo:
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def departing(self) -> bool:
+        """On its way out already: marked for soft eviction, preempted or terminating
+        (never a victim again, never counted as freed twice)."""
+        return self.soft_evicted or self.terminating or self.preempted_by is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +260,24 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         nominated_node_name=status.get("nominatedNodeName") or None,
         unsupported=_unsupported_constraints(spec, affinity),
         resource_version=_str(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
+        preempted_by=_preempted_by(status),
     )
+
+
+def _preempted_by(status: Mapping[str, Any]) -> str | None:
+    """The component a ``DisruptionTarget=True/PreemptionByScheduler`` condition names:
+    kube-scheduler writes ``"<schedulerName>: preempting to accommodate a higher priority
+    pod"``, Muster ``"muster: preempted by job ..."``."""
+    for index, condition in enumerate(_mappings(status.get("conditions"), "status.conditions")):
+        if (
+            condition.get("type") == "DisruptionTarget"
+            and condition.get("status") == "True"
+            and condition.get("reason") == keys.PREEMPTION_BY_SCHEDULER
+        ):
+            message = _str(condition.get("message"), f"status.conditions[{index}].message")
+            component, colon, _rest = message.partition(":")
+            return component.strip() if colon and component.strip() else "unknown"
+    return None
 
 
 def parse_priority_class(obj: Mapping[str, Any]) -> tuple[str, int, bool]:

@@ -236,6 +236,10 @@ class Snapshot:
                     del self._held_pod[key]
         return ended
 
+    def promised_victims(self) -> set[str]:
+        """Keys of the victims of every in-flight reservation (no one else's victims)."""
+        return {key for reservation in self.reservations.values() for key in reservation.victims}
+
     def reserved_node(self, pod_key: str) -> str | None:
         reserved = self._reserved_pod.get(pod_key)
         return reserved[1] if reserved is not None else None

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
@@ -49,8 +50,14 @@ class ClientError(Exception):
         self.message = message
 
 
-def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> MusterApp:
-    """The ASGI app: the extender verbs, then FastAPI for everything else."""
+def create_app(
+    extender: Extender,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    collectors: Sequence[Collector] = (),
+) -> MusterApp:
+    """The ASGI app: the extender verbs, then FastAPI for everything else; ``/metrics``
+    also serves ``collectors`` (the adapters' own metrics)."""
     app = FastAPI(
         title="Muster extender",
         description="Elastic quotas and job-level preemption for kube-scheduler.",
@@ -77,6 +84,8 @@ def create_app(extender: Extender, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYT
         registry=registry,
     )
     registry.register(QuotaCollector(extender.source))
+    for collector in collectors:
+        registry.register(collector)
 
     def filter_verb(body: bytes, wait: bool) -> bytes:
         args, pod, names = _extender_args(body, extender, wait)

@@ -2,10 +2,12 @@
 
 kube-scheduler cannot be made to preempt for quota reasons, and does not
 even call an extender when its own filters reject every node, so Muster runs
-its PostFilter itself.  Jobs come in from the filter's quota and reservation
-rejections (:meth:`PostFilterLoop.request`) and from pods whose
-``PodScheduled`` condition turns ``False/Unschedulable`` (the pod informer);
-requests are debounced per job, then the planner decides on the snapshot.
+its PostFilter itself.  Jobs Muster governs come in from the filter's quota
+and reservation rejections, from the ``preempt`` verb (kube-scheduler wants to
+preempt for the pod, and is given no victims: Muster is the one authority),
+and from pods whose ``PodScheduled`` condition turns ``False/Unschedulable``
+(the pod informer) (all through :meth:`PostFilterLoop.request`).  A job whose
+min-available pods exist is planned at once; one still growing is debounced.
 
 A committed plan holds its room in memory first (so the very next filter
 keeps other pods off it), then is written to the cluster: victims get the
@@ -71,10 +73,12 @@ class PostFilterLoop:
         self._wake.set()
         self._thread.join(5)
 
-    def request(self, job: str, reason: str = "") -> None:
-        """Ask for a preemption decision about ``job`` (debounced)."""
+    def request(self, job: str, reason: str = "", at_once: bool = False) -> None:
+        """Ask for a preemption decision about ``job``: at once (a job whose min-available
+        pods exist), or after ``debounce_seconds`` (a job still growing)."""
+        due = self.clock() + (0.0 if at_once else self.debounce_seconds)
         with self._lock:
-            self._due.setdefault(job, self.clock() + self.debounce_seconds)
+            self._due[job] = min(due, self._due.get(job, due))
         self._wake.set()
 
     def _run(self) -> None:

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from prometheus_client import Counter
+
 from extender.core import keys
+from extender.core.authority import (
+    governing_reason,
+    hold_room_for_scheduler_preemption,
+    jobs_nominated_to,
+    preempted_by_scheduler,
+)
 from extender.core.config import MusterArgs
 from extender.core.objects import ManifestError, PodInfo, PriorityClasses, parse_node, parse_pod
+from extender.core.preemption.planner import ready_to_plan
 from extender.core.snapshot import Reservation, Snapshot
 from extender.kube.client import Json, KubeClient
 from extender.kube.informer import Handler, Informer, object_key
@@ -31,16 +41,30 @@ QUOTA_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
 
 
 class KubeSource:
-    def __init__(self, client: KubeClient, args: MusterArgs) -> None:
+    def __init__(
+        self, client: KubeClient, args: MusterArgs, clock: Callable[[], float] = time.time
+    ) -> None:
         self.client = client
+        self.clock = clock
         self.snapshot = Snapshot(args)
         self.lock = threading.RLock()
         self.rejected: dict[str, str] = {}  # object → why it was skipped
         self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
         self._applied: dict[str, QuotaSpec] = {}  # what the snapshot has, by quota name
         self._priorities: dict[str, tuple[int, bool]] = {}
-        #: Called with (job, reason) when a pod turns PodScheduled=False/Unschedulable.
-        self.on_unschedulable: Callable[[str, str], None] | None = None
+        #: Called with (job, reason, plan at once) when a pod of a job Muster governs turns
+        #: PodScheduled=False/Unschedulable.
+        self.on_unschedulable: Callable[[str, str, bool], None] | None = None
+        #: Pods Muster governs that kube-scheduler preempted itself (see
+        #: :mod:`extender.core.authority`): a configuration that lets it.
+        self.scheduler_preemptions = Counter(
+            "muster_foreign_preemptions",
+            "Pods Muster governs that kube-scheduler's own preemption deleted, without "
+            "Muster's soft-eviction mark (kube-scheduler runs without Muster's preemptVerb, "
+            "or preempted while Muster was unreachable).",
+            registry=None,
+        )
+        self._scheduler_victims: set[str] = set()  # UIDs seen preempted by kube-scheduler
         self.informers = [
             Informer(client, "/apis/scheduling.k8s.io/v1/priorityclasses", self._on_priority),
             Informer(client, "/api/v1/nodes", self._on_node),
@@ -93,9 +117,14 @@ class KubeSource:
                 self._reject(obj, error)
 
     def _on_pod(self, kind: str, obj: Json) -> None:
+        trigger: tuple[str, str, bool] | None = None
         with self.lock:
             if kind == "DELETED":
-                self.snapshot.remove_pod(object_key(obj))
+                key = object_key(obj)
+                gone = self.snapshot.pods.get(key)
+                if gone is not None:
+                    self._scheduler_victims.discard(gone.uid)
+                self.snapshot.remove_pod(key)
                 return
             try:
                 pod = parse_pod(obj, self._priority_classes())
@@ -105,10 +134,47 @@ class KubeSource:
             self.snapshot.upsert_pod(pod)
             if pod.node_name is None and not pod.finished:
                 self._restore_reservation(pod)
-        if pod.node_name is None and self.on_unschedulable is not None:
-            reason = _unschedulable_reason(obj)
-            if reason is not None:
-                self.on_unschedulable(pod.job, reason)
+                if pod.nominated_node_name is not None:
+                    self._hold_for_scheduler_preemption({pod.job})
+                reason = _unschedulable_reason(obj)
+                # Only the jobs Muster governs are its to preempt for.
+                if reason is not None and governing_reason(self.snapshot, pod) is not None:
+                    trigger = (pod.job, reason, ready_to_plan(self.snapshot, pod.job))
+            elif pod.node_name is not None and preempted_by_scheduler(pod):
+                self._note_scheduler_victim(pod)
+                self._hold_for_scheduler_preemption(jobs_nominated_to(self.snapshot, pod.node_name))
+        if trigger is not None and self.on_unschedulable is not None:
+            self.on_unschedulable(*trigger)
+
+    def _note_scheduler_victim(self, pod: PodInfo) -> None:
+        """kube-scheduler preempts a pod itself: count and log it once when Muster governs
+        the pod (it should be Muster's to mark; the configuration let kube-scheduler)."""
+        if pod.uid in self._scheduler_victims:
+            return
+        self._scheduler_victims.add(pod.uid)
+        governed = governing_reason(self.snapshot, pod)
+        if governed is None:
+            return  # kube-scheduler's to preempt: not Muster's business
+        self.scheduler_preemptions.inc()
+        log.warning(
+            "%s preempted %s itself, without Muster's soft-eviction mark, though Muster "
+            "governs it (%s): is Muster's preemptVerb configured, and was Muster reachable?",
+            pod.preempted_by,
+            pod.key,
+            governed,
+        )
+
+    def _hold_for_scheduler_preemption(self, jobs: set[str]) -> None:
+        for job in sorted(jobs):
+            held = hold_room_for_scheduler_preemption(self.snapshot, job, self.clock())
+            if held is not None:
+                log.warning(
+                    "kube-scheduler is preempting %s for job %s: no second plan for it; "
+                    "its room is held on %s",
+                    ", ".join(held.victims),
+                    job,
+                    ", ".join(sorted(set(held.placements.values()))),
+                )
 
     def _restore_reservation(self, pod: PodInfo) -> None:
         """Rebuild an in-flight reservation from the annotation on a pending pod."""

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-COMPONENT = "muster"
+COMPONENT = keys.MUSTER_COMPONENT
 
 
 class ClusterWriter:
@@ -81,7 +81,7 @@ class ClusterWriter:
         condition = {
             "type": "DisruptionTarget",
             "status": "True",
-            "reason": "PreemptionByScheduler",
+            "reason": keys.PREEMPTION_BY_SCHEDULER,
             "message": f"{COMPONENT}: preempted by job {preemptor}: {reason}",
             "lastTransitionTime": now,
         }

@@ -49,22 +49,27 @@ def scheduler_pod(name: str, namespace: str = "team-a", **kwargs: Any) -> dict[s
     return obj
 
 
-def cluster(**extender_kwargs: Any) -> tuple[TestClient, Extender, list[tuple[str, str]]]:
+def cluster(
+    **extender_kwargs: Any,
+) -> tuple[TestClient, Extender, list[tuple[str, str, bool]]]:
     pods = [
         pod("b-0", "team-b", gpu=8, node="n0", preemptible=True),
         pod("b-1", "team-b", gpu=8, node="n1", preemptible=False),
         pod("r-0", "team-b", gpu=4, node="n2", preemptible=True, started="2026-01-01T11:00:00Z"),
+        # Outside every quota: kube-scheduler's own pods, to preempt among themselves.
+        pod("x-0", "ops", gpu=4, node="ops-0"),
+        pod("x-1", "ops", gpu=4, node="ops-0"),
     ]
     quotas = [
         quota("team-a", min={GPU: "16"}, max={GPU: "16"}),
         quota("team-b", max={GPU: "32"}),
     ]
-    snap = snapshot([node(f"n{i}") for i in range(4)], pods, quotas)
-    handed: list[tuple[str, str]] = []
+    snap = snapshot([*(node(f"n{i}") for i in range(4)), node("ops-0")], pods, quotas)
+    handed: list[tuple[str, str, bool]] = []
     extender = Extender(
         StaticSource(snap),
         clock=lambda: 1_800_000_000.0,
-        on_unschedulable=lambda job, why: handed.append((job, why)),
+        on_unschedulable=lambda job, why, at_once: handed.append((job, why, at_once)),
         **extender_kwargs,
     )
     return TestClient(create_app(extender, max_body_bytes=256 * 1024)), extender, handed
@@ -111,7 +116,8 @@ def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() 
     )
     assert result["NodeNames"] == []
     assert result["FailedAndUnresolvableNodes"] == {"n0": reason, "n3": reason}
-    assert handed == [("team-a/big", reason)]
+    # The job's pods Muster knows (a-1, a-2) are all it has: complete, so planned at once.
+    assert handed == [("team-a/big", reason, True)]
     explained = client.get("/debug/pods/team-a/a-0").json()
     assert explained["decisions"][-1]["outcome"] == "rejected by quota"
 
@@ -163,44 +169,70 @@ def test_go_decoder_key_rules_null_fields_and_unknown_keys() -> None:
     assert result["NodeNames"] == ["n3"]
 
 
-def test_preempt_guard_keeps_only_allowed_victims_on_nodes_that_then_fit() -> None:
+def test_preempt_gives_no_victims_for_a_pod_muster_governs_and_plans_its_job_at_once() -> None:
     client, _, handed = cluster()
     preemptor = scheduler_pod("a-0", gpu=8, can_preempt=True, preemptible=False)
     body = {
         "Pod": preemptor,
         "NodeNameToVictims": None,
         "NodeNameToMetaVictims": {
-            "n0": {"Pods": [{"UID": "team-b/b-0"}], "NumPDBViolations": 0},  # allowed
-            "n1": {"Pods": [{"UID": "team-b/b-1"}], "NumPDBViolations": 1},  # non-preemptible
-            "n2": {"Pods": [{"UID": "ghost"}], "NumPDBViolations": 0},  # unknown
+            "n0": {"Pods": [{"UID": "team-b/b-0"}], "NumPDBViolations": 0},
+            "ops-0": {"Pods": [{"UID": "ops/x-0"}, {"UID": "ops/x-1"}], "NumPDBViolations": 0},
         },
     }
     response = client.post("/preempt", json=body)
     assert response.status_code == 200
-    assert response.json() == {
-        "NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": "team-b/b-0"}], "NumPDBViolations": 0}}
+    # Muster is its only preemption authority: kube-scheduler deletes nothing for it.
+    assert response.json() == {"NodeNameToMetaVictims": {}}
+    assert handed == [("team-a/a-0", "kube-scheduler wants to preempt for it", True)]
+    explained = client.get("/debug/pods/team-a/a-0").json()
+    assert "Muster preempts for team-a/a-0 itself" in explained["decisions"][-1]["reasons"][0]
+
+
+def test_preempt_for_a_pod_outside_muster_keeps_only_victims_outside_muster() -> None:
+    client, _, handed = cluster()
+    preemptor = scheduler_pod("critical", "kube-system", gpu=8)
+    body = {
+        "Pod": preemptor,
+        "NodeNameToMetaVictims": {
+            "n0": {"Pods": [{"UID": "team-b/b-0"}], "NumPDBViolations": 0},  # Muster's
+            "ops-0": {"Pods": [{"UID": "ops/x-0"}, {"UID": "ops/x-1"}], "NumPDBViolations": 1},
+            "n2": {"Pods": [{"UID": "ghost"}], "NumPDBViolations": 0},  # unknown
+        },
+    }
+    assert client.post("/preempt", json=body).json() == {
+        "NodeNameToMetaVictims": {
+            "ops-0": {"Pods": [{"UID": "ops/x-0"}, {"UID": "ops/x-1"}], "NumPDBViolations": 1}
+        }
     }
     assert handed == []
 
 
 def test_preempt_with_full_victim_objects_and_gang_pods() -> None:
-    client, _, handed = cluster()
-    victim = scheduler_pod("b-0", "team-b", gpu=8, node="n0", preemptible=True)
-    victim["metadata"]["uid"] = "team-b/b-0"
-    preemptor = scheduler_pod("a-0", gpu=8, can_preempt=True, preemptible=False)
+    client, extender, handed = cluster()
+    victims = []
+    for name in ("x-0", "x-1"):
+        victim = scheduler_pod(name, "ops", gpu=4, node="ops-0")
+        victim["metadata"]["uid"] = f"ops/{name}"
+        victims.append(victim)
+    preemptor = scheduler_pod("critical", "kube-system", gpu=8)
     body = {
         "Pod": preemptor,
-        "NodeNameToVictims": {"n0": {"Pods": [victim], "NumPDBViolations": 0}},
+        "NodeNameToVictims": {"ops-0": {"Pods": victims, "NumPDBViolations": 0}},
     }
     result = client.post("/preempt", json=body).json()
     assert result["NodeNameToMetaVictims"] == {
-        "n0": {"Pods": [{"UID": "team-b/b-0"}], "NumPDBViolations": 0}
+        "ops-0": {"Pods": [{"UID": "ops/x-0"}, {"UID": "ops/x-1"}], "NumPDBViolations": 0}
     }
-    gang_pod = scheduler_pod("g-0", gpu=8, can_preempt=True, group="g", preemptible=False)
+    # A gang pod is Muster's wherever it runs; with one of its two pods created, the
+    # PostFilter waits a moment for the rest rather than planning at once.
+    gang_pod = scheduler_pod("g-0", "ops", gpu=8, group="g")
     gang_pod["metadata"]["annotations"] = {"gang.scheduling.koordinator.sh/min-available": "2"}
+    with extender.source.reading() as snap:  # as the informer has it
+        snap.upsert_pod(parse_pod(gang_pod))
     body["Pod"] = gang_pod
     assert client.post("/preempt", json=body).json() == {"NodeNameToMetaVictims": {}}
-    assert handed and handed[-1][0] == "team-a/g"
+    assert handed == [("ops/g", "kube-scheduler wants to preempt for it", False)]
 
 
 def test_bind_without_api_access_is_a_clear_error() -> None:
@@ -336,7 +368,7 @@ def test_fuzzed_requests_never_get_a_5xx(path: str, body: Any) -> None:
 FUZZ_CLIENT = cluster()
 
 
-def test_preempt_guard_drops_gang_victims_and_nodes_the_quota_would_still_refuse() -> None:
+def test_preempt_never_hands_kube_scheduler_a_pod_of_a_gang() -> None:
     client, extender, _ = cluster()
     with extender.source.reading() as snap:
         for i, node_name in enumerate(("n2", "n3")):
@@ -345,7 +377,9 @@ def test_preempt_guard_drops_gang_victims_and_nodes_the_quota_would_still_refuse
                     pod(f"g-{i}", "team-b", gpu=4, node=node_name, group="g", preemptible=True)
                 )
             )
-    preemptor = scheduler_pod("a-0", gpu=4, can_preempt=True, preemptible=False)
+    # A preemptor outside Muster: kube-scheduler's to preempt for, but not with a victim
+    # Muster governs (a gang goes whole, and only by Muster's mark).
+    preemptor = scheduler_pod("critical", "kube-system", gpu=4)
     meta = {"n2": {"Pods": [{"UID": "team-b/g-0"}], "NumPDBViolations": 0}}
     body = {"Pod": preemptor, "NodeNameToMetaVictims": meta}
     assert client.post("/preempt", json=body).json() == {"NodeNameToMetaVictims": {}}

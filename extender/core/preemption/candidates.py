@@ -2,8 +2,9 @@
 
 A candidate is a *victim group*: a running pod, or, for a pod of a gang,
 every running pod of that gang (evicting part of a gang wastes the rest).
-A pod is allowed when it is preemptible, bound, not terminating, not already
-marked for soft eviction or promised to another in-flight job, and the
+A pod is allowed when it is preemptible, bound, not departing (terminating,
+marked for soft eviction, or preempted by kube-scheduler), not promised to
+another in-flight job, and the
 preemptor quota's policies allow it (Kueue's names):
 
 - same quota: ``withinQuota`` (``LowerPriority``, or
@@ -162,7 +163,7 @@ def find_victim_groups(
     own = _within_rule(preemptor, policy)
     if own is not None:
         phases.append((snapshot.victim_units(preemptor.quota), {preemptor.quota}, own))
-    promised = {key for r in snapshot.reservations.values() for key in r.victims}
+    promised = snapshot.promised_victims()
     unit_pods = snapshot.victim_unit_pods()
     own_quota = preemptor.quota
     for units, quotas, admission in phases:
@@ -188,7 +189,7 @@ def find_victim_groups(
             requests: Mapping[str, int]
             if size == 1:  # the common case, kept cheap: the unit is that one pod
                 only = unit[0]
-                if only.soft_evicted or only.terminating or only.key in promised:
+                if only.departing or only.key in promised:
                     continue
                 members = unit
                 requests = only.requests
@@ -205,8 +206,7 @@ def find_victim_groups(
                     for member in snapshot.job_pods(job)
                     if member.node_name is not None
                     and not member.finished
-                    and not member.soft_evicted
-                    and not member.terminating
+                    and not member.departing
                     and member.key not in promised
                 )
                 if not members or not wanted(members, quota):

@@ -2,9 +2,11 @@
 
 :func:`plan_job_preemption` follows DESIGN.md's steps:
 
-1. *Eligible?*  The job may trigger preemption, is not in flight, has at
-   least its min-available pods, uses only constraints the core models, and
-   its quota could admit it once victims are gone.
+1. *Eligible?*  The job may trigger preemption, is not in flight (its own
+   reservation, or kube-scheduler's preemption for it: see
+   :mod:`extender.core.authority`), has at least its min-available pods,
+   uses only constraints the core models, and its quota could admit it once
+   victims are gone.
 2. *Candidates* and 3. *order*: :mod:`extender.core.preemption.candidates`.
 4. *Simulate*: remove victim groups in order from copies of the nodes and
    the quota ledger until every unplaced pod of the job fits and its quota
@@ -26,6 +28,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from extender.core.authority import nominated_elsewhere, scheduler_preemption
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
 from extender.core.preemption.candidates import (
@@ -154,10 +157,16 @@ def _ineligibility(snapshot: Snapshot, demand: JobDemand, now: float) -> list[st
             f"a preemption for this job is in flight ({len(reservation.victims)} victims); "
             f"its reservation holds until {reservation.expires - now:.0f}s from now"
         ]
-    created = sum(1 for pod in snapshot.job_pods(job) if not pod.finished)
-    needed = snapshot.min_available(job)
-    if created < needed:
-        return [f"only {created} of the job's min-available {needed} pods exist yet"]
+    foreign = scheduler_preemption(snapshot, job)
+    if foreign is not None:
+        return [
+            "kube-scheduler's own preemption is in flight for this job (it is deleting "
+            f"{', '.join(foreign.victims)}); Muster does not preempt for it a second time"
+        ]
+    missing = pods_missing(snapshot, job)
+    if missing:
+        needed = snapshot.min_available(job)
+        return [f"only {needed - missing} of the job's min-available {needed} pods exist yet"]
     unsupported = sorted({c for pod in demand.unplaced for c in pod.unsupported})
     if unsupported:
         return [
@@ -167,6 +176,20 @@ def _ineligibility(snapshot: Snapshot, demand: JobDemand, now: float) -> list[st
     if demand.quota in snapshot.tree.parents:
         return [f"quota {demand.quota} is a parent quota; pods must use a leaf quota"]
     return unevictable_failures(snapshot.ledger, demand.quota, demand.np_request)
+
+
+def pods_missing(snapshot: Snapshot, job: str) -> int:
+    """How many more of the job's pods must exist before it may preempt (0: enough)."""
+    created = sum(1 for pod in snapshot.job_pods(job) if not pod.finished)
+    return max(0, snapshot.min_available(job) - created)
+
+
+def ready_to_plan(snapshot: Snapshot, job: str) -> bool:
+    """Should the PostFilter plan for ``job`` at once rather than after a short quiet
+    period?  Yes when its min-available pods exist, so waiting gathers nothing, and no
+    pod of it carries a nomination Muster did not make (kube-scheduler's own preemption,
+    whose victims may reach Muster a moment after the nomination)."""
+    return pods_missing(snapshot, job) == 0 and not nominated_elsewhere(snapshot, job)
 
 
 def _preemptor(snapshot: Snapshot, demand: JobDemand) -> Preemptor:

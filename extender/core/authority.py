@@ -1,0 +1,152 @@
+"""One preemption authority: which pods Muster governs, and kube-scheduler's preemptions.
+
+kube-scheduler's DefaultPreemption deletes its victims itself, without the
+soft-eviction mark, pod by pod and blind to quotas and gangs.  Two
+authorities over the same pods evict twice: kube-scheduler takes one victim
+while Muster's PostFilter plans the same job again and takes another.  So
+each pod has exactly one:
+
+- Muster preempts for, and only Muster preempts, the pods it *governs*
+  (:func:`governing_reason`): a pod of a gang, a pod that carries one of
+  Muster's labels (quota name, preemptible, can-preempt), a pod whose
+  namespace has an ElasticQuota, and a pod that may trigger Muster's
+  preemption.  For a governed preemptor the ``preempt``
+  verb gives kube-scheduler no victims (the job goes to the PostFilter at
+  once); a governed pod is never left to kube-scheduler as a victim.
+- kube-scheduler preempts for the other pods, among the other pods.
+
+The filter and the pod informer hand only governed jobs to the PostFilter;
+the guard and the planner ask the same function.
+
+Should kube-scheduler preempt for a governed job anyway (Muster's
+``preemptVerb`` not configured, or Muster unreachable with ``ignorable``),
+:func:`scheduler_preemption` finds it from the cluster alone: a pending pod of
+the job nominated to a node where a lower-priority pod carries
+kube-scheduler's ``DisruptionTarget``.  That job is in flight: it is not
+planned again, and the room its victims free is held for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from extender.core import keys
+from extender.core.jobs import may_trigger_preemption
+from extender.core.objects import PodInfo
+from extender.core.snapshot import Reservation, Snapshot
+from quota.tree import DEFAULT_QUOTA_SPEC
+
+#: Pod labels by which a pod places itself under Muster's rules.
+_MUSTER_POD_LABELS = (keys.QUOTA_NAME_LABEL, keys.PREEMPTIBLE_LABEL, keys.CAN_PREEMPT_LABEL)
+
+
+def governing_reason(snapshot: Snapshot, pod: PodInfo) -> str | None:
+    """Why Muster is the preemption authority for ``pod`` (as preemptor and as victim),
+    or ``None`` when kube-scheduler is."""
+    if pod.group is not None:
+        return f"it belongs to gang {pod.job}"
+    for label in _MUSTER_POD_LABELS:
+        if label in pod.labels:
+            return f"it carries the label {label}"
+    declared = snapshot.tree.quota_in_namespace(pod.namespace)
+    if declared is not None:
+        return f"its namespace has quota {declared}"
+    if snapshot.tree.specs.get(keys.DEFAULT_QUOTA, DEFAULT_QUOTA_SPEC) is not DEFAULT_QUOTA_SPEC:
+        return f"it falls to the ElasticQuota {keys.DEFAULT_QUOTA}"
+    if may_trigger_preemption(pod, snapshot.args):
+        return "it may trigger Muster's preemption"
+    return None
+
+
+def preempted_by_scheduler(pod: PodInfo) -> bool:
+    """Is kube-scheduler's own preemption deleting this pod (not Muster's mark)?"""
+    return (
+        pod.preempted_by is not None
+        and pod.preempted_by != keys.MUSTER_COMPONENT
+        and not pod.soft_evicted
+        and not pod.finished
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerPreemption:
+    """kube-scheduler preempted for this job itself: where it nominated the job's pods,
+    and the victims it is deleting there."""
+
+    job: str
+    placements: Mapping[str, str]  # pending pod key → the node kube-scheduler nominated
+    victims: tuple[str, ...]  # pod keys, sorted
+
+
+def scheduler_preemption(snapshot: Snapshot, job: str) -> SchedulerPreemption | None:
+    """kube-scheduler's own preemption in flight for ``job``, if there is one: a pending
+    pod of the job nominated to a node where a pod of lower priority is being preempted
+    by kube-scheduler."""
+    placements: dict[str, str] = {}
+    victims: set[str] = set()
+    for pod in snapshot.job_pods(job):
+        node = pod.nominated_node_name
+        if node is None or pod.node_name is not None or pod.finished:
+            continue
+        found = [
+            other.key
+            for other in snapshot.pods_on(node)
+            if other.priority < pod.priority and preempted_by_scheduler(other)
+        ]
+        if found:
+            placements[pod.key] = node
+            victims.update(found)
+    if not placements:
+        return None
+    return SchedulerPreemption(job, placements, tuple(sorted(victims)))
+
+
+def nominated_elsewhere(snapshot: Snapshot, job: str) -> bool:
+    """Does a pending pod of ``job`` carry a nomination Muster did not make (no room
+    reserved for it there)?  kube-scheduler nominates a pod when it preempts for it; the
+    victims' ``DisruptionTarget`` may reach Muster a moment later."""
+    return any(
+        pod.nominated_node_name is not None
+        and pod.node_name is None
+        and snapshot.reserved_node(pod.key) != pod.nominated_node_name
+        for pod in snapshot.job_pods(job)
+    )
+
+
+def hold_room_for_scheduler_preemption(
+    snapshot: Snapshot, job: str, now: float
+) -> SchedulerPreemption | None:
+    """If kube-scheduler is preempting for ``job`` and no room is held for it yet, hold
+    the room on the nodes it nominated, in the reservation book, as for Muster's own
+    plans (in memory only: the nomination and the victims' conditions are the record,
+    and every replica derives the same from them).  Returns what it held."""
+    if job in snapshot.reservations:
+        return None
+    found = scheduler_preemption(snapshot, job)
+    if found is None:
+        return None
+    quota = snapshot.quota_name(snapshot.pods[next(iter(found.placements))])
+    if quota is None:
+        return None
+    snapshot.add_reservation(
+        Reservation(
+            job=job,
+            quota=quota,
+            placements=dict(found.placements),
+            victims=found.victims,
+            created=now,
+            expires=now + snapshot.args.reservation_timeout_seconds,
+        )
+    )
+    return found
+
+
+def jobs_nominated_to(snapshot: Snapshot, node: str) -> set[str]:
+    """The jobs with a pending pod nominated to ``node`` (walks every pod: for the rare
+    event of kube-scheduler preempting on its own)."""
+    return {
+        pod.job
+        for pod in snapshot.pods.values()
+        if pod.nominated_node_name == node and pod.node_name is None and not pod.finished
+    }
