@@ -241,6 +241,10 @@ class PodRecord:
     bound_at: float | None = None
     running_at: float | None = None
     marked_at: float | None = None
+    #: First seen with a ``DisruptionTarget=True`` condition, and the component its
+    #: message names (``default-scheduler``, ``muster``, ``Eviction API``).
+    disrupted_at: float | None = None
+    disrupted_by: str | None = None
     deleted_at: float | None = None
 
 
@@ -362,6 +366,14 @@ class PodWatch:
                 record.running_at = now
             if SOFT_EVICTION in (meta.get("labels") or {}) and record.marked_at is None:
                 record.marked_at = now
+            if record.disrupted_at is None:
+                for condition in pod.get("status", {}).get("conditions") or []:
+                    if (
+                        condition.get("type") == "DisruptionTarget"
+                        and condition.get("status") == "True"
+                    ):
+                        record.disrupted_at = now
+                        record.disrupted_by = str(condition.get("message", "")).split(":")[0]
             if kind == "DELETED" and record.deleted_at is None:
                 record.deleted_at = now
             self.cond.notify_all()

@@ -11,6 +11,7 @@ else.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,9 @@ class PodInfo:
     job: str = field(init=False)
     #: Marked for soft eviction already (the label is present).
     soft_evicted: bool = field(init=False)
+    #: The job a soft-eviction mark names as its preemptor (``None``: no mark, or a mark
+    #: for no job, such as a ``HoldAndDrain`` drain, or one Muster cannot read).
+    marked_for: str | None = field(init=False)
     #: ``started``, else ``created``: what "most recently started" compares.
     start_or_created: float = field(init=False)
 
@@ -113,6 +117,10 @@ class PodInfo:
         object.__setattr__(self, "group", group)
         object.__setattr__(self, "job", f"{self.namespace}/{group or self.name}")
         object.__setattr__(self, "soft_evicted", keys.SOFT_EVICTION_KEY in self.labels)
+        marked_for = None
+        if self.soft_evicted and keys.SOFT_EVICTION_KEY in self.annotations:
+            marked_for = _mark_preemptor(self.annotations[keys.SOFT_EVICTION_KEY])
+        object.__setattr__(self, "marked_for", marked_for)
         start = self.started if self.started is not None else self.created
         object.__setattr__(self, "start_or_created", start)
 
@@ -155,6 +163,16 @@ class PriorityClasses:
 
 NO_PRIORITY_CLASSES = PriorityClasses(values={})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _mark_preemptor(text: str) -> str | None:
+    """The ``preemptor`` of a soft-eviction annotation (JSON, as Muster writes it)."""
+    try:
+        mark = json.loads(text)
+    except ValueError:
+        return None
+    preemptor = mark.get("preemptor") if isinstance(mark, dict) else None
+    return preemptor if isinstance(preemptor, str) and preemptor else None
 
 
 def _group_name(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:

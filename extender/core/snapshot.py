@@ -76,6 +76,7 @@ class Snapshot:
         self._node_pods: dict[str, set[str]] = {}
         self._node_reserved: dict[str, dict[str, Resources]] = {}  # node → pod key → room
         self._jobs: dict[str, set[str]] = {}
+        self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
         self._pod_quota: dict[str, str] = {}
         self._unknown_quota: dict[str, str] = {}
         self._victims: dict[str, set[str]] = {}  # quota → running preemptible pod keys
@@ -236,6 +237,11 @@ class Snapshot:
                     del self._held_pod[key]
         return ended
 
+    def marked_victims(self, job: str) -> Collection[str]:
+        """Keys of the pods still present whose soft-eviction mark names ``job``: its
+        victims on their way out (the job is in flight while there are any)."""
+        return self._marked_for.get(job, ())
+
     def promised_victims(self) -> set[str]:
         """Keys of the victims of every in-flight reservation (no one else's victims)."""
         return {key for reservation in self.reservations.values() for key in reservation.victims}
@@ -382,6 +388,8 @@ class Snapshot:
     def _add(self, pod: PodInfo) -> None:
         key = pod.key
         self._jobs.setdefault(pod.job, set()).add(key)
+        if pod.marked_for is not None and not pod.finished:
+            self._marked_for.setdefault(pod.marked_for, set()).add(key)
         try:
             quota = self._resolve_quota(pod)
         except UnknownQuotaError as error:
@@ -415,6 +423,11 @@ class Snapshot:
             members.discard(key)
             if not members:
                 del self._jobs[pod.job]
+        marked = self._marked_for.get(pod.marked_for or "")
+        if marked is not None:
+            marked.discard(key)
+            if not marked:
+                del self._marked_for[pod.marked_for or ""]
         if self._unknown_quota.pop(key, None) is not None:
             if pod.node_name is not None and not pod.finished:
                 add_into(self._node_requested[pod.node_name], pod.requests, -1)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -164,6 +164,17 @@ class PostFilterLoop:
             except (ApiError, httpx.HTTPError) as error:
                 log.info("releasing %s: %s", pod.key, error)
 
+    def _persist(
+        self, pods: list[PodInfo], persisted: dict[str, object], placements: Mapping[str, str]
+    ) -> None:
+        """Write the reservation on each preemptor pod (its own node added)."""
+        for pod in pods:
+            node = placements[pod.key]
+            try:
+                self.writer.persist_reservation(pod, persisted | {"node": node})
+            except (ApiError, httpx.HTTPError) as error:
+                log.warning("reservation of %s: %s", pod.key, error)
+
     def decide(self, job: str, now: float) -> PreemptionPlan | None:
         """Plan for ``job``; on a plan, hold its room and write it to the cluster."""
         if not self.is_leader():
@@ -189,16 +200,25 @@ class PostFilterLoop:
             return None
         self.committed += 1
         log.info("preempting for %s: %d victims", job, len(decision.victims))
-        # The reservation is written first: it names the victims, so a Muster restarted
-        # half-way knows the job is in flight and finishes marking them (see
-        # complete_in_flight) instead of planning again.
+        # Victims are marked first (nothing stands between the plan and the marks): a
+        # mark names its job, and a job is in flight while pods marked for it are present,
+        # so a Muster restarted half-way never plans it again.  Then the reservation,
+        # which also names the victims (a restarted Muster finishes marking them, see
+        # complete_in_flight), and the nominations.  An eviction leaves no mark: with
+        # podShouldBeDeletedWhenPreempted the reservation is written first.
         persisted = persisted_reservation(reservation)
+        if delete_now:
+            self._persist(preemptor_pods, persisted, decision.placements)
+        for victim in decision.victims:
+            self._remove(victim.pod, job, victim.reason, delete_now)
+        if not delete_now:
+            self._persist(preemptor_pods, persisted, decision.placements)
         for pod in preemptor_pods:
             node = decision.placements[pod.key]
             try:
-                self.writer.hold_room(pod, node, persisted | {"node": node})
+                self.writer.nominate(pod, node)
             except (ApiError, httpx.HTTPError) as error:
-                log.warning("reservation of %s: %s", pod.key, error)
+                log.warning("nominating %s for %s: %s", node, pod.key, error)
             self.decisions.record(
                 pod.key,
                 Decision(
@@ -208,8 +228,6 @@ class PostFilterLoop:
                     tuple(f"{v.pod.key}: {v.reason}" for v in decision.victims),
                 ),
             )
-        for victim in decision.victims:
-            self._remove(victim.pod, job, victim.reason, delete_now)
         if preemptor_pods:
             victims = ", ".join(v.pod.key for v in decision.victims)
             self.writer.event(preemptor_pods[0], "Preempting", f"Job {job} preempts {victims}")

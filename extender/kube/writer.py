@@ -88,9 +88,13 @@ class ClusterWriter:
         self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
         self.event(pod, "Preempted", f"Marked for eviction by job {preemptor}: {reason}")
 
-    def hold_room(self, pod: PodInfo, node: str, reservation: Json) -> None:
-        """Persist a pod's reservation: an annotation, and ``status.nominatedNodeName``."""
+    def persist_reservation(self, pod: PodInfo, reservation: Json) -> None:
+        """Persist a pod's reservation in its annotation (a restarted Muster reads it)."""
         self.patch_pod(pod, {"annotations": {keys.RESERVATION_ANNOTATION: json.dumps(reservation)}})
+
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        """Set ``status.nominatedNodeName``: kube-scheduler tries that node first, and keeps
+        lower-priority pods off the room (the update also requeues the pod)."""
         self.patch_pod(pod, {}, status={"nominatedNodeName": node})
 
     def release_room(self, pod: PodInfo) -> None:

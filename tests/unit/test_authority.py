@@ -4,6 +4,7 @@ kube-scheduler's own preemption seen from the cluster (DESIGN.md, the last parag
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -239,3 +240,35 @@ def test_preempted_by_reads_the_disruption_target_condition() -> None:
     odd = preempted(pod("v", "ops", node="n0"), "no component named")
     assert parse_pod(odd).preempted_by == "unknown"
     assert parse_pod(odd).departing
+
+
+def test_a_job_is_in_flight_while_pods_marked_for_it_are_present() -> None:
+    # DESIGN.md: "in flight: a job whose victims were marked but are not gone yet" --
+    # read from the marks themselves, so a Muster that died between marking the victims
+    # and writing the reservation does not plan the job a second time.
+    def marked(preemptor: str | None) -> dict[str, Any]:
+        manifest = pod("low", "team-a", gpu=8, node="n0", preemptible=True, priority=1)
+        manifest["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+        mark = {"initiator": "muster", "preemptor": preemptor, "reason": "r"}
+        manifest["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps(mark)
+        return manifest
+
+    snap, _ = single_preemptor_cluster()
+    snap.upsert_pod(parse_pod(marked("team-a/new")))
+    assert snap.pods["team-a/low"].marked_for == "team-a/new"
+    refusal = plan_job_preemption(snap, "team-a/new", NOW)
+    assert isinstance(refusal, Refusal) and "team-a/low" in refusal.reasons[0]
+    # A mark for another job, or a drain's (no preemptor), does not hold this one back;
+    # the marked pod is not a candidate any more, so the victim is the priority-50 one.
+    for other in ("team-a/someone-else", None):
+        snap.upsert_pod(parse_pod(marked(other)))
+        plan = plan_job_preemption(snap, "team-a/new", NOW)
+        assert isinstance(plan, PreemptionPlan), plan
+        assert [v.pod.key for v in plan.victims] == ["team-a/mid"]
+    # Once the marked victim is gone, the job may be planned again.
+    snap.upsert_pod(parse_pod(marked("team-a/new")))
+    snap.remove_pod("team-a/low")
+    assert snap.marked_victims("team-a/new") == ()
+    again = plan_job_preemption(snap, "team-a/new", NOW)
+    assert isinstance(again, Refusal)
+    assert again.reasons == ("the job fits without evicting anything",)

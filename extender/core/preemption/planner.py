@@ -157,6 +157,12 @@ def _ineligibility(snapshot: Snapshot, demand: JobDemand, now: float) -> list[st
             f"a preemption for this job is in flight ({len(reservation.victims)} victims); "
             f"its reservation holds until {reservation.expires - now:.0f}s from now"
         ]
+    marked = snapshot.marked_victims(job)
+    if marked:
+        return [
+            f"a preemption for this job is in flight: {len(marked)} victims marked for it "
+            f"are still leaving ({', '.join(sorted(marked)[:5])})"
+        ]
     foreign = scheduler_preemption(snapshot, job)
     if foreign is not None:
         return [
