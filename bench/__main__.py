@@ -2,7 +2,8 @@
 
 The planner and HTTP benchmarks need nothing but the virtualenv; the end-to-end one
 needs the control-plane binaries (``hack/build-k8s.sh``, which ``make bench`` runs
-first) and Go, and takes about six minutes.  ``--no-e2e`` skips it.
+first) and Go, and takes about six minutes, and the time-to-first-mark one three more
+(both on the local control plane).  ``--no-e2e`` skips them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import e2e, http, planner
+from bench import e2e, http, planner, time_to_mark
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     if not options.no_e2e:
         print("\n# End to end", flush=True)
         e2e.main([])
+        print("\n# Time to first mark", flush=True)
+        time_to_mark.main([])
     return 0
 
 

@@ -85,20 +85,28 @@ def _validate_extender(entry: object, field: str) -> None:
     for key in _BOOL_FIELDS:
         if key in entry and not isinstance(entry[key], bool):
             raise _Invalid(f"{field}.{key}", f"expected true or false, got {_describe(entry[key])}")
-    resources = _list(entry.get("managedResources"), f"{field}.managedResources")
+    resources = _named_entries(entry.get("managedResources"), f"{field}.managedResources")
     for index, resource in enumerate(resources):
         where = f"{field}.managedResources[{index}]"
-        if not isinstance(resource, Mapping):
-            raise _Invalid(where, f"expected a mapping with a name, got {_describe(resource)}")
-        if not isinstance(resource.get("name"), str):
-            raise _Invalid(
-                f"{where}.name", f"expected a string, got {_describe(resource.get('name'))}"
-            )
         ignored = resource.get("ignoredByScheduler")
         if ignored is not None and not isinstance(ignored, bool):
             raise _Invalid(
                 f"{where}.ignoredByScheduler", f"expected true or false, got {_describe(ignored)}"
             )
+
+
+def _named_entries(value: object, field: str) -> list[Mapping[str, Any]]:
+    """A list of mappings, each with a string ``name`` (plugins, managed resources)."""
+    entries = _list(value, field)
+    for index, entry in enumerate(entries):
+        where = f"{field}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise _Invalid(where, f"expected a mapping with a name, got {_describe(entry)}")
+        if not isinstance(entry.get("name"), str):
+            raise _Invalid(
+                f"{where}.name", f"expected a string, got {_describe(entry.get('name'))}"
+            )
+    return entries
 
 
 def _validate_profile(profile: object, field: str) -> None:
@@ -112,14 +120,7 @@ def _validate_profile(profile: object, field: str) -> None:
         where = f"{field}.plugins.{point}"
         plugin_set = _mapping(plugins.get(point), where)
         for key in ("enabled", "disabled"):
-            for index, plugin in enumerate(_list(plugin_set.get(key), f"{where}.{key}")):
-                item = f"{where}.{key}[{index}]"
-                if not isinstance(plugin, Mapping):
-                    raise _Invalid(item, f"expected a mapping with a name, got {_describe(plugin)}")
-                if not isinstance(plugin.get("name"), str):
-                    raise _Invalid(
-                        f"{item}.name", f"expected a string, got {_describe(plugin.get('name'))}"
-                    )
+            _named_entries(plugin_set.get(key), f"{where}.{key}")
 
 
 def _validate(document: object) -> Mapping[str, Any]:
