@@ -9,8 +9,8 @@ each pod has exactly one:
 - Muster preempts for, and only Muster preempts, the pods it *governs*
   (:func:`governing_reason`): a pod of a gang, a pod that carries one of
   Muster's labels (quota name, preemptible, can-preempt), a pod whose
-  namespace has an ElasticQuota, and a pod that may trigger Muster's
-  preemption.  For a governed preemptor the ``preempt``
+  namespace has an ElasticQuota, and, when Muster's arguments make every pod
+  preemptible or every pod a trigger, every pod.  For a governed preemptor the ``preempt``
   verb gives kube-scheduler no victims (the job goes to the PostFilter at
   once); a governed pod is never left to kube-scheduler as a victim.
 - kube-scheduler preempts for the other pods, among the other pods.
@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from extender.core import keys
 from extender.core.jobs import may_trigger_preemption
-from extender.core.objects import PodInfo
+from extender.core.objects import UNNAMED_COMPONENT, PodInfo
+from extender.core.reservations import reserved_by_muster
 from extender.core.snapshot import Reservation, Snapshot
 from quota.tree import DEFAULT_QUOTA_SPEC
 
@@ -54,16 +55,18 @@ def governing_reason(snapshot: Snapshot, pod: PodInfo) -> str | None:
         return f"its namespace has quota {declared}"
     if snapshot.tree.specs.get(keys.DEFAULT_QUOTA, DEFAULT_QUOTA_SPEC) is not DEFAULT_QUOTA_SPEC:
         return f"it falls to the ElasticQuota {keys.DEFAULT_QUOTA}"
+    if not snapshot.args.disable_default_preemptible:
+        return "every pod may be Muster's victim (disableDefaultPreemptible: false)"
     if may_trigger_preemption(pod, snapshot.args):
         return "it may trigger Muster's preemption"
     return None
 
 
 def preempted_by_scheduler(pod: PodInfo) -> bool:
-    """Is kube-scheduler's own preemption deleting this pod (not Muster's mark)?"""
+    """Is kube-scheduler's own preemption deleting this pod (its ``DisruptionTarget``,
+    naming a scheduler, not Muster's mark)?"""
     return (
-        pod.preempted_by is not None
-        and pod.preempted_by != keys.MUSTER_COMPONENT
+        pod.preempted_by not in (None, keys.MUSTER_COMPONENT, UNNAMED_COMPONENT)
         and not pod.soft_evicted
         and not pod.finished
     )
@@ -81,14 +84,16 @@ class SchedulerPreemption:
 
 def scheduler_preemption(snapshot: Snapshot, job: str) -> SchedulerPreemption | None:
     """kube-scheduler's own preemption in flight for ``job``, if there is one: a pending
-    pod of the job nominated to a node where a pod of lower priority is being preempted
-    by kube-scheduler."""
+    pod of the job nominated by kube-scheduler (not by Muster's reservation) to a node
+    where a pod of lower priority is being preempted by kube-scheduler."""
     placements: dict[str, str] = {}
     victims: set[str] = set()
     for pod in snapshot.job_pods(job):
         node = pod.nominated_node_name
         if node is None or pod.node_name is not None or pod.finished:
             continue
+        if reserved_by_muster(pod) == node:
+            continue  # Muster's own nomination (its victims carry Muster's marks)
         found = [
             other.key
             for other in snapshot.pods_on(node)
@@ -106,12 +111,17 @@ def nominated_elsewhere(snapshot: Snapshot, job: str) -> bool:
     """Does a pending pod of ``job`` carry a nomination Muster did not make (no room
     reserved for it there)?  kube-scheduler nominates a pod when it preempts for it; the
     victims' ``DisruptionTarget`` may reach Muster a moment later."""
-    return any(
-        pod.nominated_node_name is not None
-        and pod.node_name is None
-        and snapshot.reserved_node(pod.key) != pod.nominated_node_name
-        for pod in snapshot.job_pods(job)
-    )
+    for key in snapshot.job_members(job):
+        pod = snapshot.pods[key]
+        node = pod.nominated_node_name
+        if (
+            node is not None
+            and pod.node_name is None
+            and snapshot.reserved_node(key) != node
+            and reserved_by_muster(pod) != node
+        ):
+            return True
+    return False
 
 
 def hold_room_for_scheduler_preemption(
@@ -126,9 +136,13 @@ def hold_room_for_scheduler_preemption(
     found = scheduler_preemption(snapshot, job)
     if found is None:
         return None
-    quota = snapshot.quota_name(snapshot.pods[next(iter(found.placements))])
-    if quota is None:
-        return None
+    first = snapshot.pods[next(iter(found.placements))]
+    quota = snapshot.quota_name(first)
+    if quota is None or governing_reason(snapshot, first) is None:
+        return None  # kube-scheduler's to preempt for: its own nomination holds the room
+    promised = snapshot.promised_victims()
+    if any(victim in promised for victim in found.victims):
+        return None  # those victims already free room held for another job
     snapshot.add_reservation(
         Reservation(
             job=job,
@@ -143,10 +157,5 @@ def hold_room_for_scheduler_preemption(
 
 
 def jobs_nominated_to(snapshot: Snapshot, node: str) -> set[str]:
-    """The jobs with a pending pod nominated to ``node`` (walks every pod: for the rare
-    event of kube-scheduler preempting on its own)."""
-    return {
-        pod.job
-        for pod in snapshot.pods.values()
-        if pod.nominated_node_name == node and pod.node_name is None and not pod.finished
-    }
+    """The jobs with a pending pod nominated to ``node``."""
+    return {snapshot.pods[key].job for key in snapshot.nominated_to(node)}

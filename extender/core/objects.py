@@ -169,7 +169,7 @@ def _mark_preemptor(text: str) -> str | None:
     """The ``preemptor`` of a soft-eviction annotation (JSON, as Muster writes it)."""
     try:
         mark = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     preemptor = mark.get("preemptor") if isinstance(mark, dict) else None
     return preemptor if isinstance(preemptor, str) and preemptor else None
@@ -282,6 +282,10 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
     )
 
 
+#: :attr:`PodInfo.preempted_by` when the condition's message names no component.
+UNNAMED_COMPONENT = "unknown"
+
+
 def _preempted_by(status: Mapping[str, Any]) -> str | None:
     """The component a ``DisruptionTarget=True/PreemptionByScheduler`` condition names:
     kube-scheduler writes ``"<schedulerName>: preempting to accommodate a higher priority
@@ -294,7 +298,7 @@ def _preempted_by(status: Mapping[str, Any]) -> str | None:
         ):
             message = _str(condition.get("message"), f"status.conditions[{index}].message")
             component, colon, _rest = message.partition(":")
-            return component.strip() if colon and component.strip() else "unknown"
+            return component.strip() if colon and component.strip() else UNNAMED_COMPONENT
     return None
 
 

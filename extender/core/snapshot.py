@@ -77,6 +77,7 @@ class Snapshot:
         self._node_reserved: dict[str, dict[str, Resources]] = {}  # node → pod key → room
         self._jobs: dict[str, set[str]] = {}
         self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
+        self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
         self._pod_quota: dict[str, str] = {}
         self._unknown_quota: dict[str, str] = {}
         self._victims: dict[str, set[str]] = {}  # quota → running preemptible pod keys
@@ -242,6 +243,10 @@ class Snapshot:
         victims on their way out (the job is in flight while there are any)."""
         return self._marked_for.get(job, ())
 
+    def nominated_to(self, node: str) -> Collection[str]:
+        """Keys of the pending pods whose ``status.nominatedNodeName`` is ``node``."""
+        return self._nominated.get(node, ())
+
     def promised_victims(self) -> set[str]:
         """Keys of the victims of every in-flight reservation (no one else's victims)."""
         return {key for reservation in self.reservations.values() for key in reservation.victims}
@@ -390,6 +395,8 @@ class Snapshot:
         self._jobs.setdefault(pod.job, set()).add(key)
         if pod.marked_for is not None and not pod.finished:
             self._marked_for.setdefault(pod.marked_for, set()).add(key)
+        if pod.nominated_node_name is not None and pod.node_name is None and not pod.finished:
+            self._nominated.setdefault(pod.nominated_node_name, set()).add(key)
         try:
             quota = self._resolve_quota(pod)
         except UnknownQuotaError as error:
@@ -423,11 +430,15 @@ class Snapshot:
             members.discard(key)
             if not members:
                 del self._jobs[pod.job]
-        marked = self._marked_for.get(pod.marked_for or "")
-        if marked is not None:
-            marked.discard(key)
-            if not marked:
-                del self._marked_for[pod.marked_for or ""]
+        for index, at in (
+            (self._marked_for, pod.marked_for),
+            (self._nominated, pod.nominated_node_name),
+        ):
+            keys_there = index.get(at or "")
+            if keys_there is not None:
+                keys_there.discard(key)
+                if not keys_there:
+                    del index[at or ""]
         if self._unknown_quota.pop(key, None) is not None:
             if pod.node_name is not None and not pod.finished:
                 add_into(self._node_requested[pod.node_name], pod.requests, -1)

@@ -105,7 +105,7 @@ class Housekeeper(PeriodicWorker):
             try:
                 self.writer.mark_victim(
                     pod,
-                    preemptor=f"quota/{quota}",
+                    preemptor=None,  # a drain makes room for no job
                     reason=f"quota {quota} has stop-policy HoldAndDrain",
                     grace_seconds=None,
                 )

@@ -30,8 +30,8 @@ import httpx
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.reservations import persisted_reservation, reserved_by_muster
 from extender.kube.client import ApiError
-from extender.kube.reservations import persisted_reservation
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter
 
@@ -138,29 +138,31 @@ class PostFilterLoop:
                 for key in reservation.victims
                 if key in snapshot.pods
                 and snapshot.pods[key].uid not in self._written
-                and not snapshot.pods[key].soft_evicted
-                and not snapshot.pods[key].terminating
+                and not snapshot.pods[key].departing  # marked, evicted, or kube-scheduler's
                 and snapshot.pods[key].node_name is not None
             ]
         for pod, job in unmarked:
             self._remove(pod, job, f"completing the preemption for job {job}", delete_now)
         return len(unmarked)
 
-    def _expire(self, now: float) -> list[PodInfo]:
-        """End the reservations whose time is up; return their pods still present."""
+    def _expire(self, now: float) -> list[tuple[PodInfo, str]]:
+        """End the reservations whose time is up; return their pods still present that
+        carry Muster's reservation (room held for kube-scheduler's own preemption was never
+        written), with the node Muster reserved."""
         with self.source.reading() as snapshot:
             expired = snapshot.expire_reservations(now)
             return [
-                snapshot.pods[key]
+                (pod, node)
                 for reservation in expired
                 for key in reservation.placements
-                if key in snapshot.pods
+                if (pod := snapshot.pods.get(key)) is not None
+                and (node := reserved_by_muster(pod)) is not None
             ]
 
-    def _release(self, pods: list[PodInfo]) -> None:
-        for pod in pods:
+    def _release(self, pods: list[tuple[PodInfo, str]]) -> None:
+        for pod, node in pods:
             try:
-                self.writer.release_room(pod)
+                self.writer.release_room(pod, nominated=pod.nominated_node_name == node)
             except (ApiError, httpx.HTTPError) as error:
                 log.info("releasing %s: %s", pod.key, error)
 

@@ -28,10 +28,10 @@ from extender.core.authority import (
 from extender.core.config import MusterArgs
 from extender.core.objects import ManifestError, PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.preemption.planner import ready_to_plan
+from extender.core.reservations import parse_persisted
 from extender.core.snapshot import Reservation, Snapshot
 from extender.kube.client import Json, KubeClient
 from extender.kube.informer import Handler, Informer, object_key
-from extender.kube.reservations import parse_persisted
 from extender.service import holding
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
 

@@ -59,11 +59,13 @@ class ClusterWriter:
         raise AssertionError("unreachable")
 
     def mark_victim(
-        self, pod: PodInfo, *, preemptor: str, reason: str, grace_seconds: int | None
+        self, pod: PodInfo, *, preemptor: str | None, reason: str, grace_seconds: int | None
     ) -> None:
         """Label and annotate a victim for soft eviction, set ``DisruptionTarget``, emit
-        a ``Preempted`` event."""
+        a ``Preempted`` event.  ``preemptor`` is the job it makes room for (``None``: a
+        drain, for no job)."""
         now = format_time(self.clock())
+        cause = f"preempted by job {preemptor}" if preemptor is not None else "drained"
         mark = {
             "timestamp": now,
             "initiator": COMPONENT,
@@ -82,11 +84,11 @@ class ClusterWriter:
             "type": "DisruptionTarget",
             "status": "True",
             "reason": keys.PREEMPTION_BY_SCHEDULER,
-            "message": f"{COMPONENT}: preempted by job {preemptor}: {reason}",
+            "message": f"{COMPONENT}: {cause}: {reason}",
             "lastTransitionTime": now,
         }
         self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
-        self.event(pod, "Preempted", f"Marked for eviction by job {preemptor}: {reason}")
+        self.event(pod, "Preempted", f"Marked for eviction, {cause}: {reason}")
 
     def persist_reservation(self, pod: PodInfo, reservation: Json) -> None:
         """Persist a pod's reservation in its annotation (a restarted Muster reads it)."""
@@ -97,9 +99,13 @@ class ClusterWriter:
         lower-priority pods off the room (the update also requeues the pod)."""
         self.patch_pod(pod, {}, status={"nominatedNodeName": node})
 
-    def release_room(self, pod: PodInfo) -> None:
-        """Drop a pod's persisted reservation (expired, or the job went away)."""
+    def release_room(self, pod: PodInfo, *, nominated: bool) -> None:
+        """Drop a pod's persisted reservation (expired, or the job went away), and with
+        ``nominated`` the ``nominatedNodeName`` Muster wrote for it: a stale nomination
+        would keep kube-scheduler holding the room, and look like kube-scheduler's own."""
         self.patch_pod(pod, {"annotations": {keys.RESERVATION_ANNOTATION: None}})
+        if nominated:
+            self.patch_pod(pod, {}, status={"nominatedNodeName": None})
 
     def patch_pod(
         self,

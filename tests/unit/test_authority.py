@@ -24,6 +24,7 @@ from extender.core.preemption.planner import (
     plan_job_preemption,
     ready_to_plan,
 )
+from extender.core.reservations import reserved_by_muster
 from extender.core.scheduling import filter_nodes
 from extender.core.snapshot import Reservation
 from tests.builders import node, pod, quota, snapshot
@@ -272,3 +273,72 @@ def test_a_job_is_in_flight_while_pods_marked_for_it_are_present() -> None:
     again = plan_job_preemption(snap, "team-a/new", NOW)
     assert isinstance(again, Refusal)
     assert again.reasons == ("the job fits without evicting anything",)
+
+
+def test_a_nomination_muster_made_is_not_kube_schedulers_and_room_is_held_once() -> None:
+    # The review's case: team-a/new still carries Muster's nomination to n0 (its
+    # reservation annotation names n0) when kube-scheduler preempts ops/x on n0 for the
+    # ungoverned kube-system/critical.  ops/x is critical's victim, not team-a/new's.
+    snap = snapshot(
+        [node("n0")],
+        [preempted(pod("x", "ops", gpu=8, node="n0", priority=0))],
+        [quota("team-a", max={GPU: "16"})],
+    )
+    reservation = {"job": "team-a/new", "node": "n0", "expires": NOW + 300, "victims": []}
+    mine = pod("new", "team-a", gpu=8, preemptible=True, can_preempt=True, priority=100)
+    mine["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = json.dumps(reservation)
+    snap.upsert_pod(parse_pod(nominated(mine, "n0")))
+    critical = nominated(pod("critical", "kube-system", gpu=8, priority=2_000_000_000), "n0")
+    snap.upsert_pod(parse_pod(critical))
+    assert sorted(snap.nominated_to("n0")) == ["kube-system/critical", "team-a/new"]
+    assert scheduler_preemption(snap, "team-a/new") is None
+    assert hold_room_for_scheduler_preemption(snap, "team-a/new", NOW) is None
+    # critical's own preemption is found, but the room is kube-scheduler's to hold:
+    # Muster governs neither critical nor x.
+    assert scheduler_preemption(snap, "kube-system/critical") is not None
+    assert hold_room_for_scheduler_preemption(snap, "kube-system/critical", NOW) is None
+    assert snap.reservations == {}
+
+
+def test_a_victim_is_held_for_one_job_only() -> None:
+    snap, _ = single_preemptor_cluster()
+    snap.upsert_pod(
+        parse_pod(preempted(pod("low", "team-a", gpu=8, node="n0", preemptible=True, priority=1)))
+    )
+    for name in ("new", "newer"):
+        manifest = pod(name, "team-a", gpu=8, preemptible=True, can_preempt=True, priority=100)
+        snap.upsert_pod(parse_pod(nominated(manifest, "n0")))
+    assert hold_room_for_scheduler_preemption(snap, "team-a/new", NOW) is not None
+    assert hold_room_for_scheduler_preemption(snap, "team-a/newer", NOW) is None
+    assert list(snap.reservations) == ["team-a/new"]
+
+
+def test_marks_and_reservations_that_are_not_json_objects_are_ignored() -> None:
+    manifest = pod("v", "team-a", gpu=1, node="n0", preemptible=True)
+    manifest["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    for text in ("[" * 50_000, "[1, 2]", "not json", '{"preemptor": 7}'):
+        manifest["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = text
+        manifest["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = text
+        parsed = parse_pod(manifest)
+        assert parsed.soft_evicted and parsed.marked_for is None
+        assert reserved_by_muster(parsed) is None
+
+
+def test_the_marked_index_follows_quota_changes_and_finished_pods() -> None:
+    snap, _ = single_preemptor_cluster()
+    manifest = pod("low", "team-a", gpu=8, node="n0", preemptible=True, priority=1)
+    manifest["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    mark = json.dumps({"preemptor": "team-a/new"})
+    manifest["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = mark
+    snap.upsert_pod(parse_pod(manifest))
+    snap.set_quotas(snap.tree.specs.values())  # every pod re-indexed
+    assert list(snap.marked_victims("team-a/new")) == ["team-a/low"]
+    manifest["status"]["phase"] = "Succeeded"
+    snap.upsert_pod(parse_pod(manifest))
+    assert snap.marked_victims("team-a/new") == ()
+
+
+def test_with_every_pod_preemptible_every_pod_is_musters() -> None:
+    snap = snapshot([node("n0")], [], [], MusterArgs(disableDefaultPreemptible=False))
+    reason = governing_reason(snap, parse_pod(pod("p", "kube-system")))
+    assert reason is not None and "disableDefaultPreemptible" in reason

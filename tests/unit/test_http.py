@@ -105,7 +105,7 @@ def test_filter_full_nodes_mode_answers_in_nodes() -> None:
 def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() -> None:
     client, extender, handed = cluster()
     pods = [scheduler_pod("a-0", gpu=8, group="big", preemptible=False)]
-    extra = [pod(f"a-{i}", gpu=8, group="big", preemptible=False) for i in (1, 2)]
+    extra = [pod(f"a-{i}", gpu=8, group="big", preemptible=False) for i in (0, 1, 2)]
     with extender.source.reading() as snap:
         for item in extra:
             snap.upsert_pod(parse_pod(item))
@@ -116,7 +116,7 @@ def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() 
     )
     assert result["NodeNames"] == []
     assert result["FailedAndUnresolvableNodes"] == {"n0": reason, "n3": reason}
-    # The job's pods Muster knows (a-1, a-2) are all it has: complete, so planned at once.
+    # All three pods of the gang exist (min-available: all): planned at once.
     assert handed == [("team-a/big", reason, True)]
     explained = client.get("/debug/pods/team-a/a-0").json()
     assert explained["decisions"][-1]["outcome"] == "rejected by quota"
@@ -170,8 +170,10 @@ def test_go_decoder_key_rules_null_fields_and_unknown_keys() -> None:
 
 
 def test_preempt_gives_no_victims_for_a_pod_muster_governs_and_plans_its_job_at_once() -> None:
-    client, _, handed = cluster()
+    client, extender, handed = cluster()
     preemptor = scheduler_pod("a-0", gpu=8, can_preempt=True, preemptible=False)
+    with extender.source.reading() as snap:  # as the informer has it: a job of one, complete
+        snap.upsert_pod(parse_pod(preemptor))
     body = {
         "Pod": preemptor,
         "NodeNameToVictims": None,

@@ -4,13 +4,17 @@ PostFilter plans (no API server: the informer's handler is fed events directly).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any, cast
 
+from extender.core import keys
 from extender.core.config import MusterArgs
 from extender.core.decisions import DecisionLog
-from extender.core.preemption.planner import PreemptionPlan
+from extender.core.objects import parse_pod
+from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.reservations import persisted_reservation
 from extender.kube.client import KubeClient
 from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
@@ -68,9 +72,15 @@ def test_kube_schedulers_own_preemption_is_counted_held_and_never_planned_again(
     # The PostFilter is asked (the pod is unschedulable); the room is held already, so it
     # may look at once, and finds the job in flight.
     assert handed == [("team-a/new", "no", True)]
+    # Even with the held room gone, the planner finds kube-scheduler's preemption in flight
+    # and commits nothing: no second victim (the priority-50 pod on n1).
+    with source.reading() as snap:
+        snap.remove_reservation("team-a/new")
     loop = PostFilterLoop(source, cast(ClusterWriter, None), DecisionLog(), clock=lambda: NOW)
-    assert loop.decide("team-a/new", NOW) is None  # in flight: no second victim
-    assert loop.committed == 0
+    assert loop.decide("team-a/new", NOW) is None
+    assert loop.committed == 0 and loop.refused == 1
+    reasons = loop.decisions.for_pod("team-a/new")[-1].reasons
+    assert "kube-scheduler's own preemption is in flight" in reasons[0]
 
 
 def test_the_other_order_victim_condition_after_the_nomination_holds_the_room_too() -> None:
@@ -147,3 +157,82 @@ def test_a_debounced_request_is_decided_after_its_quiet_period() -> None:
         assert loop.decided == ["ns/growing"]
     finally:
         loop.stop()
+
+
+class RecordingClient:
+    """A stand-in for the API client: records every request, answers ``{}``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        self.calls.append((method, path, body))
+        return {}
+
+
+def test_a_drain_mark_names_no_job_and_a_preemption_mark_names_its_job() -> None:
+    client = RecordingClient()
+    writer = ClusterWriter(cast(KubeClient, client), clock=lambda: NOW)
+    manifest = victim("low", "n0", 1)
+    for preemptor in ("team-a/new", None):
+        client.calls.clear()
+        writer.mark_victim(
+            parse_pod(manifest), preemptor=preemptor, reason="why", grace_seconds=None
+        )
+        method, _path, body = client.calls[0]
+        assert method == "PATCH"
+        marked = {**manifest, "metadata": {**manifest["metadata"]}}
+        for part in ("labels", "annotations"):
+            marked["metadata"][part] = {**manifest["metadata"][part], **body["metadata"][part]}
+        assert parse_pod(marked).marked_for == preemptor
+
+
+def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() -> None:
+    source, _ = live_source()
+    client = RecordingClient()
+    loop = PostFilterLoop(
+        source, ClusterWriter(cast(KubeClient, client)), DecisionLog(), clock=lambda: NOW
+    )
+    source._on_pod("ADDED", preemptor())
+    with source.reading() as snap:
+        plan = plan_job_preemption(snap, "team-a/new", NOW)
+        assert isinstance(plan, PreemptionPlan)
+        reservation = plan.reservation(NOW, 300)
+        snap.add_reservation(reservation)
+    # What decide() writes: the annotation, then the nomination (as the informer sees it).
+    held = nominated(preemptor(), "n0")
+    note = json.dumps(persisted_reservation(reservation) | {"node": "n0"})
+    held["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = note
+    source._on_pod("MODIFIED", held)
+    # A room held for kube-scheduler's own preemption of another job, never written.
+    source._on_pod("ADDED", preempted(victim("mid", "n1", 50)))
+    other = pod("other", "team-a", gpu=8, preemptible=True, can_preempt=True, priority=99)
+    source._on_pod("ADDED", nominated(other, "n1"))
+    with source.reading() as snap:
+        assert set(snap.reservations) == {"team-a/new", "team-a/other"}
+    loop._release(loop._expire(NOW + 301))
+    patched = [(path, body) for method, path, body in client.calls if method == "PATCH"]
+    assert patched == [
+        (
+            "/api/v1/namespaces/team-a/pods/new",
+            {"metadata": {"uid": "team-a/new", "annotations": {keys.RESERVATION_ANNOTATION: None}}},
+        ),
+        (
+            "/api/v1/namespaces/team-a/pods/new/status",
+            {"metadata": {"uid": "team-a/new"}, "status": {"nominatedNodeName": None}},
+        ),
+    ]
+
+
+def test_completing_in_flight_plans_leaves_kube_scheduler_s_victims_alone() -> None:
+    source, _ = live_source()
+    client = RecordingClient()
+    loop = PostFilterLoop(
+        source, ClusterWriter(cast(KubeClient, client)), DecisionLog(), clock=lambda: NOW
+    )
+    source._on_pod("MODIFIED", preempted(victim("low", "n0", 1)))
+    source._on_pod("ADDED", nominated(preemptor(), "n0"))
+    with source.reading() as snap:
+        assert snap.reservations["team-a/new"].victims == ("team-a/low",)
+    assert loop.complete_in_flight() == 0
+    assert client.calls == []

@@ -186,7 +186,7 @@ def _ineligibility(snapshot: Snapshot, demand: JobDemand, now: float) -> list[st
 
 def pods_missing(snapshot: Snapshot, job: str) -> int:
     """How many more of the job's pods must exist before it may preempt (0: enough)."""
-    created = sum(1 for pod in snapshot.job_pods(job) if not pod.finished)
+    created = sum(1 for key in snapshot.job_members(job) if not snapshot.pods[key].finished)
     return max(0, snapshot.min_available(job) - created)
 
 

@@ -3,7 +3,9 @@
 The ``muster.dev/reservation`` annotation holds JSON: the job, the pod's
 node, when the reservation was made and ends, and the victims.  A restarted
 Muster rebuilds its in-flight state from these, so it never plans a job in
-flight again, and the victims carry their own soft-eviction marks.
+flight again, and the victims carry their own soft-eviction marks.  The
+core reads them too (:func:`reserved_by_muster`): a nomination that matches
+the pod's own annotation is Muster's, any other is kube-scheduler's.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from extender.core import keys
+from extender.core.objects import PodInfo
 from extender.core.snapshot import Reservation
 
 
@@ -37,7 +41,7 @@ def parse_persisted(text: str) -> PersistedReservation | None:
     """Read the annotation back; ``None`` if it is not one Muster wrote."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict):
         return None
@@ -54,3 +58,13 @@ def parse_persisted(text: str) -> PersistedReservation | None:
     ):
         return None
     return PersistedReservation(job, node, float(created), float(expires), tuple(victims))
+
+
+def reserved_by_muster(pod: PodInfo) -> str | None:
+    """The node Muster's reservation annotation on ``pod`` names (for the pod's own job),
+    if it carries one."""
+    text = pod.annotations.get(keys.RESERVATION_ANNOTATION)
+    persisted = parse_persisted(text) if text else None
+    if persisted is None or persisted.job != pod.job:
+        return None
+    return persisted.node
