@@ -21,6 +21,7 @@ lower priority first"; both candidates are in the same quota, so priority decide
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -236,3 +237,55 @@ def _priority_class(cluster: Cluster, value: int) -> str:
         if error.status != 409:
             raise
     return name
+
+
+@pytest.fixture
+def muster_without_preempt_verb(
+    control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]
+) -> Iterator[MusterProcess]:
+    """The misconfiguration: Muster's filter only, so kube-scheduler preempts unguarded."""
+
+    def scheduler(url: str) -> tuple[lc.ExtenderConfig, dict[str, Any]]:
+        extender, settings = sample_scheduler_config(url)
+        return dataclasses.replace(extender, preempt_verb=None), settings
+
+    with muster_with_evictor(control_plane, tmp_path, tokens, scheduler) as muster:
+        yield muster
+
+
+def test_without_preempt_verb_kube_scheduler_preempts_and_muster_adds_no_second_victim(
+    cluster: Cluster, muster_without_preempt_verb: MusterProcess
+) -> None:
+    """Issue 17's first story with kube-scheduler unguarded: it deletes the priority-1 pod
+    itself (that is the misconfiguration, counted and logged); Muster sees the job in
+    flight on that node and never marks the priority-50 pod, in every trial."""
+    muster = muster_without_preempt_verb
+    nodes = [cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8}) for i in (0, 1)]
+    story = STORIES[0]
+    teams = Teams(cluster, story.preemptor_quota["spec"], {"max": {GPU: "0"}})
+    try:
+        for trial in range(min(TRIALS, 5)):
+            names = {f"t{trial}-low": 1, f"t{trial}-high": 50}
+            for name, priority in names.items():
+                _create(teams, teams.a, name, PREEMPTIBLE, priority)
+                teams.wait(teams.a, name, "Running")
+            preemptor = f"t{trial}-new"
+            _create(teams, teams.a, preemptor, story.preemptor_labels, 100)
+            teams.wait(teams.a, preemptor, "Running", timeout=60)
+            low = teams.get(teams.a, f"t{trial}-low")
+            assert low is None or low["metadata"].get("deletionTimestamp"), "no victim"
+            high = teams.get(teams.a, f"t{trial}-high") or {}
+            assert high["status"]["phase"] == "Running"
+            assert not high["metadata"].get("deletionTimestamp")
+            assert SOFT_EVICTION not in high["metadata"].get("labels", {}), f"trial {trial}"
+            assert teams.events(teams.a, "Preempting") == []  # Muster committed no plan
+            lc.wait_until(
+                lambda trial=trial: (
+                    muster.metric("muster_foreign_preemptions_total") == trial + 1 or None
+                ),
+                timeout=10,
+                what="kube-scheduler's preemption counted",
+            )
+            _clear(teams, teams.a, nodes, muster)
+    finally:
+        teams.cleanup()
