@@ -5,7 +5,7 @@
                         [--packing most-allocated|default] [--gang-mode muster-filter|muster]
                         [--muster-ref REF] [--profile PREFIX] [--json PATH]
 
-Everything runs in one control plane (``hack/localcluster.py``: etcd, kube-apiserver and
+Everything runs in one control plane (``hack/localcluster/``: etcd, kube-apiserver and
 kube-scheduler built from the pinned modules, the harness's kubelet emulator) with one
 cluster shape: ``--nodes`` Ready nodes of 32 cpu, 128Gi and 8 ``nvidia.com/gpu``.
 Muster runs as a child process (``python -m extender.cli.main``) from the working tree, or

@@ -1,6 +1,6 @@
 """``make demo``: Muster on a real, local control plane, told as a timeline.
 
-Starts etcd, kube-apiserver and kube-scheduler (``hack/localcluster.py``),
+Starts etcd, kube-apiserver and kube-scheduler (``hack/localcluster/``),
 Muster as the scheduler's extender (``muster serve --kubeconfig``) and the
 reference evictor (``muster evictor``); the harness plays the kubelet.
 Then the showcase:

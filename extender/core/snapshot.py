@@ -21,6 +21,7 @@ and held on its node until the pod binds or the reservation ends.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -130,6 +131,12 @@ class Snapshot:
         if key in self._reserved_pod:
             self._drop_reserved_pod(key)
         self._held_pod.pop(key, None)
+        # A pod that is gone leaves its job's reservation: one re-created under its name
+        # is a new pod, not reserved by the old one's placement.
+        reservation = self.reservations.get(pod.job)
+        if reservation is not None and key in reservation.placements:
+            placements = {k: n for k, n in reservation.placements.items() if k != key}
+            self.reservations[pod.job] = dataclasses.replace(reservation, placements=placements)
 
     def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
         """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
@@ -158,7 +165,8 @@ class Snapshot:
             self._pod_groups[key] = min_member
 
     def add_reservation(self, reservation: Reservation) -> None:
-        """Hold room for a job's pending pods on the nodes the plan chose."""
+        """Hold room for a job's pending pods on the nodes the plan chose (a reserved pod's
+        admission hold, if any, ends: the reservation charges its quota now)."""
         self.remove_reservation(reservation.job)
         self.reservations[reservation.job] = reservation
         for pod_key, node in reservation.placements.items():
@@ -167,6 +175,7 @@ class Snapshot:
                 continue
             with self._reindexing(pod_key):
                 self._reserved_pod[pod_key] = (reservation.job, node)
+                self._held_pod.pop(pod_key, None)
 
     def remove_reservation(self, job: str) -> Reservation | None:
         reservation = self.reservations.pop(job, None)
@@ -216,6 +225,15 @@ class Snapshot:
 
     def quota_held(self, pod_key: str) -> bool:
         return pod_key in self._held_pod
+
+    def quota_holds(self) -> dict[str, tuple[float, frozenset[str]]]:
+        """Every admission hold: job → (when it ends, the pending pods it charges)."""
+        held: dict[str, set[str]] = {}
+        for key, job in self._held_pod.items():
+            held.setdefault(job, set()).add(key)
+        return {
+            job: (until, frozenset(held.get(job, ()))) for job, until in self._held_until.items()
+        }
 
     def hold_quota(self, job: str, pod_keys: Iterable[str], until: float) -> None:
         """Charge these pending pods of an admitted job to its quota until ``until``, so a

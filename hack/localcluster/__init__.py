@@ -1,0 +1,47 @@
+"""A real, local Kubernetes control plane for Muster's e2e tests, demo and benchmarks.
+
+``ControlPlane`` runs etcd, kube-apiserver and kube-scheduler (upstream binaries built by
+``hack/build-k8s.sh``) on 127.0.0.1 in a temporary directory, and ``KubeletEmulator``
+plays the kubelet. Callers put ``hack/`` on ``sys.path`` and ``import localcluster as lc``.
+
+Modules: ``controlplane`` (``ControlPlane``: lifecycle, components, logs, clients),
+``scheduler`` (``ExtenderConfig``, kube-scheduler's configuration and restarts),
+``objects`` (namespaces, nodes, CRDs, service accounts), ``kubelet`` (``KubeletEmulator``),
+``rest`` (``RestClient``, ``ApiError``), ``processes`` (component processes, ports),
+``pki`` (certificates, kubeconfigs), ``binaries`` (``ensure_binaries``), ``waiting``
+(``wait_until``) and ``common`` (shared paths, types and timestamps).
+
+Typical use::
+
+    with ControlPlane(extender=ExtenderConfig("http://127.0.0.1:8888", bind=True)) as cp:
+        cp.create_namespace("team-a")
+        cp.create_node("node-1", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 4})
+        core = cp.core_v1()
+        ...
+"""
+
+from __future__ import annotations
+
+from .binaries import BuildError, default_bin_dir, ensure_binaries
+from .controlplane import ControlPlane
+from .kubelet import KubeletEmulator
+from .processes import ComponentError, free_ports
+from .rest import ApiError, RestClient
+from .scheduler import KEEP, ExtenderConfig, ManagedResource
+from .waiting import wait_until
+
+__all__ = [
+    "KEEP",
+    "ApiError",
+    "BuildError",
+    "ComponentError",
+    "ControlPlane",
+    "ExtenderConfig",
+    "KubeletEmulator",
+    "ManagedResource",
+    "RestClient",
+    "default_bin_dir",
+    "ensure_binaries",
+    "free_ports",
+    "wait_until",
+]

@@ -1,0 +1,61 @@
+"""Where the control-plane binaries come from.
+
+``ensure_binaries`` runs ``hack/build-k8s.sh`` (pinned Go modules, cached builds) and
+returns the directory holding etcd, kube-apiserver and kube-scheduler for ``ControlPlane``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import IO
+
+from .common import REPO_ROOT
+
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build-k8s.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+
+
+class BuildError(RuntimeError):
+    """The control-plane binaries could not be built or found."""
+
+
+def default_bin_dir() -> Path:
+    """Where ``hack/build-k8s.sh`` puts the binaries for the pinned versions.
+
+    ``$MUSTER_K8S_BIN_DIR`` overrides it (binaries built some other way).
+    """
+    override = os.environ.get("MUSTER_K8S_BIN_DIR")
+    if override:
+        return Path(override)
+    result = subprocess.run(
+        [str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise BuildError(f"{BUILD_SCRIPT} --bin-dir failed: {result.stderr.strip()}")
+    return Path(result.stdout.strip())
+
+
+def ensure_binaries(*, build: bool = True, output: IO[str] | None = None) -> Path:
+    """Return the directory holding etcd, kube-apiserver and kube-scheduler.
+
+    With ``build`` (the default) this runs ``hack/build-k8s.sh``, which reuses cached
+    binaries and builds them otherwise (minutes, the first time). Its progress goes to
+    ``output`` (default: inherited stderr). Raises ``BuildError`` when the build fails or
+    a binary is missing, never returns a directory without all three.
+    """
+    if build and not os.environ.get("MUSTER_K8S_BIN_DIR"):
+        result = subprocess.run(
+            [str(BUILD_SCRIPT)],
+            stdout=output,
+            stderr=subprocess.STDOUT if output is not None else None,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise BuildError(f"{BUILD_SCRIPT} failed with exit status {result.returncode}")
+    bin_dir = default_bin_dir()
+    missing = [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+    if missing:
+        raise BuildError(f"missing binaries in {bin_dir}: {', '.join(missing)}")
+    return bin_dir

@@ -1,0 +1,399 @@
+"""``ControlPlane``: etcd, kube-apiserver and kube-scheduler on loopback, plus a kubelet emulator.
+
+It owns the lifecycle (start, stop, restarts, logs, clients); kube-scheduler's part lives
+in ``scheduler.SchedulerMixin`` and object creation in ``objects.ObjectsMixin``.
+
+The components run from the binaries built by ``hack/build-k8s.sh``, on 127.0.0.1, on free
+ports, in a temporary directory:
+
+* etcd with loopback client/peer URLs and its data in the temporary directory;
+* kube-apiserver with RBAC (``--authorization-mode=Node,RBAC``), a serving certificate
+  signed by a throw-away CA, service-account signing keys, and static bearer tokens:
+  an admin (group ``system:masters``) and ``system:kube-scheduler`` for the scheduler.
+  The admin kubeconfig is written to ``<workdir>/admin.kubeconfig``;
+* kube-scheduler with a ``KubeSchedulerConfiguration`` (v1), leader election off and,
+  optionally, an ``extenders`` entry (see ``ExtenderConfig``). It can be restarted with
+  another extender configuration, and kube-apiserver can be restarted on the same port.
+
+There is no kubelet and no kube-controller-manager. Nodes are plain Node objects whose
+status the harness writes (``create_node``), and ``KubeletEmulator`` plays the kubelet's
+part: pods bound to an existing node become Running, and a pod being deleted gracefully
+is removed (a delete with grace period 0) once its grace period has elapsed. Without a
+controller manager nothing garbage-collects, namespaces never finish terminating (use a
+fresh namespace per test), and nothing removes the ``not-ready`` taint, so kube-apiserver
+runs with the ``TaintNodesByCondition`` admission plugin off. The ``ServiceAccount``
+admission plugin is off too (no controller creates the ``default`` service accounts), so
+pods can be created in a namespace as soon as it exists.
+
+Each component logs to ``<workdir>/logs/<component>.log``; ``log_tail()`` returns the end
+of every log for failure reports. ``stop()`` sends SIGTERM, then SIGKILL after a
+deadline; it is also registered with ``atexit``, and the children get a parent-death
+signal, so no process outlives the Python process that started it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import secrets
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import urllib3
+import yaml
+from kubernetes import client as k8s
+
+from .binaries import BINARIES, ensure_binaries
+from .kubelet import KubeletEmulator
+from .objects import DEFAULT_CRDS_DIR, ObjectsMixin
+from .pki import SERVICE_CLUSTER_IP_RANGE, Pki, make_pki, write_kubeconfig
+from .processes import Process, free_ports, port_is_free, tail
+from .rest import RestClient
+from .scheduler import ExtenderConfig, SchedulerMixin, as_extender
+from .waiting import wait_until
+
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+ADMIN_USER = "muster-admin"
+SCHEDULER_USER = "system:kube-scheduler"
+
+
+class ControlPlane(SchedulerMixin, ObjectsMixin):
+    """etcd + kube-apiserver + kube-scheduler on loopback, plus a kubelet emulator.
+
+    Arguments:
+        bin_dir: directory with the three binaries (default: ``ensure_binaries()``,
+            which builds them if needed).
+        workdir: where certificates, kubeconfigs, etcd data and logs go (default: a new
+            temporary directory, removed by ``stop()`` unless ``keep_workdir``).
+        extender: an ``ExtenderConfig``, or just its URL prefix, or ``None``.
+        scheduler_config: extra top-level KubeSchedulerConfiguration fields, e.g.
+            ``{"podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 2}``.
+        kubelet: run the ``KubeletEmulator``.
+        kubelet_max_grace_seconds: cap on how long the emulator honours grace periods.
+        crds_dir: CRDs to install at start (``None``: none).
+        start_timeout: deadline for each component to become ready.
+        verbosity: ``--v`` for kube-apiserver and kube-scheduler.
+    """
+
+    def __init__(
+        self,
+        *,
+        bin_dir: Path | None = None,
+        workdir: Path | None = None,
+        extender: ExtenderConfig | str | None = None,
+        scheduler_config: Mapping[str, Any] | None = None,
+        kubelet: bool = True,
+        kubelet_max_grace_seconds: float | None = None,
+        crds_dir: Path | None = DEFAULT_CRDS_DIR,
+        start_timeout: float = 90.0,
+        verbosity: int = 2,
+        keep_workdir: bool = False,
+    ) -> None:
+        self._bin_dir = bin_dir
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="muster-k8s-"))
+        self.keep_workdir = keep_workdir
+        self.extender = as_extender(extender)
+        self.scheduler_overrides: dict[str, Any] = dict(scheduler_config or {})
+        self.crds_dir = crds_dir
+        self.start_timeout = start_timeout
+        self.verbosity = verbosity
+        self._want_kubelet = kubelet
+        self._kubelet_max_grace = kubelet_max_grace_seconds
+
+        etcd_client, etcd_peer, apiserver, scheduler = free_ports(4)
+        self.etcd_client_port = etcd_client
+        self.etcd_peer_port = etcd_peer
+        self.apiserver_port = apiserver
+        self.scheduler_port = scheduler
+        self.server = f"https://127.0.0.1:{apiserver}"
+        self.etcd_url = f"http://127.0.0.1:{etcd_client}"
+
+        self.admin_token = secrets.token_urlsafe(32)
+        self._scheduler_token = secrets.token_urlsafe(32)
+        self.logs_dir = self.workdir / "logs"
+        self.ca_file = self.workdir / "pki" / "ca.crt"
+        self.kubeconfig = self.workdir / "admin.kubeconfig"
+        self.scheduler_kubeconfig = self.workdir / "scheduler.kubeconfig"
+        self.scheduler_config_path = self.workdir / "scheduler-config.yaml"
+        self._pki: Pki | None = None
+        self._processes: dict[str, Process] = {}
+        self._rest: RestClient | None = None
+        self._api_client: Any = None
+        self.kubelet: KubeletEmulator | None = None
+        self._node_serial = 0
+        self._started = False
+
+    # -- lifecycle
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> ControlPlane:
+        """Start every component and wait until each is ready; install the CRDs."""
+        if self._started:
+            return self
+        self._started = True
+        atexit.register(self.stop)
+        try:
+            bin_dir = self._bin_dir or ensure_binaries()
+            self._bin_dir = bin_dir
+            self._write_files()
+            self._processes = {
+                "etcd": Process("etcd", self._etcd_argv(), self.logs_dir / "etcd.log"),
+                "kube-apiserver": Process(
+                    "kube-apiserver", self._apiserver_argv(), self.logs_dir / "kube-apiserver.log"
+                ),
+                "kube-scheduler": Process(
+                    "kube-scheduler", self._scheduler_argv(), self.logs_dir / "kube-scheduler.log"
+                ),
+            }
+            self._start_etcd()
+            self._start_apiserver()
+            if self.crds_dir is not None:
+                self.install_crds(self.crds_dir)
+            self.start_scheduler()
+            if self._want_kubelet:
+                self.kubelet = KubeletEmulator(self.rest, max_grace_seconds=self._kubelet_max_grace)
+                self.kubelet.start()
+                wait_until(
+                    self.kubelet.synced.is_set, timeout=self.start_timeout, what="kubelet sync"
+                )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop everything (kubelet emulator, scheduler, apiserver, etcd); idempotent."""
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
+        for name in ("kube-scheduler", "kube-apiserver", "etcd"):
+            process = self._processes.get(name)
+            if process is not None:
+                process.stop()
+        if self._api_client is not None:
+            with contextlib.suppress(Exception):
+                self._api_client.close()
+            self._api_client = None
+        if self._rest is not None:
+            self._rest.close()
+            self._rest = None
+        if self._own_workdir and not self.keep_workdir and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        self._started = False
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The OS process id of each running component."""
+        return {n: p.pid for n, p in self._processes.items() if p.running and p.pid is not None}
+
+    def check_alive(self) -> None:
+        """Raise ``ComponentError`` (with its log tail) if a component has exited."""
+        for process in self._processes.values():
+            process.check_alive()
+
+    # -- etcd
+
+    def _etcd_argv(self) -> list[str]:
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        return [
+            str(self._binary("etcd")),
+            "--name=muster",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=muster={peer}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",  # test data: durability does not matter, speed does
+            "--log-level=warn",
+        ]
+
+    def _start_etcd(self) -> None:
+        process = self._processes["etcd"]
+        process.start()
+        pool = urllib3.PoolManager()
+
+        def healthy() -> bool:
+            process.check_alive()
+            response = pool.request("GET", f"{self.etcd_url}/health", timeout=2.0, retries=False)
+            return response.status == 200 and b'"health":"true"' in response.data
+
+        wait_until(
+            healthy,
+            timeout=self.start_timeout,
+            what="etcd /health",
+            on_timeout=lambda: self.log_tail(components=["etcd"]),
+        )
+
+    # -- kube-apiserver
+
+    def _apiserver_argv(self) -> list[str]:
+        pki = self.workdir / "pki"
+        return [
+            str(self._binary("kube-apiserver")),
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--cert-dir={pki}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            # Nothing reconciles the kubernetes Service's endpoints to a loopback address.
+            "--endpoint-reconciler-type=none",
+            # No controller creates "default" service accounts or removes the not-ready
+            # taint of new nodes (see the module docstring).
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # Close watches when terminating instead of waiting for them to time out.
+            "--shutdown-watch-termination-grace-period=2s",
+            "--allow-privileged=true",
+            "--profiling=false",
+            f"--v={self.verbosity}",
+        ]
+
+    def _start_apiserver(self) -> None:
+        self._processes["kube-apiserver"].start()
+        self.wait_apiserver_ready()
+
+    def wait_apiserver_ready(self, timeout: float | None = None) -> None:
+        """Poll kube-apiserver's ``/readyz`` until it answers ``ok``."""
+        process = self._processes["kube-apiserver"]
+
+        def ready() -> bool:
+            process.check_alive()
+            status, body = self.rest.get_text("/readyz")
+            return status == 200 and body.strip() == "ok"
+
+        wait_until(
+            ready,
+            timeout=timeout or self.start_timeout,
+            interval=0.2,
+            what="kube-apiserver /readyz",
+            on_timeout=lambda: self.log_tail(components=["kube-apiserver", "etcd"]),
+        )
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM) and start it again on the same port and data."""
+        process = self._processes["kube-apiserver"]
+        process.stop()
+        wait_until(
+            lambda: port_is_free(self.apiserver_port),
+            timeout=30.0,
+            what=f"port {self.apiserver_port} to be released",
+        )
+        self._start_apiserver()
+
+    # -- files
+
+    def _binary(self, name: str) -> Path:
+        assert self._bin_dir is not None
+        return self._bin_dir / name
+
+    def _write_files(self) -> None:
+        pki_dir = self.workdir / "pki"
+        pki_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        pki = self._pki = make_pki()
+        self.ca_file.write_bytes(pki.ca_pem)
+        (pki_dir / "apiserver.crt").write_bytes(pki.serving_cert_pem + pki.ca_pem)
+        (pki_dir / "apiserver.key").write_bytes(pki.serving_key_pem)
+        (pki_dir / "sa.key").write_bytes(pki.sa_private_pem)
+        (pki_dir / "sa.pub").write_bytes(pki.sa_public_pem)
+        for key in ("apiserver.key", "sa.key"):
+            (pki_dir / key).chmod(0o600)
+        tokens = self.workdir / "tokens.csv"
+        tokens.write_text(
+            f'{self.admin_token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
+            f"{self._scheduler_token},{SCHEDULER_USER},{SCHEDULER_USER}\n"
+        )
+        tokens.chmod(0o600)
+        write_kubeconfig(
+            self.kubeconfig,
+            server=self.server,
+            ca_pem=pki.ca_pem,
+            user=ADMIN_USER,
+            token=self.admin_token,
+        )
+        write_kubeconfig(
+            self.scheduler_kubeconfig,
+            server=self.server,
+            ca_pem=pki.ca_pem,
+            user=SCHEDULER_USER,
+            token=self._scheduler_token,
+        )
+
+    # -- logs
+
+    @property
+    def log_paths(self) -> dict[str, Path]:
+        return {name: self.logs_dir / f"{name}.log" for name in BINARIES}
+
+    def log_tail(self, lines: int = 40, components: Sequence[str] | None = None) -> str:
+        """The last ``lines`` lines of each component's log (for failure reports)."""
+        parts = []
+        for name in components or BINARIES:
+            path = self.logs_dir / f"{name}.log"
+            parts.append(f"----- {name} ({path}), last {lines} lines -----\n{tail(path, lines)}")
+        if self.kubelet is not None and self.kubelet.errors and components is None:
+            errors = "\n".join(self.kubelet.errors[-10:])
+            parts.append(f"----- kubelet emulator, last errors -----\n{errors}")
+        return "\n".join(parts)
+
+    # -- clients
+
+    @property
+    def rest(self) -> RestClient:
+        """The admin ``RestClient`` (JSON dicts in and out)."""
+        if self._rest is None:
+            self._rest = RestClient(self.server, self.admin_token, self.ca_file)
+        return self._rest
+
+    def api_client(self) -> k8s.ApiClient:
+        """The admin ``kubernetes.client.ApiClient`` (shared; built from the kubeconfig)."""
+        if self._api_client is None:
+            self._api_client = self.new_api_client(self.kubeconfig)
+        client: k8s.ApiClient = self._api_client
+        return client
+
+    @staticmethod
+    def new_api_client(kubeconfig: Path) -> k8s.ApiClient:
+        """A fresh ``ApiClient`` for a kubeconfig this harness wrote (admin or a service
+        account's: server, CA data and bearer token of its current context)."""
+        config = yaml.safe_load(kubeconfig.read_text())
+        context_name = config["current-context"]
+        context = next(c for c in config["contexts"] if c["name"] == context_name)["context"]
+        cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
+        user = next(u for u in config["users"] if u["name"] == context["user"])["user"]
+        configuration = k8s.Configuration(
+            host=cluster["cluster"]["server"],
+            api_key={"BearerToken": user["token"]},
+            api_key_prefix={"BearerToken": "Bearer"},
+            ca_cert_data=base64.b64decode(
+                cluster["cluster"]["certificate-authority-data"]
+            ).decode(),
+        )
+        return k8s.ApiClient(configuration)
+
+    def core_v1(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.api_client())
+
+    def custom_objects(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.api_client())

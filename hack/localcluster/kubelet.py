@@ -1,0 +1,321 @@
+"""The kubelet's part, emulated: there are no kubelets in the local cluster.
+
+``KubeletEmulator`` watches all pods through a ``RestClient``, marks pods bound to a node
+``Running`` and finishes graceful deletions; ``ControlPlane`` starts one by default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import urllib3
+
+from .common import Json, parse_time, timestamp
+from .rest import ApiError, RestClient
+
+
+@dataclass
+class _Task:
+    kind: str  # "start" or "delete"
+    namespace: str
+    name: str
+    uid: str
+    when: float  # time.time() at which to act
+    pod: Json = field(default_factory=dict)
+
+
+class KubeletEmulator:
+    """Plays the kubelet's part for every node (there is no kubelet).
+
+    A background thread lists and then watches all pods (resuming from the last
+    resourceVersion, relisting after "410 Gone" or a lost connection, e.g. while
+    kube-apiserver restarts); a second thread acts on them:
+
+    * a pod bound to an existing node (``spec.nodeName`` set) and still ``Pending``
+      becomes ``Running``: its status subresource gets ``startTime``, pod/host IPs,
+      the Initialized, PodReadyToStartContainers, ContainersReady, Ready (and
+      PodScheduled) conditions and running ``containerStatuses``;
+    * a pod with a ``deletionTimestamp`` (kube-apiserver deletes a pod bound to a node
+      gracefully: it only sets ``deletionTimestamp`` = now + grace period) is deleted
+      with grace period 0 (and a UID precondition) once ``deletionTimestamp`` has passed,
+      or after ``max_grace_seconds`` if that is set and shorter.
+    """
+
+    def __init__(self, rest: RestClient, *, max_grace_seconds: float | None = None) -> None:
+        self._rest = rest
+        self.max_grace_seconds = max_grace_seconds
+        self._events: queue.Queue[tuple[str, Json]] = queue.Queue()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._response_lock = threading.Lock()
+        self._response: urllib3.BaseHTTPResponse | None = None
+        self._tasks: dict[str, _Task] = {}
+        self._started: set[str] = set()
+        self._node_ips: dict[str, str] = {}
+        self._next_pod_ip = 1
+        self.pods_started = 0
+        self.pods_deleted = 0
+        self.synced = threading.Event()
+        self.errors: list[str] = []
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        self._stop.clear()
+        self._threads = [
+            threading.Thread(target=self._watch_loop, name="kubelet-watch", daemon=True),
+            threading.Thread(target=self._work_loop, name="kubelet-work", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._interrupt_watch()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = []
+
+    @property
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def remember_node_ip(self, node: str, ip: str) -> None:
+        self._node_ips[node] = ip
+
+    # -- watching
+
+    def _interrupt_watch(self) -> None:
+        with self._response_lock:
+            response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+
+    def _note_error(self, message: str) -> None:
+        self.errors.append(f"{timestamp()} {message}")
+        del self.errors[:-50]
+
+    def _watch_loop(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                listing = self._rest.request("GET", "/api/v1/pods")
+                for pod in listing.get("items", []):
+                    self._events.put(("SYNC", pod))
+                rv = str(listing["metadata"]["resourceVersion"])
+                self.synced.set()
+                backoff = 0.1
+                while not self._stop.is_set():
+                    rv = self._watch_once(rv)
+            except _Gone:
+                continue
+            except Exception as exc:
+                if self._stop.is_set():
+                    break
+                self._note_error(f"watch: {exc!r}")
+                self._stop.wait(backoff)
+                backoff = min(2.0, backoff * 2)
+
+    def _watch_once(self, rv: str) -> str:
+        query: dict[str, str | int | bool] = {
+            "watch": True,
+            "resourceVersion": rv,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": 300,
+        }
+        response = self._rest.stream("/api/v1/pods", query, timeout=330.0)
+        with self._response_lock:
+            self._response = response
+        try:
+            if self._stop.is_set():
+                return rv
+            buffer = b""
+            for chunk in response.stream(65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        rv = self._on_event(json.loads(line), rv)
+            return rv
+        finally:
+            with self._response_lock:
+                self._response = None
+            with contextlib.suppress(Exception):
+                response.release_conn()
+
+    def _on_event(self, event: Json, rv: str) -> str:
+        kind = str(event.get("type"))
+        obj: Json = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone()
+            raise RuntimeError(f"watch error event: {obj}")
+        new_rv = obj.get("metadata", {}).get("resourceVersion")
+        if kind != "BOOKMARK":
+            self._events.put((kind, obj))
+        return str(new_rv) if new_rv else rv
+
+    # -- acting
+
+    def _work_loop(self) -> None:
+        while not self._stop.is_set():
+            now = time.time()
+            due = [t for t in self._tasks.values() if t.when <= now]
+            for task in due:
+                self._run(task)
+            waits = [t.when - time.time() for t in self._tasks.values()]
+            timeout = min([0.5, *waits])
+            try:
+                kind, pod = self._events.get(timeout=max(0.01, timeout))
+            except queue.Empty:
+                continue
+            try:
+                self._on_pod(kind, pod)
+            except Exception as exc:
+                self._note_error(f"pod {kind}: {exc!r}")
+
+    def _on_pod(self, kind: str, pod: Json) -> None:
+        meta = pod.get("metadata", {})
+        uid = str(meta.get("uid", ""))
+        if kind == "DELETED":
+            self._tasks.pop(uid, None)
+            self._started.discard(uid)
+            return
+        node = pod.get("spec", {}).get("nodeName")
+        if not node:
+            return
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        deletion = meta.get("deletionTimestamp")
+        if deletion:
+            when = parse_time(str(deletion))
+            if self.max_grace_seconds is not None:
+                when = min(when, time.time() + self.max_grace_seconds)
+            existing = self._tasks.get(uid)
+            if existing is None or existing.kind != "delete":
+                self._tasks[uid] = _Task("delete", namespace, name, uid, when)
+            return
+        phase = pod.get("status", {}).get("phase", "Pending")
+        if phase == "Pending" and uid not in self._started and uid not in self._tasks:
+            self._tasks[uid] = _Task("start", namespace, name, uid, 0.0, pod)
+
+    def _run(self, task: _Task) -> None:
+        try:
+            if task.kind == "start":
+                self._start_pod(task)
+            else:
+                self._delete_pod(task)
+        except ApiError as exc:
+            if exc.status in (404, 409):  # gone, or replaced by another pod of that name
+                self._tasks.pop(task.uid, None)
+                return
+            self._note_error(f"{task.kind} {task.namespace}/{task.name}: {exc}")
+            task.when = time.time() + 0.5
+        except Exception as exc:  # connection refused while kube-apiserver restarts, ...
+            self._note_error(f"{task.kind} {task.namespace}/{task.name}: {exc!r}")
+            task.when = time.time() + 0.5
+        else:
+            if self._tasks.get(task.uid) is task:
+                del self._tasks[task.uid]
+
+    def _node_ip(self, node: str) -> str | None:
+        if node not in self._node_ips:
+            try:
+                obj = self._rest.request("GET", f"/api/v1/nodes/{quote(node)}")
+            except ApiError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            addresses = obj.get("status", {}).get("addresses", [])
+            ips = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
+            self._node_ips[node] = ips[0] if ips else ""
+        return self._node_ips[node]
+
+    def _start_pod(self, task: _Task) -> None:
+        pod = task.pod
+        node = str(pod["spec"]["nodeName"])
+        host_ip = self._node_ip(node)
+        if host_ip is None:  # bound to a node that does not exist: no kubelet would run it
+            self._note_error(f"pod {task.namespace}/{task.name} is bound to unknown node {node}")
+            return
+        now = timestamp()
+        serial = self._next_pod_ip
+        self._next_pod_ip += 1
+        pod_ip = f"10.244.{(serial >> 8) & 255}.{serial & 255}"
+        spec = pod.get("spec", {})
+        conditions = [
+            {"type": t, "status": "True", "lastTransitionTime": now}
+            for t in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+        ]
+        existing = {c.get("type"): c for c in pod.get("status", {}).get("conditions", [])}
+        if existing.get("PodScheduled", {}).get("status") != "True":
+            conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now})
+
+        def container_status(container: Json, running: bool) -> Json:
+            state: Json
+            if running:
+                state = {"running": {"startedAt": now}}
+            else:
+                state = {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": now,
+                        "finishedAt": now,
+                    }
+                }
+            return {
+                "name": container["name"],
+                "image": container.get("image", ""),
+                "imageID": "",
+                "containerID": f"emulated://{task.uid}/{container['name']}",
+                "ready": running,
+                "started": running,
+                "restartCount": 0,
+                "state": state,
+            }
+
+        status: Json = {
+            "phase": "Running",
+            "startTime": now,
+            "podIP": pod_ip,
+            "podIPs": [{"ip": pod_ip}],
+            "conditions": conditions,
+            "containerStatuses": [container_status(c, True) for c in spec.get("containers", [])],
+        }
+        if host_ip:
+            status["hostIP"] = host_ip
+            status["hostIPs"] = [{"ip": host_ip}]
+        if spec.get("initContainers"):
+            status["initContainerStatuses"] = [
+                container_status(c, c.get("restartPolicy") == "Always")
+                for c in spec["initContainers"]
+            ]
+        path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}/status"
+        patch = {"metadata": {"uid": task.uid}, "status": status}
+        self._rest.request(
+            "PATCH", path, patch, content_type="application/strategic-merge-patch+json"
+        )
+        self._started.add(task.uid)
+        self.pods_started += 1
+
+    def _delete_pod(self, task: _Task) -> None:
+        path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}"
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": task.uid},
+        }
+        self._rest.request("DELETE", path, options)
+        self.pods_deleted += 1
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""

@@ -1,0 +1,144 @@
+"""Throw-away certificates, keys and kubeconfigs.
+
+``make_pki`` creates the CA, kube-apiserver's serving certificate and the service-account
+signing keys that ``ControlPlane`` writes to ``<workdir>/pki``; ``write_kubeconfig`` writes
+a kubeconfig for one bearer token (admin, scheduler, service accounts).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca_pem: bytes
+    serving_cert_pem: bytes
+    serving_key_pem: bytes
+    sa_private_pem: bytes
+    sa_public_pem: bytes
+
+
+def make_pki() -> Pki:
+    """A throw-away CA, a serving certificate for 127.0.0.1, and service-account keys."""
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    later = now + dt.timedelta(days=7)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "muster-local-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    service_ip = next(ipaddress.IPv4Network(SERVICE_CLUSTER_IP_RANGE).hosts())
+    names: list[x509.GeneralName] = [
+        x509.DNSName(name)
+        for name in (
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        )
+    ]
+    names += [
+        x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
+        x509.IPAddress(service_ip),
+    ]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return Pki(
+        ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
+        serving_cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        serving_key_pem=key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+        sa_private_pem=sa_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+        sa_public_pem=sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+
+
+def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes, user: str, token: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "muster-local",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [
+            {"name": "muster-local", "context": {"cluster": "muster-local", "user": user}}
+        ],
+        "current-context": "muster-local",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path

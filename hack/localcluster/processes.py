@@ -1,0 +1,130 @@
+"""The OS processes of the control plane, their logs and their ports.
+
+``Process`` starts one component with its output in a log file and stops it (SIGTERM,
+then SIGKILL); ``free_ports`` and ``port_is_free`` pick and check loopback ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from .common import timestamp
+
+
+class ComponentError(RuntimeError):
+    """A component failed to start, exited, or did not become ready in time."""
+
+
+class Process:
+    """One component: its command line, its log file, its OS process."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if self.running:
+            raise ComponentError(f"{self.name} is already running")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = list(self.argv)
+        setpriv = shutil.which("setpriv")
+        if setpriv and threading.current_thread() is threading.main_thread():
+            # Parent-death signal: the component gets SIGTERM if this process dies
+            # without running its cleanup (e.g. SIGKILL). It is tied to the thread that
+            # forks, hence main thread only.
+            argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
+        with self.log_path.open("ab") as log:
+            log.write(f"\n===== {timestamp()} starting: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def check_alive(self) -> None:
+        if self.popen is None:
+            raise ComponentError(f"{self.name} was never started")
+        code = self.popen.poll()
+        if code is not None:
+            raise ComponentError(
+                f"{self.name} exited with status {code}; log tail:\n{tail(self.log_path, 40)}"
+            )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+        popen = self.popen
+        if popen is None:
+            return
+        if popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                popen.send_signal(signal.SIGTERM)
+            try:
+                popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    popen.kill()
+                popen.wait(5.0)
+        with contextlib.suppress(OSError), self.log_path.open("ab") as log:
+            log.write(f"===== {timestamp()} stopped (exit status {popen.returncode})\n".encode())
+        self.popen = None
+
+
+def tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a (possibly large) text file."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            block = min(size, max(4096, lines * 400))
+            handle.seek(size - block)
+            data = handle.read()
+    except FileNotFoundError:
+        return "(no log yet)"
+    text = data.decode("utf-8", errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct TCP ports that are free on 127.0.0.1 right now."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Like Go's listeners: connections in TIME_WAIT do not keep the port busy.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,222 @@
+"""kube-scheduler: its configuration and how ``ControlPlane`` runs it.
+
+``ExtenderConfig`` / ``ManagedResource`` describe the ``extenders`` entry of the
+KubeSchedulerConfiguration; ``SchedulerMixin`` is the part of ``ControlPlane`` that writes
+that configuration and starts, stops and restarts kube-scheduler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+import urllib3
+import yaml
+
+from .common import Json
+from .processes import Process, port_is_free
+from .waiting import wait_until
+
+
+@dataclass(frozen=True)
+class ManagedResource:
+    """An extended resource the extender manages (``extenders[].managedResources``)."""
+
+    name: str
+    ignored_by_scheduler: bool = False
+
+
+@dataclass(frozen=True)
+class ExtenderConfig:
+    """The ``extenders`` entry of the KubeSchedulerConfiguration.
+
+    ``url_prefix`` is where the extender listens (e.g. ``http://127.0.0.1:8888`` or
+    ``http://127.0.0.1:8888/scheduler``); the scheduler POSTs to ``{url_prefix}/{verb}``.
+    ``bind`` delegates binding to the extender (``bindVerb``). A verb set to ``None`` is
+    left out. ``http_timeout`` is a Go duration string.
+    """
+
+    url_prefix: str
+    bind: bool = False
+    filter_verb: str | None = "filter"
+    prioritize_verb: str | None = "prioritize"
+    preempt_verb: str | None = "preempt"
+    bind_verb: str = "bind"
+    weight: int = 1
+    node_cache_capable: bool = True
+    http_timeout: str = "5s"
+    ignorable: bool = False
+    managed_resources: tuple[ManagedResource, ...] = ()
+
+    def to_config(self) -> Json:
+        entry: Json = {"urlPrefix": self.url_prefix}
+        if self.filter_verb:
+            entry["filterVerb"] = self.filter_verb
+        if self.prioritize_verb:
+            entry["prioritizeVerb"] = self.prioritize_verb
+            entry["weight"] = self.weight
+        if self.preempt_verb:
+            entry["preemptVerb"] = self.preempt_verb
+        if self.bind:
+            entry["bindVerb"] = self.bind_verb
+        entry.update(
+            {
+                "enableHTTPS": False,
+                "nodeCacheCapable": self.node_cache_capable,
+                "httpTimeout": self.http_timeout,
+                "ignorable": self.ignorable,
+            }
+        )
+        if self.managed_resources:
+            entry["managedResources"] = [
+                {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler}
+                for r in self.managed_resources
+            ]
+        return entry
+
+
+def as_extender(value: ExtenderConfig | str | None) -> ExtenderConfig | None:
+    if value is None or isinstance(value, ExtenderConfig):
+        return value
+    return ExtenderConfig(url_prefix=value)
+
+
+class Keep:
+    """Sentinel type: "keep the current setting"."""
+
+
+KEEP = Keep()
+
+
+class SchedulerMixin:
+    """``ControlPlane``'s kube-scheduler methods (see ``ControlPlane`` for the attributes)."""
+
+    extender: ExtenderConfig | None
+    scheduler_overrides: dict[str, Any]
+    scheduler_config_path: Path
+    scheduler_kubeconfig: Path
+    scheduler_port: int
+    start_timeout: float
+    verbosity: int
+    _processes: dict[str, Process]
+
+    if TYPE_CHECKING:
+
+        def _binary(self, name: str) -> Path: ...
+
+        def log_tail(self, lines: int = 40, components: Sequence[str] | None = None) -> str: ...
+
+    # -- kube-scheduler
+
+    def _scheduler_argv(self) -> list[str]:
+        return [
+            str(self._binary("kube-scheduler")),
+            f"--config={self.scheduler_config_path}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.scheduler_port}",
+            # Delegated authn/authz for its own endpoints: the admin token can read /metrics.
+            f"--authentication-kubeconfig={self.scheduler_kubeconfig}",
+            f"--authorization-kubeconfig={self.scheduler_kubeconfig}",
+            "--authentication-skip-lookup=true",  # bearer tokens only, no client-CA lookup
+            f"--v={self.verbosity}",
+        ]
+
+    def scheduler_configuration(self) -> Json:
+        """The KubeSchedulerConfiguration the scheduler runs (or will run) with."""
+        config: Json = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {
+                "kubeconfig": str(self.scheduler_kubeconfig),
+                "qps": 200,
+                "burst": 400,
+            },
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler"}],
+        }
+        if self.extender is not None:
+            config["extenders"] = [self.extender.to_config()]
+        config.update(self.scheduler_overrides)
+        return config
+
+    def start_scheduler(self) -> None:
+        """Write the scheduler configuration, start kube-scheduler, wait for ``/readyz``."""
+        self.scheduler_config_path.write_text(
+            yaml.safe_dump(self.scheduler_configuration(), sort_keys=False)
+        )
+        process = self._processes["kube-scheduler"]
+        process.start()
+        pool = urllib3.PoolManager(cert_reqs="CERT_NONE")  # its self-signed serving cert
+
+        def ready() -> bool:
+            process.check_alive()
+            response = pool.request(
+                "GET",
+                f"https://127.0.0.1:{self.scheduler_port}/readyz",
+                timeout=2.0,
+                retries=False,
+            )
+            return response.status == 200
+
+        with _quiet_insecure_warnings():
+            wait_until(
+                ready,
+                timeout=self.start_timeout,
+                interval=0.2,
+                what="kube-scheduler /readyz",
+                on_timeout=lambda: self.log_tail(components=["kube-scheduler"]),
+            )
+
+    def stop_scheduler(self) -> None:
+        self._processes["kube-scheduler"].stop()
+
+    def restart_scheduler(
+        self,
+        extender: ExtenderConfig | str | Keep | None = KEEP,
+        *,
+        scheduler_config: Mapping[str, Any] | Keep | None = KEEP,
+    ) -> None:
+        """Restart kube-scheduler, optionally with another extender / extra config.
+
+        ``extender=None`` removes the extender; leaving an argument out keeps it.
+        """
+        if not isinstance(extender, Keep):
+            self.extender = as_extender(extender)
+        if not isinstance(scheduler_config, Keep):
+            self.scheduler_overrides = dict(scheduler_config or {})
+        self.stop_scheduler()
+        wait_until(
+            lambda: port_is_free(self.scheduler_port),
+            timeout=30.0,
+            what=f"port {self.scheduler_port} to be released",
+        )
+        self.start_scheduler()
+
+    @contextlib.contextmanager
+    def using_extender(
+        self,
+        extender: ExtenderConfig | str | None,
+        *,
+        scheduler_config: Mapping[str, Any] | Keep | None = KEEP,
+    ) -> Iterator[Self]:
+        """Run kube-scheduler with ``extender`` (and ``scheduler_config``, if given) inside
+        the block, then restore the previous configuration (e.g. around a test module that
+        runs Muster)."""
+        previous, previous_config = self.extender, self.scheduler_overrides
+        self.restart_scheduler(extender, scheduler_config=scheduler_config)
+        try:
+            yield self
+        finally:
+            self.restart_scheduler(previous, scheduler_config=previous_config)
+
+
+@contextlib.contextmanager
+def _quiet_insecure_warnings() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+        yield
