@@ -17,9 +17,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check extender quota tests bench hack
-	$(VENV)/bin/ruff format --check extender quota tests bench hack
+	$(VENV)/bin/ruff check base extender quota tests bench hack
+	$(VENV)/bin/ruff format --check base extender quota tests bench hack
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: venv
 	$(PY) -m pytest tests/unit

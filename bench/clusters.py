@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import random
 
-from extender.core import keys
+from base import keys
+from base.resources import MILLI
 from extender.core.config import MusterArgs
 from extender.core.objects import NodeInfo, PodInfo
-from extender.core.resources import MILLI
 from extender.core.snapshot import Snapshot
 from quota.tree import QuotaSpec
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.core.resources import Resources, add_into, subtract
+from base.resources import Resources, add_into, subtract
 from quota.tree import QuotaTree
 
 

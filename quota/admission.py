@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
 
-from extender.core.resources import PODS, format_quantity
+from base.resources import PODS, format_quantity
 from quota.accounting import QuotaLedger
 from quota.tree import StopPolicy
 

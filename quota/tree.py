@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from extender.core import keys
-from extender.core.objects import ManifestError
-from extender.core.resources import QuantityError, format_quantity, parse_resource_list
+from base import keys
+from base.errors import ManifestError
+from base.resources import format_quantity, parse_resource_list
 
 _Policy = TypeVar("_Policy", bound=StrEnum)
 
@@ -95,12 +95,8 @@ def parse_elastic_quota(obj: Mapping[str, Any]) -> QuotaSpec:
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
             raise ManifestError(where, "expected a mapping of strings to strings")
-    try:
-        minimum = parse_resource_list(spec.get("min"), "spec.min")
-        maximum = parse_resource_list(spec.get("max"), "spec.max")
-    except QuantityError as error:
-        where, _, message = str(error).partition(": ")
-        raise ManifestError(where, message) from None
+    minimum = parse_resource_list(spec.get("min"), "spec.min")
+    maximum = parse_resource_list(spec.get("max"), "spec.max")
     for resource in sorted(set(minimum) & set(maximum)):
         if minimum[resource] > maximum[resource]:
             raise ManifestError(

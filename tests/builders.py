@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from extender.core import keys
+from base import keys
 from extender.core.config import MusterArgs
 from extender.core.objects import parse_node, parse_pod
 from extender.core.snapshot import Snapshot

@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 
 import yaml
 
-from extender.core import keys
+from base import keys
+from base.errors import ManifestError
 from extender.core.config import MusterArgs
 from extender.core.jobs import min_available_annotation
 from extender.core.objects import (
-    ManifestError,
     PriorityClasses,
     parse_node,
     parse_pod,

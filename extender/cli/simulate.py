@@ -18,9 +18,9 @@ from typing import Any, TextIO
 
 import yaml
 
+from base.resources import format_resources
 from extender.cli.manifests import InputError, load_manifests
 from extender.core.config import ArgsError, MusterArgs, parse_args
-from extender.core.resources import format_resources
 from extender.core.snapshot import Snapshot
 from extender.core.whatif import SimulationResult, run_simulation
 

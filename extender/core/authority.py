@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from extender.core import keys
+from base import keys
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import UNNAMED_COMPONENT, PodInfo
 from extender.core.reservations import reserved_by_muster

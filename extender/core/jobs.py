@@ -8,9 +8,10 @@ whether it may trigger preemption follow its labels and Muster's arguments.
 
 from __future__ import annotations
 
-from extender.core import keys
+from base import keys
+from base.errors import ManifestError
 from extender.core.config import MusterArgs
-from extender.core.objects import ManifestError, PodInfo
+from extender.core.objects import PodInfo
 
 
 def min_available_annotation(pod: PodInfo) -> int | None:

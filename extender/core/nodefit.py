@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from extender.core import keys
+from base import keys
 from extender.core.objects import NodeInfo, NodeSelectorTerm, PodInfo, SelectorRequirement
 
 

@@ -16,17 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.core import keys
-from extender.core.resources import QuantityError, Resources, parse_resource_list, pod_requests
-
-
-class ManifestError(ValueError):
-    """An object that cannot be read: ``field`` is its dotted path, ``message`` the problem."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+from base import keys
+from base.errors import ManifestError
+from base.resources import Resources, parse_resource_list, pod_requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,11 +231,7 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
     status = _mapping(obj.get("status"), "status")
     name = _name(metadata)
     namespace = _str(metadata.get("namespace") or "default", "metadata.namespace")
-    try:
-        requests = pod_requests(spec)
-    except QuantityError as error:
-        field, _, message = str(error).partition(": ")
-        raise ManifestError(field, message) from None
+    requests = pod_requests(spec)
     created = parse_time(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     node_affinity = _mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
@@ -397,11 +385,7 @@ def _tolerations(value: object) -> tuple[Toleration, ...]:
 
 
 def _resources(value: object, field: str) -> Resources:
-    try:
-        return parse_resource_list(value, field)
-    except QuantityError as error:
-        where, _, message = str(error).partition(": ")
-        raise ManifestError(where, message) from None
+    return parse_resource_list(value, field)
 
 
 def _name(metadata: Mapping[str, Any]) -> str:

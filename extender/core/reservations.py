@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from extender.core import keys
+from base import keys
 from extender.core.objects import PodInfo
 from extender.core.snapshot import Reservation
 

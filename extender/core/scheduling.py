@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from base.resources import PODS, Resources, add_into, shortfall
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
-from extender.core.resources import PODS, Resources, add_into, shortfall
 from extender.core.snapshot import Snapshot, UnknownQuotaError
 from quota.admission import job_admission_failures
 

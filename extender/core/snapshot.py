@@ -26,11 +26,12 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from extender.core import keys
+from base import keys
+from base.errors import ManifestError
+from base.resources import Resources, add_into, subtract
 from extender.core.config import MusterArgs
 from extender.core.jobs import is_preemptible, min_available_annotation
-from extender.core.objects import ManifestError, NodeInfo, PodInfo
-from extender.core.resources import Resources, add_into, subtract
+from extender.core.objects import NodeInfo, PodInfo
 from quota.accounting import QuotaLedger
 from quota.tree import QuotaSpec, QuotaTree
 

@@ -28,7 +28,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
-from extender.core.objects import ManifestError, PodInfo, parse_pod
+from base.errors import ManifestError
+from extender.core.objects import PodInfo, parse_pod
 from extender.http import explain, wire
 from extender.http.metrics import QuotaCollector
 from extender.service import Extender, SnapshotBusy

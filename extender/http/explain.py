@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from base.resources import format_resources
 from extender.core.decisions import DecisionLog
 from extender.core.objects import format_time
-from extender.core.resources import format_resources
 from extender.core.scheduling import admission_failures
 from extender.core.snapshot import Snapshot
 

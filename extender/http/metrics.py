@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from extender.core.resources import MILLI
+from base.resources import MILLI
 from extender.service import ClusterSource
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter
 
-from extender.core import keys
+from base import keys
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
 from extender.kube.writer import ClusterWriter

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import httpx
 
+from base.resources import format_resources
 from extender.core.objects import PodInfo
-from extender.core.resources import format_resources
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
 from extender.kube.worker import PeriodicWorker

@@ -18,7 +18,8 @@ from contextlib import AbstractContextManager
 
 from prometheus_client import Counter
 
-from extender.core import keys
+from base import keys
+from base.errors import ManifestError
 from extender.core.authority import (
     governing_reason,
     hold_room_for_scheduler_preemption,
@@ -26,7 +27,7 @@ from extender.core.authority import (
     preempted_by_scheduler,
 )
 from extender.core.config import MusterArgs
-from extender.core.objects import ManifestError, PodInfo, PriorityClasses, parse_node, parse_pod
+from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.preemption.planner import ready_to_plan
 from extender.core.reservations import parse_persisted
 from extender.core.snapshot import Reservation, Snapshot

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from extender.core import keys
+from base import keys
 from extender.core.objects import PodInfo, format_time
 from extender.kube.client import ApiError, Json, KubeClient
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from extender.core import keys
+from base import keys
 from extender.core.authority import (
     governing_reason,
     hold_room_for_scheduler_preemption,

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, cast
 
-from extender.core import keys
+from base import keys
 from extender.core.config import MusterArgs
 from extender.core.decisions import DecisionLog
 from extender.core.objects import parse_pod

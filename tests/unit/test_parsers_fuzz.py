@@ -7,7 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.core.objects import ManifestError, parse_node, parse_pod
+from base.errors import ManifestError
+from extender.core.objects import parse_node, parse_pod
 from quota.tree import parse_elastic_quota
 from tests.builders import JSON_LEAVES, json_values
 

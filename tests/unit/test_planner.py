@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.core import keys
+from base import keys
 from extender.core.config import MusterArgs
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
 from extender.core.snapshot import Snapshot

@@ -17,10 +17,10 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from extender.core import keys
+from base import keys
+from base.resources import add_into, fits
 from extender.core.preemption.fit import JobFit
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.resources import add_into, fits
 from extender.core.scheduling import job_demand
 from extender.core.snapshot import Snapshot
 from quota.admission import job_admission_failures

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from extender.core import keys
-from extender.core.objects import ManifestError
+from base import keys
+from base.errors import ManifestError
 from quota.accounting import QuotaLedger
 from quota.admission import job_admission_failures, min_violation, would_borrow
 from quota.tree import (

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.core.resources import (
-    QuantityError,
+from base.errors import QuantityError
+from base.resources import (
     copies_that_fit,
     format_quantity,
     parse_quantity,

@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from extender.core import keys
+from base import keys
 from extender.core.objects import parse_node, parse_pod
 from extender.core.snapshot import Reservation, Snapshot
 from quota.tree import parse_elastic_quota

@@ -35,8 +35,8 @@ from enum import Enum
 from operator import itemgetter
 from typing import Protocol
 
+from base.resources import add_into
 from extender.core.objects import PodInfo
-from extender.core.resources import add_into
 from extender.core.snapshot import SCATTERED, Snapshot, UnitEntry, UnitPlace
 from quota.admission import is_borrowing
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota

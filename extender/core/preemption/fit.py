@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from base.resources import Resources, add_into, copies_that_fit
 from extender.core.nodefit import constraint_signature, static_misfit
 from extender.core.objects import PodInfo
-from extender.core.resources import Resources, add_into, copies_that_fit
 from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
 from extender.core.snapshot import Snapshot
 
@@ -67,7 +67,7 @@ def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]
     falls below what it is now: a resource can be short only if its free room
     now is below ``min(most + 1, size)`` copies.
 
-    The same numbers as :func:`~extender.core.resources.copies_that_fit` over
+    The same numbers as :func:`~base.resources.copies_that_fit` over
     those lists, without building them; ``shape.needs`` come scarcest first, so
     most nodes are settled by their first resource.
     """

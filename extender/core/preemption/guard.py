@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from base.resources import add_into, fits
 from extender.core.authority import governing_reason
 from extender.core.objects import PodInfo
-from extender.core.resources import add_into, fits
 from extender.core.snapshot import Snapshot
 
 

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from base.errors import QuantityError
+
 #: A resource list: resource name → amount in milli-units.
 Resources = dict[str, int]
 
@@ -55,10 +57,6 @@ _QUANTITY = re.compile(
 )
 # Resources whose amounts read best in binary units (8Gi rather than 8589934592).
 _BYTE_RESOURCES = ("memory", "ephemeral-storage", "storage")
-
-
-class QuantityError(ValueError):
-    """A value that is not a valid, non-negative Kubernetes quantity."""
 
 
 def parse_quantity(value: object) -> int:
@@ -129,15 +127,15 @@ def parse_resource_list(value: object, field: str) -> Resources:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise QuantityError(f"{field}: expected a mapping of resource quantities, got {value!r}")
+        raise QuantityError(f"expected a mapping of resource quantities, got {value!r}", field)
     parsed: Resources = {}
     for name, quantity in value.items():
         if not isinstance(name, str) or not name:
-            raise QuantityError(f"{field}: resource name {name!r} is not a string")
+            raise QuantityError(f"resource name {name!r} is not a string", field)
         try:
             parsed[name] = parse_quantity(quantity)
         except QuantityError as error:
-            raise QuantityError(f"{field}.{name}: {error}") from None
+            raise QuantityError(error.message, f"{field}.{name}") from None
     return parsed
 
 
@@ -238,7 +236,7 @@ def _list(value: object, field: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise QuantityError(f"{field}: expected a list, got {type(value).__name__}")
+        raise QuantityError(f"expected a list, got {type(value).__name__}", field)
     return value
 
 
@@ -251,10 +249,10 @@ def _resource_requests(value: object, field: str) -> list[Resources]:
 
 def _container_requests(container: object, field: str) -> Resources:
     if not isinstance(container, Mapping):
-        raise QuantityError(f"{field}: expected a container object")
+        raise QuantityError("expected a container object", field)
     resources = container.get("resources") or {}
     if not isinstance(resources, Mapping):
-        raise QuantityError(f"{field}.resources: expected an object")
+        raise QuantityError("expected an object", f"{field}.resources")
     limits = parse_resource_list(resources.get("limits"), f"{field}.resources.limits")
     requests = parse_resource_list(resources.get("requests"), f"{field}.resources.requests")
     return limits | requests
