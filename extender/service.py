@@ -26,6 +26,7 @@ from extender.core.objects import PodInfo
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
 from extender.core.preemption.planner import ready_to_plan
 from extender.core.scheduling import (
+    FilterOutcome,
     FilterResult,
     filter_nodes,
     hold_admitted_job,
@@ -158,19 +159,20 @@ class Extender:
             self._recent.move_to_end(pod.key)
             while len(self._recent) > RECENT_PODS:
                 self._recent.popitem(last=False)
-        if result.quota_failures:
-            self._record(pod, "filter", "rejected by quota", result.quota_failures)
-            self._unschedulable(pod.job, "; ".join(result.quota_failures), plan_at_once)
-        elif result.pinned_to is not None:
-            self._record(pod, "filter", f"held to its reserved node {result.pinned_to}")
-        elif result.failed:
-            reasons = tuple(sorted(set(result.failed.values())))
-            outcome = f"{len(result.passed)} of {len(nodes)} nodes passed"
-            self._record(pod, "filter", outcome, reasons)
-            if not result.passed:
-                self._unschedulable(pod.job, "; ".join(reasons), plan_at_once)
-        else:
-            self._record(pod, "filter", f"all {len(nodes)} nodes passed")
+        match result.outcome:
+            case FilterOutcome.REJECTED_BY_QUOTA:
+                self._record(pod, "filter", "rejected by quota", result.quota_failures)
+                self._unschedulable(pod.job, "; ".join(result.quota_failures), plan_at_once)
+            case FilterOutcome.PINNED_TO_RESERVATION:
+                self._record(pod, "filter", f"held to its reserved node {result.pinned_to}")
+            case FilterOutcome.KEPT_OFF_RESERVED_ROOM:
+                reasons = tuple(sorted(set(result.failed.values())))
+                outcome = f"{len(result.passed)} of {len(nodes)} nodes passed"
+                self._record(pod, "filter", outcome, reasons)
+                if not result.passed:
+                    self._unschedulable(pod.job, "; ".join(reasons), plan_at_once)
+            case FilterOutcome.ADMITTED:
+                self._record(pod, "filter", f"all {len(nodes)} nodes passed")
         return result
 
     def prioritize(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from base.resources import Resources, add_into, subtract
+from base.resources import Resources, add_into, format_resources, subtract
 from quota.tree import QuotaTree
 
 
@@ -109,3 +109,19 @@ class _Overlay(QuotaLedger):
                     self.usage[name] = self.usage[name].copy()
                     self._owned.add(name)
         super().charge(quota, requests, preemptible=preemptible, used=used, sign=sign)
+
+
+def usage_report(ledger: QuotaLedger, quota: str) -> dict[str, dict[str, str]]:
+    """A quota's bounds and usage as Kubernetes quantities, zero amounts left out: ``min``,
+    ``max``, ``used`` (its whole subtree, what its ``max`` bounds), ``nonPreemptibleUsed``
+    and ``nonPreemptibleRequest``.  The one rendering behind ``/debug/quotas``,
+    ``simulate``'s output and the ElasticQuota status Muster writes."""
+    spec = ledger.tree[quota]
+    usage = ledger[quota]
+    return {
+        "min": format_resources(spec.min),
+        "max": format_resources(spec.max),
+        "used": format_resources({k: v for k, v in usage.subtree_used.items() if v}),
+        "nonPreemptibleUsed": format_resources({k: v for k, v in usage.np_used.items() if v}),
+        "nonPreemptibleRequest": format_resources({k: v for k, v in usage.np_request.items() if v}),
+    }

@@ -21,7 +21,7 @@ import yaml
 from base import keys
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
-from extender.core.jobs import min_available_annotation
+from extender.core.jobs import min_available_annotation, parse_pod_group
 from extender.core.objects import (
     PriorityClasses,
     parse_node,
@@ -115,16 +115,8 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
             raise document.error("metadata.name", f"duplicate Node name {node.name!r}")
         snapshot.upsert_node(node)
     for document in by_kind["PodGroup"]:
-        group_spec = document.obj.get("spec") or {}
-        min_member = group_spec.get("minMember") if isinstance(group_spec, Mapping) else None
-        if min_member is not None and (
-            isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1
-        ):
-            raise document.error("spec.minMember", f"{min_member!r} is not a positive integer")
-        metadata = document.obj.get("metadata") or {}
-        snapshot.set_pod_group(  # no minMember: every pod of the job, as in live mode
-            str(metadata.get("namespace") or "default"), str(metadata.get("name")), min_member
-        )
+        group = _parse(document, parse_pod_group)
+        snapshot.set_pod_group(group.namespace, group.name, group.min_member)
     for document in by_kind["Pod"]:
         pod = _parse(document, lambda obj: parse_pod(obj, priorities))
         if pod.key in snapshot.pods:

@@ -18,11 +18,11 @@ from typing import Any, TextIO
 
 import yaml
 
-from base.resources import format_resources
 from extender.cli.manifests import InputError, load_manifests
 from extender.core.config import ArgsError, MusterArgs, parse_args
 from extender.core.snapshot import Snapshot
 from extender.core.whatif import SimulationResult, run_simulation
+from quota.accounting import usage_report
 
 
 def load_args_file(path: str | None) -> MusterArgs:
@@ -53,14 +53,9 @@ def simulate_files(
 def result_document(result: SimulationResult, snapshot: Snapshot) -> dict[str, Any]:
     """The ``--output json`` document of SIMULATE.md."""
     quotas = {}
-    for name, spec in sorted(snapshot.tree.specs.items()):
-        usage = snapshot.ledger[name]
-        quotas[name] = {
-            "min": format_resources(spec.min),
-            "max": format_resources(spec.max),
-            "used": format_resources({k: v for k, v in usage.subtree_used.items() if v}),
-            "nonPreemptibleUsed": format_resources({k: v for k, v in usage.np_used.items() if v}),
-        }
+    for name in sorted(snapshot.tree.specs):
+        report = usage_report(snapshot.ledger, name)
+        quotas[name] = {key: report[key] for key in ("min", "max", "used", "nonPreemptibleUsed")}
     return {
         "placements": dict(sorted(result.placements.items())),
         "evictions": [

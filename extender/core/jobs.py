@@ -8,6 +8,10 @@ whether it may trigger preemption follow its labels and Muster's arguments.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from base import keys
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
@@ -29,6 +33,38 @@ def min_available_annotation(pod: PodInfo) -> int | None:
             f"{text!r} is not a positive integer",
         )
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupInfo:
+    """A PodGroup (scheduler-plugins, either API group): its job and ``spec.minMember``
+    (``None``: not set, so every pod of the job)."""
+
+    namespace: str
+    name: str
+    min_member: int | None
+
+    @property
+    def job(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
+    """A PodGroup object → :class:`PodGroupInfo`; a ``minMember`` that is not a positive
+    integer is a :class:`ManifestError`."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+        raise ManifestError("metadata.name", "expected a non-empty string")
+    if not isinstance(spec, Mapping):
+        raise ManifestError("spec", f"expected an object, got {type(spec).__name__}")
+    min_member = spec.get("minMember")
+    if min_member is not None and (
+        isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1
+    ):
+        raise ManifestError("spec.minMember", f"{min_member!r} is not a positive integer")
+    namespace = metadata.get("namespace") or "default"
+    return PodGroupInfo(str(namespace), metadata["name"], min_member)
 
 
 def is_preemptible(pod: PodInfo, args: MusterArgs) -> bool:

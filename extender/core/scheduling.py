@@ -22,6 +22,7 @@ at a time and whole nodes stay free for gangs.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -63,6 +64,15 @@ class JobDemand:
         return total
 
 
+class FilterOutcome(enum.Enum):
+    """What a filter call decided, in one word (the decision log's and the metrics')."""
+
+    REJECTED_BY_QUOTA = "rejected_quota"
+    PINNED_TO_RESERVATION = "pinned_to_reservation"
+    KEPT_OFF_RESERVED_ROOM = "reserved_room"
+    ADMITTED = "admitted"
+
+
 @dataclass
 class FilterResult:
     passed: list[str] = field(default_factory=list)
@@ -74,6 +84,16 @@ class FilterResult:
     quota_failures: tuple[str, ...] = ()
     #: The pod's reserved node, when the pod was held to it (every other node failed).
     pinned_to: str | None = None
+
+    @property
+    def outcome(self) -> FilterOutcome:
+        if self.quota_failures:
+            return FilterOutcome.REJECTED_BY_QUOTA
+        if self.pinned_to is not None:
+            return FilterOutcome.PINNED_TO_RESERVATION
+        if self.failed:
+            return FilterOutcome.KEPT_OFF_RESERVED_ROOM
+        return FilterOutcome.ADMITTED
 
 
 def job_demand(snapshot: Snapshot, job: str, including: PodInfo | None = None) -> JobDemand:

@@ -91,14 +91,7 @@ def create_app(
     def filter_verb(body: bytes, wait: bool) -> bytes:
         args, pod, names = _extender_args(body, extender, wait)
         result = extender.filter(pod, names, wait=wait)
-        if result.quota_failures:
-            decisions.labels("filter", "rejected_quota").inc()
-        elif result.pinned_to is not None:
-            decisions.labels("filter", "pinned_to_reservation").inc()
-        elif result.failed:
-            decisions.labels("filter", "reserved_room").inc()
-        else:
-            decisions.labels("filter", "admitted").inc()
+        decisions.labels("filter", result.outcome.value).inc()
         nodes = None
         if args.NodeNames is None and args.Nodes is not None:
             passed = set(result.passed)

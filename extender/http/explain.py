@@ -4,27 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from base.resources import format_resources
 from extender.core.decisions import DecisionLog
 from extender.core.objects import format_time
 from extender.core.scheduling import admission_failures
 from extender.core.snapshot import Snapshot
+from quota.accounting import usage_report
 
 
 def quotas(snapshot: Snapshot) -> dict[str, Any]:
     result = {}
     for name, spec in sorted(snapshot.tree.specs.items()):
-        usage = snapshot.ledger[name]
         result[name] = {
             "namespace": spec.namespace,
             "parent": spec.parent,
-            "min": format_resources(spec.min),
-            "max": format_resources(spec.max),
-            "used": format_resources({k: v for k, v in usage.subtree_used.items() if v}),
-            "nonPreemptibleUsed": format_resources({k: v for k, v in usage.np_used.items() if v}),
-            "nonPreemptibleRequest": format_resources(
-                {k: v for k, v in usage.np_request.items() if v}
-            ),
+            **usage_report(snapshot.ledger, name),
             "policy": {
                 "withinQuota": spec.policy.within_quota.value,
                 "reclaimWithinCohort": spec.policy.reclaim_within_cohort.value,

@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 import httpx
 
-from base.resources import format_resources
 from extender.core.objects import PodInfo
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
 from extender.kube.worker import PeriodicWorker
 from extender.kube.writer import MERGE_PATCH, ClusterWriter
+from quota.accounting import usage_report
 from quota.tree import StopPolicy
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,8 @@ class Housekeeper(PeriodicWorker):
             for key, (group, spec) in self.source.quota_objects().items():
                 if spec.name not in snapshot.tree:
                     continue
-                usage = snapshot.ledger[spec.name]
-                used = format_resources({r: v for r, v in usage.subtree_used.items() if v})
-                np_used = format_resources({r: v for r, v in usage.np_used.items() if v})
+                report = usage_report(snapshot.ledger, spec.name)
+                used, np_used = report["used"], report["nonPreemptibleUsed"]
                 wanted[key] = (group, spec.namespace, spec.name, used, np_used)
         written = 0
         for key, (group, namespace, name, used, np_used) in wanted.items():

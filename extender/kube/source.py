@@ -27,6 +27,7 @@ from extender.core.authority import (
     preempted_by_scheduler,
 )
 from extender.core.config import MusterArgs
+from extender.core.jobs import parse_pod_group
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.preemption.planner import ready_to_plan
 from extender.core.reservations import parse_persisted
@@ -254,14 +255,19 @@ class KubeSource:
             log.warning("quota tree: %s; keeping the previous quotas", error)
 
     def _on_pod_group(self, kind: str, obj: Json) -> None:
-        metadata = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        min_member = spec.get("minMember") if isinstance(spec, dict) else None
+        try:
+            group = parse_pod_group(obj)
+        except ManifestError as error:
+            with self.lock:
+                self._reject(obj, error)  # its pods count as a job of all of them
+                metadata = obj.get("metadata") or {}
+                self.snapshot.set_pod_group(
+                    str(metadata.get("namespace") or "default"), str(metadata.get("name")), None
+                )
+            return
         with self.lock:
             self.snapshot.set_pod_group(
-                str(metadata.get("namespace", "default")),
-                str(metadata.get("name", "")),
-                None if kind == "DELETED" or not isinstance(min_member, int) else min_member,
+                group.namespace, group.name, None if kind == "DELETED" else group.min_member
             )
 
     def _reject(self, obj: Json, error: Exception) -> None:
