@@ -4,7 +4,7 @@ Every node has 8 GPUs and 64 CPUs and runs ``pods_per_node`` pods: GPU pods
 of 2 GPUs and CPU-only pods, in one of ``quotas`` team quotas, with a mix of
 priorities, preemptible and non-preemptible pods, and some 4-pod gangs.  The
 preemptor quota ``team-0`` runs nothing, so its gang reclaims within its
-``min`` from borrowing teams.  Built straight into a :class:`Snapshot` (no
+``min`` from borrowing teams.  Built straight into a :class:`ClusterState` (no
 YAML), seeded, so every run sees the same cluster.
 """
 
@@ -16,14 +16,16 @@ from base import keys
 from base.resources import MILLI
 from extender.core.config import MusterArgs
 from extender.core.objects import NodeInfo, PodInfo
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 from quota.tree import QuotaSpec
 
 GPU = "nvidia.com/gpu"
 EPOCH = 1_767_225_600.0  # 2026-01-01
 
 
-def gpu_cluster(nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int = 1) -> Snapshot:
+def gpu_cluster(
+    nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int = 1
+) -> ClusterState:
     rng = random.Random(seed)
     cluster_gpus = nodes * 8
     specs = [
@@ -36,7 +38,7 @@ def gpu_cluster(nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int 
         )
         for i in range(quotas)
     ]
-    snap = Snapshot(MusterArgs(), specs)
+    snap = ClusterState(MusterArgs(), specs)
     for n in range(nodes):
         snap.upsert_node(
             NodeInfo(
@@ -92,7 +94,7 @@ def gpu_cluster(nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int 
     return snap
 
 
-def add_gang(snap: Snapshot, size: int, gpus: int = 8, name: str = "train") -> str:
+def add_gang(snap: ClusterState, size: int, gpus: int = 8, name: str = "train") -> str:
     """A pending, non-preemptible gang in team-0 that may trigger preemption; returns its job."""
     for i in range(size):
         snap.upsert_pod(

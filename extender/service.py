@@ -32,7 +32,7 @@ from extender.core.scheduling import (
     hold_admitted_job,
     score_nodes,
 )
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 
 
 class SnapshotBusy(Exception):
@@ -47,7 +47,7 @@ class ClusterSource(Protocol):
         """Has the first full sync happened?"""
         ...
 
-    def reading(self, wait: bool = True) -> AbstractContextManager[Snapshot]:
+    def reading(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
         """The snapshot, held still for the duration of one decision; with ``wait`` false,
         :class:`SnapshotBusy` if someone else holds it."""
         ...
@@ -60,7 +60,7 @@ class _Lock(Protocol):
 
 
 @contextmanager
-def holding(lock: _Lock, snapshot: Snapshot, wait: bool) -> Iterator[Snapshot]:
+def holding(lock: _Lock, snapshot: ClusterState, wait: bool) -> Iterator[ClusterState]:
     """``snapshot`` under ``lock``; :class:`SnapshotBusy` if ``wait`` is false and the
     lock is taken.  (The one implementation of :meth:`ClusterSource.reading`.)"""
     if not lock.acquire(blocking=wait):
@@ -74,14 +74,14 @@ def holding(lock: _Lock, snapshot: Snapshot, wait: bool) -> Iterator[Snapshot]:
 class StaticSource:
     """A fixed snapshot (``muster serve --snapshot``, tests)."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: ClusterState) -> None:
         self._snapshot = snapshot
         self._lock = threading.Lock()
 
     def ready(self) -> bool:
         return True
 
-    def reading(self, wait: bool = True) -> AbstractContextManager[Snapshot]:
+    def reading(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
         return holding(self._lock, self._snapshot, wait)
 
 
@@ -237,7 +237,7 @@ class Extender:
             self.on_unschedulable(job, reason, plan_at_once)
 
 
-def postfilter_trigger(snapshot: Snapshot, pod: PodInfo) -> bool | None:
+def postfilter_trigger(snapshot: ClusterState, pod: PodInfo) -> bool | None:
     """For a pod that cannot be placed: ``None`` when its job is not Muster's to preempt
     for (kube-scheduler governs it), else whether the PostFilter should plan for the job
     at once (see :func:`extender.core.preemption.planner.ready_to_plan`)."""

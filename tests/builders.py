@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from base import keys
 from extender.core.config import MusterArgs
 from extender.core.objects import parse_node, parse_pod
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 from quota.tree import parse_elastic_quota
 
 T0 = "2026-01-01T10:00:00Z"
@@ -145,8 +145,8 @@ def snapshot(
     pods: Iterable[Mapping[str, Any]] = (),
     quotas: Iterable[Mapping[str, Any]] = (),
     args: MusterArgs | None = None,
-) -> Snapshot:
-    snap = Snapshot(args, [parse_elastic_quota(q) for q in quotas])
+) -> ClusterState:
+    snap = ClusterState(args, [parse_elastic_quota(q) for q in quotas])
     for item in nodes:
         snap.upsert_node(parse_node(item))
     for item in pods:

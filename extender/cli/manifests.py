@@ -1,4 +1,4 @@
-"""Read Kubernetes manifests (YAML files) into a :class:`Snapshot`.
+"""Read Kubernetes manifests (YAML files) into a :class:`ClusterState`.
 
 The input of ``muster simulate`` and ``muster serve --snapshot``: what
 ``kubectl get nodes,pods,elasticquotas,podgroups,priorityclasses -A -o yaml``
@@ -28,7 +28,7 @@ from extender.core.objects import (
     parse_pod,
     parse_priority_class,
 )
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
 
 _T = TypeVar("_T")
@@ -65,7 +65,7 @@ class _Document:
 
 @dataclass
 class LoadedManifests:
-    snapshot: Snapshot
+    snapshot: ClusterState
     notes: list[str] = field(default_factory=list)
 
 
@@ -103,7 +103,7 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         if spec.name in quotas:
             raise document.error("metadata.name", f"duplicate ElasticQuota name {spec.name!r}")
         quotas[spec.name] = (spec, document)
-    snapshot = Snapshot(args)
+    snapshot = ClusterState(args)
     try:
         snapshot.set_quotas(spec for spec, _ in quotas.values())
     except QuotaTreeError as error:

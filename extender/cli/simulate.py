@@ -20,7 +20,7 @@ import yaml
 
 from extender.cli.manifests import InputError, load_manifests
 from extender.core.config import ArgsError, MusterArgs, parse_args
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 from extender.core.whatif import SimulationResult, run_simulation
 from quota.accounting import usage_report
 
@@ -50,7 +50,7 @@ def simulate_files(
     return result_document(result, loaded.snapshot), loaded.notes + result.notes
 
 
-def result_document(result: SimulationResult, snapshot: Snapshot) -> dict[str, Any]:
+def result_document(result: SimulationResult, snapshot: ClusterState) -> dict[str, Any]:
     """The ``--output json`` document of SIMULATE.md."""
     quotas = {}
     for name in sorted(snapshot.tree.specs):

@@ -35,14 +35,14 @@ from base import keys
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import UNNAMED_COMPONENT, PodInfo
 from extender.core.reservations import reserved_by_muster
-from extender.core.snapshot import Reservation, Snapshot
+from extender.core.state import ClusterState, Reservation
 from quota.tree import DEFAULT_QUOTA_SPEC
 
 #: Pod labels by which a pod places itself under Muster's rules.
 _MUSTER_POD_LABELS = (keys.QUOTA_NAME_LABEL, keys.PREEMPTIBLE_LABEL, keys.CAN_PREEMPT_LABEL)
 
 
-def governing_reason(snapshot: Snapshot, pod: PodInfo) -> str | None:
+def governing_reason(snapshot: ClusterState, pod: PodInfo) -> str | None:
     """Why Muster is the preemption authority for ``pod`` (as preemptor and as victim),
     or ``None`` when kube-scheduler is."""
     if pod.group is not None:
@@ -82,7 +82,7 @@ class SchedulerPreemption:
     victims: tuple[str, ...]  # pod keys, sorted
 
 
-def scheduler_preemption(snapshot: Snapshot, job: str) -> SchedulerPreemption | None:
+def scheduler_preemption(snapshot: ClusterState, job: str) -> SchedulerPreemption | None:
     """kube-scheduler's own preemption in flight for ``job``, if there is one: a pending
     pod of the job nominated by kube-scheduler (not by Muster's reservation) to a node
     where a pod of lower priority is being preempted by kube-scheduler."""
@@ -107,7 +107,7 @@ def scheduler_preemption(snapshot: Snapshot, job: str) -> SchedulerPreemption | 
     return SchedulerPreemption(job, placements, tuple(sorted(victims)))
 
 
-def nominated_elsewhere(snapshot: Snapshot, job: str) -> bool:
+def nominated_elsewhere(snapshot: ClusterState, job: str) -> bool:
     """Does a pending pod of ``job`` carry a nomination Muster did not make (no room
     reserved for it there)?  kube-scheduler nominates a pod when it preempts for it; the
     victims' ``DisruptionTarget`` may reach Muster a moment later."""
@@ -125,7 +125,7 @@ def nominated_elsewhere(snapshot: Snapshot, job: str) -> bool:
 
 
 def hold_room_for_scheduler_preemption(
-    snapshot: Snapshot, job: str, now: float
+    snapshot: ClusterState, job: str, now: float
 ) -> SchedulerPreemption | None:
     """If kube-scheduler is preempting for ``job`` and no room is held for it yet, hold
     the room on the nodes it nominated, in the reservation book, as for Muster's own
@@ -140,7 +140,7 @@ def hold_room_for_scheduler_preemption(
     quota = snapshot.quota_name(first)
     if quota is None or governing_reason(snapshot, first) is None:
         return None  # kube-scheduler's to preempt for: its own nomination holds the room
-    promised = snapshot.promised_victims()
+    promised = snapshot.book.promised_victims()
     if any(victim in promised for victim in found.victims):
         return None  # those victims already free room held for another job
     snapshot.add_reservation(
@@ -156,6 +156,6 @@ def hold_room_for_scheduler_preemption(
     return found
 
 
-def jobs_nominated_to(snapshot: Snapshot, node: str) -> set[str]:
+def jobs_nominated_to(snapshot: ClusterState, node: str) -> set[str]:
     """The jobs with a pending pod nominated to ``node``."""
     return {snapshot.pods[key].job for key in snapshot.nominated_to(node)}

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from base import keys
-from extender.core.objects import NodeInfo, NodeSelectorTerm, PodInfo, SelectorRequirement
+from extender.core.constraints import NodeSelectorTerm, SelectorRequirement
+from extender.core.objects import NodeInfo, PodInfo
 
 
 def static_misfit(pod: PodInfo, node: NodeInfo) -> str | None:

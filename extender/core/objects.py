@@ -18,37 +18,15 @@ from typing import Any
 
 from base import keys
 from base.errors import ManifestError
-from base.resources import Resources, parse_resource_list, pod_requests
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str
-    operator: str  # "Equal" or "Exists"
-    value: str
-    effect: str  # "" matches every effect
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str
-    effect: str  # NoSchedule, PreferNoSchedule or NoExecute
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorRequirement:
-    key: str
-    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSelectorTerm:
-    """Requirements that must all hold; a node matches a pod's affinity if any term matches."""
-
-    match_expressions: tuple[SelectorRequirement, ...]
-    match_fields: tuple[SelectorRequirement, ...]
+from base.fields import mapping, mappings, object_name, string, string_map
+from base.resources import parse_resource_list, pod_requests
+from extender.core.constraints import (
+    NodeSelectorTerm,
+    Taint,
+    Toleration,
+    parse_node_selector,
+    parse_tolerations,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,25 +178,25 @@ def format_time(epoch: float) -> str:
 
 def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     """A Node object (camelCase JSON) → :class:`NodeInfo`."""
-    metadata = _mapping(obj.get("metadata"), "metadata")
-    spec = _mapping(obj.get("spec"), "spec")
-    status = _mapping(obj.get("status"), "status")
-    name = _name(metadata)
+    metadata = mapping(obj.get("metadata"), "metadata")
+    spec = mapping(obj.get("spec"), "spec")
+    status = mapping(obj.get("status"), "status")
+    name = object_name(metadata)
     allocatable = status.get("allocatable")
     if allocatable is None:
         allocatable = status.get("capacity")
     taints = tuple(
         Taint(
-            key=_str(taint.get("key"), f"spec.taints[{index}].key"),
-            value=_str(taint.get("value"), f"spec.taints[{index}].value"),
-            effect=_str(taint.get("effect"), f"spec.taints[{index}].effect"),
+            key=string(taint.get("key"), f"spec.taints[{index}].key"),
+            value=string(taint.get("value"), f"spec.taints[{index}].value"),
+            effect=string(taint.get("effect"), f"spec.taints[{index}].effect"),
         )
-        for index, taint in enumerate(_mappings(spec.get("taints"), "spec.taints"))
+        for index, taint in enumerate(mappings(spec.get("taints"), "spec.taints"))
     )
     return NodeInfo(
         name=name,
-        labels=_string_map(metadata.get("labels"), "metadata.labels"),
-        allocatable=_resources(allocatable, "status.allocatable"),
+        labels=string_map(metadata.get("labels"), "metadata.labels"),
+        allocatable=parse_resource_list(allocatable, "status.allocatable"),
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
     )
@@ -226,15 +204,15 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
 
 def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_CLASSES) -> PodInfo:
     """A Pod object (camelCase JSON) → :class:`PodInfo`."""
-    metadata = _mapping(obj.get("metadata"), "metadata")
-    spec = _mapping(obj.get("spec"), "spec")
-    status = _mapping(obj.get("status"), "status")
-    name = _name(metadata)
-    namespace = _str(metadata.get("namespace") or "default", "metadata.namespace")
+    metadata = mapping(obj.get("metadata"), "metadata")
+    spec = mapping(obj.get("spec"), "spec")
+    status = mapping(obj.get("status"), "status")
+    name = object_name(metadata)
+    namespace = string(metadata.get("namespace") or "default", "metadata.namespace")
     requests = pod_requests(spec)
     created = parse_time(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
-    affinity = _mapping(spec.get("affinity"), "spec.affinity")
-    node_affinity = _mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    affinity = mapping(spec.get("affinity"), "spec.affinity")
+    node_affinity = mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     policy = spec.get("preemptionPolicy") or "PreemptLowerPriority"
     if policy not in ("PreemptLowerPriority", "Never"):
@@ -242,30 +220,30 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
     return PodInfo(
         namespace=namespace,
         name=name,
-        uid=_str(metadata.get("uid") or f"{namespace}/{name}", "metadata.uid"),
-        labels=_string_map(metadata.get("labels"), "metadata.labels"),
-        annotations=_string_map(metadata.get("annotations"), "metadata.annotations"),
+        uid=string(metadata.get("uid") or f"{namespace}/{name}", "metadata.uid"),
+        labels=string_map(metadata.get("labels"), "metadata.labels"),
+        annotations=string_map(metadata.get("annotations"), "metadata.annotations"),
         priority=priorities.resolve(spec),
         created=created if created is not None else 0.0,
         started=parse_time(status.get("startTime"), "status.startTime"),
-        node_name=_str(spec.get("nodeName") or "", "spec.nodeName") or None,
-        phase=_str(status.get("phase") or "Pending", "status.phase"),
+        node_name=string(spec.get("nodeName") or "", "spec.nodeName") or None,
+        phase=string(status.get("phase") or "Pending", "status.phase"),
         terminating=metadata.get("deletionTimestamp") is not None,
         requests=requests,
-        node_selector=_string_map(spec.get("nodeSelector"), "spec.nodeSelector"),
+        node_selector=string_map(spec.get("nodeSelector"), "spec.nodeSelector"),
         required_affinity=(
             None
             if required is None
-            else _node_selector(
+            else parse_node_selector(
                 required,
                 "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
             )
         ),
-        tolerations=_tolerations(spec.get("tolerations")),
+        tolerations=parse_tolerations(spec.get("tolerations")),
         preemption_policy=policy,
         nominated_node_name=status.get("nominatedNodeName") or None,
         unsupported=_unsupported_constraints(spec, affinity),
-        resource_version=_str(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
+        resource_version=string(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
         preempted_by=_preempted_by(status),
     )
 
@@ -278,13 +256,13 @@ def _preempted_by(status: Mapping[str, Any]) -> str | None:
     """The component a ``DisruptionTarget=True/PreemptionByScheduler`` condition names:
     kube-scheduler writes ``"<schedulerName>: preempting to accommodate a higher priority
     pod"``, Muster ``"muster: preempted by job ..."``."""
-    for index, condition in enumerate(_mappings(status.get("conditions"), "status.conditions")):
+    for index, condition in enumerate(mappings(status.get("conditions"), "status.conditions")):
         if (
             condition.get("type") == "DisruptionTarget"
             and condition.get("status") == "True"
             and condition.get("reason") == keys.PREEMPTION_BY_SCHEDULER
         ):
-            message = _str(condition.get("message"), f"status.conditions[{index}].message")
+            message = string(condition.get("message"), f"status.conditions[{index}].message")
             component, colon, _rest = message.partition(":")
             return component.strip() if colon and component.strip() else UNNAMED_COMPONENT
     return None
@@ -292,11 +270,11 @@ def _preempted_by(status: Mapping[str, Any]) -> str | None:
 
 def parse_priority_class(obj: Mapping[str, Any]) -> tuple[str, int, bool]:
     """A PriorityClass → (name, value, globalDefault)."""
-    metadata = _mapping(obj.get("metadata"), "metadata")
+    metadata = mapping(obj.get("metadata"), "metadata")
     value = obj.get("value")
     if isinstance(value, bool) or not isinstance(value, int):
         raise ManifestError("value", f"expected an integer, got {value!r}")
-    return _name(metadata), value, bool(obj.get("globalDefault", False))
+    return object_name(metadata), value, bool(obj.get("globalDefault", False))
 
 
 def _unsupported_constraints(
@@ -304,126 +282,22 @@ def _unsupported_constraints(
 ) -> tuple[str, ...]:
     found = []
     for kind in ("podAffinity", "podAntiAffinity"):
-        terms = _mapping(affinity.get(kind), f"spec.affinity.{kind}")
+        terms = mapping(affinity.get(kind), f"spec.affinity.{kind}")
         if terms.get("requiredDuringSchedulingIgnoredDuringExecution"):
             found.append(f"required {kind}")
-    spread = _mappings(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")
+    spread = mappings(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")
     if any(c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule" for c in spread):
         found.append("topologySpreadConstraints (DoNotSchedule)")
-    containers = _mappings(spec.get("containers"), "spec.containers") + _mappings(
+    containers = mappings(spec.get("containers"), "spec.containers") + mappings(
         spec.get("initContainers"), "spec.initContainers"
     )
     if any(
         port.get("hostPort")
         for container in containers
-        for port in _mappings(container.get("ports"), "spec.containers[].ports")
+        for port in mappings(container.get("ports"), "spec.containers[].ports")
     ):
         found.append("hostPort")
-    volumes = _mappings(spec.get("volumes"), "spec.volumes")
+    volumes = mappings(spec.get("volumes"), "spec.volumes")
     if any("persistentVolumeClaim" in volume for volume in volumes):
         found.append("persistentVolumeClaim volumes")
     return tuple(found)
-
-
-def _node_selector(value: object, field: str) -> tuple[NodeSelectorTerm, ...]:
-    selector = _mapping(value, field)
-    terms = []
-    for index, term in enumerate(
-        _mappings(selector.get("nodeSelectorTerms"), f"{field}.nodeSelectorTerms")
-    ):
-        where = f"{field}.nodeSelectorTerms[{index}]"
-        terms.append(
-            NodeSelectorTerm(
-                match_expressions=_requirements(
-                    term.get("matchExpressions"), f"{where}.matchExpressions"
-                ),
-                match_fields=_requirements(term.get("matchFields"), f"{where}.matchFields"),
-            )
-        )
-    return tuple(terms)
-
-
-_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-
-
-def _requirements(value: object, field: str) -> tuple[SelectorRequirement, ...]:
-    requirements = []
-    for index, item in enumerate(_mappings(value, field)):
-        where = f"{field}[{index}]"
-        operator = item.get("operator")
-        if operator not in _OPERATORS:
-            raise ManifestError(f"{where}.operator", f"unknown operator {operator!r}")
-        raw_values = item.get("values") or []
-        if not isinstance(raw_values, list):
-            raise ManifestError(f"{where}.values", f"expected a list, got {raw_values!r}")
-        values = tuple(_str(v, f"{where}.values") for v in raw_values)
-        if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
-            raise ManifestError(f"{where}.values", f"{operator} needs one integer value")
-        requirements.append(
-            SelectorRequirement(
-                key=_str(item.get("key"), f"{where}.key"), operator=operator, values=values
-            )
-        )
-    return tuple(requirements)
-
-
-def _tolerations(value: object) -> tuple[Toleration, ...]:
-    tolerations = []
-    for index, item in enumerate(_mappings(value, "spec.tolerations")):
-        operator = item.get("operator") or "Equal"
-        if operator not in ("Equal", "Exists"):
-            raise ManifestError(f"spec.tolerations[{index}].operator", f"unknown {operator!r}")
-        tolerations.append(
-            Toleration(
-                key=_str(item.get("key") or "", f"spec.tolerations[{index}].key"),
-                operator=operator,
-                value=_str(item.get("value") or "", f"spec.tolerations[{index}].value"),
-                effect=_str(item.get("effect") or "", f"spec.tolerations[{index}].effect"),
-            )
-        )
-    return tuple(tolerations)
-
-
-def _resources(value: object, field: str) -> Resources:
-    return parse_resource_list(value, field)
-
-
-def _name(metadata: Mapping[str, Any]) -> str:
-    name = metadata.get("name")
-    if not isinstance(name, str) or not name:
-        raise ManifestError("metadata.name", f"expected a non-empty string, got {name!r}")
-    return name
-
-
-def _mapping(value: object, field: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ManifestError(field, f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _mappings(value: object, field: str) -> list[Mapping[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
-        raise ManifestError(field, "expected a list of objects")
-    return value
-
-
-def _str(value: object, field: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ManifestError(field, f"expected a string, got {value!r}")
-    return value
-
-
-def _string_map(value: object, field: str) -> dict[str, str]:
-    mapping = _mapping(value, field)
-    result = {}
-    for key, item in mapping.items():
-        if not isinstance(key, str) or not isinstance(item, str):
-            raise ManifestError(f"{field}.{key}", f"expected a string, got {item!r}")
-        result[key] = item
-    return result

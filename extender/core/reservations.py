@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from base import keys
 from extender.core.objects import PodInfo
-from extender.core.snapshot import Reservation
+from extender.core.state import Reservation
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from base.resources import PODS, Resources, add_into, shortfall
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
-from extender.core.snapshot import Snapshot, UnknownQuotaError
+from extender.core.state import ClusterState, UnknownQuotaError
 from quota.admission import job_admission_failures
 
 #: Resources every pod asks for; a pod asking for anything else is packed by that alone.
@@ -96,7 +96,7 @@ class FilterResult:
         return FilterOutcome.ADMITTED
 
 
-def job_demand(snapshot: Snapshot, job: str, including: PodInfo | None = None) -> JobDemand:
+def job_demand(snapshot: ClusterState, job: str, including: PodInfo | None = None) -> JobDemand:
     """The unplaced part of ``job`` (raises :class:`UnknownQuotaError`).
 
     ``including``: a pod of the job the snapshot may not hold yet (kube-scheduler
@@ -122,7 +122,7 @@ def job_demand(snapshot: Snapshot, job: str, including: PodInfo | None = None) -
     return JobDemand(job, quota, unplaced, np_request, p_request)
 
 
-def admission_failures(snapshot: Snapshot, pod: PodInfo) -> list[str]:
+def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
     """Why the job of ``pod`` is not admitted by its quota; empty when it is."""
     try:
         quota = snapshot.quota_of(pod)
@@ -138,7 +138,7 @@ def admission_failures(snapshot: Snapshot, pod: PodInfo) -> list[str]:
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
 
 
-def hold_admitted_job(snapshot: Snapshot, pod: PodInfo, until: float) -> None:
+def hold_admitted_job(snapshot: ClusterState, pod: PodInfo, until: float) -> None:
     """After ``pod`` passed admission, charge its job's other pending pods to the quota
     until ``until``: the job was admitted whole, and kube-scheduler places its pods one
     at a time (Muster's cache sees each binding only later)."""
@@ -154,7 +154,7 @@ def hold_admitted_job(snapshot: Snapshot, pod: PodInfo, until: float) -> None:
 
 
 def filter_nodes(
-    snapshot: Snapshot, pod: PodInfo, node_names: Iterable[str], *, as_extender: bool
+    snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str], *, as_extender: bool
 ) -> FilterResult:
     """Sort ``node_names`` into passed, failed and unresolvable for ``pod``."""
     names = list(node_names)
@@ -203,7 +203,7 @@ def filter_nodes(
 
 
 def _resource_failure(
-    snapshot: Snapshot, pod: PodInfo, node: str, *, as_extender: bool
+    snapshot: ClusterState, pod: PodInfo, node: str, *, as_extender: bool
 ) -> str | None:
     free = snapshot.free_on(node, for_pod=pod.key)
     short = shortfall(pod.requests, free)
@@ -221,11 +221,11 @@ def _resource_failure(
     return "Too many pods" if short == PODS else f"Insufficient {short}"
 
 
-def score_nodes(snapshot: Snapshot, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
+def score_nodes(snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
     """Integer scores 0..10 per node; see the module docstring."""
     reserved_node = snapshot.reserved_node(pod.key)
     wants = _wants(pod.requests, scored_resources(pod.requests))
-    requested, held, _ = snapshot.node_totals()
+    requested, held = snapshot.node_usage.requested, snapshot.node_usage.reserved
     nodes = snapshot.nodes
     nothing: Mapping[str, int] = {}
     scores = {}

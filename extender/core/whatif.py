@@ -26,7 +26,7 @@ from extender.core.scheduling import (
     hold_admitted_job,
     score_nodes,
 )
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 from quota.tree import StopPolicy
 
 
@@ -46,7 +46,7 @@ class SimulationResult:
     notes: list[str] = field(default_factory=list)
 
 
-def run_simulation(snapshot: Snapshot, now: float) -> SimulationResult:
+def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
     """Schedule every pending pod of ``snapshot`` (mutated in place) until nothing changes."""
     result = SimulationResult()
     _drain_stopped_quotas(snapshot, result)
@@ -127,7 +127,9 @@ def describe_filter_failure(outcome: FilterResult, node_count: int) -> str:
     return f"0/{node_count} nodes are available: {parts}."
 
 
-def _commit(snapshot: Snapshot, plan: PreemptionPlan, now: float, result: SimulationResult) -> None:
+def _commit(
+    snapshot: ClusterState, plan: PreemptionPlan, now: float, result: SimulationResult
+) -> None:
     for victim in plan.victims:
         result.evictions.append(
             Eviction(
@@ -141,7 +143,7 @@ def _commit(snapshot: Snapshot, plan: PreemptionPlan, now: float, result: Simula
     snapshot.add_reservation(plan.reservation(now, snapshot.args.reservation_timeout_seconds))
 
 
-def _drain_stopped_quotas(snapshot: Snapshot, result: SimulationResult) -> None:
+def _drain_stopped_quotas(snapshot: ClusterState, result: SimulationResult) -> None:
     for name, spec in sorted(snapshot.tree.specs.items()):
         if spec.policy.stop_policy is not StopPolicy.HOLD_AND_DRAIN:
             continue

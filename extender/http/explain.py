@@ -7,11 +7,11 @@ from typing import Any
 from extender.core.decisions import DecisionLog
 from extender.core.objects import format_time
 from extender.core.scheduling import admission_failures
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 from quota.accounting import usage_report
 
 
-def quotas(snapshot: Snapshot) -> dict[str, Any]:
+def quotas(snapshot: ClusterState) -> dict[str, Any]:
     result = {}
     for name, spec in sorted(snapshot.tree.specs.items()):
         result[name] = {
@@ -29,7 +29,7 @@ def quotas(snapshot: Snapshot) -> dict[str, Any]:
     return result
 
 
-def jobs(snapshot: Snapshot, now: float) -> dict[str, Any]:
+def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
     """Jobs with pods still pending, or holding a reservation."""
     pending: dict[str, int] = {}
     for pod in snapshot.pods.values():
@@ -57,7 +57,7 @@ def jobs(snapshot: Snapshot, now: float) -> dict[str, Any]:
     return result
 
 
-def pod(snapshot: Snapshot, log: DecisionLog, key: str) -> dict[str, Any] | None:
+def pod(snapshot: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | None:
     """What Muster knows and last decided about one pod, or ``None`` if nothing."""
     info = snapshot.pods.get(key)
     decisions = log.for_pod(key)

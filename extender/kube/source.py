@@ -3,7 +3,7 @@
 Pods, Nodes, PriorityClasses, ElasticQuotas and PodGroups (both
 ``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are
 installed) are listed and watched; every event is translated by the core's
-parsers and applied to one :class:`Snapshot` under a lock, which decisions
+parsers and applied to one :class:`ClusterState` under a lock, which decisions
 hold while they read.  Ready once every informer has listed once.  An object
 the parsers reject is skipped and counted, never fatal.
 """
@@ -31,7 +31,7 @@ from extender.core.jobs import parse_pod_group
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.preemption.planner import ready_to_plan
 from extender.core.reservations import parse_persisted
-from extender.core.snapshot import Reservation, Snapshot
+from extender.core.state import ClusterState, Reservation
 from extender.kube.client import Json, KubeClient
 from extender.kube.informer import Handler, Informer, object_key
 from extender.service import holding
@@ -48,7 +48,7 @@ class KubeSource:
     ) -> None:
         self.client = client
         self.clock = clock
-        self.snapshot = Snapshot(args)
+        self.snapshot = ClusterState(args)
         self.lock = threading.RLock()
         self.rejected: dict[str, str] = {}  # object → why it was skipped
         self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
@@ -103,7 +103,7 @@ class KubeSource:
     def wait_ready(self, timeout: float) -> bool:
         return all(informer.synced.wait(timeout) for informer in self.informers)
 
-    def reading(self, wait: bool = True) -> AbstractContextManager[Snapshot]:
+    def reading(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
         return holding(self.lock, self.snapshot, wait)
 
     # ---- handlers (informer threads) ----------------------------------------------

@@ -26,7 +26,7 @@ from extender.core.preemption.planner import (
 )
 from extender.core.reservations import reserved_by_muster
 from extender.core.scheduling import filter_nodes
-from extender.core.snapshot import Reservation
+from extender.core.state import Reservation
 from tests.builders import node, pod, quota, snapshot
 
 GPU = "nvidia.com/gpu"

@@ -7,7 +7,7 @@ from typing import Any
 from base import keys
 from extender.core.config import MusterArgs
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 from tests.builders import node, pod, quota, snapshot
 
 NOW = 1_800_000_000.0
@@ -36,13 +36,13 @@ def filler(name: str, node_name: str, minute: int, **kwargs: Any) -> dict[str, A
     return pod(name, node=node_name, created=created, started=started, **kwargs)
 
 
-def plan(snap: Snapshot, job: str = "team-a/train") -> PreemptionPlan:
+def plan(snap: ClusterState, job: str = "team-a/train") -> PreemptionPlan:
     decision = plan_job_preemption(snap, job, NOW)
     assert isinstance(decision, PreemptionPlan), decision
     return decision
 
 
-def refusal(snap: Snapshot, job: str = "team-a/train") -> Refusal:
+def refusal(snap: ClusterState, job: str = "team-a/train") -> Refusal:
     decision = plan_job_preemption(snap, job, NOW)
     assert isinstance(decision, Refusal), decision
     return decision
@@ -239,7 +239,7 @@ def test_reserved_room_and_promised_victims_are_not_reused() -> None:
 
 
 def test_planning_is_deterministic() -> None:
-    def build() -> Snapshot:
+    def build() -> ClusterState:
         return snapshot(NODES, [*full_cluster(), trainer("t-0"), trainer("t-1")], two_teams())
 
     assert plan(build()) == plan(build())

@@ -22,7 +22,7 @@ from base.resources import add_into, fits
 from extender.core.preemption.fit import JobFit
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.scheduling import job_demand
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 from quota.admission import job_admission_failures
 from tests.builders import node, pod, quota, snapshot
 
@@ -122,7 +122,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[Any], list[Any], list[Any], str]:
 
 def build(
     case: tuple[list[Any], list[Any], list[Any], str], without: AbstractSet[str] = frozenset()
-) -> Snapshot:
+) -> ClusterState:
     nodes, pods, quotas, _ = case
     kept = [
         p for p in pods if f"{p['metadata']['namespace']}/{p['metadata']['name']}" not in without
@@ -130,7 +130,7 @@ def build(
     return snapshot(nodes, kept, quotas)
 
 
-def job_fits(snap: Snapshot, job: str) -> bool:
+def job_fits(snap: ClusterState, job: str) -> bool:
     demand = job_demand(snap, job)
     fit = JobFit(snap, job, demand.unplaced)
     return fit.fits() and not job_admission_failures(

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from extender.core.objects import parse_pod
 from extender.core.scheduling import filter_nodes, packing_score, score_nodes, scored_resources
-from extender.core.snapshot import Reservation
+from extender.core.state import Reservation
 from tests.builders import node, pod, snapshot
 
 

@@ -1,6 +1,6 @@
 """The snapshot's running indexes equal a from-scratch rebuild, after any sequence of events.
 
-A hypothesis state machine feeds one :class:`Snapshot` random events, as the informers
+A hypothesis state machine feeds one :class:`ClusterState` random events, as the informers
 and the decisions do (nodes and pods come, change and go; quotas are replaced;
 reservations and admission holds are taken, released and expire), and after every step
 compares everything the decisions can read from it with a snapshot built afresh from
@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from base import keys
 from extender.core.objects import parse_node, parse_pod
-from extender.core.snapshot import Reservation, Snapshot
+from extender.core.state import ClusterState, Reservation
 from quota.tree import parse_elastic_quota
 from tests.builders import node, pod, quota
 
@@ -42,7 +42,7 @@ def _nonzero(resources: Any) -> dict[str, int]:
     return {name: amount for name, amount in dict(resources).items() if amount}
 
 
-def observable(snap: Snapshot) -> dict[str, Any]:
+def observable(snap: ClusterState) -> dict[str, Any]:
     """Everything decisions read from a snapshot, in a comparable form."""
     pods = sorted(snap.pods)
     return {
@@ -52,7 +52,6 @@ def observable(snap: Snapshot) -> dict[str, Any]:
                 _nonzero(snap.requested_on(name)),
                 {k: _nonzero(v) for k, v in snap.reserved_on(name).items()},
                 _nonzero(snap.preemptible_on(name)),
-                dict(snap.preemptible_pods_on(name)),
                 sorted(p.key for p in snap.pods_on(name)),
                 sorted(snap.nominated_to(name)),
             )
@@ -70,15 +69,12 @@ def observable(snap: Snapshot) -> dict[str, Any]:
             )
             for name in sorted(snap.tree.specs)
         },
-        "units": list(snap.victim_units()),
-        "units_by_quota": {q: list(snap.victim_units(q)) for q in sorted(snap.tree.specs)},
+        "units": list(snap.victims.units()),
+        "units_by_quota": {q: list(snap.victims.units(q)) for q in sorted(snap.tree.specs)},
         "unit_pods": {
-            job: [p.key for p in unit] for job, unit in sorted(snap.victim_unit_pods().items())
+            job: [p.key for p in unit] for job, unit in sorted(snap.victims.unit_pods().items())
         },
-        "unit_resources": sorted(sorted(r) for r in snap.victim_unit_resources()),
-        "running_preemptible": {
-            q: sorted(snap.running_preemptible(q)) for q in sorted(snap.tree.specs)
-        },
+        "unit_resources": sorted(sorted(r) for r in snap.victims.unit_resources()),
         "pods": {
             key: (
                 snap.counts_as_used(snap.pods[key]),
@@ -98,21 +94,21 @@ def observable(snap: Snapshot) -> dict[str, Any]:
             for job in sorted({snap.pods[key].job for key in pods} | {"qa/p0", "qa/g"})
         },
         "reservations": dict(sorted(snap.reservations.items())),
-        "holds": snap.quota_holds(),
+        "holds": snap.book.holds(),
         "reserved_nodes": sorted(snap.nodes_with_reserved_room()),
         "untallied": snap.has_untallied_pods(),
     }
 
 
-def rebuild(snap: Snapshot, quotas: list[dict[str, Any]]) -> Snapshot:
-    fresh = Snapshot(snap.args, [parse_elastic_quota(q) for q in quotas])
+def rebuild(snap: ClusterState, quotas: list[dict[str, Any]]) -> ClusterState:
+    fresh = ClusterState(snap.args, [parse_elastic_quota(q) for q in quotas])
     for info in snap.nodes.values():
         fresh.upsert_node(info)
     for key in sorted(snap.pods):
         fresh.upsert_pod(snap.pods[key])
     for reservation in snap.reservations.values():
         fresh.add_reservation(reservation)
-    for job, (until, held) in snap.quota_holds().items():
+    for job, (until, held) in snap.book.holds().items():
         fresh.hold_quota(job, sorted(held), until)
     return fresh
 
@@ -121,7 +117,7 @@ class SnapshotEvents(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.quotas = QUOTA_SETS["flat"]
-        self.snap = Snapshot(None, [parse_elastic_quota(q) for q in self.quotas])
+        self.snap = ClusterState(None, [parse_elastic_quota(q) for q in self.quotas])
         self.now = T0
 
     @rule(name=st.sampled_from(NODES), gpu=st.sampled_from([4, 8]))

@@ -37,7 +37,7 @@ from typing import Protocol
 
 from base.resources import add_into
 from extender.core.objects import PodInfo
-from extender.core.snapshot import SCATTERED, Snapshot, UnitEntry, UnitPlace
+from extender.core.state import SCATTERED, ClusterState, UnitEntry, UnitPlace
 from quota.admission import is_borrowing
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
 
@@ -130,7 +130,7 @@ class Wanted(Protocol):
 
 
 def find_victim_groups(
-    snapshot: Snapshot, preemptor: Preemptor, wanted: Wanted
+    snapshot: ClusterState, preemptor: Preemptor, wanted: Wanted
 ) -> Iterator[VictimGroup]:
     """Every victim group the policies allow and ``wanted(pods, quota)`` accepts, in
     preemption order, built lazily.
@@ -143,7 +143,7 @@ def find_victim_groups(
     Most units cannot help (their pods run on nodes that could not gain the job
     anything, or ask for nothing such a node lacks), so two cheap tests come
     first: units that are their whole job on one node (see
-    :data:`~extender.core.snapshot.UnitPlace`) are passed over, at C speed,
+    :data:`~extender.core.state.UnitPlace`) are passed over, at C speed,
     unless ``wanted.lacking`` names their node and one of their resources; and
     a unit that is its whole job is asked about (a group holds some of its
     pods) before the group is built.
@@ -159,12 +159,12 @@ def find_victim_groups(
             and is_borrowing(snapshot.ledger, quota, preemptor.contested)
         )
         if borrowing:
-            phases.append((snapshot.victim_units(), borrowing, cohort))
+            phases.append((snapshot.victims.units(), borrowing, cohort))
     own = _within_rule(preemptor, policy)
     if own is not None:
-        phases.append((snapshot.victim_units(preemptor.quota), {preemptor.quota}, own))
-    promised = snapshot.promised_victims()
-    unit_pods = snapshot.victim_unit_pods()
+        phases.append((snapshot.victims.units(preemptor.quota), {preemptor.quota}, own))
+    promised = snapshot.book.promised_victims()
+    unit_pods = snapshot.victims.unit_pods()
     own_quota = preemptor.quota
     for units, quotas, admission in phases:
         ceiling, _rule, equal_rule, _created_after = admission
@@ -173,7 +173,7 @@ def find_victim_groups(
         entries: Iterator[UnitEntry] = itertools.islice(units, end)
         lacking = wanted.lacking(quotas)
         if lacking is not None:  # pass over the units that cannot help, at C speed
-            screen = _places_wanted(lacking, snapshot.victim_unit_resources())
+            screen = _places_wanted(lacking, snapshot.victims.unit_resources())
             entries = itertools.compress(
                 entries, map(screen.__contains__, map(_place, itertools.islice(units, end)))
             )
@@ -230,7 +230,7 @@ def find_victim_groups(
 def _places_wanted(
     lacking: Mapping[str, AbstractSet[str]], resource_sets: Iterable[frozenset[str]]
 ) -> set[UnitPlace]:
-    """The unit places (see :data:`~extender.core.snapshot.UnitPlace`) of units that may
+    """The unit places (see :data:`~extender.core.state.UnitPlace`) of units that may
     be wanted: on a node of ``lacking`` and asking for one of its resources; or
     scattered, to be looked at."""
     places = {SCATTERED}
@@ -244,7 +244,9 @@ def _places_wanted(
     return places
 
 
-def preemptor_admits(snapshot: Snapshot, preemptor: Preemptor, pod: PodInfo, quota: str) -> bool:
+def preemptor_admits(
+    snapshot: ClusterState, preemptor: Preemptor, pod: PodInfo, quota: str
+) -> bool:
     """Do the preemptor quota's policies allow evicting ``pod`` of ``quota``, on its own?"""
     policy = snapshot.tree[preemptor.quota].policy
     if quota == preemptor.quota:
@@ -259,7 +261,7 @@ def preemptor_admits(snapshot: Snapshot, preemptor: Preemptor, pod: PodInfo, quo
 
 
 def _allowed(
-    snapshot: Snapshot,
+    snapshot: ClusterState,
     members: tuple[PodInfo, ...],
     admission: _Admission,
     *,

@@ -25,7 +25,7 @@ from base.resources import Resources, add_into, copies_that_fit
 from extender.core.nodefit import constraint_signature, static_misfit
 from extender.core.objects import PodInfo
 from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 
 
 @dataclass(slots=True)
@@ -39,27 +39,27 @@ class _Shape:
     needs: tuple[tuple[str, int], ...] = ()  # the request's positive amounts
 
 
-def eligible_nodes(snapshot: Snapshot, pod: PodInfo) -> frozenset[str]:
+def eligible_nodes(snapshot: ClusterState, pod: PodInfo) -> frozenset[str]:
     """Nodes that pass the pod's static constraints and could hold it when empty (memoised)."""
     key = ("eligible", constraint_signature(pod), tuple(sorted(pod.requests.items())))
-    cached = snapshot.node_cache.get(key)
-    if isinstance(cached, frozenset):
+    cached = snapshot.node_memo.get(key)
+    if cached is not None:
         return cached
     eligible = frozenset(
         name
         for name, node in snapshot.nodes.items()
         if copies_that_fit(pod.requests, node.allocatable, 1) and static_misfit(pod, node) is None
     )
-    snapshot.node_cache[key] = eligible
+    snapshot.node_memo[key] = eligible
     return eligible
 
 
-def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]]:
+def _count_copies(snapshot: ClusterState, shape: _Shape) -> dict[str, frozenset[str]]:
     """Fill ``shape.capacity``: the copies that fit in each eligible node's free room
-    (:meth:`~extender.core.snapshot.Snapshot.free_on`), where any do.
+    (:meth:`~extender.core.state.ClusterState.free_on`), where any do.
 
     Returns the nodes where more copies would fit with every preemptible pod
-    bound to them gone (:meth:`~extender.core.snapshot.Snapshot.preemptible_on`),
+    bound to them gone (:meth:`~extender.core.state.ClusterState.preemptible_on`),
     each with the resources in which it may lack room for one copy more than it
     holds, at any point of the search.  Victims only add room, and never more
     than the preemptible pods hold, so a node never holds more than ``most``
@@ -71,7 +71,8 @@ def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]
     those lists, without building them; ``shape.needs`` come scarcest first, so
     most nodes are settled by their first resource.
     """
-    requested, reserved, preemptible = snapshot.node_totals()
+    usage = snapshot.node_usage
+    requested, reserved, preemptible = usage.requested, usage.reserved, usage.preemptible
     nodes = snapshot.nodes
     needs = shape.needs
     limit = shape.size
@@ -126,7 +127,7 @@ def _count_copies(snapshot: Snapshot, shape: _Shape) -> dict[str, frozenset[str]
     return lacking
 
 
-def _short_on(snapshot: Snapshot, shape: _Shape, node: str) -> frozenset[str]:
+def _short_on(snapshot: ClusterState, shape: _Shape, node: str) -> frozenset[str]:
     """The resources in which ``node`` may lack room for one more copy of ``shape``
     as victims go (see :func:`_count_copies`), for a node where evicting could not
     fit more of it (but could of another shape)."""
@@ -149,7 +150,7 @@ class JobFit:
     looks at it or changes it (most nodes are never touched).
     """
 
-    def __init__(self, snapshot: Snapshot, job: str, pods: Sequence[PodInfo]) -> None:
+    def __init__(self, snapshot: ClusterState, job: str, pods: Sequence[PodInfo]) -> None:
         self.snapshot = snapshot
         self.job = job
         #: Free room of the node copies touched so far: the snapshot's, plus removed victims.
@@ -212,10 +213,11 @@ class JobFit:
         return room
 
     def _free_now(self, node: str) -> Resources:
-        """The node's free room (:meth:`~extender.core.snapshot.Snapshot.free_on`) in the
+        """The node's free room (:meth:`~extender.core.state.ClusterState.free_on`) in the
         resources the job asks for: the only ones the node copies are read for."""
         allocatable = self.snapshot.nodes[node].allocatable
-        requested, reserved, _preemptible = self.snapshot.node_totals()
+        usage = self.snapshot.node_usage
+        requested, reserved = usage.requested, usage.reserved
         used = requested.get(node, {})
         room = {name: allocatable.get(name, 0) - used.get(name, 0) for name in self._resources}
         for held in reserved.get(node, {}).values():
@@ -243,7 +245,7 @@ class JobFit:
 
     def keep_removed(self, pods: Iterable[PodInfo]) -> None:
         """Put back every removed victim but ``pods`` (which stay removed), when the nodes
-        of those put back gained nothing from the removals (see :meth:`gained`): the
+        of those put back gained nothing from the removals (see :meth:`gained_nodes`): the
         counts do not change, so they are not recomputed.
 
         (A node that gained nothing holds as many copies as before any removal, and
@@ -300,15 +302,9 @@ class JobFit:
                         return True
         return False
 
-    def gained(self, node: str) -> bool:
-        """Does the node copy hold more of the job now than before any removal?"""
-        return any(
-            shape.capacity.get(node, 0) > initial.get(node, 0)
-            for shape, initial in zip(self.shapes, self._initial, strict=True)
-        )
-
     def gained_nodes(self) -> set[str]:
-        """The nodes that :meth:`gained` (only a touched node copy can have)."""
+        """The nodes whose copy holds more of the job now than before any removal (only a
+        touched node copy can)."""
         gained: set[str] = set()
         for shape, initial in zip(self.shapes, self._initial, strict=True):
             capacity = shape.capacity

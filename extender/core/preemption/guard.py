@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from base.resources import add_into, fits
 from extender.core.authority import governing_reason
 from extender.core.objects import PodInfo
-from extender.core.snapshot import Snapshot
+from extender.core.state import ClusterState
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class GuardResult:
 
 
 def guard_scheduler_preemption(
-    snapshot: Snapshot, pod: PodInfo, proposed: Mapping[str, Sequence[str]]
+    snapshot: ClusterState, pod: PodInfo, proposed: Mapping[str, Sequence[str]]
 ) -> GuardResult:
     """Answer kube-scheduler's proposed ``node → victim UIDs`` for ``pod``."""
     governed = governing_reason(snapshot, pod)
@@ -44,7 +44,7 @@ def guard_scheduler_preemption(
         note = f"Muster preempts for {pod.key} itself, for its whole job: {governed}"
         return GuardResult({}, (note,), hand_to_postfilter=True)
     by_uid = {p.uid: p for node in proposed for p in snapshot.pods_on(node)}
-    promised = snapshot.promised_victims()
+    promised = snapshot.book.promised_victims()
     kept: dict[str, list[str]] = {}
     notes = []
     for node, uids in sorted(proposed.items()):
@@ -70,7 +70,7 @@ def guard_scheduler_preemption(
     return GuardResult(kept, tuple(notes))
 
 
-def _veto(snapshot: Snapshot, victim: PodInfo | None, promised: set[str]) -> str | None:
+def _veto(snapshot: ClusterState, victim: PodInfo | None, promised: set[str]) -> str | None:
     if victim is None:
         return "unknown to Muster on this node"
     if victim.departing or victim.key in promised:

@@ -39,7 +39,7 @@ from extender.core.preemption.candidates import (
 )
 from extender.core.preemption.fit import JobFit
 from extender.core.scheduling import JobDemand, job_demand
-from extender.core.snapshot import Reservation, Snapshot, UnknownQuotaError
+from extender.core.state import ClusterState, Reservation, UnknownQuotaError
 from quota.admission import (
     job_admission_failures,
     min_violation,
@@ -80,7 +80,7 @@ class Refusal:
     reasons: tuple[str, ...]
 
 
-def plan_job_preemption(snapshot: Snapshot, job: str, now: float) -> PreemptionPlan | Refusal:
+def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:
     """Decide whether evicting some running pods lets the *whole* job run, and which."""
     try:
         demand = job_demand(snapshot, job)
@@ -138,7 +138,7 @@ def plan_job_preemption(snapshot: Snapshot, job: str, now: float) -> PreemptionP
     return PreemptionPlan(job=job, quota=demand.quota, victims=victims, placements=placements)
 
 
-def _ineligibility(snapshot: Snapshot, demand: JobDemand, now: float) -> list[str]:
+def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> list[str]:
     job = demand.job
     if not demand.unplaced:
         return ["every pod of the job is already placed"]
@@ -184,13 +184,13 @@ def _ineligibility(snapshot: Snapshot, demand: JobDemand, now: float) -> list[st
     return unevictable_failures(snapshot.ledger, demand.quota, demand.np_request)
 
 
-def pods_missing(snapshot: Snapshot, job: str) -> int:
+def pods_missing(snapshot: ClusterState, job: str) -> int:
     """How many more of the job's pods must exist before it may preempt (0: enough)."""
     created = sum(1 for key in snapshot.job_members(job) if not snapshot.pods[key].finished)
     return max(0, snapshot.min_available(job) - created)
 
 
-def ready_to_plan(snapshot: Snapshot, job: str) -> bool:
+def ready_to_plan(snapshot: ClusterState, job: str) -> bool:
     """Should the PostFilter plan for ``job`` at once rather than after a short quiet
     period?  Yes when its min-available pods exist, so waiting gathers nothing, and no
     pod of it carries a nomination Muster did not make (kube-scheduler's own preemption,
@@ -198,7 +198,7 @@ def ready_to_plan(snapshot: Snapshot, job: str) -> bool:
     return pods_missing(snapshot, job) == 0 and not nominated_elsewhere(snapshot, job)
 
 
-def _preemptor(snapshot: Snapshot, demand: JobDemand) -> Preemptor:
+def _preemptor(snapshot: ClusterState, demand: JobDemand) -> Preemptor:
     request = demand.request
     return Preemptor(
         job=demand.job,
@@ -251,7 +251,7 @@ class _Wants:
 class _Simulation:
     """Copies of the nodes and of the quota ledger, with victim groups taken out."""
 
-    def __init__(self, snapshot: Snapshot, demand: JobDemand) -> None:
+    def __init__(self, snapshot: ClusterState, demand: JobDemand) -> None:
         self.snapshot = snapshot
         self.demand = demand
         self.fit = JobFit(snapshot, demand.job, demand.unplaced)

@@ -1,0 +1,103 @@
+"""A pod's node constraints, as the core models them: tolerations and taints, and
+required node affinity (node selector terms).
+
+The types the parsers in :mod:`extender.core.objects` produce and
+:mod:`extender.core.nodefit` evaluates; invalid input is a
+:class:`~base.errors.ManifestError` naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from base.errors import ManifestError
+from base.fields import mapping, mappings, string
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str  # "Equal" or "Exists"
+    value: str
+    effect: str  # "" matches every effect
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule, PreferNoSchedule or NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Requirements that must all hold; a node matches a pod's affinity if any term matches."""
+
+    match_expressions: tuple[SelectorRequirement, ...]
+    match_fields: tuple[SelectorRequirement, ...]
+
+
+def parse_node_selector(value: object, field: str) -> tuple[NodeSelectorTerm, ...]:
+    selector = mapping(value, field)
+    terms = []
+    for index, term in enumerate(
+        mappings(selector.get("nodeSelectorTerms"), f"{field}.nodeSelectorTerms")
+    ):
+        where = f"{field}.nodeSelectorTerms[{index}]"
+        terms.append(
+            NodeSelectorTerm(
+                match_expressions=_requirements(
+                    term.get("matchExpressions"), f"{where}.matchExpressions"
+                ),
+                match_fields=_requirements(term.get("matchFields"), f"{where}.matchFields"),
+            )
+        )
+    return tuple(terms)
+
+
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _requirements(value: object, field: str) -> tuple[SelectorRequirement, ...]:
+    requirements = []
+    for index, item in enumerate(mappings(value, field)):
+        where = f"{field}[{index}]"
+        operator = item.get("operator")
+        if operator not in _OPERATORS:
+            raise ManifestError(f"{where}.operator", f"unknown operator {operator!r}")
+        raw_values = item.get("values") or []
+        if not isinstance(raw_values, list):
+            raise ManifestError(f"{where}.values", f"expected a list, got {raw_values!r}")
+        values = tuple(string(v, f"{where}.values") for v in raw_values)
+        if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+            raise ManifestError(f"{where}.values", f"{operator} needs one integer value")
+        requirements.append(
+            SelectorRequirement(
+                key=string(item.get("key"), f"{where}.key"), operator=operator, values=values
+            )
+        )
+    return tuple(requirements)
+
+
+def parse_tolerations(value: object) -> tuple[Toleration, ...]:
+    tolerations = []
+    for index, item in enumerate(mappings(value, "spec.tolerations")):
+        operator = item.get("operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise ManifestError(f"spec.tolerations[{index}].operator", f"unknown {operator!r}")
+        tolerations.append(
+            Toleration(
+                key=string(item.get("key") or "", f"spec.tolerations[{index}].key"),
+                operator=operator,
+                value=string(item.get("value") or "", f"spec.tolerations[{index}].value"),
+                effect=string(item.get("effect") or "", f"spec.tolerations[{index}].effect"),
+            )
+        )
+    return tuple(tolerations)

@@ -1,0 +1,19 @@
+"""The cluster as the core sees it: :class:`ClusterState` and the small indexes behind it.
+
+``cluster`` is the façade decisions read; ``nodes`` (node usage and the free-room
+formula), ``victims`` (victim units in the victim order) and ``book`` (reservations
+and admission holds) are its indexes; quota usage is :mod:`quota.accounting`'s ledger.
+"""
+
+from extender.core.state.book import Reservation
+from extender.core.state.cluster import ClusterState, UnknownQuotaError
+from extender.core.state.victims import SCATTERED, UnitEntry, UnitPlace
+
+__all__ = [
+    "SCATTERED",
+    "ClusterState",
+    "Reservation",
+    "UnitEntry",
+    "UnitPlace",
+    "UnknownQuotaError",
+]

@@ -1,0 +1,96 @@
+"""The reservation book: room held for in-flight jobs, and quota held for admitted gangs.
+
+One of the indexes behind :class:`~extender.core.state.ClusterState`.
+
+- A :class:`Reservation` holds room on named nodes for a job whose victims were marked
+  (or that kube-scheduler is preempting for), pod by pod, until the pods bind, go, or
+  the reservation ends.  A reserved pod counts as used by its quota and takes its room
+  on its node.
+- An *admission hold* charges a gang's pending pods to its quota for a while after the
+  filter admitted the gang whole, since kube-scheduler binds the pods one at a time.
+
+The book only records who holds what; :class:`~extender.core.state.ClusterState`
+re-indexes a pod whenever its entry here changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Room held for a job whose victims were marked: pod → node, until it binds."""
+
+    job: str
+    quota: str
+    placements: Mapping[str, str]  # pod key → node name
+    victims: tuple[str, ...]  # pod keys
+    created: float
+    expires: float
+
+
+class ReservationBook:
+    def __init__(self) -> None:
+        #: job → its reservation.
+        self.reservations: dict[str, Reservation] = {}
+        self._reserved: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
+        self._held: dict[str, str] = {}  # pod key → the job whose admission holds it
+        self._held_until: dict[str, float] = {}  # job → when its hold ends
+
+    # ---- reservations ---------------------------------------------------------------
+
+    def reserved(self, key: str) -> tuple[str, str] | None:
+        """``(job, node)`` of a reserved pod."""
+        return self._reserved.get(key)
+
+    def reserve(self, key: str, job: str, node: str) -> None:
+        self._reserved[key] = (job, node)
+
+    def unreserve(self, key: str) -> str:
+        """Forget a pod's reservation; returns its job."""
+        job, _node = self._reserved.pop(key)
+        return job
+
+    def holds_room(self, job: str) -> bool:
+        """Does any pod still hold room for ``job``?"""
+        return any(holder == job for holder, _ in self._reserved.values())
+
+    def promised_victims(self) -> set[str]:
+        """Keys of the victims of every reservation (no one else's victims)."""
+        return {key for reservation in self.reservations.values() for key in reservation.victims}
+
+    # ---- admission holds --------------------------------------------------------------
+
+    def is_held(self, key: str) -> bool:
+        return key in self._held
+
+    def hold(self, key: str, job: str) -> None:
+        self._held[key] = job
+
+    def unhold(self, key: str) -> bool:
+        """Forget a pod's admission hold; returns whether it had one."""
+        return self._held.pop(key, None) is not None
+
+    def extend_hold(self, job: str, until: float) -> None:
+        self._held_until[job] = max(until, self._held_until.get(job, until))
+
+    def end_holds(self, now: float) -> list[tuple[str, list[str]]]:
+        """End the holds whose time is up: their jobs, each with the pods it held (still
+        marked held: the caller unholds them while it re-indexes them)."""
+        ended = [job for job, until in self._held_until.items() if until <= now]
+        result = []
+        for job in ended:
+            del self._held_until[job]
+            result.append((job, [key for key, holder in self._held.items() if holder == job]))
+        return result
+
+    def holds(self) -> dict[str, tuple[float, frozenset[str]]]:
+        """Every admission hold: job → (when it ends, the pending pods it charges)."""
+        held: dict[str, set[str]] = {}
+        for key, job in self._held.items():
+            held.setdefault(job, set()).add(key)
+        return {
+            job: (until, frozenset(held.get(job, ()))) for job, until in self._held_until.items()
+        }

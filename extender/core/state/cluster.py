@@ -1,0 +1,399 @@
+"""The cluster as the core sees it: :class:`ClusterState`, a façade over small indexes.
+
+Fed one object at a time (by the Kubernetes informers, by ``simulate`` from manifests,
+by tests directly), it keeps what decisions read without walking the whole cluster:
+
+- the objects: nodes, pods, the quota tree, pod groups;
+- :class:`~extender.core.state.nodes.NodeUsage`: per node, its pods' requests, the room
+  held for reserved pods, its preemptible pods' requests (and the free-room formula);
+- :class:`quota.accounting.QuotaLedger`: per quota, used and requested resources;
+- :class:`~extender.core.state.victims.VictimIndex`: victim units in the victim order;
+- :class:`~extender.core.state.book.ReservationBook`: reservations and admission holds;
+- per job its pods; per job the pods marked for it; per node the pods nominated to it.
+
+Every change to a pod reaches every index through one path: the pod is taken out
+(:meth:`ClusterState._unindex`), changed, and put back (:meth:`ClusterState._index`).
+A pod *counts as used* when it is bound to a node, or pending with a reservation or an
+admission hold: its requests are charged to its quota, and reserved room is held on its
+node.  Decisions (filter, score, plan) read a state and never change it; the adapters
+apply their outcomes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+from base import keys
+from base.errors import ManifestError
+from base.resources import Resources
+from extender.core.config import MusterArgs
+from extender.core.jobs import is_preemptible, min_available_annotation
+from extender.core.objects import NodeInfo, PodInfo
+from extender.core.state.book import Reservation, ReservationBook
+from extender.core.state.nodes import NodeUsage
+from extender.core.state.victims import VictimIndex
+from quota.accounting import QuotaLedger
+from quota.tree import QuotaSpec, QuotaTree
+
+#: Node facts the planner memoises (which nodes could ever hold a pod shape), by key;
+#: cleared whenever a node changes.
+NodeMemo = dict[tuple[object, ...], frozenset[str]]
+
+
+class UnknownQuotaError(LookupError):
+    """A pod names a quota that does not exist."""
+
+
+class ClusterState:
+    """Nodes, pods, quotas, pod groups and reservations, with the indexes decisions need."""
+
+    def __init__(self, args: MusterArgs | None = None, quotas: Iterable[QuotaSpec] = ()) -> None:
+        self.args = args if args is not None else MusterArgs()
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.tree = QuotaTree(quotas)
+        self.ledger = QuotaLedger(self.tree)
+        #: Per node: requested, reserved and preemptible totals (read-only outside).
+        self.node_usage = NodeUsage()
+        self.victims = VictimIndex()
+        self.book = ReservationBook()
+        #: Memo for planners: facts derived from nodes only.
+        self.node_memo: NodeMemo = {}
+        self._pod_groups: dict[str, int] = {}  # "ns/group" → minMember
+        self._jobs: dict[str, set[str]] = {}
+        self._pod_quota: dict[str, str] = {}
+        self._unknown_quota: dict[str, str] = {}
+        self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
+        self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
+
+    # ---- feeding -------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        self.nodes[node.name] = node
+        self.node_usage.add_node(node.name)
+        self.node_memo.clear()
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self.node_memo.clear()
+
+    def upsert_pod(self, pod: PodInfo) -> None:
+        old = self.pods.get(pod.key)
+        if old is not None:
+            self._unindex(old)
+        self.pods[pod.key] = pod
+        if pod.node_name is not None or pod.finished:
+            # Bound or done: it no longer holds reserved room or admission quota.
+            if self.book.reserved(pod.key) is not None:
+                self._drop_reserved_pod(pod.key)
+            self.book.unhold(pod.key)
+        self._index(pod)
+
+    def remove_pod(self, key: str) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is None:
+            return
+        self._unindex(pod)
+        if self.book.reserved(key) is not None:
+            self._drop_reserved_pod(key)
+        self.book.unhold(key)
+        # A pod that is gone leaves its job's reservation: one re-created under its name
+        # is a new pod, not reserved by the old one's placement.
+        reservation = self.book.reservations.get(pod.job)
+        if reservation is not None and key in reservation.placements:
+            placements = {k: n for k, n in reservation.placements.items() if k != key}
+            self.book.reservations[pod.job] = dataclasses.replace(
+                reservation, placements=placements
+            )
+
+    def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
+        """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
+        tree = QuotaTree(quotas)
+        for pod in self.pods.values():
+            self._unindex(pod)
+        self.tree = tree
+        self.ledger = QuotaLedger(tree)
+        self.victims = VictimIndex()
+        for pod in self.pods.values():
+            self._index(pod)
+
+    def set_pod_group(self, namespace: str, name: str, min_member: int | None) -> None:
+        """Record a PodGroup's ``minMember`` (``None`` forgets the group)."""
+        key = f"{namespace}/{name}"
+        if min_member is None:
+            self._pod_groups.pop(key, None)
+        else:
+            self._pod_groups[key] = min_member
+
+    def add_reservation(self, reservation: Reservation) -> None:
+        """Hold room for a job's pending pods on the nodes the plan chose (a reserved pod's
+        admission hold, if any, ends: the reservation charges its quota now)."""
+        self.remove_reservation(reservation.job)
+        self.book.reservations[reservation.job] = reservation
+        for pod_key, node in reservation.placements.items():
+            pod = self.pods.get(pod_key)
+            if pod is None or pod.node_name is not None:
+                continue
+            with self._reindexing(pod_key):
+                self.book.reserve(pod_key, reservation.job, node)
+                self.book.unhold(pod_key)
+
+    def remove_reservation(self, job: str) -> Reservation | None:
+        reservation = self.book.reservations.pop(job, None)
+        if reservation is None:
+            return None
+        for pod_key in reservation.placements:
+            reserved = self.book.reserved(pod_key)
+            if reserved is not None and reserved[0] == job:
+                with self._reindexing(pod_key):
+                    self.book.unreserve(pod_key)
+        return reservation
+
+    def expire_reservations(self, now: float) -> list[Reservation]:
+        """End the reservations whose time is up; return them."""
+        expired = [r for r in self.book.reservations.values() if r.expires <= now]
+        for reservation in expired:
+            self.remove_reservation(reservation.job)
+        return expired
+
+    def hold_quota(self, job: str, pod_keys: Iterable[str], until: float) -> None:
+        """Charge these pending pods of an admitted job to its quota until ``until``, so a
+        job admitted whole cannot lose the rest of its room to a job admitted meanwhile."""
+        self.book.extend_hold(job, until)
+        for key in pod_keys:
+            pod = self.pods.get(key)
+            if pod is None or self.book.is_held(key) or self.counts_as_used(pod):
+                continue
+            with self._reindexing(key):
+                self.book.hold(key, job)
+
+    def release_quota_holds(self, now: float) -> list[str]:
+        """End the holds whose time is up; return their jobs."""
+        ended = self.book.end_holds(now)
+        for _job, held in ended:
+            for key in held:
+                with self._reindexing(key):
+                    self.book.unhold(key)
+        return [job for job, _held in ended]
+
+    # ---- reading: pods, jobs, quotas -----------------------------------------------
+
+    @property
+    def reservations(self) -> Mapping[str, Reservation]:
+        """Every in-flight job's reservation, by job."""
+        return self.book.reservations
+
+    def quota_of(self, pod: PodInfo) -> str:
+        """The pod's quota; raises :class:`UnknownQuotaError` if it names a missing one."""
+        unknown = self._unknown_quota.get(pod.key)
+        if unknown is not None:
+            raise UnknownQuotaError(unknown)
+        quota = self._pod_quota.get(pod.key)
+        return quota if quota is not None else self._resolve_quota(pod)
+
+    def quota_name(self, pod: PodInfo) -> str | None:
+        """The pod's quota, or ``None`` if it names one that does not exist."""
+        try:
+            return self.quota_of(pod)
+        except UnknownQuotaError:
+            return None
+
+    def preemptible(self, pod: PodInfo) -> bool:
+        return is_preemptible(pod, self.args)
+
+    def counts_as_used(self, pod: PodInfo) -> bool:
+        """Bound to a node and not finished, or pending with a reservation, or pending in
+        a job whose admission holds its quota (:meth:`hold_quota`)."""
+        if pod.finished:
+            return False
+        return (
+            pod.node_name is not None
+            or self.book.reserved(pod.key) is not None
+            or self.book.is_held(pod.key)
+        )
+
+    def quota_held(self, pod_key: str) -> bool:
+        return self.book.is_held(pod_key)
+
+    def marked_victims(self, job: str) -> Collection[str]:
+        """Keys of the pods still present whose soft-eviction mark names ``job``: its
+        victims on their way out (the job is in flight while there are any)."""
+        return self._marked_for.get(job, ())
+
+    def nominated_to(self, node: str) -> Collection[str]:
+        """Keys of the pending pods whose ``status.nominatedNodeName`` is ``node``."""
+        return self._nominated.get(node, ())
+
+    def reserved_node(self, pod_key: str) -> str | None:
+        reserved = self.book.reserved(pod_key)
+        return reserved[1] if reserved is not None else None
+
+    def reservation_holder(self, pod_key: str) -> str | None:
+        """The job a reserved pod belongs to."""
+        reserved = self.book.reserved(pod_key)
+        return reserved[0] if reserved is not None else None
+
+    def job_pods(self, job: str) -> list[PodInfo]:
+        """The job's pods, in a stable order (by name)."""
+        return [self.pods[key] for key in sorted(self._jobs.get(job, ()))]
+
+    def job_members(self, job: str) -> Collection[str]:
+        """The keys of the job's pods, unordered (cheaper than :meth:`job_pods`)."""
+        return self._jobs.get(job, ())
+
+    def min_available(self, job: str) -> int:
+        """How many of the job's pods must run together (default: all of them)."""
+        pods = self.job_pods(job)
+        if job in self._pod_groups:
+            return self._pod_groups[job]
+        for pod in pods:
+            try:
+                declared = min_available_annotation(pod)
+            except ManifestError:
+                continue  # not a number: ignored here (simulate rejects it outright)
+            if declared is not None:
+                return declared
+        return len(pods)
+
+    # ---- reading: nodes and victims ------------------------------------------------
+
+    def pods_on(self, node: str) -> Iterator[PodInfo]:
+        for key in self.node_usage.pods_on(node):
+            yield self.pods[key]
+
+    def requested_on(self, node: str) -> Mapping[str, int]:
+        return self.node_usage.requested.get(node, {})
+
+    def reserved_on(self, node: str) -> Mapping[str, Mapping[str, int]]:
+        """Room held on ``node`` for pending pods of in-flight jobs, by pod key."""
+        return self.node_usage.reserved.get(node, {})
+
+    def nodes_with_reserved_room(self) -> Collection[str]:
+        """The nodes holding room for some reserved pod (usually few or none)."""
+        return self.node_usage.reserved.keys()
+
+    def free_on(self, node: str, for_pod: str | None = None) -> Resources:
+        """Allocatable minus requested minus room held for pods other than ``for_pod``."""
+        return self.node_usage.free_on(node, self.nodes[node].allocatable, for_pod)
+
+    def preemptible_on(self, node: str) -> Mapping[str, int]:
+        """Requests of the preemptible pods bound to ``node``: the most eviction could free."""
+        return self.node_usage.preemptible.get(node, {})
+
+    def has_untallied_pods(self) -> bool:
+        """Are there running pods :meth:`preemptible_on` leaves out though a victim gang
+        could take them along?  Those that name a quota that does not exist (they do
+        count in :meth:`free_on`)."""
+        return any(
+            self.pods[key].node_name is not None and not self.pods[key].finished
+            for key in self._unknown_quota
+        )
+
+    # ---- the one path into the indexes ---------------------------------------------
+
+    def _resolve_quota(self, pod: PodInfo) -> str:
+        named = pod.labels.get(keys.QUOTA_NAME_LABEL)
+        if named:
+            if named not in self.tree:
+                raise UnknownQuotaError(named)
+            return named
+        return self.tree.quota_in_namespace(pod.namespace) or keys.DEFAULT_QUOTA
+
+    def _index(self, pod: PodInfo) -> None:
+        self._count(pod, 1)
+        if pod.job in self.victims or (
+            pod.node_name is not None
+            and not pod.finished
+            and pod.key in self._pod_quota
+            and self.preemptible(pod)
+        ):
+            self._reindex_unit(pod.job)
+
+    def _unindex(self, pod: PodInfo) -> None:
+        self._count(pod, -1)
+        if pod.job in self.victims:  # one of its pods, or a pod beside them, went
+            self._reindex_unit(pod.job)
+
+    def _count(self, pod: PodInfo, sign: int) -> None:
+        """Add the pod to every index (``sign=-1``: take it out of every index)."""
+        key = pod.key
+        live = not pod.finished
+        _member(self._jobs, pod.job, key, sign)
+        if pod.marked_for is not None and live:
+            _member(self._marked_for, pod.marked_for, key, sign)
+        if pod.nominated_node_name is not None and pod.node_name is None and live:
+            _member(self._nominated, pod.nominated_node_name, key, sign)
+        if sign > 0:
+            try:
+                self._pod_quota[key] = self._resolve_quota(pod)
+            except UnknownQuotaError as error:
+                self._unknown_quota[key] = str(error.args[0])
+        quota = self._pod_quota.pop(key, None) if sign < 0 else self._pod_quota.get(key)
+        if quota is None:
+            # No quota to charge, but a running pod still takes room on its node.
+            if sign < 0:
+                self._unknown_quota.pop(key, None)
+            if pod.node_name is not None and live:
+                self.node_usage.bind(pod.node_name, key, pod.requests, preemptible=False, sign=sign)
+            return
+        if not live:
+            return
+        preemptible = self.preemptible(pod)
+        used = self.counts_as_used(pod)
+        self.ledger.charge(quota, pod.requests, preemptible=preemptible, used=used, sign=sign)
+        if pod.node_name is not None:
+            self.node_usage.bind(
+                pod.node_name, key, pod.requests, preemptible=preemptible, sign=sign
+            )
+            return
+        reserved = self.book.reserved(key)
+        if reserved is not None:
+            if sign > 0:
+                self.node_usage.hold(reserved[1], key, pod.requests)
+            else:
+                self.node_usage.release(reserved[1], key)
+
+    @contextmanager
+    def _reindexing(self, key: str) -> Iterator[None]:
+        """Take the pod out of the indexes while its reservation or hold changes, and put
+        it back after (a pod not in the state has no index entries to keep)."""
+        pod = self.pods.get(key)
+        if pod is not None:
+            self._unindex(pod)
+        yield
+        if pod is not None:
+            self._index(pod)
+
+    def _reindex_unit(self, job: str) -> None:
+        """Recompute the job's victim unit: after any change to the job's pods."""
+        members = sorted(
+            key
+            for key in self._jobs.get(job, ())
+            if key in self._pod_quota
+            and self.pods[key].node_name is not None
+            and not self.pods[key].finished
+            and self.preemptible(self.pods[key])
+        )
+        quota = self._pod_quota[members[0]] if members else ""
+        whole = len(members) == len(self._jobs.get(job, ()))
+        self.victims.update(job, quota, [self.pods[key] for key in members], whole)
+
+    def _drop_reserved_pod(self, key: str) -> None:
+        """A reserved pod bound or went away: it no longer holds reserved room."""
+        job = self.book.unreserve(key)
+        if job in self.book.reservations and not self.book.holds_room(job):
+            del self.book.reservations[job]
+
+
+def _member(index: dict[str, set[str]], at: str, key: str, sign: int) -> None:
+    """Add ``key`` to (``sign=1``) or take it from (``-1``) the set at ``index[at]``."""
+    if sign > 0:
+        index.setdefault(at, set()).add(key)
+        return
+    members = index.get(at)
+    if members is not None:
+        members.discard(key)
+        if not members:
+            del index[at]

@@ -1,0 +1,69 @@
+"""Node usage: what the pods on each node take, and the room held there for reservations.
+
+One of the indexes behind :class:`~extender.core.state.ClusterState`.  Per node it keeps
+the requests of its bound pods, the room held for each reserved (still pending) pod of
+an in-flight job, and the requests of its bound preemptible pods: the most that evicting
+could free there.  :meth:`NodeUsage.free_on` is the one definition of a node's free
+room; the planner's hot loops read the same totals (:attr:`requested`,
+:attr:`reserved`, :attr:`preemptible`) directly, and only read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from base.resources import Resources, add_into, subtract
+
+_NOTHING: Mapping[str, int] = {}
+
+
+class NodeUsage:
+    def __init__(self) -> None:
+        #: node → requests of the pods bound to it.
+        self.requested: dict[str, Resources] = {}
+        #: node → reserved pod → the room held for it there.
+        self.reserved: dict[str, dict[str, Resources]] = {}
+        #: node → requests of its bound preemptible pods.
+        self.preemptible: dict[str, Resources] = {}
+        self._pods: dict[str, set[str]] = {}
+
+    def add_node(self, node: str) -> None:
+        self.requested.setdefault(node, {})
+        self._pods.setdefault(node, set())
+
+    def bind(
+        self, node: str, key: str, requests: Mapping[str, int], *, preemptible: bool, sign: int
+    ) -> None:
+        """Count a pod bound to ``node`` (``sign=-1``: take it back out)."""
+        add_into(self.requested.setdefault(node, {}), requests, sign)
+        pods = self._pods.setdefault(node, set())
+        if sign > 0:
+            pods.add(key)
+        else:
+            pods.discard(key)
+        if preemptible:
+            add_into(self.preemptible.setdefault(node, {}), requests, sign)
+
+    def hold(self, node: str, key: str, requests: Mapping[str, int]) -> None:
+        """Hold room on ``node`` for the reserved pod ``key``."""
+        self.reserved.setdefault(node, {})[key] = dict(requests)
+
+    def release(self, node: str, key: str) -> None:
+        held = self.reserved[node]
+        del held[key]
+        if not held:
+            del self.reserved[node]
+
+    def pods_on(self, node: str) -> Collection[str]:
+        return self._pods.get(node, ())
+
+    def free_on(
+        self, node: str, allocatable: Mapping[str, int], for_pod: str | None = None
+    ) -> Resources:
+        """Allocatable minus the requests of the node's pods minus the room held there for
+        reserved pods other than ``for_pod``."""
+        free = subtract(allocatable, self.requested.get(node, _NOTHING))
+        for holder, room in self.reserved.get(node, {}).items():
+            if holder != for_pod:
+                add_into(free, room, -1)
+        return free

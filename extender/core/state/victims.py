@@ -1,0 +1,102 @@
+"""The victim index: running preemptible pods grouped in victim units, in preemption order.
+
+One of the indexes behind :class:`~extender.core.state.ClusterState`.  A *victim unit*
+is what is evicted together: a running preemptible pod, or the running preemptible pods
+of a gang (evicting part of a gang wastes the rest).  Units are kept sorted, per quota
+and all together, in **the victim order**, defined here and nowhere else:
+
+1. lowest priority first (a unit's priority is its highest pod's);
+2. then most recently started first (a unit's start is its latest pod's start, or
+   creation when it has not started);
+3. then by job name, then by quota: a stable key.
+
+"Other quotas first", the order's first rule in DESIGN.md, is the candidate walk's
+(:mod:`extender.core.preemption.candidates` takes other quotas' units before the
+preemptor's own); within each walk, units come in this order.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Mapping, Sequence
+
+from extender.core.objects import PodInfo
+
+#: Where a victim unit's pods run and what they ask for: ``(node, resources)`` when the
+#: unit is all of its job's pods and they run on one node (a lone pod, usually), with the
+#: resources they request a positive amount of; else :data:`SCATTERED`.
+UnitPlace = tuple[str, frozenset[str]]
+SCATTERED: UnitPlace = ("", frozenset())
+
+#: A victim unit, sortable in the victim order: ``(highest priority, -latest start, job,
+#: quota, place)``.
+UnitEntry = tuple[int, float, str, str, UnitPlace]
+
+
+class VictimIndex:
+    def __init__(self) -> None:
+        self._units: dict[str, list[UnitEntry]] = {}  # quota → its units, in order
+        self._all: list[UnitEntry] = []
+        self._unit_of: dict[str, UnitEntry] = {}  # job → its entry (one unit per job)
+        self._unit_pods: dict[str, tuple[PodInfo, ...]] = {}
+        # The resource sets in the units' places → (that set, shared by them; how many).
+        self._resources: dict[frozenset[str], tuple[frozenset[str], int]] = {}
+
+    def __contains__(self, job: object) -> bool:
+        return job in self._unit_of
+
+    def update(self, job: str, quota: str, pods: Sequence[PodInfo], whole_job: bool) -> None:
+        """Replace ``job``'s unit by its running preemptible ``pods`` (sorted by key; none:
+        no unit); ``whole_job``: they are all of the job's pods."""
+        self._drop(job)
+        if not pods:
+            return
+        place = SCATTERED
+        node = pods[0].node_name
+        if node is not None and whole_job and all(pod.node_name == node for pod in pods):
+            resources = frozenset(
+                name for pod in pods for name, amount in pod.requests.items() if amount > 0
+            )
+            if resources:
+                resources, count = self._resources.get(resources, (resources, 0))
+                self._resources[resources] = (resources, count + 1)
+                place = (node, resources)
+        entry = (
+            max(pod.priority for pod in pods),
+            -max(pod.start_or_created for pod in pods),
+            job,
+            quota,
+            place,
+        )
+        bisect.insort(self._units.setdefault(quota, []), entry)
+        bisect.insort(self._all, entry)
+        self._unit_of[job] = entry
+        self._unit_pods[job] = tuple(pods)
+
+    def _drop(self, job: str) -> None:
+        old = self._unit_of.pop(job, None)
+        if old is None:
+            return
+        units = self._units[old[3]]
+        del units[bisect.bisect_left(units, old)]
+        del self._all[bisect.bisect_left(self._all, old)]
+        del self._unit_pods[job]
+        resources = old[4][1]
+        if resources:
+            shared, count = self._resources[resources]
+            if count == 1:
+                del self._resources[resources]
+            else:
+                self._resources[resources] = (shared, count - 1)
+
+    def units(self, quota: str | None = None) -> Sequence[UnitEntry]:
+        """The quota's units (every quota's with ``None``) in the victim order."""
+        if quota is None:
+            return self._all
+        return self._units.get(quota, ())
+
+    def unit_pods(self) -> Mapping[str, tuple[PodInfo, ...]]:
+        return self._unit_pods
+
+    def unit_resources(self) -> Collection[frozenset[str]]:
+        return self._resources.keys()
