@@ -11,9 +11,9 @@ holds its copies independently.  A job of several shapes also needs every
 shape's sum to suffice, and then a real greedy placement (:meth:`JobFit.place`,
 the same one that produces the plan's reservation) decides.
 
-Node copies are copy-on-write: capacities come straight from the snapshot's
-running totals, and a node's free room is copied only when the planner first
-reads or changes it.
+Node copies are an :class:`~extender.core.state.Overlay` (copy-on-write):
+capacities come straight from the state's running totals, and a node's free room is
+copied only when the planner first reads or changes it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from base.resources import Resources, add_into, copies_that_fit
 from extender.core.nodefit import constraint_signature, static_misfit
 from extender.core.objects import PodInfo
 from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
-from extender.core.state import ClusterState
+from extender.core.state import ClusterState, Overlay
 
 
 @dataclass(slots=True)
@@ -153,8 +153,6 @@ class JobFit:
     def __init__(self, snapshot: ClusterState, job: str, pods: Sequence[PodInfo]) -> None:
         self.snapshot = snapshot
         self.job = job
-        #: Free room of the node copies touched so far: the snapshot's, plus removed victims.
-        self._room: dict[str, Resources] = {}
         shapes: dict[object, _Shape] = {}
         for pod in pods:
             key = (tuple(sorted(pod.requests.items())), constraint_signature(pod))
@@ -164,6 +162,9 @@ class JobFit:
                 shapes[key] = shape
             shape.pods.append(pod)
         self._resources = frozenset(name for shape in shapes.values() for name in shape.request)
+        #: The node copies (free room in the job's resources) and the quota ledger copy,
+        #: with the removed victims taken out.
+        self.overlay = Overlay(snapshot, self._resources)
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
@@ -201,29 +202,8 @@ class JobFit:
 
     def free(self, node: str) -> Resources:
         """Free room on the node copy: minus reservations, plus removed victims (in the
-        resources the job asks for, at least)."""
-        room = self._room.get(node)
-        return dict(room) if room is not None else self.snapshot.free_on(node)
-
-    def _room_of(self, node: str) -> Resources:
-        """The node copy's free room, to read or change in place (copied on first use)."""
-        room = self._room.get(node)
-        if room is None:
-            room = self._room[node] = self._free_now(node)
-        return room
-
-    def _free_now(self, node: str) -> Resources:
-        """The node's free room (:meth:`~extender.core.state.ClusterState.free_on`) in the
-        resources the job asks for: the only ones the node copies are read for."""
-        allocatable = self.snapshot.nodes[node].allocatable
-        usage = self.snapshot.node_usage
-        requested, reserved = usage.requested, usage.reserved
-        used = requested.get(node, {})
-        room = {name: allocatable.get(name, 0) - used.get(name, 0) for name in self._resources}
-        for held in reserved.get(node, {}).values():
-            for name in room:
-                room[name] -= held.get(name, 0)
-        return room
+        resources the job asks for)."""
+        return self.overlay.free(node)
 
     @staticmethod
     def _copies(shape: _Shape, room: Resources) -> int:
@@ -253,23 +233,14 @@ class JobFit:
         snapshot's nodes without ``pods``: the same room as putting the others back
         one by one, found without touching them.
         """
-        self._room = {}
+        self.overlay.forget_rooms()
         self._shift(pods, 1, recount=False)
 
     def _shift(self, pods: Iterable[PodInfo], sign: int, *, recount: bool) -> None:
-        eligible = self.eligible
-        rooms = self._room
-        touched: dict[str, Resources] = {}
-        for pod in pods:
-            node = pod.node_name
-            if node is None or node not in eligible:
-                continue
-            room = rooms.get(node)
-            if room is None:
-                room = rooms[node] = self._free_now(node)
-            for name, amount in pod.requests.items():
-                room[name] = room.get(name, 0) + sign * amount
-            touched[node] = room
+        if sign > 0:
+            touched = self.overlay.take(pods, self.eligible)
+        else:
+            touched = self.overlay.restore(pods, self.eligible)
         if not recount:
             return
         for node, room in touched.items():
@@ -291,7 +262,7 @@ class JobFit:
             node = pod.node_name
             if node is None or node not in useful:
                 continue
-            room = self._room_of(node)
+            room = self.overlay.room(node)
             requests = pod.requests
             for shape in self.shapes:
                 wanted = shape.capacity.get(node, 0) + 1
@@ -309,7 +280,9 @@ class JobFit:
         for shape, initial in zip(self.shapes, self._initial, strict=True):
             capacity = shape.capacity
             gained.update(
-                node for node in self._room if capacity.get(node, 0) > initial.get(node, 0)
+                node
+                for node in self.overlay.touched()
+                if capacity.get(node, 0) > initial.get(node, 0)
             )
         return gained
 

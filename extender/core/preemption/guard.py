@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from base.resources import add_into, fits
+from base.resources import fits
 from extender.core.authority import governing_reason
 from extender.core.objects import PodInfo
-from extender.core.state import ClusterState
+from extender.core.state import ClusterState, Overlay
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,25 +45,26 @@ def guard_scheduler_preemption(
         return GuardResult({}, (note,), hand_to_postfilter=True)
     by_uid = {p.uid: p for node in proposed for p in snapshot.pods_on(node)}
     promised = snapshot.book.promised_victims()
+    # The pod's own reserved room never blocks it; a pod Muster does not govern has none.
+    overlay = Overlay(snapshot, frozenset(pod.requests))
     kept: dict[str, list[str]] = {}
     notes = []
     for node, uids in sorted(proposed.items()):
         if node not in snapshot.nodes:
             notes.append(f"{node}: unknown node")
             continue
-        free = snapshot.free_on(node, for_pod=pod.key)
         chosen = []
         for uid in uids:
             victim = by_uid.get(uid)
             why = _veto(snapshot, victim, promised)
             if victim is not None and why is None:
-                add_into(free, victim.requests)
+                overlay.take([victim])
                 chosen.append(uid)
             else:
                 notes.append(f"{node}: victim {uid} dropped: {why}")
         if not chosen:
             continue
-        if not fits(pod.requests, free):
+        if not fits(pod.requests, overlay.room(node)):
             notes.append(f"{node}: the victims left do not make room")
             continue
         kept[node] = chosen

@@ -249,13 +249,15 @@ class _Wants:
 
 
 class _Simulation:
-    """Copies of the nodes and of the quota ledger, with victim groups taken out."""
+    """The job's fit on an overlay of the state (node copies and a ledger copy), with
+    victim groups taken out and put back."""
 
     def __init__(self, snapshot: ClusterState, demand: JobDemand) -> None:
         self.snapshot = snapshot
         self.demand = demand
         self.fit = JobFit(snapshot, demand.job, demand.unplaced)
-        self.ledger = snapshot.ledger.overlay()
+        #: The quota ledger copy of the fit's overlay: victims' usage taken out.
+        self.ledger = self.fit.overlay.ledger
         self._counts: dict[str, bool] = {}
         self._guards: dict[str, tuple[str, ...]] = {}
         self._read: dict[str, bool] = {}
@@ -314,7 +316,7 @@ class _Simulation:
         if read is None:
             read = self._read[quota] = self.counts_for_job(quota) or bool(self._guarding(quota))
         if read:
-            self.ledger.charge(quota, group.requests, preemptible=True, used=True, sign=sign)
+            self.fit.overlay.charge(quota, group.requests, sign)
 
     def spare_idle(self, removed: list[VictimGroup]) -> list[VictimGroup]:
         """Restore at once the groups but the last whose eviction gained the job nothing;

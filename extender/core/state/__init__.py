@@ -3,15 +3,18 @@
 ``cluster`` is the façade decisions read; ``nodes`` (node usage and the free-room
 formula), ``victims`` (victim units in the victim order) and ``book`` (reservations
 and admission holds) are its indexes; quota usage is :mod:`quota.accounting`'s ledger.
+``overlay`` is the one way to ask "what if these pods were gone?" without changing it.
 """
 
 from extender.core.state.book import Reservation
 from extender.core.state.cluster import ClusterState, UnknownQuotaError
+from extender.core.state.overlay import Overlay
 from extender.core.state.victims import SCATTERED, UnitEntry, UnitPlace
 
 __all__ = [
     "SCATTERED",
     "ClusterState",
+    "Overlay",
     "Reservation",
     "UnitEntry",
     "UnitPlace",

@@ -58,12 +58,25 @@ class NodeUsage:
         return self._pods.get(node, ())
 
     def free_on(
-        self, node: str, allocatable: Mapping[str, int], for_pod: str | None = None
+        self,
+        node: str,
+        allocatable: Mapping[str, int],
+        for_pod: str | None = None,
+        resources: Collection[str] | None = None,
     ) -> Resources:
         """Allocatable minus the requests of the node's pods minus the room held there for
-        reserved pods other than ``for_pod``."""
-        free = subtract(allocatable, self.requested.get(node, _NOTHING))
+        reserved pods other than ``for_pod``: in ``resources`` only, if given."""
+        used = self.requested.get(node, _NOTHING)
+        if resources is None:
+            free = subtract(allocatable, used)
+        else:
+            free = {name: allocatable.get(name, 0) - used.get(name, 0) for name in resources}
         for holder, room in self.reserved.get(node, {}).items():
-            if holder != for_pod:
+            if holder == for_pod:
+                continue
+            if resources is None:
                 add_into(free, room, -1)
+            else:
+                for name in free:
+                    free[name] -= room.get(name, 0)
         return free
