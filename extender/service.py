@@ -12,7 +12,6 @@ handed on through ``on_unschedulable`` (the PostFilter loop's trigger).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -22,21 +21,22 @@ from typing import Protocol
 
 from extender.core.authority import governing_reason
 from extender.core.decisions import Decision, DecisionLog
+from extender.core.effects import AssumeBound, apply
 from extender.core.objects import PodInfo
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
 from extender.core.preemption.planner import ready_to_plan
 from extender.core.scheduling import (
     FilterOutcome,
     FilterResult,
+    admission_hold,
     filter_nodes,
-    hold_admitted_job,
     score_nodes,
 )
 from extender.core.state import ClusterState
 
 
-class SnapshotBusy(Exception):
-    """The snapshot is being written (or read by a long decision) and the caller asked
+class StateBusy(Exception):
+    """The state is held (an informer update, or a long decision) and the caller asked
     not to wait: the HTTP front door then moves the request off its event loop."""
 
 
@@ -47,9 +47,11 @@ class ClusterSource(Protocol):
         """Has the first full sync happened?"""
         ...
 
-    def reading(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
-        """The snapshot, held still for the duration of one decision; with ``wait`` false,
-        :class:`SnapshotBusy` if someone else holds it."""
+    def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
+        """The cluster state, held exclusively: the informers' updates, each decision with
+        the effects it returns (applied before letting go, so nothing comes between),
+        and the debug views all take this one hold; with ``wait`` false,
+        :class:`StateBusy` if someone else has it."""
         ...
 
 
@@ -61,10 +63,10 @@ class _Lock(Protocol):
 
 @contextmanager
 def holding(lock: _Lock, snapshot: ClusterState, wait: bool) -> Iterator[ClusterState]:
-    """``snapshot`` under ``lock``; :class:`SnapshotBusy` if ``wait`` is false and the
+    """``snapshot`` under ``lock``; :class:`StateBusy` if ``wait`` is false and the
     lock is taken.  (The one implementation of :meth:`ClusterSource.reading`.)"""
     if not lock.acquire(blocking=wait):
-        raise SnapshotBusy
+        raise StateBusy
     try:
         yield snapshot
     finally:
@@ -81,7 +83,7 @@ class StaticSource:
     def ready(self) -> bool:
         return True
 
-    def reading(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
+    def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
         return holding(self._lock, self._snapshot, wait)
 
 
@@ -131,7 +133,7 @@ class Extender:
         copy kube-scheduler sends."""
         if not resource_version:
             return None
-        with self.source.reading(wait) as snapshot:
+        with self.source.exclusive(wait) as snapshot:
             pod = snapshot.pods.get(key)
         if (
             pod is None
@@ -143,15 +145,17 @@ class Extender:
         return pod
 
     def filter(self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True) -> FilterResult:
-        """Filter ``nodes`` for ``pod``; with ``wait`` false, :class:`SnapshotBusy` rather
+        """Filter ``nodes`` for ``pod``; with ``wait`` false, :class:`StateBusy` rather
         than waiting for the snapshot (nothing is changed then)."""
         now = self.clock()
         plan_at_once: bool | None = None  # None: not the PostFilter's to plan
-        with self.source.reading(wait) as snapshot:
+        with self.source.exclusive(wait) as snapshot:
             snapshot.release_quota_holds(now)
             result = filter_nodes(snapshot, pod, nodes, as_extender=True)
             if not result.quota_failures and result.passed:
-                hold_admitted_job(snapshot, pod, now + snapshot.args.quota_hold_seconds)
+                hold = admission_hold(snapshot, pod, now + snapshot.args.quota_hold_seconds)
+                if hold is not None:
+                    apply(snapshot, hold)
             elif self.on_unschedulable is not None:
                 plan_at_once = postfilter_trigger(snapshot, pod)
         with self._recent_lock:
@@ -178,7 +182,7 @@ class Extender:
     def prioritize(
         self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True
     ) -> dict[str, int]:
-        with self.source.reading(wait) as snapshot:
+        with self.source.exclusive(wait) as snapshot:
             return score_nodes(snapshot, pod, nodes)
 
     def preempt(self, pod: PodInfo, proposed: Mapping[str, Sequence[str]]) -> GuardResult:
@@ -186,7 +190,7 @@ class Extender:
         :mod:`extender.core.preemption.guard`); for a pod Muster governs, none, and its
         job goes to the PostFilter: this call is the earliest sign it needs room."""
         plan_at_once: bool | None = None
-        with self.source.reading() as snapshot:
+        with self.source.exclusive() as snapshot:
             result = guard_scheduler_preemption(snapshot, pod, proposed)
             if result.hand_to_postfilter:
                 plan_at_once = postfilter_trigger(snapshot, pod)
@@ -222,12 +226,12 @@ class Extender:
     def _assume_bound(self, key: str, node: str) -> None:
         """Count a pod Muster just bound as running there before its informer says so,
         as kube-scheduler assumes pods: a decision in between must not see the room free."""
-        with self.source.reading() as snapshot:
+        with self.source.exclusive() as snapshot:
             with self._recent_lock:
                 recent = self._recent.get(key)
             pod = snapshot.pods.get(key) or recent
-            if pod is not None and pod.node_name is None:
-                snapshot.upsert_pod(dataclasses.replace(pod, node_name=node))
+            if pod is not None:
+                apply(snapshot, AssumeBound(pod, node))
 
     def _record(self, pod: PodInfo, verb: str, outcome: str, reasons: Sequence[str] = ()) -> None:
         self.log.record(pod.key, Decision(self.clock(), verb, outcome, tuple(reasons)))

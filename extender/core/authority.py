@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from base import keys
+from extender.core.effects import HoldRoom
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import UNNAMED_COMPONENT, PodInfo
 from extender.core.reservations import reserved_by_muster
@@ -124,13 +125,13 @@ def nominated_elsewhere(snapshot: ClusterState, job: str) -> bool:
     return False
 
 
-def hold_room_for_scheduler_preemption(
+def hold_for_scheduler_preemption(
     snapshot: ClusterState, job: str, now: float
-) -> SchedulerPreemption | None:
-    """If kube-scheduler is preempting for ``job`` and no room is held for it yet, hold
-    the room on the nodes it nominated, in the reservation book, as for Muster's own
-    plans (in memory only: the nomination and the victims' conditions are the record,
-    and every replica derives the same from them).  Returns what it held."""
+) -> tuple[SchedulerPreemption, HoldRoom] | None:
+    """If kube-scheduler is preempting for ``job`` and no room is held for it yet, what it
+    is doing and the effect that holds the room on the nodes it nominated, in the
+    reservation book, as for Muster's own plans (in memory only: the nomination and the
+    victims' conditions are the record, and every replica derives the same from them)."""
     if job in snapshot.reservations:
         return None
     found = scheduler_preemption(snapshot, job)
@@ -143,17 +144,15 @@ def hold_room_for_scheduler_preemption(
     promised = snapshot.book.promised_victims()
     if any(victim in promised for victim in found.victims):
         return None  # those victims already free room held for another job
-    snapshot.add_reservation(
-        Reservation(
-            job=job,
-            quota=quota,
-            placements=dict(found.placements),
-            victims=found.victims,
-            created=now,
-            expires=now + snapshot.args.reservation_timeout_seconds,
-        )
+    reservation = Reservation(
+        job=job,
+        quota=quota,
+        placements=dict(found.placements),
+        victims=found.victims,
+        created=now,
+        expires=now + snapshot.args.reservation_timeout_seconds,
     )
-    return found
+    return found, HoldRoom(reservation)
 
 
 def jobs_nominated_to(snapshot: ClusterState, node: str) -> set[str]:

@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from base.resources import PODS, Resources, add_into, shortfall
+from extender.core.effects import HoldQuota
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState, UnknownQuotaError
@@ -138,19 +139,18 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
 
 
-def hold_admitted_job(snapshot: ClusterState, pod: PodInfo, until: float) -> None:
-    """After ``pod`` passed admission, charge its job's other pending pods to the quota
-    until ``until``: the job was admitted whole, and kube-scheduler places its pods one
-    at a time (Muster's cache sees each binding only later)."""
+def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQuota | None:
+    """After ``pod`` passed admission, the hold that charges its job's other pending pods
+    to the quota until ``until``: the job was admitted whole, and kube-scheduler places
+    its pods one at a time (Muster's cache sees each binding only later)."""
     if pod.group is None:
-        return
-    pending = [
+        return None
+    pending = tuple(
         other.key
         for other in snapshot.job_pods(pod.job)
         if other.node_name is None and not other.finished and not other.terminating
-    ]
-    if pending:
-        snapshot.hold_quota(pod.job, pending, until)
+    )
+    return HoldQuota(pod.job, pending, until) if pending else None
 
 
 def filter_nodes(

@@ -14,16 +14,16 @@ Pure: the caller hands in the snapshot (which this mutates) and the time.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
+from extender.core.effects import AssumeBound, HoldRoom, apply
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.scheduling import (
     FilterResult,
+    admission_hold,
     best_node,
     filter_nodes,
-    hold_admitted_job,
     score_nodes,
 )
 from extender.core.state import ClusterState
@@ -78,12 +78,12 @@ def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
             names = sorted(snapshot.nodes)
             outcome = filter_nodes(snapshot, current, names, as_extender=False)
             if outcome.passed:
-                hold_admitted_job(snapshot, current, now + snapshot.args.quota_hold_seconds)
+                hold = admission_hold(snapshot, current, now + snapshot.args.quota_hold_seconds)
+                if hold is not None:
+                    apply(snapshot, hold)
                 node = best_node(score_nodes(snapshot, current, outcome.passed))
                 assert node is not None
-                snapshot.upsert_pod(
-                    dataclasses.replace(current, node_name=node, started=now, phase="Running")
-                )
+                apply(snapshot, AssumeBound(current, node, started=now))
                 result.placements[pod.key] = node
                 reasons.pop(pod.key, None)
                 changes += 1
@@ -140,7 +140,7 @@ def _commit(
             )
         )
         snapshot.remove_pod(victim.pod.key)
-    snapshot.add_reservation(plan.reservation(now, snapshot.args.reservation_timeout_seconds))
+    apply(snapshot, HoldRoom(plan.reservation(now, snapshot.args.reservation_timeout_seconds)))
 
 
 def _drain_stopped_quotas(snapshot: ClusterState, result: SimulationResult) -> None:

@@ -32,7 +32,7 @@ from base.errors import ManifestError
 from extender.core.objects import PodInfo, parse_pod
 from extender.http import explain, wire
 from extender.http.metrics import QuotaCollector
-from extender.service import Extender, SnapshotBusy
+from extender.service import Extender, StateBusy
 
 log = logging.getLogger(__name__)
 
@@ -176,17 +176,17 @@ def create_app(
 
     @app.get("/debug/quotas", summary="every quota: min, max, used, non-preemptible used")
     def debug_quotas() -> dict[str, Any]:
-        with extender.source.reading() as snapshot:
+        with extender.source.exclusive() as snapshot:
             return explain.quotas(snapshot)
 
     @app.get("/debug/jobs", summary="jobs with pending pods or reservations")
     def debug_jobs() -> dict[str, Any]:
-        with extender.source.reading() as snapshot:
+        with extender.source.exclusive() as snapshot:
             return explain.jobs(snapshot, extender.clock())
 
     @app.get("/debug/pods/{namespace}/{name}", summary="why is this pod pending?")
     def debug_pod(namespace: str, name: str) -> Response:
-        with extender.source.reading() as snapshot:
+        with extender.source.exclusive() as snapshot:
             found = explain.pod(snapshot, extender.log, f"{namespace}/{name}")
         if found is None:
             return JSONResponse({"error": f"pod {namespace}/{name} is not known"}, 404)
@@ -342,7 +342,7 @@ class MusterApp:
         if verb.inline:
             try:
                 return verb.handle(body, False)
-            except SnapshotBusy:
+            except StateBusy:
                 pass
         return await run_in_threadpool(verb.handle, body, True)
 

@@ -28,7 +28,7 @@ class QuotaCollector(Collector):
                 ("nonpreemptible_used", "The non-preemptible part of used."),
             )
         }
-        with self.source.reading() as snapshot:
+        with self.source.exclusive() as snapshot:
             for quota, spec in sorted(snapshot.tree.specs.items()):
                 usage = snapshot.ledger[quota]
                 lists: Mapping[str, Mapping[str, int]] = {

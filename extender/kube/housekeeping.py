@@ -56,7 +56,7 @@ class Housekeeper(PeriodicWorker):
 
     def write_quota_status(self) -> int:
         """Write the status of every quota whose usage changed; return how many."""
-        with self.source.reading() as snapshot:
+        with self.source.exclusive() as snapshot:
             wanted = {}
             for key, (group, spec) in self.source.quota_objects().items():
                 if spec.name not in snapshot.tree:
@@ -84,7 +84,7 @@ class Housekeeper(PeriodicWorker):
 
     def drain_stopped_quotas(self) -> int:
         """Soft-evict the running pods of ``HoldAndDrain`` quotas; return how many."""
-        with self.source.reading() as snapshot:
+        with self.source.exclusive() as snapshot:
             draining = {
                 name
                 for name, spec in snapshot.tree.specs.items()

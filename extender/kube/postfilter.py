@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from extender.core.decisions import Decision, DecisionLog
+from extender.core.effects import HoldRoom, apply
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.reservations import persisted_reservation, reserved_by_muster
@@ -130,7 +131,7 @@ class PostFilterLoop:
     def complete_in_flight(self) -> int:
         """Mark the victims of in-flight reservations that are still unmarked (a Muster
         that died between writing a reservation and marking its victims); return how many."""
-        with self.source.reading() as snapshot:
+        with self.source.exclusive() as snapshot:
             delete_now = snapshot.args.pod_should_be_deleted_when_preempted
             unmarked = [
                 (snapshot.pods[key], reservation.job)
@@ -149,7 +150,7 @@ class PostFilterLoop:
         """End the reservations whose time is up; return their pods still present that
         carry Muster's reservation (room held for kube-scheduler's own preemption was never
         written), with the node Muster reserved."""
-        with self.source.reading() as snapshot:
+        with self.source.exclusive() as snapshot:
             expired = snapshot.expire_reservations(now)
             return [
                 (pod, node)
@@ -181,7 +182,7 @@ class PostFilterLoop:
         """Plan for ``job``; on a plan, hold its room and write it to the cluster."""
         if not self.is_leader():
             return None  # lost the Lease since the loop looked: the new leader decides
-        with self.source.reading() as snapshot:
+        with self.source.exclusive() as snapshot:
             if job in snapshot.reservations:
                 return None  # in flight: its room is held, its pods are being retried
             decision = plan_job_preemption(snapshot, job, now)
@@ -190,7 +191,7 @@ class PostFilterLoop:
             else:
                 timeout = snapshot.args.reservation_timeout_seconds
                 reservation = decision.reservation(now, timeout)
-                snapshot.add_reservation(reservation)
+                apply(snapshot, HoldRoom(reservation))
                 delete_now = snapshot.args.pod_should_be_deleted_when_preempted
                 preemptor_pods = [snapshot.pods[key] for key in decision.placements]
         if not isinstance(decision, PreemptionPlan):

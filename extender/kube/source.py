@@ -22,11 +22,12 @@ from base import keys
 from base.errors import ManifestError
 from extender.core.authority import (
     governing_reason,
-    hold_room_for_scheduler_preemption,
+    hold_for_scheduler_preemption,
     jobs_nominated_to,
     preempted_by_scheduler,
 )
 from extender.core.config import MusterArgs
+from extender.core.effects import apply
 from extender.core.jobs import parse_pod_group
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.preemption.planner import ready_to_plan
@@ -49,7 +50,7 @@ class KubeSource:
         self.client = client
         self.clock = clock
         self.snapshot = ClusterState(args)
-        self.lock = threading.RLock()
+        self.state_lock = threading.RLock()
         self.rejected: dict[str, str] = {}  # object → why it was skipped
         self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
         self._applied: dict[str, QuotaSpec] = {}  # what the snapshot has, by quota name
@@ -85,7 +86,7 @@ class KubeSource:
 
     def quota_objects(self) -> dict[str, tuple[str, QuotaSpec]]:
         """Every ElasticQuota object seen: ``group/namespace/name`` → (API group, spec)."""
-        with self.lock:
+        with self.state_lock:
             return {key: (key.split("/", 1)[0], spec) for key, spec in self._quotas.items()}
 
     def start(self) -> KubeSource:
@@ -103,13 +104,13 @@ class KubeSource:
     def wait_ready(self, timeout: float) -> bool:
         return all(informer.synced.wait(timeout) for informer in self.informers)
 
-    def reading(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
-        return holding(self.lock, self.snapshot, wait)
+    def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
+        return holding(self.state_lock, self.snapshot, wait)
 
     # ---- handlers (informer threads) ----------------------------------------------
 
     def _on_node(self, kind: str, obj: Json) -> None:
-        with self.lock:
+        with self.state_lock:
             if kind == "DELETED":
                 self.snapshot.remove_node(object_key(obj))
                 return
@@ -120,7 +121,7 @@ class KubeSource:
 
     def _on_pod(self, kind: str, obj: Json) -> None:
         trigger: tuple[str, str, bool] | None = None
-        with self.lock:
+        with self.state_lock:
             if kind == "DELETED":
                 key = object_key(obj)
                 gone = self.snapshot.pods.get(key)
@@ -168,8 +169,10 @@ class KubeSource:
 
     def _hold_for_scheduler_preemption(self, jobs: set[str]) -> None:
         for job in sorted(jobs):
-            held = hold_room_for_scheduler_preemption(self.snapshot, job, self.clock())
-            if held is not None:
+            decided = hold_for_scheduler_preemption(self.snapshot, job, self.clock())
+            if decided is not None:
+                held, effect = decided
+                apply(self.snapshot, effect)
                 log.warning(
                     "kube-scheduler is preempting %s for job %s: no second plan for it; "
                     "its room is held on %s",
@@ -204,7 +207,7 @@ class KubeSource:
         )
 
     def _on_priority(self, kind: str, obj: Json) -> None:
-        with self.lock:
+        with self.state_lock:
             name = object_key(obj)
             if kind == "DELETED":
                 self._priorities.pop(name, None)
@@ -223,7 +226,7 @@ class KubeSource:
     def _quota_handler(self, group: str) -> Handler:
         def handle(kind: str, obj: Json) -> None:
             key = f"{group}/{object_key(obj)}"
-            with self.lock:
+            with self.state_lock:
                 if kind == "DELETED":
                     self._quotas.pop(key, None)
                 else:
@@ -258,14 +261,14 @@ class KubeSource:
         try:
             group = parse_pod_group(obj)
         except ManifestError as error:
-            with self.lock:
+            with self.state_lock:
                 self._reject(obj, error)  # its pods count as a job of all of them
                 metadata = obj.get("metadata") or {}
                 self.snapshot.set_pod_group(
                     str(metadata.get("namespace") or "default"), str(metadata.get("name")), None
                 )
             return
-        with self.lock:
+        with self.state_lock:
             self.snapshot.set_pod_group(
                 group.namespace, group.name, None if kind == "DELETED" else group.min_member
             )

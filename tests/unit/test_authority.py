@@ -11,11 +11,13 @@ import pytest
 
 from base import keys
 from extender.core.authority import (
+    SchedulerPreemption,
     governing_reason,
-    hold_room_for_scheduler_preemption,
+    hold_for_scheduler_preemption,
     scheduler_preemption,
 )
 from extender.core.config import MusterArgs
+from extender.core.effects import apply
 from extender.core.objects import parse_pod
 from extender.core.preemption.guard import guard_scheduler_preemption
 from extender.core.preemption.planner import (
@@ -26,12 +28,21 @@ from extender.core.preemption.planner import (
 )
 from extender.core.reservations import reserved_by_muster
 from extender.core.scheduling import filter_nodes
-from extender.core.state import Reservation
+from extender.core.state import ClusterState, Reservation
 from tests.builders import node, pod, quota, snapshot
 
 GPU = "nvidia.com/gpu"
 NOW = 1_800_000_000.0
 SCHEDULER_MESSAGE = "default-scheduler: preempting to accommodate a higher priority pod"
+
+
+def hold_room(snap: ClusterState, job: str, now: float) -> SchedulerPreemption | None:
+    """Decide whether to hold room for kube-scheduler's preemption, and apply it."""
+    decided = hold_for_scheduler_preemption(snap, job, now)
+    if decided is None:
+        return None
+    apply(snap, decided[1])
+    return decided[0]
 
 
 def preempted(manifest: dict[str, Any], message: str = SCHEDULER_MESSAGE) -> dict[str, Any]:
@@ -190,8 +201,8 @@ def test_a_job_kube_scheduler_preempts_for_is_in_flight_and_keeps_its_room() -> 
     assert isinstance(refusal, Refusal)
     assert "kube-scheduler's own preemption is in flight" in refusal.reasons[0]
     # The room it frees is held for the job: another pod is kept off n0 ...
-    held = hold_room_for_scheduler_preemption(snap, "team-a/new", NOW)
-    assert held == found and hold_room_for_scheduler_preemption(snap, "team-a/new", NOW) is None
+    held = hold_room(snap, "team-a/new", NOW)
+    assert held == found and hold_room(snap, "team-a/new", NOW) is None
     assert snap.reserved_node("team-a/new") == "n0"
     other = parse_pod(pod("other", "ops", gpu=8, priority=0))
     snap.remove_pod("team-a/low")  # the victim is gone: n0 is free, and held
@@ -292,11 +303,11 @@ def test_a_nomination_muster_made_is_not_kube_schedulers_and_room_is_held_once()
     snap.upsert_pod(parse_pod(critical))
     assert sorted(snap.nominated_to("n0")) == ["kube-system/critical", "team-a/new"]
     assert scheduler_preemption(snap, "team-a/new") is None
-    assert hold_room_for_scheduler_preemption(snap, "team-a/new", NOW) is None
+    assert hold_room(snap, "team-a/new", NOW) is None
     # critical's own preemption is found, but the room is kube-scheduler's to hold:
     # Muster governs neither critical nor x.
     assert scheduler_preemption(snap, "kube-system/critical") is not None
-    assert hold_room_for_scheduler_preemption(snap, "kube-system/critical", NOW) is None
+    assert hold_room(snap, "kube-system/critical", NOW) is None
     assert snap.reservations == {}
 
 
@@ -308,8 +319,8 @@ def test_a_victim_is_held_for_one_job_only() -> None:
     for name in ("new", "newer"):
         manifest = pod(name, "team-a", gpu=8, preemptible=True, can_preempt=True, priority=100)
         snap.upsert_pod(parse_pod(nominated(manifest, "n0")))
-    assert hold_room_for_scheduler_preemption(snap, "team-a/new", NOW) is not None
-    assert hold_room_for_scheduler_preemption(snap, "team-a/newer", NOW) is None
+    assert hold_room(snap, "team-a/new", NOW) is not None
+    assert hold_room(snap, "team-a/newer", NOW) is None
     assert list(snap.reservations) == ["team-a/new"]
 
 

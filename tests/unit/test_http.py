@@ -106,7 +106,7 @@ def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() 
     client, extender, handed = cluster()
     pods = [scheduler_pod("a-0", gpu=8, group="big", preemptible=False)]
     extra = [pod(f"a-{i}", gpu=8, group="big", preemptible=False) for i in (0, 1, 2)]
-    with extender.source.reading() as snap:
+    with extender.source.exclusive() as snap:
         for item in extra:
             snap.upsert_pod(parse_pod(item))
     result = client.post("/filter", json={"Pod": pods[0], "NodeNames": ["n0", "n3"]}).json()
@@ -124,7 +124,7 @@ def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() 
 
 def test_room_reserved_for_another_job_fails_the_node() -> None:
     client, extender, _ = cluster()
-    with extender.source.reading() as snap:
+    with extender.source.exclusive() as snap:
         snap.upsert_pod(parse_pod(pod("b-3", "team-b", gpu=8, node="n3", preemptible=True)))
         snap.upsert_pod(
             parse_pod(pod("t-0", gpu=8, group="t", preemptible=False, can_preempt=True))
@@ -172,7 +172,7 @@ def test_go_decoder_key_rules_null_fields_and_unknown_keys() -> None:
 def test_preempt_gives_no_victims_for_a_pod_muster_governs_and_plans_its_job_at_once() -> None:
     client, extender, handed = cluster()
     preemptor = scheduler_pod("a-0", gpu=8, can_preempt=True, preemptible=False)
-    with extender.source.reading() as snap:  # as the informer has it: a job of one, complete
+    with extender.source.exclusive() as snap:  # as the informer has it: a job of one, complete
         snap.upsert_pod(parse_pod(preemptor))
     body = {
         "Pod": preemptor,
@@ -230,7 +230,7 @@ def test_preempt_with_full_victim_objects_and_gang_pods() -> None:
     # PostFilter waits a moment for the rest rather than planning at once.
     gang_pod = scheduler_pod("g-0", "ops", gpu=8, group="g")
     gang_pod["metadata"]["annotations"] = {"gang.scheduling.koordinator.sh/min-available": "2"}
-    with extender.source.reading() as snap:  # as the informer has it
+    with extender.source.exclusive() as snap:  # as the informer has it
         snap.upsert_pod(parse_pod(gang_pod))
     body["Pod"] = gang_pod
     assert client.post("/preempt", json=body).json() == {"NodeNameToMetaVictims": {}}
@@ -372,7 +372,7 @@ FUZZ_CLIENT = cluster()
 
 def test_preempt_never_hands_kube_scheduler_a_pod_of_a_gang() -> None:
     client, extender, _ = cluster()
-    with extender.source.reading() as snap:
+    with extender.source.exclusive() as snap:
         for i, node_name in enumerate(("n2", "n3")):
             snap.upsert_pod(
                 parse_pod(
@@ -453,7 +453,7 @@ def test_the_informers_reading_of_the_same_pod_version_is_used() -> None:
     _client, extender, _ = cluster()
     sent = scheduler_pod("p", "team-a", gpu=8)
     informed = parse_pod(sent)
-    with extender.source.reading() as snap:
+    with extender.source.exclusive() as snap:
         snap.upsert_pod(informed)
     assert extender.known_pending_pod("team-a/p", "uid-p", "123") is informed
     assert _pod(sent, extender, True) is informed
@@ -463,7 +463,7 @@ def test_the_informers_reading_of_the_same_pod_version_is_used() -> None:
     assert _pod(newer, extender, True).requests == {GPU: 2000, "pods": 1000}
     assert extender.known_pending_pod("team-a/p", "uid-other", "123") is None
     assert extender.known_pending_pod("team-a/p", "uid-p", "") is None
-    with extender.source.reading() as snap:
+    with extender.source.exclusive() as snap:
         snap.upsert_pod(dataclasses.replace(informed, node_name="n3"))
     assert extender.known_pending_pod("team-a/p", "uid-p", "123") is None
 

@@ -65,7 +65,7 @@ def test_kube_schedulers_own_preemption_is_counted_held_and_never_planned_again(
     source._on_pod("MODIFIED", preempted(victim("low", "n0", 1)))  # seen again: once only
     assert source.scheduler_preemptions._value.get() == 1
     source._on_pod("ADDED", unschedulable(nominated(preemptor(), "n0")))
-    with source.reading() as snap:
+    with source.exclusive() as snap:
         reservation = snap.reservations["team-a/new"]
         assert reservation.placements == {"team-a/new": "n0"}
         assert reservation.victims == ("team-a/low",)
@@ -74,7 +74,7 @@ def test_kube_schedulers_own_preemption_is_counted_held_and_never_planned_again(
     assert handed == [("team-a/new", "no", True)]
     # Even with the held room gone, the planner finds kube-scheduler's preemption in flight
     # and commits nothing: no second victim (the priority-50 pod on n1).
-    with source.reading() as snap:
+    with source.exclusive() as snap:
         snap.remove_reservation("team-a/new")
     loop = PostFilterLoop(source, cast(ClusterWriter, None), DecisionLog(), clock=lambda: NOW)
     assert loop.decide("team-a/new", NOW) is None
@@ -86,12 +86,12 @@ def test_kube_schedulers_own_preemption_is_counted_held_and_never_planned_again(
 def test_the_other_order_victim_condition_after_the_nomination_holds_the_room_too() -> None:
     source, handed = live_source()
     source._on_pod("ADDED", unschedulable(nominated(preemptor(), "n0")))
-    with source.reading() as snap:
+    with source.exclusive() as snap:
         assert "team-a/new" not in snap.reservations  # no evidence yet
     # A nomination Muster did not make: the PostFilter waits a moment for the evidence.
     assert handed == [("team-a/new", "no", False)]
     source._on_pod("MODIFIED", preempted(victim("low", "n0", 1)))
-    with source.reading() as snap:
+    with source.exclusive() as snap:
         assert snap.reserved_node("team-a/new") == "n0"
 
 
@@ -194,7 +194,7 @@ def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() 
         source, ClusterWriter(cast(KubeClient, client)), DecisionLog(), clock=lambda: NOW
     )
     source._on_pod("ADDED", preemptor())
-    with source.reading() as snap:
+    with source.exclusive() as snap:
         plan = plan_job_preemption(snap, "team-a/new", NOW)
         assert isinstance(plan, PreemptionPlan)
         reservation = plan.reservation(NOW, 300)
@@ -208,7 +208,7 @@ def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() 
     source._on_pod("ADDED", preempted(victim("mid", "n1", 50)))
     other = pod("other", "team-a", gpu=8, preemptible=True, can_preempt=True, priority=99)
     source._on_pod("ADDED", nominated(other, "n1"))
-    with source.reading() as snap:
+    with source.exclusive() as snap:
         assert set(snap.reservations) == {"team-a/new", "team-a/other"}
     loop._release(loop._expire(NOW + 301))
     patched = [(path, body) for method, path, body in client.calls if method == "PATCH"]
@@ -232,7 +232,7 @@ def test_completing_in_flight_plans_leaves_kube_scheduler_s_victims_alone() -> N
     )
     source._on_pod("MODIFIED", preempted(victim("low", "n0", 1)))
     source._on_pod("ADDED", nominated(preemptor(), "n0"))
-    with source.reading() as snap:
+    with source.exclusive() as snap:
         assert snap.reservations["team-a/new"].victims == ("team-a/low",)
     assert loop.complete_in_flight() == 0
     assert client.calls == []

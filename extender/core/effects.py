@@ -1,0 +1,63 @@
+"""What decisions ask to change, as values; the front doors apply them.
+
+A decision reads a :class:`~extender.core.state.ClusterState` and returns its outcome
+with the effects it asks for; the front door applies them with :func:`apply` while it
+still holds the state (the same exclusive hold as the decision, so nothing comes
+between them).  Decisions themselves never change the state.
+
+- :class:`HoldQuota`: the filter admitted a gang whole; its pending pods keep their
+  quota for a while, as kube-scheduler binds them one at a time.
+- :class:`HoldRoom`: a plan freed room for a job (the PostFilter's, ``simulate``'s), or
+  kube-scheduler is preempting for it (seen by the informer): hold it for the job.
+- :class:`AssumeBound`: a pod was just bound (by Muster's ``bind``, or in
+  ``simulate``); count it there before the informer says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from extender.core.objects import PodInfo
+from extender.core.state import ClusterState, Reservation
+
+
+@dataclass(frozen=True, slots=True)
+class HoldQuota:
+    job: str
+    pods: tuple[str, ...]  # pending pod keys
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRoom:
+    reservation: Reservation
+
+
+@dataclass(frozen=True, slots=True)
+class AssumeBound:
+    pod: PodInfo
+    node: str
+    started: float | None = None  # simulate: the pod runs from then on
+
+
+Effect = HoldQuota | HoldRoom | AssumeBound
+
+
+def apply(state: ClusterState, effect: Effect) -> None:
+    """Apply one decision's effect to the state (the caller holds it exclusively)."""
+    match effect:
+        case HoldQuota(job=job, pods=pods, until=until):
+            state.hold_quota(job, pods, until)
+        case HoldRoom(reservation=reservation):
+            state.add_reservation(reservation)
+        case AssumeBound(pod=pod, node=node, started=started):
+            current = state.pods.get(pod.key, pod)
+            if current.node_name is not None:
+                return  # the informer was first
+            if started is None:
+                state.upsert_pod(dataclasses.replace(current, node_name=node))
+            else:
+                state.upsert_pod(
+                    dataclasses.replace(current, node_name=node, started=started, phase="Running")
+                )
