@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from base.errors import ManifestError
 from extender.cli.manifests import InputError
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
@@ -41,11 +42,6 @@ class Finding:
     message: str
 
 
-class _Invalid(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-
-
 def _describe(value: object) -> str:
     if value is None:
         return "nothing"
@@ -63,7 +59,7 @@ def _list(value: object, field: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _Invalid(field, f"expected a list, got {_describe(value)}")
+        raise ManifestError(field, f"expected a list, got {_describe(value)}")
     return value
 
 
@@ -72,25 +68,27 @@ def _mapping(value: object, field: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise _Invalid(field, f"expected a mapping, got {_describe(value)}")
+        raise ManifestError(field, f"expected a mapping, got {_describe(value)}")
     return value
 
 
 def _validate_extender(entry: object, field: str) -> None:
     if not isinstance(entry, Mapping):
-        raise _Invalid(field, f"expected a mapping, got {_describe(entry)}")
+        raise ManifestError(field, f"expected a mapping, got {_describe(entry)}")
     for key in _STRING_FIELDS:
         if key in entry and not isinstance(entry[key], str):
-            raise _Invalid(f"{field}.{key}", f"expected a string, got {_describe(entry[key])}")
+            raise ManifestError(f"{field}.{key}", f"expected a string, got {_describe(entry[key])}")
     for key in _BOOL_FIELDS:
         if key in entry and not isinstance(entry[key], bool):
-            raise _Invalid(f"{field}.{key}", f"expected true or false, got {_describe(entry[key])}")
+            raise ManifestError(
+                f"{field}.{key}", f"expected true or false, got {_describe(entry[key])}"
+            )
     resources = _named_entries(entry.get("managedResources"), f"{field}.managedResources")
     for index, resource in enumerate(resources):
         where = f"{field}.managedResources[{index}]"
         ignored = resource.get("ignoredByScheduler")
         if ignored is not None and not isinstance(ignored, bool):
-            raise _Invalid(
+            raise ManifestError(
                 f"{where}.ignoredByScheduler", f"expected true or false, got {_describe(ignored)}"
             )
 
@@ -101,9 +99,9 @@ def _named_entries(value: object, field: str) -> list[Mapping[str, Any]]:
     for index, entry in enumerate(entries):
         where = f"{field}[{index}]"
         if not isinstance(entry, Mapping):
-            raise _Invalid(where, f"expected a mapping with a name, got {_describe(entry)}")
+            raise ManifestError(where, f"expected a mapping with a name, got {_describe(entry)}")
         if not isinstance(entry.get("name"), str):
-            raise _Invalid(
+            raise ManifestError(
                 f"{where}.name", f"expected a string, got {_describe(entry.get('name'))}"
             )
     return entries
@@ -111,10 +109,10 @@ def _named_entries(value: object, field: str) -> list[Mapping[str, Any]]:
 
 def _validate_profile(profile: object, field: str) -> None:
     if not isinstance(profile, Mapping):
-        raise _Invalid(field, f"expected a mapping, got {_describe(profile)}")
+        raise ManifestError(field, f"expected a mapping, got {_describe(profile)}")
     name = profile.get("schedulerName")
     if name is not None and not isinstance(name, str):
-        raise _Invalid(f"{field}.schedulerName", f"expected a string, got {_describe(name)}")
+        raise ManifestError(f"{field}.schedulerName", f"expected a string, got {_describe(name)}")
     plugins = _mapping(profile.get("plugins"), f"{field}.plugins")
     for point in _PREEMPTION_POINTS:
         where = f"{field}.plugins.{point}"
@@ -125,13 +123,13 @@ def _validate_profile(profile: object, field: str) -> None:
 
 def _validate(document: object) -> Mapping[str, Any]:
     if not isinstance(document, Mapping):
-        raise _Invalid("", f"expected a {KIND} mapping, got {_describe(document)}")
+        raise ManifestError("", f"expected a {KIND} mapping, got {_describe(document)}")
     if document.get("apiVersion") != API_VERSION:
-        raise _Invalid(
+        raise ManifestError(
             "apiVersion", f"expected {API_VERSION!r}, got {_describe(document.get('apiVersion'))}"
         )
     if document.get("kind") != KIND:
-        raise _Invalid("kind", f"expected {KIND!r}, got {_describe(document.get('kind'))}")
+        raise ManifestError("kind", f"expected {KIND!r}, got {_describe(document.get('kind'))}")
     for index, entry in enumerate(_list(document.get("extenders"), "extenders")):
         _validate_extender(entry, f"extenders[{index}]")
     for index, profile in enumerate(_list(document.get("profiles"), "profiles")):
@@ -159,7 +157,7 @@ def load_scheduler_config(path: str) -> dict[str, Any]:
         raise InputError(f"{path}: invalid YAML{line}: {problem}") from None
     try:
         _validate(document)
-    except _Invalid as error:
+    except ManifestError as error:
         raise InputError(f"{path}: {error}") from None
     return dict(document)
 
@@ -178,7 +176,7 @@ def muster_extender(
     """
     try:
         extenders = _list(_validate(document).get("extenders"), "extenders")
-    except _Invalid as error:
+    except ManifestError as error:
         raise InputError(str(error)) from None
     if not extenders:
         raise InputError(
