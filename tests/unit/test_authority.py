@@ -235,6 +235,12 @@ def test_muster_marks_and_higher_priority_victims_are_not_kube_schedulers_preemp
 
 def test_a_growing_gang_is_not_planned_at_once() -> None:
     snap = snapshot([node("n0")], [], [quota("team-a", max={GPU: "16"})])
+    # Undeclared size: with only its first pod seen, the gang looks complete ("all of
+    # its pods" is one); planning it at once would plan for one pod of two.
+    snap.upsert_pod(parse_pod(pod("u-0", group="u", gpu=8)))
+    assert snap.min_available("team-a/u") == 1
+    assert not ready_to_plan(snap, "team-a/u")
+    # Declared size (the annotation, as a PodGroup's minMember would): at once when met.
     annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"}
     snap.upsert_pod(parse_pod(pod("g-0", group="g", gpu=8, annotations=annotations)))
     assert not ready_to_plan(snap, "team-a/g")

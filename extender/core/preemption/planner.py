@@ -192,9 +192,17 @@ def pods_missing(snapshot: ClusterState, job: str) -> int:
 
 def ready_to_plan(snapshot: ClusterState, job: str) -> bool:
     """Should the PostFilter plan for ``job`` at once rather than after a short quiet
-    period?  Yes when its min-available pods exist, so waiting gathers nothing, and no
-    pod of it carries a nomination Muster did not make (kube-scheduler's own preemption,
-    whose victims may reach Muster a moment after the nomination)."""
+    period?  Yes when waiting could gather nothing: a pod of no gang, or a gang whose
+    declared size (PodGroup ``minMember`` or the min-available annotation) its pods
+    reach; and no pod of it carries a nomination Muster did not make
+    (kube-scheduler's own preemption, whose victims may reach Muster a moment after the
+    nomination).  A gang of undeclared size may still be growing: it waits."""
+    members = snapshot.job_members(job)
+    if not members:
+        return False
+    gang = any(snapshot.pods[key].group is not None for key in members)
+    if gang and snapshot.declared_min_available(job) is None:
+        return False
     return pods_missing(snapshot, job) == 0 and not nominated_elsewhere(snapshot, job)
 
 

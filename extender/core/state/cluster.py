@@ -245,17 +245,22 @@ class ClusterState:
 
     def min_available(self, job: str) -> int:
         """How many of the job's pods must run together (default: all of them)."""
-        pods = self.job_pods(job)
+        declared = self.declared_min_available(job)
+        return declared if declared is not None else len(self._jobs.get(job, ()))
+
+    def declared_min_available(self, job: str) -> int | None:
+        """The job's size as declared (PodGroup ``minMember``, else the min-available
+        annotation); ``None`` when it is not, and only the pods seen so far tell."""
         if job in self._pod_groups:
             return self._pod_groups[job]
-        for pod in pods:
+        for pod in self.job_pods(job):
             try:
                 declared = min_available_annotation(pod)
             except ManifestError:
                 continue  # not a number: ignored here (simulate rejects it outright)
             if declared is not None:
                 return declared
-        return len(pods)
+        return None
 
     # ---- reading: nodes and victims ------------------------------------------------
 
