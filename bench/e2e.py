@@ -50,7 +50,8 @@ preempt, or with prioritize too; no ``bindVerb``), ``muster evictor`` and the ku
 emulator run; team B (quota min 0) borrows every GPU with one preemptible 8-GPU pod per node
 (``terminationGracePeriodSeconds: 1``: the emulator removes a pod being deleted once its
 grace period has passed); then team A, whose quota's min covers the gang, submits a gang of
-``--gang`` non-preemptible 8-GPU pods that may preempt. Reported: gang creation to every
+``--gang`` non-preemptible 8-GPU pods that may preempt, its size declared with the
+min-available annotation. Reported: gang creation to every
 gang pod bound, and its parts: creation to the first victim marked
 (``scheduling.koordinator.sh/soft-eviction``), first victim marked to the last victim gone
 (*victim termination*), last victim gone to the last gang pod bound (kube-scheduler's retry
@@ -73,7 +74,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -102,6 +102,7 @@ SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
 POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
+MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 NODE_CAPACITY: dict[str, str | int] = {"cpu": "32", "memory": "128Gi", GPU: 8}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -248,109 +249,48 @@ class PodRecord:
     deleted_at: float | None = None
 
 
-class _Gone(Exception):
-    """The watch's resourceVersion is too old: list again."""
-
-
 class PodWatch:
-    """Lists, then watches, every pod labelled ``muster-bench``; records when each pod is
-    first seen bound, Running, marked for soft eviction, and deleted. ``wait`` blocks on a
-    predicate over the records, with a deadline."""
+    """Lists, then watches (``lc.Watcher``), every pod labelled ``muster-bench``; records
+    when each pod is first seen bound, Running, marked for soft eviction, and deleted.
+    ``wait`` blocks on a predicate over the records, with a deadline."""
 
     def __init__(self, rest: lc.RestClient) -> None:
-        self._rest = rest
         self.records: dict[str, PodRecord] = {}
         self.cond = threading.Condition()
-        self._stop = threading.Event()
-        self._response: urllib3.BaseHTTPResponse | None = None
-        self._thread = threading.Thread(target=self._loop, name="bench-watch", daemon=True)
-        self._synced = threading.Event()
-        self.errors: list[str] = []
+        self._watcher = lc.Watcher(
+            rest,
+            "/api/v1/pods",
+            lambda kind, pod: self._apply(kind, pod, time.monotonic()),
+            on_list=self._listed,
+            label_selector=BENCH_LABEL,
+            page_size=500,
+            list_timeout=60,
+            watch_seconds=240,
+            name="bench-watch",
+        )
+
+    @property
+    def errors(self) -> list[str]:
+        return self._watcher.errors
 
     def start(self) -> PodWatch:
-        self._thread.start()
-        if not self._synced.wait(60):
+        self._watcher.start()
+        if not self._watcher.synced.wait(60):
             raise TimeoutError(f"pod watch did not sync: {self.errors[-3:]}")
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        response = self._response
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.shutdown()
-        self._thread.join(5)
+        self._watcher.stop()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                rv = self._list()
-                while not self._stop.is_set():
-                    rv = self._watch(rv)
-            except _Gone:
-                continue
-            except Exception as exc:
-                if self._stop.is_set():
-                    return
-                self.errors.append(repr(exc))
-                time.sleep(0.2)
-
-    def _list(self) -> str:
+    def _listed(self, pods: list[Json]) -> None:
+        """A complete list: every pod in it is there; any other is gone."""
         now = time.monotonic()
-        seen: set[str] = set()
-        rv = ""
-        token = ""
-        while True:
-            query: dict[str, str | int | bool] = {"labelSelector": BENCH_LABEL, "limit": 500}
-            if token:
-                query["continue"] = token
-            page = self._rest.request("GET", "/api/v1/pods", query=query, timeout=60)
-            rv = rv or str(page["metadata"]["resourceVersion"])
-            for pod in page.get("items", []):
-                seen.add(self._apply("ADDED", pod, now))
-            token = str(page["metadata"].get("continue") or "")
-            if not token:
-                break
+        seen = {self._apply("ADDED", pod, now) for pod in pods}
         with self.cond:
             for key, record in self.records.items():
                 if key not in seen and record.deleted_at is None:
                     record.deleted_at = now
             self.cond.notify_all()
-        self._synced.set()
-        return rv
-
-    def _watch(self, rv: str) -> str:
-        query: dict[str, str | int | bool] = {
-            "watch": True,
-            "labelSelector": BENCH_LABEL,
-            "resourceVersion": rv,
-            "allowWatchBookmarks": True,
-            "timeoutSeconds": 240,
-        }
-        response = self._rest.stream("/api/v1/pods", query, timeout=270.0)
-        self._response = response
-        try:
-            buffer = b""
-            for chunk in response.stream(65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    kind, obj = str(event.get("type")), event.get("object") or {}
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
-                            raise _Gone()
-                        raise RuntimeError(f"watch error: {obj}")
-                    rv = str(obj.get("metadata", {}).get("resourceVersion") or rv)
-                    if kind != "BOOKMARK":
-                        self._apply(kind, obj, time.monotonic())
-            return rv
-        finally:
-            self._response = None
-            with contextlib.suppress(Exception):
-                response.release_conn()
 
     def _apply(self, kind: str, pod: Json, now: float) -> str:
         meta = pod.get("metadata", {})
@@ -505,12 +445,6 @@ def create_quota(rest: lc.RestClient, namespace: str, spec: Json) -> None:
     rest.request("POST", f"{QUOTA_API}/namespaces/{namespace}/elasticquotas", body)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # --------------------------------------------------------------------------- Muster
 
 
@@ -543,66 +477,28 @@ def export_muster(ref: str, workdir: Path) -> tuple[str, Path]:
     return commit, target
 
 
-class ExtenderProcess:
-    """An extender as a child process: ``argv(port)`` on a free loopback port, run from
-    ``cwd`` (on ``cpus`` only, if given), waited for until its ``/readyz`` answers."""
-
-    name = "extender"
-
-    def __init__(
-        self,
-        argv: Callable[[int], list[str]],
-        log_path: Path,
-        *,
-        cwd: Path | None = None,
-        cpus: set[int] | None = None,
-        ready_timeout: float = 120,
-    ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self._log = log_path.open("ab")
-        self.process = subprocess.Popen(
-            argv(self.port),
-            cwd=cwd,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
-        )
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"{self.name} exited; see {log_path}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{self.name} not ready in {ready_timeout:.0f} s; see {log_path}")
+class ExtenderProcess(lc.ServiceProcess):
+    """An extender as a child process (``MusterServer``, ``NoopExtender``): on a free
+    loopback port, started and waited for until its ``/readyz`` answers."""
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        assert self.popen is not None, f"{self.name} is not running"
+        return self.popen.pid
 
     def metrics(self) -> dict[str, float]:
         return {}
-
-    def stop(self) -> None:
-        _stop_child(self.process)
-        self._log.close()
 
 
 class MusterServer(ExtenderProcess):
     """``muster serve --kubeconfig ... --no-leader-elect``, run from ``cwd`` (the
     checkout, or an exported commit)."""
 
-    name = "muster serve"
-
     def __init__(
         self, kubeconfig: Path, log_path: Path, cwd: Path, cpus: set[int] | None = None
     ) -> None:
         super().__init__(
+            "muster serve",
             lambda port: [
                 *MUSTER_COMMAND,
                 "serve",
@@ -615,7 +511,10 @@ class MusterServer(ExtenderProcess):
             log_path,
             cwd=cwd,
             cpus=cpus,
+            ready_timeout=120,
+            stop_timeout=15,
         )
+        self.start()
 
     def metrics(self) -> dict[str, float]:
         """Request counts and mean latency (ms) per verb, from ``/metrics``."""
@@ -639,30 +538,20 @@ class MusterServer(ExtenderProcess):
         return httpx.get(f"{self.url}/debug/{path}", timeout=10).json()
 
 
-def _stop_child(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if it is still running after 15 s."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 class NoopExtender(ExtenderProcess):
     """``bench/noop-extender`` (Go, built into the workdir): passes every node, the floor
     any extender's filter call costs kube-scheduler."""
 
-    name = "the no-op extender"
-
     def __init__(self, binary: Path, log_path: Path, cpus: set[int] | None = None) -> None:
         super().__init__(
+            "the no-op extender",
             lambda port: [str(binary), "-listen", f"127.0.0.1:{port}"],
             log_path,
             cpus=cpus,
             ready_timeout=30,
+            stop_timeout=15,
         )
+        self.start()
 
     @staticmethod
     def build(workdir: Path) -> Path:
@@ -676,21 +565,19 @@ class NoopExtender(ExtenderProcess):
         return binary
 
 
-class Evictor:
-    """``muster evictor --kubeconfig ...`` as a child process."""
+class Evictor(lc.ServiceProcess):
+    """``muster evictor --kubeconfig ...`` as a child process (nothing to wait for)."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, cwd: Path) -> None:
-        self._log = log_path.open("ab")
-        self.process = subprocess.Popen(
-            [*MUSTER_COMMAND, "evictor", "--kubeconfig", str(kubeconfig)],
+        super().__init__(
+            "muster evictor",
+            lambda _port: [*MUSTER_COMMAND, "evictor", "--kubeconfig", str(kubeconfig)],
+            log_path,
             cwd=cwd,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            ready_path=None,
+            stop_timeout=15,
         )
-
-    def stop(self) -> None:
-        _stop_child(self.process)
-        self._log.close()
+        self.start()
 
 
 @contextlib.contextmanager
@@ -1019,6 +906,8 @@ class Bench:
                     ("team-a", pod_body(f"{name}-{i}", {"cpu": "1", GPU: "8"}, labels))
                     for i in range(options.gang)
                 ]
+                for _namespace, body in bodies:  # its size declared, as a PodGroup would
+                    body["metadata"]["annotations"] = {MIN_AVAILABLE: str(options.gang)}
                 t0 = time.monotonic()
                 keys, _ = create_pods(self.rest, bodies, options.threads)
                 try:

@@ -7,7 +7,9 @@ plays the kubelet. Callers put ``hack/`` on ``sys.path`` and ``import localclust
 Modules: ``controlplane`` (``ControlPlane``: lifecycle, components, logs, clients),
 ``scheduler`` (``ExtenderConfig``, kube-scheduler's configuration and restarts),
 ``objects`` (namespaces, nodes, CRDs, service accounts), ``kubelet`` (``KubeletEmulator``),
-``rest`` (``RestClient``, ``ApiError``), ``processes`` (component processes, ports),
+``watch`` (``Watcher``: list, then watch, a collection), ``rest`` (``RestClient``,
+``ApiError``), ``processes`` (component processes; ``free_port``, ``free_ports``),
+``services`` (``ServiceProcess``: a child process on a port, waited for until ready),
 ``pki`` (certificates, kubeconfigs), ``binaries`` (``ensure_binaries``), ``waiting``
 (``wait_until``) and ``common`` (shared paths, types and timestamps).
 
@@ -25,10 +27,12 @@ from __future__ import annotations
 from .binaries import BuildError, default_bin_dir, ensure_binaries
 from .controlplane import ControlPlane
 from .kubelet import KubeletEmulator
-from .processes import ComponentError, free_ports
+from .processes import ComponentError, free_port, free_ports
 from .rest import ApiError, RestClient
 from .scheduler import KEEP, ExtenderConfig, ManagedResource
+from .services import ServiceProcess
 from .waiting import wait_until
+from .watch import Watcher
 
 __all__ = [
     "KEEP",
@@ -40,8 +44,11 @@ __all__ = [
     "KubeletEmulator",
     "ManagedResource",
     "RestClient",
+    "ServiceProcess",
+    "Watcher",
     "default_bin_dir",
     "ensure_binaries",
+    "free_port",
     "free_ports",
     "wait_until",
 ]

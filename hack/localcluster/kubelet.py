@@ -1,23 +1,21 @@
 """The kubelet's part, emulated: there are no kubelets in the local cluster.
 
-``KubeletEmulator`` watches all pods through a ``RestClient``, marks pods bound to a node
-``Running`` and finishes graceful deletions; ``ControlPlane`` starts one by default.
+``KubeletEmulator`` watches all pods through a ``RestClient`` (with the harness's
+``Watcher``), marks pods bound to a node ``Running`` and finishes graceful deletions;
+``ControlPlane`` starts one by default.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-import urllib3
-
 from .common import Json, parse_time, timestamp
 from .rest import ApiError, RestClient
+from .watch import Watcher
 
 
 @dataclass
@@ -33,7 +31,7 @@ class _Task:
 class KubeletEmulator:
     """Plays the kubelet's part for every node (there is no kubelet).
 
-    A background thread lists and then watches all pods (resuming from the last
+    A ``Watcher`` thread lists and then watches all pods (resuming from the last
     resourceVersion, relisting after "410 Gone" or a lost connection, e.g. while
     kube-apiserver restarts); a second thread acts on them:
 
@@ -52,115 +50,53 @@ class KubeletEmulator:
         self.max_grace_seconds = max_grace_seconds
         self._events: queue.Queue[tuple[str, Json]] = queue.Queue()
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._response_lock = threading.Lock()
-        self._response: urllib3.BaseHTTPResponse | None = None
+        self._worker: threading.Thread | None = None
+        self._watcher = Watcher(
+            rest,
+            "/api/v1/pods",
+            lambda kind, pod: self._events.put((kind, pod)),
+            on_error=lambda message: self._note_error(f"watch: {message}"),
+            name="kubelet-watch",
+        )
         self._tasks: dict[str, _Task] = {}
         self._started: set[str] = set()
         self._node_ips: dict[str, str] = {}
         self._next_pod_ip = 1
         self.pods_started = 0
         self.pods_deleted = 0
-        self.synced = threading.Event()
         self.errors: list[str] = []
 
+    @property
+    def synced(self) -> threading.Event:
+        """Set once the first list of all pods has been queued."""
+        return self._watcher.synced
+
     def start(self) -> None:
-        if self._threads:
+        if self._worker is not None:
             return
         self._stop.clear()
-        self._threads = [
-            threading.Thread(target=self._watch_loop, name="kubelet-watch", daemon=True),
-            threading.Thread(target=self._work_loop, name="kubelet-work", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._worker = threading.Thread(target=self._work_loop, name="kubelet-work", daemon=True)
+        self._watcher.start()
+        self._worker.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._interrupt_watch()
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads = []
+        self._watcher.stop(timeout)
+        if self._worker is not None:
+            self._worker.join(timeout)
+        self._worker = None
 
     @property
     def running(self) -> bool:
-        return any(t.is_alive() for t in self._threads)
+        alive = self._worker is not None and self._worker.is_alive()
+        return alive or self._watcher.running
 
     def remember_node_ip(self, node: str, ip: str) -> None:
         self._node_ips[node] = ip
 
-    # -- watching
-
-    def _interrupt_watch(self) -> None:
-        with self._response_lock:
-            response = self._response
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.shutdown()
-
     def _note_error(self, message: str) -> None:
         self.errors.append(f"{timestamp()} {message}")
         del self.errors[:-50]
-
-    def _watch_loop(self) -> None:
-        backoff = 0.1
-        while not self._stop.is_set():
-            try:
-                listing = self._rest.request("GET", "/api/v1/pods")
-                for pod in listing.get("items", []):
-                    self._events.put(("SYNC", pod))
-                rv = str(listing["metadata"]["resourceVersion"])
-                self.synced.set()
-                backoff = 0.1
-                while not self._stop.is_set():
-                    rv = self._watch_once(rv)
-            except _Gone:
-                continue
-            except Exception as exc:
-                if self._stop.is_set():
-                    break
-                self._note_error(f"watch: {exc!r}")
-                self._stop.wait(backoff)
-                backoff = min(2.0, backoff * 2)
-
-    def _watch_once(self, rv: str) -> str:
-        query: dict[str, str | int | bool] = {
-            "watch": True,
-            "resourceVersion": rv,
-            "allowWatchBookmarks": True,
-            "timeoutSeconds": 300,
-        }
-        response = self._rest.stream("/api/v1/pods", query, timeout=330.0)
-        with self._response_lock:
-            self._response = response
-        try:
-            if self._stop.is_set():
-                return rv
-            buffer = b""
-            for chunk in response.stream(65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        rv = self._on_event(json.loads(line), rv)
-            return rv
-        finally:
-            with self._response_lock:
-                self._response = None
-            with contextlib.suppress(Exception):
-                response.release_conn()
-
-    def _on_event(self, event: Json, rv: str) -> str:
-        kind = str(event.get("type"))
-        obj: Json = event.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise _Gone()
-            raise RuntimeError(f"watch error event: {obj}")
-        new_rv = obj.get("metadata", {}).get("resourceVersion")
-        if kind != "BOOKMARK":
-            self._events.put((kind, obj))
-        return str(new_rv) if new_rv else rv
 
     # -- acting
 
@@ -315,7 +251,3 @@ class KubeletEmulator:
         }
         self._rest.request("DELETE", path, options)
         self.pods_deleted += 1
-
-
-class _Gone(Exception):
-    """The watch's resourceVersion is too old: relist."""

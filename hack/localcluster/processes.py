@@ -1,7 +1,8 @@
 """The OS processes of the control plane, their logs and their ports.
 
-``Process`` starts one component with its output in a log file and stops it (SIGTERM,
-then SIGKILL); ``free_ports`` and ``port_is_free`` pick and check loopback ports.
+``Process`` starts one component (optionally from a directory, on some CPUs only) with its
+output in a log file, and stops it (SIGTERM, then SIGKILL) or kills it; ``free_port``,
+``free_ports`` and ``port_is_free`` pick and check loopback ports.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from .common import timestamp
@@ -24,12 +25,26 @@ class ComponentError(RuntimeError):
 
 
 class Process:
-    """One component: its command line, its log file, its OS process."""
+    """One component: its command line, its log file, its OS process.
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+    ``cwd``: the directory it runs in (default: this process's); ``cpus``: the CPUs it may
+    run on (default: this process's affinity, inherited).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        cwd: Path | None = None,
+        cpus: Collection[int] | None = None,
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        self.cwd = cwd
+        self.cpus = None if cpus is None else frozenset(cpus)
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -46,12 +61,15 @@ class Process:
         with self.log_path.open("ab") as log:
             log.write(f"\n===== {timestamp()} starting: {' '.join(self.argv)}\n".encode())
             log.flush()
+            cpus = self.cpus
             self.popen = subprocess.Popen(
                 argv,
+                cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
             )
 
     @property
@@ -73,12 +91,19 @@ class Process:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+        self._end(signal.SIGTERM, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL (``kill -9``): no chance to clean up."""
+        self._end(signal.SIGKILL, 5.0)
+
+    def _end(self, sig: signal.Signals, timeout: float) -> None:
         popen = self.popen
         if popen is None:
             return
         if popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                popen.send_signal(signal.SIGTERM)
+                popen.send_signal(sig)
             try:
                 popen.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -103,6 +128,11 @@ def tail(path: Path, lines: int) -> str:
         return "(no log yet)"
     text = data.decode("utf-8", errors="replace").splitlines()
     return "\n".join(text[-lines:])
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:

@@ -1,27 +1,21 @@
-"""Run ``muster serve`` as a real process for e2e tests, and read its endpoints."""
+"""Run ``muster serve`` and ``muster evictor`` as real processes for e2e tests, and read
+their endpoints; the harness's ``ServiceProcess`` starts, waits for and stops them."""
 
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import localcluster as lc
 
 ROOT = Path(__file__).resolve().parents[2]
+MUSTER = [sys.executable, "-m", "extender.cli.main"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class MusterProcess:
+class MusterProcess(lc.ServiceProcess):
     """``muster serve`` on a free loopback port, log kept in a file: over a fixed
     ``snapshot`` (a list of objects), or over a live cluster (``kubeconfig``)."""
 
@@ -42,41 +36,16 @@ class MusterProcess:
             source = ["--snapshot", str(path)]
         else:
             source = ["--kubeconfig", str(kubeconfig)]
-        self.port = port if port is not None else free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / "muster.log"
-        self._log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "extender.cli.main",
-                "serve",
-                *source,
-                "--port",
-                str(self.port),
-                *extra_args,
-            ],
+        super().__init__(
+            "muster serve",
+            lambda port: [*MUSTER, "serve", *source, "--port", str(port), *extra_args],
+            workdir / "muster.log",
+            port=port,
             cwd=ROOT,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
         )
         #: Set by fixtures that run the evictor beside this Muster.
         self.evictor_metrics_url: str | None = None
-        self._wait_ready(deadline=30.0)
-
-    def _wait_ready(self, deadline: float) -> None:
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"muster serve exited:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"muster serve was not ready in {deadline}s:\n{self.log()}")
+        self.start()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
@@ -93,18 +62,21 @@ class MusterProcess:
     def debug(self, path: str) -> Any:
         return httpx.get(f"{self.url}/debug/{path}", timeout=5).json()
 
-    def kill(self) -> None:
-        """``kill -9``: no chance to clean up."""
-        self.process.kill()
-        self.process.wait()
-        self._log.close()
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
+def start_evictor(kubeconfig: Path, log_path: Path, *, metrics: bool = False) -> lc.ServiceProcess:
+    """``muster evictor`` (serving ``/metrics`` on its ``url`` if ``metrics``), started."""
+    evictor = lc.ServiceProcess(
+        "muster evictor",
+        lambda port: [
+            *MUSTER,
+            "evictor",
+            "--kubeconfig",
+            str(kubeconfig),
+            *(["--metrics-port", str(port)] if metrics else []),
+        ],
+        log_path,
+        cwd=ROOT,
+        ready_path=None,
+    )
+    evictor.start()
+    return evictor

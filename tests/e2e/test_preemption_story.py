@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ import localcluster as lc
 import pytest
 import yaml
 from e2e_support import Cluster, condition, delete_namespaced, make_pod, sample_scheduler_config
-from muster_process import ROOT, MusterProcess, free_port
+from muster_process import ROOT, MusterProcess, start_evictor
 from test_muster_extender import GPU, create_quota
 
 pytestmark = pytest.mark.e2e
@@ -64,26 +62,6 @@ def tokens(control_plane: lc.ControlPlane) -> dict[str, Path]:
     }
 
 
-def start_evictor(
-    kubeconfig: Path, log: Any, metrics_port: int | None = None
-) -> subprocess.Popen[bytes]:
-    metrics = ["--metrics-port", str(metrics_port)] if metrics_port is not None else []
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "extender.cli.main",
-            "evictor",
-            "--kubeconfig",
-            str(kubeconfig),
-            *metrics,
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-
-
 @contextlib.contextmanager
 def muster_with_evictor(
     control_plane: lc.ControlPlane,
@@ -94,18 +72,14 @@ def muster_with_evictor(
     """Muster and the evictor on the manifests' ServiceAccount tokens, with kube-scheduler
     configured by ``scheduler(muster's URL)`` (its extender entry and other settings)."""
     muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
-    log = (tmp_path / "evictor.log").open("wb")
-    metrics_port = free_port()
-    evictor = start_evictor(tokens["muster-evictor"], log, metrics_port)
-    muster.evictor_metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    evictor = start_evictor(tokens["muster-evictor"], tmp_path / "evictor.log", metrics=True)
+    muster.evictor_metrics_url = f"{evictor.url}/metrics"
     extender, config = scheduler(muster.url)
     try:
         with control_plane.using_extender(extender, scheduler_config=config):
             yield muster
     finally:
-        evictor.terminate()
-        evictor.wait(10)
-        log.close()
+        evictor.stop()
         muster.stop()
 
 
@@ -284,7 +258,7 @@ def test_kill_9_in_the_middle_of_a_preemption(
         cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
     )
     muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
-    evictor: subprocess.Popen[bytes] | None = None
+    evictor: lc.ServiceProcess | None = None
     try:
         with control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)):
             fill_with_borrowers(teams, 4)
@@ -329,7 +303,7 @@ def test_kill_9_in_the_middle_of_a_preemption(
                     timeout=30,
                     what=f"DisruptionTarget on {name}",
                 )
-            evictor = start_evictor(tokens["muster-evictor"], subprocess.DEVNULL)
+            evictor = start_evictor(tokens["muster-evictor"], tmp_path / "evictor.log")
             for i in range(2):
                 teams.wait(teams.a, f"train-{i}", "Running", timeout=90)
             preempted = teams.events(teams.b, "Preempted")
@@ -339,8 +313,7 @@ def test_kill_9_in_the_middle_of_a_preemption(
                 assert pod is not None and pod["status"]["phase"] == "Running"
     finally:
         if evictor is not None:
-            evictor.terminate()
-            evictor.wait(10)
+            evictor.stop()
         muster.stop()
         teams.cleanup()
 
@@ -357,8 +330,7 @@ def test_two_replicas_answer_and_only_the_leader_commits(
     (tmp_path / "two").mkdir()
     one = MusterProcess(tmp_path / "one", kubeconfig=tokens["muster"])
     two = MusterProcess(tmp_path / "two", kubeconfig=tokens["muster"])
-    log = (tmp_path / "evictor.log").open("wb")
-    evictor = start_evictor(tokens["muster-evictor"], log)
+    evictor = start_evictor(tokens["muster-evictor"], tmp_path / "evictor.log")
     try:
         with control_plane.using_extender(lc.ExtenderConfig(one.url, bind=True)):
             fill_with_borrowers(teams, 4)
@@ -385,9 +357,7 @@ def test_two_replicas_answer_and_only_the_leader_commits(
                 assert answer["Error"] == ""
                 assert sorted(answer["NodeNames"] or []) == sorted(cluster.nodes)
     finally:
-        evictor.terminate()
-        evictor.wait(10)
-        log.close()
+        evictor.stop()
         one.stop()
         two.stop()
         teams.cleanup()
