@@ -111,6 +111,6 @@ def _grace_seconds(annotations: Json) -> int | None:
     try:
         mark = json.loads(annotations.get(keys.SOFT_EVICTION_KEY, "{}"))
         grace = mark.get("deleteOptions", {}).get("gracePeriodSeconds")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     return grace if isinstance(grace, int) and grace >= 0 else None

@@ -1,22 +1,17 @@
 """The cluster as the core sees it: :class:`ClusterState`, a façade over small indexes.
 
-Fed one object at a time (by the Kubernetes informers, by ``simulate`` from manifests,
-by tests directly), it keeps what decisions read without walking the whole cluster:
+Fed one object at a time (by the informers, by ``simulate`` from manifests, by tests),
+it keeps what decisions read without walking the whole cluster: the objects (nodes,
+pods, the quota tree, pod groups); per job its pods, the pods marked for it, per node
+the pods nominated to it; and the indexes of their own modules: node usage
+(:mod:`.nodes`), the quota ledger (:mod:`quota.accounting`), victim units
+(:mod:`.victims`), reservations and admission holds (:mod:`.book`).
 
-- the objects: nodes, pods, the quota tree, pod groups;
-- :class:`~extender.core.state.nodes.NodeUsage`: per node, its pods' requests, the room
-  held for reserved pods, its preemptible pods' requests (and the free-room formula);
-- :class:`quota.accounting.QuotaLedger`: per quota, used and requested resources;
-- :class:`~extender.core.state.victims.VictimIndex`: victim units in the victim order;
-- :class:`~extender.core.state.book.ReservationBook`: reservations and admission holds;
-- per job its pods; per job the pods marked for it; per node the pods nominated to it.
-
-Every change to a pod reaches every index through one path: the pod is taken out
-(:meth:`ClusterState._unindex`), changed, and put back (:meth:`ClusterState._index`).
-A pod *counts as used* when it is bound to a node, or pending with a reservation or an
-admission hold: its requests are charged to its quota, and reserved room is held on its
-node.  Decisions (filter, score, plan) read a state and never change it; the adapters
-apply their outcomes.
+Every change to a pod reaches every index through one path, :meth:`ClusterState._count`
+(the old version out, the new one in).  A pod *counts as used* when it is bound, or
+pending with a reservation or an admission hold: its requests are charged to its quota,
+and reserved room is held on its node.  Decisions read a state and never change it; the
+front doors apply the effects they return (:mod:`extender.core.effects`).
 """
 
 from __future__ import annotations
