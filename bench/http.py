@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import sys
 import threading
@@ -24,14 +23,9 @@ import httpx
 import uvicorn
 
 from bench.clusters import GPU, gpu_cluster
+from bench.e2e import lc
 from extender.http.app import create_app
 from extender.service import Extender, StaticSource
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _pod() -> dict[str, Any]:
@@ -61,7 +55,7 @@ def _node(name: str) -> dict[str, Any]:
 def measure(nodes: int, requests: int) -> list[dict[str, object]]:
     snap = gpu_cluster(nodes)
     app = create_app(Extender(StaticSource(snap)))
-    port = _free_port()
+    port = lc.free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )

@@ -21,7 +21,6 @@ submitted and the reason Muster gave.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -127,7 +126,7 @@ def main() -> int:
     with lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s") as plane:
         print(f"Control plane up: {plane.server} (logs in {plane.logs_dir})\n", flush=True)
         plane.create_namespace("muster-system")  # where Muster's leader-election Lease lives
-        port = _free_port()
+        port = lc.free_port()
         logs = (workdir / "muster.log").open("wb")
         muster = subprocess.Popen(
             [
@@ -280,12 +279,6 @@ def _ready(url: str) -> bool | None:
         return _get_json(f"{url}/readyz").get("status") == "ready" or None
     except OSError:
         return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get_json(url: str) -> Any:

@@ -51,7 +51,7 @@ from .binaries import BINARIES, ensure_binaries
 from .kubelet import KubeletEmulator
 from .objects import DEFAULT_CRDS_DIR, ObjectsMixin
 from .pki import SERVICE_CLUSTER_IP_RANGE, Pki, make_pki, write_kubeconfig
-from .processes import Process, free_ports, port_is_free, tail
+from .processes import Process, free_ports, tail, wait_port_released
 from .rest import RestClient
 from .scheduler import ExtenderConfig, SchedulerMixin, as_extender
 from .waiting import wait_until
@@ -294,11 +294,7 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
         """Stop kube-apiserver (SIGTERM) and start it again on the same port and data."""
         process = self._processes["kube-apiserver"]
         process.stop()
-        wait_until(
-            lambda: port_is_free(self.apiserver_port),
-            timeout=30.0,
-            what=f"port {self.apiserver_port} to be released",
-        )
+        wait_port_released(self.apiserver_port)
         self._start_apiserver()
 
     # -- files

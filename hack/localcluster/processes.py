@@ -18,6 +18,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from .common import timestamp
+from .waiting import wait_until
 
 
 class ComponentError(RuntimeError):
@@ -158,3 +159,8 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def wait_port_released(port: int, timeout: float = 30.0) -> None:
+    """Wait until nothing listens on ``port`` (a component stopped, to start again on it)."""
+    wait_until(lambda: port_is_free(port), timeout=timeout, what=f"port {port} to be released")

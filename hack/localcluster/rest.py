@@ -83,29 +83,35 @@ class RestClient:
         decoded = json.loads(text)
         return decoded if isinstance(decoded, dict) else {"value": decoded}
 
+    def _get(
+        self,
+        path: str,
+        query: Mapping[str, str | int | bool] | None,
+        *,
+        connect: float,
+        read: float,
+        preload: bool,
+    ) -> urllib3.BaseHTTPResponse:
+        """A raw GET, not retried; ``preload`` false leaves the body to stream."""
+        return self._pool.request(
+            "GET",
+            self._url(path, query),
+            headers=self._headers,
+            timeout=urllib3.Timeout(connect=connect, read=read),
+            retries=False,
+            preload_content=preload,
+        )
+
     def get_text(self, path: str, *, timeout: float = 5.0) -> tuple[int, str]:
         """GET ``path`` and return (status, body text); no exception on non-2xx."""
-        response = self._pool.request(
-            "GET",
-            self._url(path, None),
-            headers=self._headers,
-            timeout=urllib3.Timeout(connect=2.0, read=timeout),
-            retries=False,
-        )
+        response = self._get(path, None, connect=2.0, read=timeout, preload=True)
         return response.status, response.data.decode("utf-8", errors="replace")
 
     def stream(
         self, path: str, query: Mapping[str, str | int | bool], *, timeout: float
     ) -> urllib3.BaseHTTPResponse:
         """Open a streaming GET (a watch); the caller reads and closes it."""
-        response = self._pool.request(
-            "GET",
-            self._url(path, query),
-            headers=self._headers,
-            timeout=urllib3.Timeout(connect=5.0, read=timeout),
-            retries=False,
-            preload_content=False,
-        )
+        response = self._get(path, query, connect=5.0, read=timeout, preload=False)
         if response.status != 200:
             body = response.read().decode("utf-8", errors="replace")
             response.release_conn()

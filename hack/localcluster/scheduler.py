@@ -17,7 +17,7 @@ import urllib3
 import yaml
 
 from .common import Json
-from .processes import Process, port_is_free
+from .processes import Process, wait_port_released
 from .waiting import wait_until
 
 
@@ -188,11 +188,7 @@ class SchedulerMixin:
         if not isinstance(scheduler_config, Keep):
             self.scheduler_overrides = dict(scheduler_config or {})
         self.stop_scheduler()
-        wait_until(
-            lambda: port_is_free(self.scheduler_port),
-            timeout=30.0,
-            what=f"port {self.scheduler_port} to be released",
-        )
+        wait_port_released(self.scheduler_port)
         self.start_scheduler()
 
     @contextlib.contextmanager

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import localcluster as lc
 import pytest
 
 from tests.certs import CertificateAuthority
@@ -23,14 +24,8 @@ FILTER_BODY = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def serve(*extra: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
+    port = lc.free_port()
     process = subprocess.Popen(
         [
             sys.executable,
