@@ -60,11 +60,16 @@ def parse_persisted(text: str) -> PersistedReservation | None:
     return PersistedReservation(job, node, float(created), float(expires), tuple(victims))
 
 
-def reserved_by_muster(pod: PodInfo) -> str | None:
-    """The node Muster's reservation annotation on ``pod`` names (for the pod's own job),
-    if it carries one."""
+def persisted_on(pod: PodInfo) -> PersistedReservation | None:
+    """The reservation Muster wrote on ``pod`` for the pod's own job, if it carries one."""
     text = pod.annotations.get(keys.RESERVATION_ANNOTATION)
     persisted = parse_persisted(text) if text else None
     if persisted is None or persisted.job != pod.job:
         return None
-    return persisted.node
+    return persisted
+
+
+def reserved_by_muster(pod: PodInfo) -> str | None:
+    """The node Muster's reservation annotation on ``pod`` names, if it carries one."""
+    persisted = persisted_on(pod)
+    return persisted.node if persisted is not None else None

@@ -18,7 +18,6 @@ from contextlib import AbstractContextManager
 
 from prometheus_client import Counter
 
-from base import keys
 from base.errors import ManifestError
 from extender.core.authority import (
     governing_reason,
@@ -31,7 +30,7 @@ from extender.core.effects import apply
 from extender.core.jobs import parse_pod_group
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.preemption.planner import ready_to_plan
-from extender.core.reservations import parse_persisted
+from extender.core.reservations import persisted_on
 from extender.core.state import ClusterState, Reservation
 from extender.kube.client import Json, KubeClient
 from extender.kube.informer import Handler, Informer, object_key
@@ -183,9 +182,8 @@ class KubeSource:
 
     def _restore_reservation(self, pod: PodInfo) -> None:
         """Rebuild an in-flight reservation from the annotation on a pending pod."""
-        text = pod.annotations.get(keys.RESERVATION_ANNOTATION)
-        persisted = parse_persisted(text) if text else None
-        if persisted is None or persisted.job != pod.job:
+        persisted = persisted_on(pod)
+        if persisted is None:
             return
         known = self.snapshot.reservations.get(pod.job)
         if known is not None and known.placements.get(pod.key) == persisted.node:
