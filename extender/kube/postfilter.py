@@ -6,8 +6,9 @@ its PostFilter itself.  Jobs Muster governs come in from the filter's quota
 and reservation rejections, from the ``preempt`` verb (kube-scheduler wants to
 preempt for the pod, and is given no victims: Muster is the one authority),
 and from pods whose ``PodScheduled`` condition turns ``False/Unschedulable``
-(the pod informer) (all through :meth:`PostFilterLoop.request`).  A job whose
-min-available pods exist is planned at once; one still growing is debounced.
+(the pod informer) (all through :meth:`PostFilterLoop.request`).  A job that cannot
+grow any more (see :func:`~extender.core.preemption.planner.ready_to_plan`) is planned at
+once; one that may still be growing after a short quiet period.
 
 A committed plan holds its room in memory first (so the very next filter
 keeps other pods off it), then is written to the cluster: victims get the
@@ -75,8 +76,8 @@ class PostFilterLoop:
         self._thread.join(5)
 
     def request(self, job: str, reason: str = "", at_once: bool = False) -> None:
-        """Ask for a preemption decision about ``job``: at once (a job whose min-available
-        pods exist), or after ``debounce_seconds`` (a job still growing)."""
+        """Ask for a preemption decision about ``job``: at once (``ready_to_plan``: a lone
+        pod, or a gang of declared size, complete), or after ``debounce_seconds``."""
         due = self.clock() + (0.0 if at_once else self.debounce_seconds)
         with self._lock:
             self._due[job] = min(due, self._due.get(job, due))
