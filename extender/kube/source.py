@@ -29,12 +29,11 @@ from extender.core.config import MusterArgs
 from extender.core.effects import apply
 from extender.core.jobs import parse_pod_group
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
-from extender.core.preemption.planner import ready_to_plan
 from extender.core.reservations import persisted_on
 from extender.core.state import ClusterState, Reservation
 from extender.kube.client import Json, KubeClient
 from extender.kube.informer import Handler, Informer, object_key
-from extender.service import holding
+from extender.service import holding, postfilter_trigger
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
 
 log = logging.getLogger(__name__)
@@ -139,9 +138,10 @@ class KubeSource:
                 if pod.nominated_node_name is not None:
                     self._hold_for_scheduler_preemption({pod.job})
                 reason = _unschedulable_reason(obj)
-                # Only the jobs Muster governs are its to preempt for.
-                if reason is not None and governing_reason(self.snapshot, pod) is not None:
-                    trigger = (pod.job, reason, ready_to_plan(self.snapshot, pod.job))
+                if reason is not None:
+                    plan_at_once = postfilter_trigger(self.snapshot, pod)  # None: not Muster's
+                    if plan_at_once is not None:
+                        trigger = (pod.job, reason, plan_at_once)
             elif pod.node_name is not None and preempted_by_scheduler(pod):
                 self._note_scheduler_victim(pod)
                 self._hold_for_scheduler_preemption(jobs_nominated_to(self.snapshot, pod.node_name))
