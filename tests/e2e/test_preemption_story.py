@@ -282,7 +282,13 @@ def test_kill_9_in_the_middle_of_a_preemption(
                 assert mark["preemptor"] == f"{teams.a}/train"
                 assert mark["initiator"] == "muster"
             for i in range(2):
-                pod = teams.get(teams.a, f"train-{i}") or {}
+                # Muster marks the victims first, then writes each preemptor pod's
+                # reservation and nomination: wait for those to land.
+                pod = lc.wait_until(
+                    lambda i=i: _reserved_and_nominated(teams.get(teams.a, f"train-{i}")),
+                    timeout=30,
+                    what=f"train-{i}'s reservation and nomination",
+                )
                 held = json.loads(pod["metadata"]["annotations"]["muster.dev/reservation"])
                 assert held["job"] == f"{teams.a}/train"
                 assert sorted(held["victims"]) == sorted(f"{teams.b}/{n}" for n in victims)
@@ -316,6 +322,15 @@ def test_kill_9_in_the_middle_of_a_preemption(
             evictor.stop()
         muster.stop()
         teams.cleanup()
+
+
+def _reserved_and_nominated(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod, once it carries Muster's reservation annotation and a nomination."""
+    if pod is None:
+        return None
+    annotations = pod["metadata"].get("annotations") or {}
+    nominated = (pod.get("status") or {}).get("nominatedNodeName")
+    return pod if "muster.dev/reservation" in annotations and nominated else None
 
 
 def test_two_replicas_answer_and_only_the_leader_commits(
