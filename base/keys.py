@@ -32,6 +32,10 @@ MUSTER_COMPONENT = "muster"
 
 # Written by Muster on a preemptor's pods: the node held for it (JSON).
 RESERVATION_ANNOTATION = "muster.dev/reservation"
+#: On a gang's pending pods: the gang was given up after its timeout and backs off.
+GANG_BACKOFF_ANNOTATION = "muster.dev/gang-backoff"
+#: Patched on parked pods to make kube-scheduler retry them (any update requeues a pod).
+REQUEUE_ANNOTATION = "muster.dev/requeue"
 
 # Kueue-style policies, as annotations on an ElasticQuota.
 WITHIN_QUOTA_ANNOTATION = "muster.dev/within-quota"

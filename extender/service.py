@@ -21,18 +21,19 @@ from typing import Protocol
 
 from extender.core.authority import governing_reason
 from extender.core.decisions import Decision, DecisionLog
-from extender.core.effects import AssumeBound, apply
+from extender.core.effects import AssumeBound, HoldRoom, ReleaseRoom, apply
+from extender.core.gang import filter_pod
 from extender.core.objects import PodInfo
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
 from extender.core.preemption.planner import ready_to_plan
+from extender.core.reservations import persisted_pods
 from extender.core.scheduling import (
     FilterOutcome,
     FilterResult,
     admission_hold,
-    filter_nodes,
     score_nodes,
 )
-from extender.core.state import ClusterState
+from extender.core.state import ClusterState, Reservation
 
 
 class StateBusy(Exception):
@@ -87,6 +88,19 @@ class StaticSource:
         return holding(self._lock, self._snapshot, wait)
 
 
+class RoomKeeper(Protocol):
+    """Persists the room the filter holds for gangs it places whole (on the pods, so
+    every replica and a restarted Muster hold it too), in the order decided."""
+
+    def hold(self, reservation: Reservation, pods: Sequence[PodInfo]) -> None:
+        """Write ``reservation`` on ``pods`` (its pending pods), each with its node."""
+        ...
+
+    def release(self, pods: Sequence[PodInfo]) -> None:
+        """Drop the reservation written on ``pods``: the gang waits whole again."""
+        ...
+
+
 class BindError(RuntimeError):
     """Binding failed; the message says why."""
 
@@ -115,8 +129,10 @@ class Extender:
         binder: Binder | None = None,
         on_unschedulable: Callable[[str, str, bool], None] | None = None,
         log: DecisionLog | None = None,
+        room_keeper: RoomKeeper | None = None,
     ) -> None:
         self.source = source
+        self.room_keeper = room_keeper
         self.clock = clock
         self.binder = binder
         self.on_unschedulable = on_unschedulable
@@ -151,13 +167,28 @@ class Extender:
         plan_at_once: bool | None = None  # None: not the PostFilter's to plan
         with self.source.exclusive(wait) as snapshot:
             snapshot.release_quota_holds(now)
-            result = filter_nodes(snapshot, pod, nodes, as_extender=True)
+            result = filter_pod(snapshot, pod, nodes, as_extender=True, now=now)
+            writes: list[tuple[Reservation | None, list[PodInfo]]] = []
+            for effect in result.effects:
+                if isinstance(effect, ReleaseRoom):  # read what was written before it goes
+                    writes.append((None, persisted_pods(snapshot, effect.job)))
+                apply(snapshot, effect)
+                if isinstance(effect, HoldRoom):
+                    reservation = effect.reservation
+                    pods = [snapshot.pods.get(key, pod) for key in reservation.placements]
+                    writes.append((reservation, pods))
             if not result.quota_failures and result.passed:
                 hold = admission_hold(snapshot, pod, now + snapshot.args.quota_hold_seconds)
                 if hold is not None:
                     apply(snapshot, hold)
             elif self.on_unschedulable is not None:
                 plan_at_once = postfilter_trigger(snapshot, pod)
+        if self.room_keeper is not None:
+            for held, written in writes:
+                if held is None:
+                    self.room_keeper.release(written)
+                else:
+                    self.room_keeper.hold(held, written)
         with self._recent_lock:
             self._recent[pod.key] = pod
             self._recent.move_to_end(pod.key)
@@ -167,6 +198,13 @@ class Extender:
             case FilterOutcome.REJECTED_BY_QUOTA:
                 self._record(pod, "filter", "rejected by quota", result.quota_failures)
                 self._unschedulable(pod.job, "; ".join(result.quota_failures), plan_at_once)
+            case FilterOutcome.GANG_WAITING:
+                assert result.gang_waiting is not None
+                self._record(pod, "filter", "gang waits whole", (result.gang_waiting,))
+                if result.failed:  # evicting could help
+                    self._unschedulable(pod.job, result.gang_waiting, plan_at_once)
+            case FilterOutcome.GANG_PLACED:
+                self._record(pod, "filter", f"gang placed whole; held to {result.pinned_to}")
             case FilterOutcome.PINNED_TO_RESERVATION:
                 self._record(pod, "filter", f"held to its reserved node {result.pinned_to}")
             case FilterOutcome.KEPT_OFF_RESERVED_ROOM:

@@ -21,6 +21,7 @@ import yaml
 from base import keys
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
+from extender.core.effects import apply
 from extender.core.jobs import min_available_annotation, parse_pod_group
 from extender.core.objects import (
     PriorityClasses,
@@ -28,6 +29,7 @@ from extender.core.objects import (
     parse_pod,
     parse_priority_class,
 )
+from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
 
@@ -116,7 +118,7 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         snapshot.upsert_node(node)
     for document in by_kind["PodGroup"]:
         group = _parse(document, parse_pod_group)
-        snapshot.set_pod_group(group.namespace, group.name, group.min_member)
+        snapshot.set_pod_group(group)
     for document in by_kind["Pod"]:
         pod = _parse(document, lambda obj: parse_pod(obj, priorities))
         if pod.key in snapshot.pods:
@@ -138,6 +140,9 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         except ManifestError as error:
             raise document.error(error.field, error.message) from None
         snapshot.upsert_pod(pod)
+        if pod.node_name is None and not pod.finished:
+            for effect in restored_effects(snapshot, pod):  # as the live informer reads them
+                apply(snapshot, effect)
     return LoadedManifests(snapshot, notes)
 
 

@@ -8,7 +8,7 @@ misspelt argument never silently falls back to its default.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,6 +28,19 @@ class MusterArgs(BaseModel):
     reservation_timeout_seconds: float = Field(300.0, alias="reservationTimeoutSeconds", gt=0)
     #: How long a gang admitted whole keeps its pending pods' quota while they bind.
     quota_hold_seconds: float = Field(60.0, alias="quotaHoldSeconds", gt=0)
+    #: How long a gang may have fewer than its min-available pods bound before Muster
+    #: gives it up (a PodGroup's ``spec.scheduleTimeoutSeconds`` wins when set).
+    gang_timeout_seconds: float = Field(300.0, alias="gangTimeoutSeconds", gt=0)
+    #: A gang given up waits ``backoffBaseSeconds * 2**(attempts-1)``, at most
+    #: ``backoffMaxSeconds``, before it is tried again (KEP-1282's requeue strategy).
+    backoff_base_seconds: float = Field(60.0, alias="backoffBaseSeconds", gt=0)
+    backoff_max_seconds: float = Field(3600.0, alias="backoffMaxSeconds", gt=0)
+    #: How many times a gang is given up before it is not retried; ``None``: no limit.
+    backoff_limit_count: int | None = Field(None, alias="backoffLimitCount", ge=0)
+    #: Which time orders requeued gangs: when they were given up, or when created.
+    requeuing_timestamp: Literal["Eviction", "Creation"] = Field(
+        "Eviction", alias="requeuingTimestamp"
+    )
 
 
 class ArgsError(ValueError):

@@ -9,6 +9,8 @@ between them).  Decisions themselves never change the state.
   quota for a while, as kube-scheduler binds them one at a time.
 - :class:`HoldRoom`: a plan freed room for a job (the PostFilter's, ``simulate``'s), or
   kube-scheduler is preempting for it (seen by the informer): hold it for the job.
+- :class:`ReleaseRoom`: a gang's placement no longer fits whole: its room is let go.
+- :class:`BackOff`: a gang was given up (too few pods bound for too long): it backs off.
 - :class:`AssumeBound`: a pod was just bound (by Muster's ``bind``, or in
   ``simulate``); count it there before the informer says so.
 """
@@ -19,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from extender.core.objects import PodInfo
-from extender.core.state import ClusterState, Reservation
+from extender.core.state import ClusterState, GangBackoff, Reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +37,24 @@ class HoldRoom:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseRoom:
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class BackOff:
+    job: str
+    backoff: GangBackoff
+
+
+@dataclass(frozen=True, slots=True)
 class AssumeBound:
     pod: PodInfo
     node: str
     started: float | None = None  # simulate: the pod runs from then on
 
 
-Effect = HoldQuota | HoldRoom | AssumeBound
+Effect = HoldQuota | HoldRoom | ReleaseRoom | BackOff | AssumeBound
 
 
 def apply(state: ClusterState, effect: Effect) -> None:
@@ -51,8 +64,18 @@ def apply(state: ClusterState, effect: Effect) -> None:
             state.hold_quota(job, pods, until)
         case HoldRoom(reservation=reservation):
             state.add_reservation(reservation)
+        case ReleaseRoom(job=job):
+            state.remove_reservation(job)
+        case BackOff(job=job, backoff=backoff):
+            known = state.book.backoffs.get(job)
+            if known is None or known.given_up < backoff.given_up:
+                state.book.backoffs[job] = backoff
         case AssumeBound(pod=pod, node=node, started=started):
-            current = state.pods.get(pod.key, pod)
+            current = state.pods.get(pod.key)
+            if current is None:
+                if state.was_removed(pod.uid):
+                    return  # deleted meanwhile: never bring it back as a ghost
+                current = pod  # bound before the informer delivered it
             if current.node_name is not None:
                 return  # the informer was first
             if started is None:

@@ -37,12 +37,14 @@ def min_available_annotation(pod: PodInfo) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class PodGroupInfo:
-    """A PodGroup (scheduler-plugins, either API group): its job and ``spec.minMember``
-    (``None``: not set, so every pod of the job)."""
+    """A PodGroup (scheduler-plugins, either API group): its job, ``spec.minMember``
+    (``None``: not set, so every pod of the job) and ``spec.scheduleTimeoutSeconds``
+    (``None``: Muster's ``gangTimeoutSeconds``)."""
 
     namespace: str
     name: str
     min_member: int | None
+    schedule_timeout_seconds: int | None = None
 
     @property
     def job(self) -> str:
@@ -63,8 +65,13 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
         isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1
     ):
         raise ManifestError("spec.minMember", f"{min_member!r} is not a positive integer")
+    timeout = spec.get("scheduleTimeoutSeconds")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1
+    ):
+        raise ManifestError("spec.scheduleTimeoutSeconds", f"{timeout!r} is not a positive integer")
     namespace = metadata.get("namespace") or "default"
-    return PodGroupInfo(str(namespace), metadata["name"], min_member)
+    return PodGroupInfo(str(namespace), metadata["name"], min_member, timeout)
 
 
 def is_preemptible(pod: PodInfo, args: MusterArgs) -> bool:

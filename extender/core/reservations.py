@@ -1,4 +1,7 @@
-"""Reservations as Muster writes them on a preemptor's pods, and reads them back.
+"""What Muster writes on pods to remember its decisions, and how it reads them back.
+
+Reservations, written on the pods they hold room for, and gang backoffs, written on
+the pending pods of a gang given up after its timeout.
 
 The ``muster.dev/reservation`` annotation holds JSON: the job, the pod's
 node, when the reservation was made and ends, and the victims.  A restarted
@@ -14,8 +17,9 @@ import json
 from dataclasses import dataclass
 
 from base import keys
+from extender.core.effects import BackOff, Effect, HoldRoom
 from extender.core.objects import PodInfo
-from extender.core.state import Reservation
+from extender.core.state import ClusterState, GangBackoff, Reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +77,92 @@ def reserved_by_muster(pod: PodInfo) -> str | None:
     """The node Muster's reservation annotation on ``pod`` names, if it carries one."""
     persisted = persisted_on(pod)
     return persisted.node if persisted is not None else None
+
+
+def persisted_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
+    """The job's pending pods that carry a reservation Muster wrote: the ones to clear
+    when the job lets its room go."""
+    return [
+        pod
+        for pod in snapshot.job_pods(job)
+        if pod.node_name is None and not pod.finished and reserved_by_muster(pod) is not None
+    ]
+
+
+def restored_reservation(snapshot: ClusterState, pod: PodInfo) -> Reservation | None:
+    """The reservation to hold after reading the annotation on a pending ``pod``, or
+    ``None`` when it changes nothing: every replica, and a restarted Muster, rebuilds
+    in-flight reservations this way.
+
+    Decisions are ordered by their ``created`` time: a copy of a reservation this
+    state let go (or of an older one than it holds) is stale and ignored; pods of the
+    same reservation add up; a newer one replaces the one held.
+    """
+    persisted = persisted_on(pod)
+    if persisted is None:
+        return None
+    released = snapshot.book.released.get(pod.job)
+    if released is not None and persisted.created <= released:
+        return None
+    known = snapshot.reservations.get(pod.job)
+    if known is not None and (
+        known.placements.get(pod.key) == persisted.node or persisted.created < known.created
+    ):
+        return None
+    quota = snapshot.quota_name(pod)
+    if quota is None:
+        return None
+    same = known is not None and known.created == persisted.created
+    placements = dict(known.placements) if same and known is not None else {}
+    placements[pod.key] = persisted.node
+    return Reservation(
+        job=pod.job,
+        quota=quota,
+        placements=placements,
+        victims=persisted.victims,
+        created=persisted.created,
+        expires=persisted.expires,
+    )
+
+
+def persisted_backoff(backoff: GangBackoff) -> str:
+    """The gang-backoff annotation's JSON (written on the gang's pending pods, so every
+    replica, and a restarted Muster, keep turning the gang away)."""
+    return json.dumps(
+        {"attempts": backoff.attempts, "givenUp": backoff.given_up, "until": backoff.until}
+    )
+
+
+def backoff_on(pod: PodInfo) -> GangBackoff | None:
+    """The backoff written on ``pod``, if it carries one Muster could have written."""
+    text = pod.annotations.get(keys.GANG_BACKOFF_ANNOTATION)
+    try:
+        value = json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    attempts, given_up, until = value.get("attempts"), value.get("givenUp"), value.get("until")
+    if (
+        isinstance(attempts, bool)
+        or not isinstance(attempts, int)
+        or attempts < 1
+        or not isinstance(given_up, int | float)
+        or not (until is None or isinstance(until, int | float))
+    ):
+        return None
+    return GangBackoff(attempts, float(given_up), None if until is None else float(until))
+
+
+def restored_effects(snapshot: ClusterState, pod: PodInfo) -> list[Effect]:
+    """What reading a pending ``pod``'s annotations back changes: its job's reservation
+    (:func:`restored_reservation`) and backoff.  The live informer and ``simulate``'s
+    manifest loader both call this, so a dump of a cluster mid-decision reads the same."""
+    effects: list[Effect] = []
+    reservation = restored_reservation(snapshot, pod)
+    if reservation is not None:
+        effects.append(HoldRoom(reservation))
+    backoff = backoff_on(pod)
+    if backoff is not None:
+        effects.append(BackOff(pod.job, backoff))
+    return effects

@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from base.resources import PODS, Resources, add_into, shortfall
-from extender.core.effects import HoldQuota
+from extender.core.effects import Effect, HoldQuota
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState, UnknownQuotaError
@@ -69,6 +69,8 @@ class FilterOutcome(enum.Enum):
     """What a filter call decided, in one word (the decision log's and the metrics')."""
 
     REJECTED_BY_QUOTA = "rejected_quota"
+    GANG_WAITING = "gang_waiting"
+    GANG_PLACED = "gang_placed"
     PINNED_TO_RESERVATION = "pinned_to_reservation"
     KEPT_OFF_RESERVED_ROOM = "reserved_room"
     ADMITTED = "admitted"
@@ -85,11 +87,21 @@ class FilterResult:
     quota_failures: tuple[str, ...] = ()
     #: The pod's reserved node, when the pod was held to it (every other node failed).
     pinned_to: str | None = None
+    #: A gang's reason for turning all its pods away (see :mod:`extender.core.gang`).
+    gang_waiting: str | None = None
+    #: The filter placed the pod's gang whole just now (and holds this pod to its node).
+    gang_placed: bool = False
+    #: What the front door must apply to the state (before letting it go).
+    effects: tuple[Effect, ...] = ()
 
     @property
     def outcome(self) -> FilterOutcome:
         if self.quota_failures:
             return FilterOutcome.REJECTED_BY_QUOTA
+        if self.gang_waiting is not None:
+            return FilterOutcome.GANG_WAITING
+        if self.gang_placed:
+            return FilterOutcome.GANG_PLACED
         if self.pinned_to is not None:
             return FilterOutcome.PINNED_TO_RESERVATION
         if self.failed:
@@ -215,7 +227,7 @@ def _resource_failure(
             add_into(free, room)
         if shortfall(pod.requests, free) is None:
             holders = sorted({snapshot.reservation_holder(key) or key for key in held})
-            return f"room on this node is reserved for preempting job {', '.join(holders)}"
+            return f"room on this node is reserved for job {', '.join(holders)}"
     if as_extender:
         return None  # kube-scheduler judges plain resource fit from its own cache
     return "Too many pods" if short == PODS else f"Insufficient {short}"

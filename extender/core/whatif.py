@@ -18,12 +18,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from extender.core.effects import AssumeBound, HoldRoom, apply
+from extender.core.gang import filter_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.scheduling import (
     FilterResult,
     admission_hold,
     best_node,
-    filter_nodes,
     score_nodes,
 )
 from extender.core.state import ClusterState
@@ -76,7 +76,9 @@ def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
             if current is None or current.node_name is not None:
                 continue
             names = sorted(snapshot.nodes)
-            outcome = filter_nodes(snapshot, current, names, as_extender=False)
+            outcome = filter_pod(snapshot, current, names, as_extender=False, now=now)
+            for effect in outcome.effects:
+                apply(snapshot, effect)
             if outcome.passed:
                 hold = admission_hold(snapshot, current, now + snapshot.args.quota_hold_seconds)
                 if hold is not None:
@@ -89,6 +91,8 @@ def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
                 changes += 1
                 continue
             reasons[pod.key] = describe_filter_failure(outcome, len(names))
+            if outcome.gang_waiting is not None and not outcome.failed:
+                continue  # no eviction helps (waiting for pods, backing off)
             job = current.job
             if refused.get(job) == changes:
                 reasons[pod.key] += f" Preemption: {refusals[job]}"
@@ -122,6 +126,8 @@ def describe_filter_failure(outcome: FilterResult, node_count: int) -> str:
     """kube-scheduler's style: ``0/4 nodes are available: 4 Insufficient nvidia.com/gpu.``"""
     if outcome.quota_failures:
         return "; ".join(outcome.quota_failures) + "."
+    if outcome.gang_waiting is not None:
+        return outcome.gang_waiting + "."
     counts = Counter([*outcome.failed.values(), *outcome.unresolvable.values()])
     parts = ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items()))
     return f"0/{node_count} nodes are available: {parts}."

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.core.decisions import DecisionLog
+from extender.core.gang import GangStatus, gang_status
 from extender.core.objects import format_time
 from extender.core.scheduling import admission_failures
 from extender.core.state import ClusterState
@@ -30,15 +31,17 @@ def quotas(snapshot: ClusterState) -> dict[str, Any]:
 
 
 def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
-    """Jobs with pods still pending, or holding a reservation."""
+    """Jobs with pods still pending, holding a reservation, or backing off; gangs with
+    where they stand (:func:`extender.core.gang.gang_status`)."""
     pending: dict[str, int] = {}
     for pod in snapshot.pods.values():
         if pod.node_name is None and not pod.finished and not snapshot.counts_as_used(pod):
             pending[pod.job] = pending.get(pod.job, 0) + 1
     result = {}
-    for job in sorted(set(pending) | set(snapshot.reservations)):
+    for job in sorted(set(pending) | set(snapshot.reservations) | set(snapshot.book.backoffs)):
         pods = snapshot.job_pods(job)
         reservation = snapshot.reservations.get(job)
+        gang = gang_status(snapshot, job) if any(p.group is not None for p in pods) else None
         result[job] = {
             "pods": len(pods),
             "pending": pending.get(job, 0),
@@ -53,8 +56,28 @@ def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
                 "expires": format_time(reservation.expires),
                 "expiresInSeconds": round(reservation.expires - now),
             },
+            "gang": None if gang is None else _gang(gang, now),
         }
     return result
+
+
+def _gang(status: GangStatus, now: float) -> dict[str, Any]:
+    backoff = status.backoff
+    return {
+        "phase": status.phase,
+        "created": status.created,
+        "scheduled": status.scheduled,
+        "running": status.running,
+        "reserved": status.reserved,
+        "backoff": None
+        if backoff is None
+        else {
+            "attempts": backoff.attempts,
+            "givenUp": format_time(backoff.given_up),
+            "retryAt": None if backoff.until is None else format_time(backoff.until),
+            "retryInSeconds": None if backoff.until is None else max(0, round(backoff.until - now)),
+        },
+    }
 
 
 def pod(snapshot: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | None:

@@ -141,7 +141,7 @@ def test_room_reserved_for_another_job_fails_the_node() -> None:
     result = client.post("/filter", json={"Pod": other, "NodeNames": [reserved, "n3"]}).json()
     # n3 is full too, but plain resource fit is kube-scheduler's call, not the extender's
     assert result["NodeNames"] == ["n3"], result
-    assert "reserved for preempting job team-a/t" in result["FailedNodes"][reserved]
+    assert "reserved for job team-a/t" in result["FailedNodes"][reserved]
     # the job's own pod is steered to its reserved node
     own = scheduler_pod("t-0", gpu=8, group="t", preemptible=False, can_preempt=True)
     scores = client.post("/prioritize", json={"Pod": own, "NodeNames": [reserved, "n0"]}).json()
@@ -420,9 +420,9 @@ def test_odd_pod_fields_are_400s(spec: dict[str, Any], message: str) -> None:
     assert message in response.json()["error"]
 
 
-def test_a_gang_admitted_whole_keeps_its_quota_while_its_pods_bind() -> None:
+def test_a_gang_placed_whole_keeps_its_quota_and_room_while_its_pods_bind() -> None:
     """Two gangs filtered in turn before any binding is seen: the second must not take the
-    room the first was admitted with (else both end up half-placed)."""
+    room the first was placed with (else both end up half-placed)."""
     snap = snapshot(
         [node("n0"), node("n1")],
         [
@@ -432,19 +432,24 @@ def test_a_gang_admitted_whole_keeps_its_quota_while_its_pods_bind() -> None:
         ],
         [quota("q", max={GPU: "2"})],
     )
-    extender = Extender(StaticSource(snap), clock=lambda: 1_800_000_000.0)
+    start = 1_800_000_000.0
+    extender = Extender(StaticSource(snap), clock=lambda: start)
 
     def filtered(name: str) -> list[str]:
         return extender.filter(
             parse_pod(pod(name, "q", gpu=1, group=name[0], preemptible=True)), ["n0", "n1"]
         ).passed
 
-    assert filtered("x-0") == ["n0", "n1"]
-    assert filtered("y-0") == []  # x holds both GPUs of the quota until its pods bind
-    assert filtered("x-1") == ["n0", "n1"]
-    # the hold ends after quotaHoldSeconds, if x never binds
-    extender.clock = lambda: 1_800_000_000.0 + snap.args.quota_hold_seconds + 1
-    assert filtered("y-0") == ["n0", "n1"]
+    # x's first pod places the whole gang: both pods fit on either node, and the
+    # placement packs the fullest node first, ties by name: n0 for both.
+    assert filtered("x-0") == ["n0"]
+    assert filtered("y-0") == []  # x's reserved pods hold both GPUs of the quota
+    assert filtered("x-1") == ["n0"]
+    # If x never binds, its placement ends with the reservation timeout: y is placed.
+    later = start + snap.args.reservation_timeout_seconds + 1
+    snap.expire_reservations(later)
+    extender.clock = lambda: later
+    assert filtered("y-0") == ["n0"]
 
 
 def test_the_informers_reading_of_the_same_pod_version_is_used() -> None:

@@ -18,7 +18,7 @@ copied only when the planner first reads or changes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from base.resources import Resources, add_into, copies_that_fit
@@ -39,6 +39,11 @@ class _Shape:
     needs: tuple[tuple[str, int], ...] = ()  # the request's positive amounts
 
 
+def shape_of(pod: PodInfo) -> tuple[object, ...]:
+    """What makes two pods interchangeable in a placement: requests and node constraints."""
+    return (tuple(sorted(pod.requests.items())), constraint_signature(pod))
+
+
 def eligible_nodes(snapshot: ClusterState, pod: PodInfo) -> frozenset[str]:
     """Nodes that pass the pod's static constraints and could hold it when empty (memoised)."""
     key = ("eligible", constraint_signature(pod), tuple(sorted(pod.requests.items())))
@@ -54,7 +59,9 @@ def eligible_nodes(snapshot: ClusterState, pod: PodInfo) -> frozenset[str]:
     return eligible
 
 
-def _count_copies(snapshot: ClusterState, shape: _Shape) -> dict[str, frozenset[str]]:
+def _count_copies(
+    snapshot: ClusterState, shape: _Shape, released: Collection[str]
+) -> dict[str, frozenset[str]]:
     """Fill ``shape.capacity``: the copies that fit in each eligible node's free room
     (:meth:`~extender.core.state.ClusterState.free_on`), where any do.
 
@@ -84,6 +91,8 @@ def _count_copies(snapshot: ClusterState, shape: _Shape) -> dict[str, frozenset[
         allocatable = nodes[node].allocatable
         used = requested.get(node, nothing)
         held = reserved.get(node)
+        if held and released:
+            held = {key: room for key, room in held.items() if key not in released}
         now = limit
         for name, amount in needs:
             free = allocatable.get(name, 0) - used.get(name, 0)
@@ -127,11 +136,13 @@ def _count_copies(snapshot: ClusterState, shape: _Shape) -> dict[str, frozenset[
     return lacking
 
 
-def _short_on(snapshot: ClusterState, shape: _Shape, node: str) -> frozenset[str]:
+def _short_on(
+    snapshot: ClusterState, shape: _Shape, node: str, released: Collection[str]
+) -> frozenset[str]:
     """The resources in which ``node`` may lack room for one more copy of ``shape``
     as victims go (see :func:`_count_copies`), for a node where evicting could not
     fit more of it (but could of another shape)."""
-    free = snapshot.free_on(node)
+    free = snapshot.node_usage.free_on(node, snapshot.nodes[node].allocatable, released=released)
     evictable = snapshot.preemptible_on(node)
     most = shape.size
     for name, amount in shape.needs:
@@ -150,21 +161,35 @@ class JobFit:
     looks at it or changes it (most nodes are never touched).
     """
 
-    def __init__(self, snapshot: ClusterState, job: str, pods: Sequence[PodInfo]) -> None:
+    def __init__(
+        self,
+        snapshot: ClusterState,
+        job: str,
+        pods: Sequence[PodInfo],
+        *,
+        excluded: Collection[str] = (),
+        released: Collection[str] = (),
+    ) -> None:
+        """``excluded``: nodes none of the pods may use (kube-scheduler refused them);
+        ``released``: reserved pods whose held room counts as free (the job's own
+        reservation, when it is planned again in its place)."""
         self.snapshot = snapshot
         self.job = job
         shapes: dict[object, _Shape] = {}
         for pod in pods:
-            key = (tuple(sorted(pod.requests.items())), constraint_signature(pod))
+            key = shape_of(pod)
             shape = shapes.get(key)
             if shape is None:
-                shape = _Shape(dict(pod.requests), [], eligible_nodes(snapshot, pod), {}, 0)
+                eligible = eligible_nodes(snapshot, pod)
+                if excluded:
+                    eligible = eligible.difference(excluded)
+                shape = _Shape(dict(pod.requests), [], eligible, {}, 0)
                 shapes[key] = shape
             shape.pods.append(pod)
         self._resources = frozenset(name for shape in shapes.values() for name in shape.request)
         #: The node copies (free room in the job's resources) and the quota ledger copy,
         #: with the removed victims taken out.
-        self.overlay = Overlay(snapshot, self._resources)
+        self.overlay = Overlay(snapshot, self._resources, released)
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
@@ -179,7 +204,7 @@ class JobFit:
                     key=lambda need: need[0] in COMMON_RESOURCES,
                 )
             )
-            shorts = _count_copies(snapshot, shape)
+            shorts = _count_copies(snapshot, shape, released)
             counted.append(shorts)
             for node, short in shorts.items():
                 lacking[node] = lacking[node] | short if node in lacking else short
@@ -188,7 +213,7 @@ class JobFit:
         for shape, shorts in zip(self.shapes, counted, strict=True):
             for node in lacking.keys() - shorts.keys():
                 if node in shape.eligible:
-                    lacking[node] = lacking[node] | _short_on(snapshot, shape, node)
+                    lacking[node] = lacking[node] | _short_on(snapshot, shape, node, released)
         #: Nodes where evicting preemptible pods could add room for the job.
         self.useful_nodes = frozenset(lacking)
         #: For each useful node, the only resources it may lack for one more copy of a
@@ -297,15 +322,20 @@ class JobFit:
             return shape.total >= shape.size
         return self.nodes_suffice() and self.place() is not None
 
-    def place(self) -> dict[str, str] | None:
-        """Pod key → node for every pod, or ``None`` if the greedy placement fails.
+    def place(
+        self, *, partial: bool = False, smallest_first: bool = False
+    ) -> dict[str, str] | None:
+        """Pod key → node for every pod, or ``None`` if the greedy placement fails
+        (with ``partial``, for as many pods as it places: within a shape, in the order
+        the pods were given).
 
-        Shapes largest first; within a shape, nodes by packing score (fullest
-        after placement first), then by name, each filled to what it holds.
+        Shapes largest first (``smallest_first``: the other way round, which places
+        the most pods when not all fit); within a shape, nodes by packing score
+        (fullest after placement first), then by name, each filled to what it holds.
         """
         used: dict[str, Resources] = {}
         placement: dict[str, str] = {}
-        for shape in self.shapes:
+        for shape in reversed(self.shapes) if smallest_first else self.shapes:
             remaining = list(shape.pods)
             considered = scored_resources(shape.request)
             ranked = []
@@ -327,7 +357,7 @@ class JobFit:
                 for _ in range(count):
                     placement[remaining.pop(0).key] = node
                     add_into(used.setdefault(node, {}), shape.request)
-            if remaining:
+            if remaining and not partial:
                 return None
         return placement
 

@@ -6,7 +6,7 @@ and admission holds) are its indexes; quota usage is :mod:`quota.accounting`'s l
 ``overlay`` is the one way to ask "what if these pods were gone?" without changing it.
 """
 
-from extender.core.state.book import Reservation
+from extender.core.state.book import GangBackoff, Reservation
 from extender.core.state.cluster import ClusterState, UnknownQuotaError
 from extender.core.state.overlay import Overlay
 from extender.core.state.victims import SCATTERED, UnitEntry, UnitPlace
@@ -14,6 +14,7 @@ from extender.core.state.victims import SCATTERED, UnitEntry, UnitPlace
 __all__ = [
     "SCATTERED",
     "ClusterState",
+    "GangBackoff",
     "Overlay",
     "Reservation",
     "UnitEntry",

@@ -8,6 +8,8 @@ One of the indexes behind :class:`~extender.core.state.ClusterState`.
   on its node.
 - An *admission hold* charges a gang's pending pods to its quota for a while after the
   filter admitted the gang whole, since kube-scheduler binds the pods one at a time.
+- A :class:`GangBackoff` records a gang given up after its timeout: the filter turns
+  its pods away until the backoff ends (or for good, past ``backoffLimitCount``).
 
 The book only records who holds what; :class:`~extender.core.state.ClusterState`
 re-indexes a pod whenever its entry here changes.
@@ -16,12 +18,13 @@ re-indexes a pod whenever its entry here changes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """Room held for a job whose victims were marked: pod → node, until it binds."""
+    """Room held for a job, pod → node, until its pods bind: freed by a preemption
+    (``victims``), or found free by the filter placing a gang whole (no victims)."""
 
     job: str
     quota: str
@@ -29,6 +32,18 @@ class Reservation:
     victims: tuple[str, ...]  # pod keys
     created: float
     expires: float
+    #: Nodes kube-scheduler refused to pods of the job; a re-plan avoids them.
+    refused: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class GangBackoff:
+    """A gang given up for the ``attempts``-th time at ``given_up``; retried at ``until``
+    (``None``: never, the backoff limit is reached)."""
+
+    attempts: int
+    given_up: float
+    until: float | None
 
 
 class ReservationBook:
@@ -38,6 +53,11 @@ class ReservationBook:
         self._reserved: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
         self._held: dict[str, str] = {}  # pod key → the job whose admission holds it
         self._held_until: dict[str, float] = {}  # job → when its hold ends
+        #: job → its backoff, for gangs given up after their timeout.
+        self.backoffs: dict[str, GangBackoff] = {}
+        #: job → the ``created`` time of its newest reservation let go: a persisted copy
+        #: of that one (or an older one) read back later is stale, not a reservation.
+        self.released: dict[str, float] = {}
 
     # ---- reservations ---------------------------------------------------------------
 

@@ -17,6 +17,7 @@ front doors apply the effects they return (:mod:`extender.core.effects`).
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -24,7 +25,7 @@ from base import keys
 from base.errors import ManifestError
 from base.resources import Resources
 from extender.core.config import MusterArgs
-from extender.core.jobs import is_preemptible, min_available_annotation
+from extender.core.jobs import PodGroupInfo, is_preemptible, min_available_annotation
 from extender.core.objects import NodeInfo, PodInfo
 from extender.core.state.book import Reservation, ReservationBook
 from extender.core.state.nodes import NodeUsage
@@ -35,6 +36,9 @@ from quota.tree import QuotaSpec, QuotaTree
 #: Node facts the planner memoises (which nodes could ever hold a pod shape), by key;
 #: cleared whenever a node changes.
 NodeMemo = dict[tuple[object, ...], frozenset[str]]
+
+#: How many removed pods' UIDs the state remembers (see :meth:`ClusterState.was_removed`).
+REMOVED_PODS_REMEMBERED = 10_000
 
 
 class UnknownQuotaError(LookupError):
@@ -56,7 +60,8 @@ class ClusterState:
         self.book = ReservationBook()
         #: Memo for planners: facts derived from nodes only.
         self.node_memo: NodeMemo = {}
-        self._pod_groups: dict[str, int] = {}  # "ns/group" → minMember
+        self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group")
+        self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
         self._jobs: dict[str, set[str]] = {}
         self._pod_quota: dict[str, str] = {}
         self._unknown_quota: dict[str, str] = {}
@@ -79,6 +84,13 @@ class ClusterState:
         if old is not None:
             self._unindex(old)
         self.pods[pod.key] = pod
+        if old is None and pod.node_name is None and not pod.finished:
+            # A reservation made before this pod reached the state (the filter can place a
+            # pod the informer has not delivered yet) holds its room from now on.
+            reservation = self.book.reservations.get(pod.job)
+            node = reservation.placements.get(pod.key) if reservation is not None else None
+            if node is not None and self.book.reserved(pod.key) is None:
+                self.book.reserve(pod.key, pod.job, node)
         if pod.node_name is not None or pod.finished:
             # Bound or done: it no longer holds reserved room or admission quota.
             if self.book.reserved(pod.key) is not None:
@@ -90,10 +102,15 @@ class ClusterState:
         pod = self.pods.pop(key, None)
         if pod is None:
             return
+        self._removed[pod.uid] = None
+        if len(self._removed) > REMOVED_PODS_REMEMBERED:
+            self._removed.popitem(last=False)
         self._unindex(pod)
         if self.book.reserved(key) is not None:
             self._drop_reserved_pod(key)
         self.book.unhold(key)
+        if pod.job not in self._jobs:  # its job's last pod: nothing of the job remains
+            self.book.released.pop(pod.job, None)
         # A pod that is gone leaves its job's reservation: one re-created under its name
         # is a new pod, not reserved by the old one's placement.
         reservation = self.book.reservations.get(pod.job)
@@ -102,6 +119,11 @@ class ClusterState:
             self.book.reservations[pod.job] = dataclasses.replace(
                 reservation, placements=placements
             )
+
+    def was_removed(self, uid: str) -> bool:
+        """Was a pod with this UID removed (one of the last few thousand)?  A pod bound
+        just as it was deleted must not come back from a copy of it held elsewhere."""
+        return uid in self._removed
 
     def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
         """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
@@ -114,18 +136,18 @@ class ClusterState:
         for pod in self.pods.values():
             self._index(pod)
 
-    def set_pod_group(self, namespace: str, name: str, min_member: int | None) -> None:
-        """Record a PodGroup's ``minMember`` (``None`` forgets the group)."""
-        key = f"{namespace}/{name}"
-        if min_member is None:
-            self._pod_groups.pop(key, None)
-        else:
-            self._pod_groups[key] = min_member
+    def set_pod_group(self, group: PodGroupInfo) -> None:
+        """Record a PodGroup (its ``minMember`` and schedule timeout)."""
+        self._pod_groups[group.job] = group
+
+    def forget_pod_group(self, namespace: str, name: str) -> None:
+        """The PodGroup is gone (or unreadable): its pods are a job of all of them."""
+        self._pod_groups.pop(f"{namespace}/{name}", None)
 
     def add_reservation(self, reservation: Reservation) -> None:
         """Hold room for a job's pending pods on the nodes the plan chose (a reserved pod's
         admission hold, if any, ends: the reservation charges its quota now)."""
-        self.remove_reservation(reservation.job)
+        self._drop_reservation(reservation.job)
         self.book.reservations[reservation.job] = reservation
         for pod_key, node in reservation.placements.items():
             pod = self.pods.get(pod_key)
@@ -136,6 +158,15 @@ class ClusterState:
                 self.book.unhold(pod_key)
 
     def remove_reservation(self, job: str) -> Reservation | None:
+        """Let the job's reservation go (ended, released): a persisted copy of it read back
+        later is stale (see :attr:`ReservationBook.released`)."""
+        reservation = self._drop_reservation(job)
+        if reservation is not None:
+            released = self.book.released.get(job, reservation.created)
+            self.book.released[job] = max(released, reservation.created)
+        return reservation
+
+    def _drop_reservation(self, job: str) -> Reservation | None:
         reservation = self.book.reservations.pop(job, None)
         if reservation is None:
             return None
@@ -246,8 +277,9 @@ class ClusterState:
     def declared_min_available(self, job: str) -> int | None:
         """The job's size as declared (PodGroup ``minMember``, else the min-available
         annotation); ``None`` when it is not, and only the pods seen so far tell."""
-        if job in self._pod_groups:
-            return self._pod_groups[job]
+        group = self._pod_groups.get(job)
+        if group is not None and group.min_member is not None:
+            return group.min_member
         for pod in self.job_pods(job):
             try:
                 declared = min_available_annotation(pod)
@@ -256,6 +288,18 @@ class ClusterState:
             if declared is not None:
                 return declared
         return None
+
+    def pod_group(self, job: str) -> PodGroupInfo | None:
+        """The job's PodGroup, if it has one."""
+        return self._pod_groups.get(job)
+
+    def gang_timeout_seconds(self, job: str) -> float:
+        """How long the job may have fewer than min-available pods bound: its PodGroup's
+        ``scheduleTimeoutSeconds``, else ``gangTimeoutSeconds``."""
+        group = self._pod_groups.get(job)
+        if group is not None and group.schedule_timeout_seconds is not None:
+            return float(group.schedule_timeout_seconds)
+        return self.args.gang_timeout_seconds
 
     # ---- reading: nodes and victims ------------------------------------------------
 

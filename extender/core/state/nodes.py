@@ -63,16 +63,18 @@ class NodeUsage:
         allocatable: Mapping[str, int],
         for_pod: str | None = None,
         resources: Collection[str] | None = None,
+        released: Collection[str] = (),
     ) -> Resources:
         """Allocatable minus the requests of the node's pods minus the room held there for
-        reserved pods other than ``for_pod``: in ``resources`` only, if given."""
+        reserved pods other than ``for_pod`` (and those ``released``): in ``resources``
+        only, if given."""
         used = self.requested.get(node, _NOTHING)
         if resources is None:
             free = subtract(allocatable, used)
         else:
             free = {name: allocatable.get(name, 0) - used.get(name, 0) for name in resources}
         for holder, room in self.reserved.get(node, {}).items():
-            if holder == for_pod:
+            if holder == for_pod or holder in released:
                 continue
             if resources is None:
                 add_into(free, room, -1)

@@ -22,11 +22,18 @@ class Overlay:
     """Copies of node free room and quota usage, with pods taken out or put back.
 
     ``resources``: the only resources the node copies track (a planner reads a job's
-    own); ``None`` tracks every resource.
+    own); ``None`` tracks every resource.  ``released``: reserved pods whose held room the
+    copies count as free (a job re-planned in place of its own reservation).
     """
 
-    def __init__(self, state: ClusterState, resources: Collection[str] | None = None) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        resources: Collection[str] | None = None,
+        released: Collection[str] = (),
+    ) -> None:
         self.state = state
+        self._released = released
         #: The quota ledger, copied entry by entry as charges touch it.
         self.ledger: QuotaLedger = state.ledger.overlay()
         self._resources = resources
@@ -90,4 +97,6 @@ class Overlay:
     def _room_now(self, node: str) -> Resources:
         """The state's free room on ``node``, in the tracked resources."""
         allocatable = self.state.nodes[node].allocatable
-        return self.state.node_usage.free_on(node, allocatable, resources=self._resources)
+        return self.state.node_usage.free_on(
+            node, allocatable, resources=self._resources, released=self._released
+        )

@@ -1,0 +1,416 @@
+"""All-or-nothing gang placement: the filter plans a whole job before any pod of it binds.
+
+kube-scheduler places pods one at a time.  Left alone, it binds two pods of a
+three-pod gang that has room for two and strands them, holding their GPUs for a
+job that can never run.  Muster's filter therefore decides for the whole job the
+first time one of its pods asks:
+
+- A *gang* is a job of a pod group whose min-available is above one.  While fewer
+  than min-available of its pods exist, every pod is turned away ("waiting for N
+  more pods"): no node helps.
+- Otherwise, after the job-level quota check, every unplaced pod of the job is
+  placed on copies of the nodes (the preemption planner's
+  :class:`~extender.core.preemption.fit.JobFit`, with no victims).  If at least
+  min-available pods would then be bound or placed, the placement is reserved for
+  the job in the reservation book (the same book a preemption's room is held in, so
+  other pods are kept off it and the front door persists it on the pods), and the
+  pod is held to its planned node; the job's later pods are held to theirs.
+  If not, every pod of the job is turned away with one stable reason ("gang g: 2 of
+  3 pods fit; waiting for room for all 3"), and the job goes to the PostFilter,
+  which may preempt for the whole job.
+- *Repair*: kube-scheduler's own filters may refuse a planned node for reasons
+  Muster does not model (host ports, volumes, inter-pod affinity, a node that
+  changed).  Then the job's unbound pods are planned again without that node, in
+  place of their own reservation.  If no other room fits the job, its reservation
+  stays while the job still fits as Muster sees the cluster (kube-scheduler's view
+  can lag: a pod it assumed and never bound), and is released, the job waiting
+  whole, once it does not.
+- *Give up*: a gang that has had fewer than min-available pods bound for its
+  timeout (PodGroup ``scheduleTimeoutSeconds``, else ``gangTimeoutSeconds``) is
+  given up: the front door soft-evicts its bound pods and releases its room, and
+  the filter turns the job away until its backoff ends (KEP-1282's requeue
+  strategy: ``backoffBaseSeconds`` doubling per attempt up to ``backoffMaxSeconds``;
+  past ``backoffLimitCount`` attempts, for good).
+
+Pure: decisions read the state and return effects (:mod:`extender.core.effects`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from base.errors import ManifestError
+from extender.core.effects import Effect, HoldRoom, ReleaseRoom
+from extender.core.jobs import min_available_annotation
+from extender.core.objects import PodInfo, format_time
+from extender.core.preemption.fit import JobFit, shape_of
+from extender.core.scheduling import FilterResult, filter_nodes
+from extender.core.state import ClusterState, GangBackoff, Reservation
+
+#: How many times a plan is redone when kube-scheduler refuses the node it gave the pod.
+_REPLANS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlacement:
+    """Where the job's unplaced pods go (pod key → node), enough for min-available."""
+
+    job: str
+    quota: str
+    placements: Mapping[str, str]
+    refused: frozenset[str]  # nodes kube-scheduler refused to pods of the job
+
+    def reservation(self, now: float, timeout: float, victims: tuple[str, ...] = ()) -> Reservation:
+        return Reservation(
+            job=self.job,
+            quota=self.quota,
+            placements=dict(self.placements),
+            victims=victims,
+            created=now,
+            expires=now + timeout,
+            refused=self.refused,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GangWait:
+    """The job cannot be placed whole now; ``resolvable``: evicting could help."""
+
+    job: str
+    reason: str
+    resolvable: bool
+
+
+def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
+    """The min-available of ``pod``'s job, counting ``pod`` itself: kube-scheduler can
+    ask about a pod before Muster's informer has seen it (its own annotation may be the
+    only declaration, or it may be one pod more of a job of all its pods)."""
+    declared = snapshot.declared_min_available(pod.job)
+    if declared is None:
+        try:
+            declared = min_available_annotation(pod)
+        except ManifestError:
+            declared = None
+    if declared is not None:
+        return declared
+    members = snapshot.job_members(pod.job)
+    return len(members) + (0 if pod.key in members else 1)
+
+
+def is_gang(snapshot: ClusterState, pod: PodInfo) -> bool:
+    """Is ``pod`` part of a job whose pods must be placed together?"""
+    return pod.group is not None and gang_size(snapshot, pod) > 1
+
+
+def live_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
+    """The job's pods that are neither finished nor on their way out."""
+    return [pod for pod in snapshot.job_pods(job) if not pod.finished and not pod.terminating]
+
+
+def bound_count(snapshot: ClusterState, job: str) -> int:
+    """How many of the job's pods are bound to a node and staying (not marked, preempted
+    or terminating: a gang whose bound pods are evicted as victims must be placed again)."""
+    return sum(
+        1
+        for key in snapshot.job_members(job)
+        if (pod := snapshot.pods[key]).node_name is not None
+        and not pod.finished
+        and not pod.departing
+    )
+
+
+def backoff_seconds(snapshot: ClusterState, attempts: int) -> float:
+    """How long a gang given up for the ``attempts``-th time waits before it is retried."""
+    args = snapshot.args
+    return float(min(args.backoff_max_seconds, args.backoff_base_seconds * 2 ** (attempts - 1)))
+
+
+def give_up(snapshot: ClusterState, job: str, now: float) -> GangBackoff:
+    """The backoff of ``job`` given up now (one attempt more than before)."""
+    previous = snapshot.book.backoffs.get(job)
+    attempts = (previous.attempts if previous is not None else 0) + 1
+    limit = snapshot.args.backoff_limit_count
+    exhausted = limit is not None and attempts > limit
+    until = None if exhausted else now + backoff_seconds(snapshot, attempts)
+    return GangBackoff(attempts=attempts, given_up=now, until=until)
+
+
+def backoff_reason(job: str, backoff: GangBackoff, now: float) -> str | None:
+    """Why the filter turns the job away while it backs off; ``None`` once it may retry.
+    Stable from call to call (kube-scheduler rewrites a pod's condition when the
+    message changes): it names the time of the retry, not the seconds left."""
+    if backoff.until is None:
+        return (
+            f"gang {job} was given up {backoff.attempts} times after its timeout and the "
+            "backoff limit (backoffLimitCount) is reached: it is not retried"
+        )
+    if now < backoff.until:
+        return (
+            f"gang {job} was given up after its timeout (attempt {backoff.attempts}); "
+            f"it is retried at {format_time(backoff.until)}"
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class GangStatus:
+    """Where a gang stands, as its PodGroup's status and ``/debug/jobs`` show it."""
+
+    job: str
+    min_available: int
+    created: int  # live pods
+    scheduled: int  # bound
+    running: int
+    succeeded: int
+    failed: int
+    reserved: int  # pending pods holding reserved room
+    phase: str
+    backoff: GangBackoff | None
+
+
+def gang_status(snapshot: ClusterState, job: str) -> GangStatus:
+    """The gang's phase, in scheduler-plugins' PodGroup terms: ``Pending`` (fewer pods
+    than min-available), ``PreScheduling`` (enough pods, none bound), ``Scheduling``
+    (some bound), ``Scheduled`` (min-available bound), ``Running`` (min-available
+    running), ``Failed`` (given up past the backoff limit)."""
+    pods = snapshot.job_pods(job)
+    live = [pod for pod in pods if not pod.finished and not pod.terminating]
+    bound = [pod for pod in live if pod.node_name is not None]
+    running = sum(1 for pod in bound if pod.phase == "Running")
+    succeeded = sum(1 for pod in pods if pod.phase == "Succeeded")
+    failed = sum(1 for pod in pods if pod.phase == "Failed")
+    needed = snapshot.min_available(job)
+    backoff = snapshot.book.backoffs.get(job)
+    if backoff is not None and backoff.until is None:
+        phase = "Failed"
+    elif running + succeeded >= needed:
+        phase = "Running"
+    elif len(bound) + succeeded >= needed:
+        phase = "Scheduled"
+    elif len(live) < needed:
+        phase = "Pending"
+    elif bound:
+        phase = "Scheduling"
+    else:
+        phase = "PreScheduling"
+    reserved = sum(1 for pod in live if snapshot.reservation_holder(pod.key) == job)
+    return GangStatus(
+        job, needed, len(live), len(bound), running, succeeded, failed, reserved, phase, backoff
+    )
+
+
+def gang_jobs(snapshot: ClusterState) -> set[str]:
+    """The jobs with a pod of a pod group."""
+    return {pod.job for pod in snapshot.pods.values() if pod.group is not None}
+
+
+def _waiting_for_pods(job: str) -> str:
+    return f"gang {job}: waiting for "
+
+
+def parked_too_early(snapshot: ClusterState, parked: Mapping[str, str]) -> list[str]:
+    """Of the pods kube-scheduler parked (pod key → its Unschedulable message), those
+    turned away because their gang had too few pods, whose gang now has enough: the
+    front door nudges them (kube-scheduler does not retry a parked pod when another
+    pending pod is created).  Sorted, oldest pod first."""
+    early = []
+    for key, message in parked.items():
+        pod = snapshot.pods.get(key)
+        if pod is None or pod.group is None or pod.node_name is not None:
+            continue
+        prefix = _waiting_for_pods(pod.job)
+        if prefix not in message or " more pods (" not in message:
+            continue
+        if len(live_pods(snapshot, pod.job)) >= snapshot.min_available(pod.job):
+            early.append(pod)
+    return [pod.key for pod in sorted(early, key=lambda pod: (pod.created, pod.key))]
+
+
+def partially_bound(snapshot: ClusterState, gangs: set[str]) -> list[str]:
+    """Of ``gangs``, those with some, but fewer than min-available, pods bound and
+    staying (:func:`bound_count`): the ones a timeout may give up."""
+    partial = []
+    for job in sorted(gangs):
+        needed = snapshot.min_available(job)
+        if needed > 1 and 0 < bound_count(snapshot, job) < needed:
+            partial.append(job)
+    return partial
+
+
+def plan_gang_placement(
+    snapshot: ClusterState,
+    job: str,
+    *,
+    first: PodInfo,
+    allowed: Collection[str] | None = None,
+    refused: frozenset[str] = frozenset(),
+) -> GangPlacement | GangWait:
+    """Place the job's unbound pods whole: at least min-available bound or placed.
+
+    ``first``: the pod being filtered (placed first of its shape, and only on
+    ``allowed`` nodes: those kube-scheduler's own filters passed for it).  The job's
+    own reservation, if any, is planned again in its place (its room counts as free).
+    """
+    needed = gang_size(snapshot, first)
+    pods = live_pods(snapshot, job)
+    if first.key not in snapshot.pods:
+        pods.append(first)
+    bound = sum(1 for pod in pods if pod.node_name is not None and not pod.departing)
+    unplaced = [pod for pod in pods if pod.node_name is None and pod.key != first.key]
+    unplaced.insert(0, first)
+    own = [pod.key for pod in unplaced if snapshot.reservation_holder(pod.key) == job]
+    quota = snapshot.quota_of(first)
+    for _attempt in range(_REPLANS + 1):
+        fit = JobFit(snapshot, job, unplaced, excluded=refused, released=own)
+        placements = fit.place(partial=True) or {}
+        if bound + len(placements) < needed and len(fit.shapes) > 1:
+            # Not all fit: small pods first may still reach min-available.
+            placements = max(
+                placements, fit.place(partial=True, smallest_first=True) or {}, key=len
+            )
+        if bound + len(placements) < needed:
+            return GangWait(
+                job,
+                f"gang {job}: {bound + len(placements)} of {needed} pods fit; "
+                f"waiting for room for all {needed}",
+                resolvable=True,
+            )
+        node = placements.get(first.key)
+        if allowed is None or node is None or node in allowed:
+            return GangPlacement(job, quota, placements, refused)
+        swapped = _swap_onto_allowed(placements, first, unplaced, allowed)
+        if swapped is not None:
+            return GangPlacement(job, quota, swapped, refused)
+        refused = refused | {node}
+    return GangWait(
+        job,
+        f"gang {job}: kube-scheduler refuses pod {first.name} every node Muster planned for it",
+        resolvable=False,
+    )
+
+
+def _swap_onto_allowed(
+    placements: Mapping[str, str], first: PodInfo, pods: Sequence[PodInfo], allowed: Collection[str]
+) -> dict[str, str] | None:
+    """The placement with ``first`` traded with a pod of its own shape whose node
+    kube-scheduler allows for ``first``; ``None`` if there is none."""
+    shape = shape_of(first)
+    for pod in pods:
+        node = placements.get(pod.key)
+        if node is not None and node in allowed and pod.key != first.key and shape_of(pod) == shape:
+            swapped = dict(placements)
+            swapped[pod.key], swapped[first.key] = placements[first.key], node
+            return swapped
+    return None
+
+
+def filter_pod(
+    snapshot: ClusterState,
+    pod: PodInfo,
+    node_names: Sequence[str],
+    *,
+    as_extender: bool,
+    now: float,
+) -> FilterResult:
+    """The filter for one pod: :func:`~extender.core.scheduling.filter_nodes`, and for a
+    pod of a gang the whole job's placement (see the module docstring).  The effects
+    the front door must apply are in ``FilterResult.effects``."""
+    result = filter_nodes(snapshot, pod, node_names, as_extender=as_extender)
+    if result.quota_failures or not is_gang(snapshot, pod):
+        return result
+    job = pod.job
+    backoff = snapshot.book.backoffs.get(job)
+    waiting = backoff_reason(job, backoff, now) if backoff is not None else None
+    if waiting is not None:
+        return _turned_away(node_names, waiting, resolvable=False)
+    needed = gang_size(snapshot, pod)
+    reservation = snapshot.reservations.get(job)
+    created = len(live_pods(snapshot, job)) + (0 if pod.key in snapshot.pods else 1)
+    if created < needed:  # a terminating pod is one its controller will replace
+        turned = _turned_away(
+            node_names,
+            f"{_waiting_for_pods(job)}{needed - created} more pods "
+            f"({created} of min-available {needed} exist)",
+            resolvable=False,
+        )
+        if reservation is not None and not reservation.victims:
+            return dataclasses.replace(turned, effects=(ReleaseRoom(job),))
+        return turned
+    # Nodes kube-scheduler (or, in simulate, the node constraints) allow for this pod;
+    # the planner itself keeps to room not held for other jobs.
+    allowed = [name for name in node_names if name not in result.unresolvable]
+    reserved_node = snapshot.reserved_node(pod.key)
+    placed = bound_count(snapshot, job) + _reserved_count(snapshot, job)
+    if reserved_node is not None and reservation is not None:
+        if reserved_node in allowed and placed >= needed:
+            return result  # held to its reserved node by filter_nodes
+        if reserved_node in allowed:
+            # Bound pods of the gang are leaving (evicted as another job's victims): the
+            # rest must not bind alone.  Plan it whole again, or let its room go.
+            reserved_node = None
+            refused = reservation.refused
+        elif reservation.victims:
+            # Room freed by eviction: kube-scheduler may not have seen the victims go
+            # yet.  Its own delete event retries the pod; the room stays the job's.
+            return _turned_away(
+                node_names,
+                f"gang {job}: waiting for the room reserved on node {reserved_node}",
+                resolvable=False,
+            )
+        else:
+            refused = reservation.refused | {reserved_node}
+    elif placed >= needed:
+        return result  # the gang's min-available is placed: this pod is one more
+    else:
+        refused = reservation.refused if reservation is not None else frozenset()
+    decision = plan_gang_placement(snapshot, job, first=pod, allowed=allowed, refused=refused)
+    if isinstance(decision, GangWait) and reserved_node is not None and reservation is not None:
+        # No other room: does the job still fit whole as Muster sees the cluster?  Then
+        # kube-scheduler's refusal may pass (its cache can hold a pod that is already
+        # gone, or assumed and never bound): the room stays reserved, the pod is retried
+        # on kube-scheduler's next event, and the gang timeout ends a refusal that lasts.
+        mine = plan_gang_placement(snapshot, job, first=pod, refused=reservation.refused)
+        if isinstance(mine, GangPlacement):
+            return _turned_away(
+                node_names,
+                f"gang {job}: kube-scheduler refuses node {reserved_node} planned for pod "
+                f"{pod.name}, and no other room fits the gang; its room stays reserved",
+                resolvable=False,
+            )
+    if isinstance(decision, GangWait):
+        release: tuple[Effect, ...] = (ReleaseRoom(job),) if reservation is not None else ()
+        turned = _turned_away(node_names, decision.reason, resolvable=decision.resolvable)
+        return dataclasses.replace(turned, effects=release)
+    victims = reservation.victims if reservation is not None else ()
+    timeout = snapshot.args.reservation_timeout_seconds
+    hold = HoldRoom(decision.reservation(now, timeout, victims))
+    node = decision.placements.get(pod.key)
+    if node is None:  # min-available is placed without it; nothing of its shape fits
+        turned = _turned_away(
+            node_names,
+            f"gang {job} is placed without pod {pod.name}: no room for it",
+            resolvable=True,
+        )
+        return dataclasses.replace(turned, effects=(hold,))
+    held_here = f"gang {job} is placed whole; this pod goes to node {node}"
+    return FilterResult(
+        passed=[node],
+        failed={name: held_here for name in node_names if name != node},
+        pinned_to=node,
+        effects=(hold,),
+        gang_placed=True,
+    )
+
+
+def _reserved_count(snapshot: ClusterState, job: str) -> int:
+    return sum(1 for key in snapshot.job_members(job) if snapshot.reservation_holder(key) == job)
+
+
+def _turned_away(node_names: Sequence[str], reason: str, *, resolvable: bool) -> FilterResult:
+    """Every node fails for the job's reason (``resolvable``: evicting could help, so the
+    job goes to the PostFilter)."""
+    if resolvable:
+        return FilterResult(failed=dict.fromkeys(node_names, reason), gang_waiting=reason)
+    return FilterResult(unresolvable=dict.fromkeys(node_names, reason), gang_waiting=reason)
