@@ -26,8 +26,10 @@ from extender.core.decisions import DecisionLog
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
+from extender.kube.gangs import GangKeeper
 from extender.kube.housekeeping import Housekeeper
 from extender.kube.leader import LeaderElector
+from extender.kube.persister import ReservationPersister
 from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter
@@ -52,6 +54,8 @@ def run(
     scheduler_url_prefix: str | None = None,
 ) -> int:
     """The ``serve`` command; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per API request otherwise
     if scheduler_config is not None:
         try:
             findings = check_scheduler_config_file(
@@ -96,20 +100,30 @@ def run(
         elector = None
         if leader_elect:
             elector = LeaderElector(client, leader_elect_namespace or _own_namespace()).start()
+        is_leader = elector.is_leader if elector is not None else (lambda: True)
         postfilter = PostFilterLoop(
             source,
             ClusterWriter(client),
             decisions,
-            is_leader=elector.is_leader if elector is not None else (lambda: True),
+            is_leader=is_leader,
         )
         source.on_unschedulable = postfilter.request
         extender = Extender(
-            source, binder=KubeBinder(client), on_unschedulable=postfilter.request, log=decisions
+            source,
+            binder=KubeBinder(client),
+            on_unschedulable=postfilter.request,
+            log=decisions,
+            room_keeper=ReservationPersister(ClusterWriter(client)).start(),
         )
         Housekeeper(
             source,
             ClusterWriter(client),
-            is_leader=elector.is_leader if elector is not None else (lambda: True),
+            is_leader=is_leader,
+        ).start()
+        GangKeeper(
+            source,
+            ClusterWriter(client),
+            is_leader=is_leader,
         ).start()
         source.start()
         postfilter.start()
@@ -123,7 +137,15 @@ def run(
             print(f"note: {note}", file=sys.stderr)
         extender = Extender(StaticSource(loaded.snapshot))
         collectors = []
-    app = create_app(extender, max_body_bytes=max_body_bytes, collectors=collectors)
+        elector = None
+    # On SIGTERM uvicorn drains, runs the app's shutdown hooks, then re-raises the
+    # signal: the leader lets its Lease go there, so a successor need not wait it out.
+    app = create_app(
+        extender,
+        max_body_bytes=max_body_bytes,
+        collectors=collectors,
+        on_shutdown=[elector.release] if elector is not None else [],
+    )
     uvicorn.run(
         app,
         host=host,

@@ -13,8 +13,10 @@ snapshot is free, in a worker thread when it is busy.  FastAPI serves the rest.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from fastapi import FastAPI
@@ -45,13 +47,23 @@ def create_app(
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     collectors: Sequence[Collector] = (),
+    on_shutdown: Sequence[Callable[[], object]] = (),
 ) -> MusterApp:
     """The ASGI app: the extender verbs, then FastAPI for everything else; ``/metrics``
-    also serves ``collectors`` (the adapters' own metrics)."""
+    also serves ``collectors`` (the adapters' own metrics).  ``on_shutdown`` runs, in
+    order and in a worker thread, when the server stops gracefully (SIGTERM)."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        for hook in on_shutdown:
+            await asyncio.to_thread(hook)
+
     app = FastAPI(
         title="Muster extender",
         description="Elastic quotas and job-level preemption for kube-scheduler.",
         version="0.1.0",
+        lifespan=lifespan,
     )
     registry = CollectorRegistry()
     requests = Counter(

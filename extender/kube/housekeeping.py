@@ -20,7 +20,7 @@ from extender.core.objects import PodInfo
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
 from extender.kube.worker import PeriodicWorker
-from extender.kube.writer import MERGE_PATCH, ClusterWriter
+from extender.kube.writer import ClusterWriter
 from quota.accounting import usage_report
 from quota.tree import StopPolicy
 
@@ -70,17 +70,12 @@ class Housekeeper(PeriodicWorker):
             if self._written.get(key) == fingerprint:
                 continue
             path = f"/apis/{group}/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
-            self._patch(f"{path}/status", {"status": {"used": used}})
+            self.writer.merge_patch(f"{path}/status", {"status": {"used": used}})
             annotation = {NON_PREEMPTIBLE_USED_ANNOTATION: json.dumps(np_used)}
-            self._patch(path, {"metadata": {"annotations": annotation}})
+            self.writer.merge_patch(path, {"metadata": {"annotations": annotation}})
             self._written[key] = fingerprint
             written += 1
         return written
-
-    def _patch(self, path: str, body: dict[str, object]) -> None:
-        self.writer.retrying(
-            lambda: self.writer.client.request("PATCH", path, body, content_type=MERGE_PATCH)
-        )
 
     def drain_stopped_quotas(self) -> int:
         """Soft-evict the running pods of ``HoldAndDrain`` quotas; return how many."""

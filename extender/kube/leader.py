@@ -6,6 +6,8 @@ holder stopped renewing for ``lease_seconds``, renews it every
 ``renew_seconds``, and steps down at once if a renewal fails in a way that
 means someone else holds it (a conflict).  Updates carry the Lease's
 ``resourceVersion``, so two replicas can never both win the same round.
+On a graceful stop the leader lets the Lease go (an empty holder), so the
+next replica takes over at its next round instead of after ``lease_seconds``.
 """
 
 from __future__ import annotations
@@ -86,6 +88,26 @@ class LeaderElector(PeriodicWorker):
         return self._write(
             "PUT", self.path, self._lease(lease, now, acquired=holder != self.identity), now
         )
+
+    def release(self) -> bool:
+        """Stop renewing and, if this replica holds the Lease, let it go (an empty
+        holder, as client-go's ``ReleaseOnCancel``); return whether it was let go."""
+        self.stop()
+        if not self.is_leader():
+            return False
+        self._leading_until = 0.0
+        try:
+            lease = self.client.request("GET", self.path)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return False
+            lease["spec"] = {**spec, "holderIdentity": None, "leaseDurationSeconds": 1}
+            self.client.request("PUT", self.path, lease)
+        except (ApiError, httpx.HTTPError) as error:
+            log.warning("leader election: could not let the lease go: %s", error)
+            return False
+        log.info("leader election: %s let the lease go", self.identity)
+        return True
 
     def _lease(self, lease: Json, now: float, *, acquired: bool) -> Json:
         spec = dict(lease.get("spec") or {})

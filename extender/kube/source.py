@@ -29,8 +29,8 @@ from extender.core.config import MusterArgs
 from extender.core.effects import apply
 from extender.core.jobs import parse_pod_group
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
-from extender.core.reservations import persisted_on
-from extender.core.state import ClusterState, Reservation
+from extender.core.reservations import restored_effects
+from extender.core.state import ClusterState
 from extender.kube.client import Json, KubeClient
 from extender.kube.informer import Handler, Informer, object_key
 from extender.service import holding, postfilter_trigger
@@ -53,6 +53,8 @@ class KubeSource:
         self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
         self._applied: dict[str, QuotaSpec] = {}  # what the snapshot has, by quota name
         self._priorities: dict[str, tuple[int, bool]] = {}
+        self._pod_group_apis: dict[str, str] = {}  # job → its PodGroup's API group
+        self._parked: dict[str, str] = {}  # pending pod → kube-scheduler's Unschedulable message
         #: Called with (job, reason, plan at once) when a pod of a job Muster governs turns
         #: PodScheduled=False/Unschedulable.
         self.on_unschedulable: Callable[[str, str, bool], None] | None = None
@@ -76,7 +78,9 @@ class KubeSource:
                 for group in QUOTA_GROUPS
             ),
             *(
-                Informer(client, f"/apis/{group}/v1alpha1/podgroups", self._on_pod_group)
+                Informer(
+                    client, f"/apis/{group}/v1alpha1/podgroups", self._pod_group_handler(group)
+                )
                 for group in QUOTA_GROUPS
             ),
             Informer(client, "/api/v1/pods", self._on_pod),
@@ -86,6 +90,16 @@ class KubeSource:
         """Every ElasticQuota object seen: ``group/namespace/name`` → (API group, spec)."""
         with self.state_lock:
             return {key: (key.split("/", 1)[0], spec) for key, spec in self._quotas.items()}
+
+    def parked(self) -> dict[str, str]:
+        """The pending pods kube-scheduler has marked Unschedulable, with its message."""
+        with self.state_lock:
+            return dict(self._parked)
+
+    def pod_group_api(self, job: str) -> str | None:
+        """The API group of the job's PodGroup object, if it has one."""
+        with self.state_lock:
+            return self._pod_group_apis.get(job)
 
     def start(self) -> KubeSource:
         for informer in self.informers:
@@ -126,6 +140,7 @@ class KubeSource:
                 if gone is not None:
                     self._scheduler_victims.discard(gone.uid)
                 self.snapshot.remove_pod(key)
+                self._parked.pop(key, None)
                 return
             try:
                 pod = parse_pod(obj, self._priority_classes())
@@ -133,12 +148,14 @@ class KubeSource:
                 self._reject(obj, error)
                 return
             self.snapshot.upsert_pod(pod)
+            self._parked.pop(pod.key, None)
             if pod.node_name is None and not pod.finished:
                 self._restore_reservation(pod)
                 if pod.nominated_node_name is not None:
                     self._hold_for_scheduler_preemption({pod.job})
                 reason = _unschedulable_reason(obj)
                 if reason is not None:
+                    self._parked[pod.key] = reason
                     plan_at_once = postfilter_trigger(self.snapshot, pod)  # None: not Muster's
                     if plan_at_once is not None:
                         trigger = (pod.job, reason, plan_at_once)
@@ -181,28 +198,10 @@ class KubeSource:
                 )
 
     def _restore_reservation(self, pod: PodInfo) -> None:
-        """Rebuild an in-flight reservation from the annotation on a pending pod."""
-        persisted = persisted_on(pod)
-        if persisted is None:
-            return
-        known = self.snapshot.reservations.get(pod.job)
-        if known is not None and known.placements.get(pod.key) == persisted.node:
-            return
-        quota = self.snapshot.quota_name(pod)
-        if quota is None:
-            return
-        placements = dict(known.placements) if known is not None else {}
-        placements[pod.key] = persisted.node
-        self.snapshot.add_reservation(
-            Reservation(
-                job=pod.job,
-                quota=quota,
-                placements=placements,
-                victims=persisted.victims,
-                created=persisted.created,
-                expires=persisted.expires,
-            )
-        )
+        """Rebuild an in-flight reservation, and a gang's backoff, from the annotations
+        on a pending pod."""
+        for effect in restored_effects(self.snapshot, pod):
+            apply(self.snapshot, effect)
 
     def _on_priority(self, kind: str, obj: Json) -> None:
         with self.state_lock:
@@ -255,21 +254,27 @@ class KubeSource:
             self.rejected[f"quota/{error.quota}"] = str(error)
             log.warning("quota tree: %s; keeping the previous quotas", error)
 
-    def _on_pod_group(self, kind: str, obj: Json) -> None:
-        try:
-            group = parse_pod_group(obj)
-        except ManifestError as error:
+    def _pod_group_handler(self, api: str) -> Handler:
+        def handle(kind: str, obj: Json) -> None:
+            metadata = obj.get("metadata") or {}
+            job = f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+            try:
+                group = parse_pod_group(obj)
+            except ManifestError as error:
+                with self.state_lock:
+                    self._reject(obj, error)  # its pods count as a job of all of them
+                    self._pod_group_apis.pop(job, None)
+                    self.snapshot.forget_pod_group(*job.split("/", 1))
+                return
             with self.state_lock:
-                self._reject(obj, error)  # its pods count as a job of all of them
-                metadata = obj.get("metadata") or {}
-                self.snapshot.set_pod_group(
-                    str(metadata.get("namespace") or "default"), str(metadata.get("name")), None
-                )
-            return
-        with self.state_lock:
-            self.snapshot.set_pod_group(
-                group.namespace, group.name, None if kind == "DELETED" else group.min_member
-            )
+                if kind == "DELETED":
+                    self._pod_group_apis.pop(job, None)
+                    self.snapshot.forget_pod_group(group.namespace, group.name)
+                else:
+                    self._pod_group_apis[job] = api
+                    self.snapshot.set_pod_group(group)
+
+        return handle
 
     def _reject(self, obj: Json, error: Exception) -> None:
         key = f"{obj.get('kind', '?')}/{object_key(obj)}"

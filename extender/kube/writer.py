@@ -124,6 +124,10 @@ class ClusterWriter:
             body["status"] = status
         self.retrying(lambda: self.client.request("PATCH", path, body, content_type=content_type))
 
+    def merge_patch(self, path: str, body: Json) -> None:
+        """Merge-patch the object (or subresource) at ``path``; retried when transient."""
+        self.retrying(lambda: self.client.request("PATCH", path, body, content_type=MERGE_PATCH))
+
     def evict(self, namespace: str, name: str, uid: str, grace_seconds: int | None) -> None:
         """Evict through the Eviction API (PodDisruptionBudgets apply: 429 is retried)."""
         delete_options: dict[str, Any] = {"preconditions": {"uid": uid}}

@@ -68,10 +68,12 @@ def muster_with_evictor(
     tmp_path: Path,
     tokens: dict[str, Path],
     scheduler: Callable[[str], tuple[lc.ExtenderConfig, dict[str, Any]]],
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[MusterProcess]:
-    """Muster and the evictor on the manifests' ServiceAccount tokens, with kube-scheduler
-    configured by ``scheduler(muster's URL)`` (its extender entry and other settings)."""
-    muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
+    """Muster (with ``extra_args``) and the evictor on the manifests' ServiceAccount
+    tokens, with kube-scheduler configured by ``scheduler(muster's URL)`` (its extender
+    entry and other settings)."""
+    muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"], extra_args=extra_args)
     evictor = start_evictor(tokens["muster-evictor"], tmp_path / "evictor.log", metrics=True)
     muster.evictor_metrics_url = f"{evictor.url}/metrics"
     extender, config = scheduler(muster.url)
@@ -376,6 +378,12 @@ def test_two_replicas_answer_and_only_the_leader_commits(
         one.stop()
         two.stop()
         teams.cleanup()
+    # Stopped gracefully (SIGTERM), the leader let the Lease go: the next replica takes
+    # it at its next round, not after leaseDurationSeconds.
+    lease = cluster.rest.request(
+        "GET", "/apis/coordination.k8s.io/v1/namespaces/muster-system/leases/muster"
+    )
+    assert not lease["spec"].get("holderIdentity"), lease["spec"]
 
 
 def test_quota_status_and_hold_and_drain(

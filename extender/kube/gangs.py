@@ -1,0 +1,273 @@
+"""The leader's chores for gangs: the timeout, the requeue after backoff, PodGroup status.
+
+Every second the leader:
+
+- gives up the gangs that have had fewer than min-available pods bound for their
+  timeout (:func:`extender.core.gang.partially_bound`; the clock starts when the
+  leader first sees the gang so, and starts again on a new leader: a restart
+  never gives a gang up early).  Their bound pods get the soft-eviction mark
+  with reason ``GangTimeout``, their room is let go, and the backoff is written
+  on their pending pods, which the filter then turns away until it ends;
+- nudges the pending pods of gangs whose backoff just ended (a ``muster.dev/requeue``
+  annotation: any update makes kube-scheduler retry a parked pod at once), oldest
+  first by ``requeuingTimestamp`` (when given up, or when created);
+- nudges the pods kube-scheduler parked while their gang had too few pods, once the
+  gang has enough (:func:`extender.core.gang.parked_too_early`): kube-scheduler does
+  not retry a parked pod when another pending pod is created;
+- writes each PodGroup's ``status`` (phase, scheduled, running, succeeded, failed)
+  where it changed (:func:`extender.core.gang.gang_status`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+
+import httpx
+
+from base import keys
+from extender.core.effects import BackOff, ReleaseRoom, apply
+from extender.core.gang import (
+    gang_jobs,
+    gang_status,
+    give_up,
+    parked_too_early,
+    partially_bound,
+)
+from extender.core.objects import PodInfo, format_time
+from extender.core.reservations import persisted_backoff, persisted_pods, reserved_by_muster
+from extender.kube.client import ApiError
+from extender.kube.source import KubeSource
+from extender.kube.worker import PeriodicWorker
+from extender.kube.writer import ClusterWriter
+
+log = logging.getLogger(__name__)
+
+#: A parked pod nudged once is nudged again for the same message after this long.
+REQUEUE_AGAIN_SECONDS = 10.0
+
+
+class GangKeeper(PeriodicWorker):
+    def __init__(
+        self,
+        source: KubeSource,
+        writer: ClusterWriter,
+        *,
+        clock: Callable[[], float] = time.time,
+        interval_seconds: float = 1.0,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        super().__init__("gangs", interval_seconds)
+        self.source = source
+        self.writer = writer
+        self.clock = clock
+        self.is_leader = is_leader
+        self._partial_since: dict[str, float] = {}  # job → when first seen partly bound
+        self._nudged: dict[str, float] = {}  # job → the backoff end it was nudged for
+        self._status: dict[str, str] = {}  # job → the PodGroup status last written
+        self._requeued: dict[str, tuple[str, float]] = {}  # pod → (message, when) nudged
+        self.given_up = 0
+
+    def tick(self) -> None:
+        if not self.source.ready() or not self.is_leader():
+            self._partial_since.clear()  # a new leader's clock starts afresh
+            return
+        now = self.clock()
+        chores = (
+            self.give_up_timed_out,
+            self.nudge_after_backoff,
+            self.nudge_complete_gangs,
+            self.write_status,
+        )
+        for chore in chores:
+            try:
+                chore(now)
+            except (ApiError, httpx.HTTPError) as error:
+                log.warning("gangs: %s", error)
+
+    def give_up_timed_out(self, now: float) -> list[str]:
+        """Give up the gangs partly bound for longer than their timeout; return them."""
+        given_up = []
+        with self.source.exclusive() as snapshot:
+            partly = partially_bound(snapshot, gang_jobs(snapshot))
+            for job in list(self._partial_since):
+                if job not in partly:
+                    del self._partial_since[job]
+            for job in partly:
+                since = self._partial_since.setdefault(job, now)
+                if now - since < snapshot.gang_timeout_seconds(job):
+                    continue
+                backoff = give_up(snapshot, job, now)
+                pods = snapshot.job_pods(job)
+                bound = [p for p in pods if p.node_name is not None and not p.departing]
+                pending = [p for p in pods if p.node_name is None and not p.finished]
+                released = persisted_pods(snapshot, job)
+                apply(snapshot, ReleaseRoom(job))
+                apply(snapshot, BackOff(job, backoff))
+                timeout = snapshot.gang_timeout_seconds(job)
+                needed = snapshot.min_available(job)
+                given_up.append((job, backoff, bound, pending, released, timeout, needed))
+                del self._partial_since[job]
+        for job, backoff, bound, pending, released, timeout, needed in given_up:
+            self.given_up += 1
+            reason = (
+                f"GangTimeout: gang {job} had {len(bound)} of its min-available {needed} pods "
+                f"bound for {timeout:.0f}s"
+            )
+            log.warning("%s; giving it up (attempt %d)", reason, backoff.attempts)
+            for pod in bound:
+                self._best_effort(
+                    pod,
+                    partial(
+                        self.writer.mark_victim, preemptor=None, reason=reason, grace_seconds=None
+                    ),
+                )
+            written = persisted_backoff(backoff)
+            for pod in pending:
+                self._best_effort(
+                    pod,
+                    partial(
+                        self.writer.patch_pod,
+                        metadata={"annotations": {keys.GANG_BACKOFF_ANNOTATION: written}},
+                    ),
+                )
+            for pod in released:
+                self._best_effort(
+                    pod,
+                    lambda p: self.writer.release_room(
+                        p, nominated=p.nominated_node_name == reserved_by_muster(p)
+                    ),
+                )
+            if pending or bound:
+                first = (pending or bound)[0]
+                if backoff.until is None:
+                    self.writer.event(
+                        first,
+                        "GangFailed",
+                        f"{reason}; given up {backoff.attempts} times, past backoffLimitCount: "
+                        "not retried",
+                        kind="Warning",
+                    )
+                else:
+                    self.writer.event(
+                        first,
+                        "GangTimeout",
+                        f"{reason}; bound pods marked for eviction, retried at "
+                        f"{format_time(backoff.until)} (attempt {backoff.attempts})",
+                        kind="Warning",
+                    )
+        return [job for job, *_ in given_up]
+
+    def nudge_after_backoff(self, now: float) -> list[str]:
+        """Make kube-scheduler retry the pods of gangs whose backoff ended; return them."""
+        with self.source.exclusive() as snapshot:
+            ended = []
+            by_creation = snapshot.args.requeuing_timestamp == "Creation"
+            for job, backoff in snapshot.book.backoffs.items():
+                if backoff.until is None or backoff.until > now:
+                    continue
+                if self._nudged.get(job) == backoff.until:
+                    continue
+                pods = [p for p in snapshot.job_pods(job) if p.node_name is None and not p.finished]
+                if not pods:
+                    continue
+                created = min(p.created for p in pods)
+                ended.append((created if by_creation else backoff.given_up, job, backoff, pods))
+        ended.sort(key=lambda item: (item[0], item[1]))
+        stamp = format_time(now)
+        for _order, job, backoff, pods in ended:
+            assert backoff.until is not None
+            self._nudged[job] = backoff.until
+            for pod in pods:
+                self._best_effort(
+                    pod,
+                    partial(
+                        self.writer.patch_pod,
+                        metadata={"annotations": {keys.REQUEUE_ANNOTATION: stamp}},
+                    ),
+                )
+            self.writer.event(
+                pods[0],
+                "GangRetry",
+                f"gang {job}: backoff ended, retrying (attempt {backoff.attempts})",
+            )
+        return [job for _order, job, _backoff, _pods in ended]
+
+    def nudge_complete_gangs(self, now: float) -> list[str]:
+        """Make kube-scheduler retry the pods it parked while their gang had too few pods,
+        now that it has enough; return them.  A pod is nudged again for the same message
+        only after ``REQUEUE_AGAIN_SECONDS`` (kube-scheduler may not have retried yet)."""
+        parked = self.source.parked()
+        with self.source.exclusive() as snapshot:
+            early = [snapshot.pods[key] for key in parked_too_early(snapshot, parked)]
+        for key in list(self._requeued):
+            if key not in parked:
+                del self._requeued[key]
+        nudged = []
+        stamp = format_time(now)
+        for pod in early:
+            message = parked[pod.key]
+            last = self._requeued.get(pod.key)
+            if last is not None and last[0] == message and now - last[1] < REQUEUE_AGAIN_SECONDS:
+                continue
+            self._requeued[pod.key] = (message, now)
+            self._best_effort(
+                pod,
+                partial(
+                    self.writer.patch_pod,
+                    metadata={"annotations": {keys.REQUEUE_ANNOTATION: stamp}},
+                ),
+            )
+            nudged.append(pod.key)
+        return nudged
+
+    def write_status(self, now: float) -> int:
+        """Write the status of every PodGroup whose gang's status changed; return how many.
+        A gang placed whole forgets its backoff (its next timeout starts at attempt 1)."""
+        with self.source.exclusive() as snapshot:
+            jobs = gang_jobs(snapshot)
+            for job in list(snapshot.book.backoffs):
+                if job in jobs and gang_status(snapshot, job).phase in ("Scheduled", "Running"):
+                    del snapshot.book.backoffs[job]
+            wanted = []
+            for job in sorted(jobs):
+                api = self.source.pod_group_api(job)
+                if api is None or snapshot.pod_group(job) is None:
+                    continue
+                status = gang_status(snapshot, job)
+                body: dict[str, object] = {
+                    "phase": status.phase,
+                    "scheduled": status.scheduled,
+                    "running": status.running,
+                    "succeeded": status.succeeded,
+                    "failed": status.failed,
+                }
+                wanted.append((job, api, body))
+        written = 0
+        for job, api, body in wanted:
+            fingerprint = json.dumps(body, sort_keys=True)
+            if self._status.get(job) == fingerprint:
+                continue
+            namespace, name = job.split("/", 1)
+            path = f"/apis/{api}/v1alpha1/namespaces/{namespace}/podgroups/{name}/status"
+            try:
+                self.writer.merge_patch(path, {"status": body})
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+                continue  # the PodGroup went away meanwhile
+            self._status[job] = fingerprint
+            written += 1
+        return written
+
+    def _best_effort(self, pod: PodInfo, write: Callable[[PodInfo], None]) -> None:
+        try:
+            write(pod)
+        except ApiError as error:
+            if error.status not in (404, 409):  # gone, or replaced: nothing to do
+                log.warning("gang write to %s: %s", pod.key, error)
+        except httpx.HTTPError as error:
+            log.warning("gang write to %s: %s", pod.key, error)
