@@ -33,7 +33,7 @@ def job_admission_failures(
     requests) may not be admitted into ``quota``; empty when they may."""
     spec = ledger.tree[quota]
     failures = unevictable_failures(ledger, quota, np_request)
-    if spec.policy.stop_policy is not StopPolicy.NONE:
+    if ledger.tree.stop_policy(quota)[0] is not StopPolicy.NONE:
         return failures
     usage = ledger[quota]
     for name in sorted(set(np_request) | set(p_request)):
@@ -80,8 +80,10 @@ def unevictable_failures(
     """The admission failures no eviction can cure: a stopped quota, and non-preemptible
     pods beyond ``min`` (victims are preemptible, so evicting them frees none of it)."""
     spec = ledger.tree[quota]
-    if spec.policy.stop_policy is not StopPolicy.NONE:
-        return [f"quota {quota} is stopped (stop-policy {spec.policy.stop_policy.value})"]
+    stop, source = ledger.tree.stop_policy(quota)
+    if stop is not StopPolicy.NONE:
+        where = f"quota {quota}" if source == quota else f"quota {quota}'s ancestor {source}"
+        return [f"{where} is stopped (stop-policy {stop.value})"]
     usage = ledger[quota]
     failures = []
     for name in sorted(np_request):
@@ -118,6 +120,21 @@ def is_borrowing(ledger: QuotaLedger, quota: str, resources: Iterable[str]) -> b
     spec = ledger.tree[quota]
     usage = ledger[quota].subtree_used
     return any(usage.get(name, 0) > spec.min.get(name, 0) for name in resources if name != PODS)
+
+
+def reclaimable(
+    ledger: QuotaLedger, victim: str, preemptor: str, resources: Iterable[str]
+) -> bool:
+    """May ``preemptor``'s job reclaim from pods of quota ``victim`` (the path rule)?
+
+    Only if every quota on the path from ``victim`` up to, not including, the lowest
+    ancestor it shares with ``preemptor`` uses more than its ``min`` of one of
+    ``resources`` (those the job asks for): a quota within its ``min`` shields its
+    whole subtree, so pods that borrow a sibling's unused ``min`` inside a parent
+    within its own are not reclaimable from outside that parent."""
+    wanted = [name for name in resources if name != PODS]
+    path = ledger.tree.path_below_common_ancestor(victim, preemptor)
+    return bool(path) and all(is_borrowing(ledger, quota, wanted) for quota in path)
 
 
 def min_violation(

@@ -49,6 +49,9 @@ class StopPolicy(StrEnum):
     HOLD_AND_DRAIN = "HoldAndDrain"
 
 
+_STOP_STRENGTH = {StopPolicy.NONE: 0, StopPolicy.HOLD: 1, StopPolicy.HOLD_AND_DRAIN: 2}
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaPolicy:
     within_quota: WithinQuota = WithinQuota.LOWER_PRIORITY
@@ -224,6 +227,17 @@ class QuotaTree:
                 break
             path.append(name)
         return tuple(path)
+
+    def stop_policy(self, name: str) -> tuple[StopPolicy, str]:
+        """The stop policy in force for ``name`` and the quota that sets it: a parent's
+        applies to its whole subtree, and the strongest on the way up wins
+        (``HoldAndDrain`` over ``Hold`` over ``None``; the nearest quota on a tie)."""
+        strongest, source = StopPolicy.NONE, name
+        for quota in (name, *self._ancestors.get(name, ())):
+            policy = self.specs[quota].policy.stop_policy
+            if _STOP_STRENGTH[policy] > _STOP_STRENGTH[strongest]:
+                strongest, source = policy, quota
+        return strongest, source
 
     def quota_in_namespace(self, namespace: str) -> str | None:
         """The (first by name) leaf quota declared in ``namespace``."""

@@ -150,8 +150,9 @@ def _commit(
 
 
 def _drain_stopped_quotas(snapshot: ClusterState, result: SimulationResult) -> None:
-    for name, spec in sorted(snapshot.tree.specs.items()):
-        if spec.policy.stop_policy is not StopPolicy.HOLD_AND_DRAIN:
+    for name in sorted(snapshot.tree.specs):
+        stop, source = snapshot.tree.stop_policy(name)  # a parent's drains its subtree
+        if stop is not StopPolicy.HOLD_AND_DRAIN:
             continue
         for pod in sorted(snapshot.pods.values(), key=lambda p: p.key):
             if pod.node_name is None or pod.finished or snapshot.quota_name(pod) != name:
@@ -161,7 +162,7 @@ def _drain_stopped_quotas(snapshot: ClusterState, result: SimulationResult) -> N
                     pod=pod.key,
                     node=pod.node_name,
                     preemptor=None,
-                    reason=f"quota {name} has stop-policy HoldAndDrain",
+                    reason=f"quota {source} has stop-policy HoldAndDrain",
                 )
             )
             snapshot.remove_pod(pod.key)

@@ -4,8 +4,8 @@ Every few seconds the leader writes each ElasticQuota's ``status.used`` (the
 requests of its bound or reserved pods, subtree included) and its
 non-preemptible part as the ``muster.dev/non-preemptible-used`` annotation,
 only where they changed; and soft-evicts the running pods of quotas whose
-``muster.dev/stop-policy`` is ``HoldAndDrain`` (their filter already admits
-nothing new).
+``muster.dev/stop-policy`` is ``HoldAndDrain``, or whose ancestor's is (their
+filter already admits nothing new).
 """
 
 from __future__ import annotations
@@ -80,10 +80,12 @@ class Housekeeper(PeriodicWorker):
     def drain_stopped_quotas(self) -> int:
         """Soft-evict the running pods of ``HoldAndDrain`` quotas; return how many."""
         with self.source.exclusive() as snapshot:
-            draining = {
-                name
-                for name, spec in snapshot.tree.specs.items()
-                if spec.policy.stop_policy is StopPolicy.HOLD_AND_DRAIN
+            # A parent's HoldAndDrain drains its whole subtree: quota → who set it.
+            drained_by = {
+                name: source
+                for name in snapshot.tree.specs
+                for stop, source in (snapshot.tree.stop_policy(name),)
+                if stop is StopPolicy.HOLD_AND_DRAIN
             }
             pods: list[tuple[PodInfo, str]] = [
                 (pod, quota)
@@ -93,14 +95,14 @@ class Housekeeper(PeriodicWorker):
                 and not pod.terminating
                 and not pod.soft_evicted
                 and pod.uid not in self._drained
-                and (quota := snapshot.quota_name(pod) or "") in draining
+                and (quota := snapshot.quota_name(pod) or "") in drained_by
             ]
         for pod, quota in pods:
             try:
                 self.writer.mark_victim(
                     pod,
                     preemptor=None,  # a drain makes room for no job
-                    reason=f"quota {quota} has stop-policy HoldAndDrain",
+                    reason=f"quota {drained_by[quota]} has stop-policy HoldAndDrain",
                     grace_seconds=None,
                 )
             except (ApiError, httpx.HTTPError) as error:

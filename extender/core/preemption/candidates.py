@@ -9,8 +9,11 @@ preemptor quota's policies allow it (Kueue's names):
 
 - same quota: ``withinQuota`` (``LowerPriority``, or
   ``LowerOrNewerEqualPriority``: equal priority but created after the job);
-- another quota, borrowing in a resource the job asks for: when the job
-  stays within its own ``min``, ``reclaimWithinCohort`` (``Any`` or
+- another quota, borrowing in a resource the job asks for, and so every quota
+  on its path up to the level it shares with the job's quota
+  (:func:`quota.admission.reclaimable`: a parent within its ``min`` shields its
+  subtree): when the job stays within its own ``min`` (once its own quota's pods
+  ``withinQuota`` lets it evict are gone), ``reclaimWithinCohort`` (``Any`` or
   ``LowerPriority``); when the job itself borrows, ``borrowWithinCohort``
   (``LowerPriority``, at or below ``maxPriorityThreshold`` if set).
 
@@ -38,7 +41,7 @@ from typing import Protocol
 from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.state import SCATTERED, ClusterState, UnitEntry, UnitPlace
-from quota.admission import is_borrowing
+from quota.admission import reclaimable
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
 
 _priority = itemgetter(0)  # of a unit entry
@@ -156,7 +159,7 @@ def find_victim_groups(
             quota
             for quota in snapshot.tree.specs
             if quota != preemptor.quota
-            and is_borrowing(snapshot.ledger, quota, preemptor.contested)
+            and reclaimable(snapshot.ledger, quota, preemptor.quota, preemptor.contested)
         )
         if borrowing:
             phases.append((snapshot.victims.units(), borrowing, cohort))
@@ -227,6 +230,35 @@ def find_victim_groups(
             )
 
 
+def own_evictable_requests(snapshot: ClusterState, preemptor: Preemptor) -> dict[str, int]:
+    """The requests of the pods of the job's own quota that ``withinQuota`` lets it
+    evict (preemptible, bound, staying, not promised to another job): what the job's
+    quota would use less of once its own lower-priority work is gone."""
+    admission = _within_rule(preemptor, snapshot.tree[preemptor.quota].policy)
+    if admission is None:
+        return {}
+    ceiling, _rule, equal_rule, _created_after = admission
+    last = ceiling + 1 if equal_rule is not None else ceiling
+    units = snapshot.victims.units(preemptor.quota)
+    promised = snapshot.book.promised_victims()
+    freed: dict[str, int] = {}
+    for _unit_priority, _start, job, _quota, _place in itertools.islice(
+        units, bisect.bisect_right(units, last, key=_priority)
+    ):
+        if job == preemptor.job:
+            continue
+        members = tuple(
+            pod
+            for pod in snapshot.victims.unit_pods()[job]
+            if not pod.departing and pod.key not in promised
+        )
+        # A gang goes whole or not at all: every pod of it must be allowed.
+        if _allowed(snapshot, members, admission, check_preemptible=True) is not None:
+            for pod in members:
+                add_into(freed, pod.requests)
+    return freed
+
+
 def _places_wanted(
     lacking: Mapping[str, AbstractSet[str]], resource_sets: Iterable[frozenset[str]]
 ) -> set[UnitPlace]:
@@ -242,22 +274,6 @@ def _places_wanted(
             matching = asking[key] = [r for r in resource_sets if not key.isdisjoint(r)]
         places.update((node, r) for r in matching)
     return places
-
-
-def preemptor_admits(
-    snapshot: ClusterState, preemptor: Preemptor, pod: PodInfo, quota: str
-) -> bool:
-    """Do the preemptor quota's policies allow evicting ``pod`` of ``quota``, on its own?"""
-    policy = snapshot.tree[preemptor.quota].policy
-    if quota == preemptor.quota:
-        admission = _within_rule(preemptor, policy)
-    elif is_borrowing(snapshot.ledger, quota, preemptor.contested):
-        admission = _cohort_rule(preemptor, policy)
-    else:
-        return False
-    return admission is not None and (
-        _allowed(snapshot, (pod,), admission, check_preemptible=True) is not None
-    )
 
 
 def _allowed(

@@ -12,8 +12,11 @@
    the quota ledger until every unplaced pod of the job fits and its quota
    checks hold.  A group that could not help any more (not on a node the
    job can use once node room suffices; not in the job's quota tree once
-   the quota holds) is passed over, and so is one whose quota would fall
-   below its ``min``.
+   the quota holds) is passed over, and so is one whose eviction would take a
+   quota on its path below its ``min`` in a resource the job asks for.  One
+   that would take a quota below its ``min`` in another resource it governs
+   is passed over too, unless no plan exists without such victims: then the
+   search runs again allowing them, and their reasons name the resource.
 5. *Minimise*: put groups back in reverse order while the job still fits.
 6. *Commit only if the whole job fits*: the result is either a
    :class:`PreemptionPlan` (victims with reasons, pod → node placement) or a
@@ -24,8 +27,8 @@ Pure and deterministic: the same snapshot and time give the same answer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from extender.core.authority import nominated_elsewhere, scheduler_preemption
@@ -36,16 +39,12 @@ from extender.core.preemption.candidates import (
     VictimGroup,
     describe,
     find_victim_groups,
+    own_evictable_requests,
 )
-from extender.core.preemption.fit import JobFit
+from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.scheduling import JobDemand, job_demand
 from extender.core.state import ClusterState, Reservation, UnknownQuotaError
-from quota.admission import (
-    job_admission_failures,
-    min_violation,
-    unevictable_failures,
-    would_borrow,
-)
+from quota.admission import job_admission_failures, unevictable_failures, would_borrow
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,26 +91,72 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
     if refusal:
         return Refusal(job, tuple(refusal))
 
-    simulation = _Simulation(snapshot, demand)
-    fit = simulation.fit
-    wants = _Wants(simulation)
-    if wants.nodes_ok and wants.quota_ok:
-        return Refusal(job, ("the job fits without evicting anything",))
     preemptor = _preemptor(snapshot, demand)
+    # A victim whose eviction takes a quota below its min in a resource the job does not
+    # ask for is chosen only when no plan without such victims exists (first pass).
+    found = _search(snapshot, demand, preemptor, spare_guaranteed=True)
+    if isinstance(found, _NotFound) and found.guaranteed_skipped:
+        found = _search(snapshot, demand, preemptor, spare_guaranteed=False)
+    if isinstance(found, _NotFound):
+        return Refusal(job, tuple(found.reasons))
+    victims: list[Victim] = []
+    for group in found.kept:
+        reason = describe(group, preemptor, snapshot.tree[group.quota].governed)
+        if group.job in found.below_min:
+            reason += f"; {found.below_min[group.job]}, and no plan spares it"
+        victims.extend(Victim(pod, group.quota, group.job, reason) for pod in group.pods)
+    return PreemptionPlan(job, demand.quota, tuple(victims), found.placements)
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    kept: list[VictimGroup]  # in preemption order
+    placements: Mapping[str, str]
+    below_min: Mapping[str, str]  # victim job → the min it takes a quota below
+
+
+@dataclass(frozen=True, slots=True)
+class _NotFound:
+    reasons: list[str]
+    guaranteed_skipped: bool  # victims were spared for a min in a resource not contested
+
+
+def _search(
+    snapshot: ClusterState, demand: JobDemand, preemptor: Preemptor, *, spare_guaranteed: bool
+) -> _Found | _NotFound:
+    """Walk the allowed victim groups in order until the whole job fits, then spare
+    every group not needed.  Never a group that takes a quota below its ``min`` in a
+    resource the job asks for; with ``spare_guaranteed``, none that takes one below its
+    ``min`` in any resource it governs."""
+    simulation = Simulation(snapshot, demand)
+    fit = simulation.fit
+    wants = Wants(simulation)
+    if wants.nodes_ok and wants.quota_ok:
+        return _NotFound(["the job fits without evicting anything"], False)
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
+    below_min: dict[str, str] = {}
+    guaranteed_skipped = False
     for group in find_victim_groups(snapshot, preemptor, wants):
         if group.other_quota:
             violation = simulation.min_violation(group)
             if violation is not None:
                 skipped_for_min.append(violation)
                 continue
+            guaranteed = simulation.min_violation(group, every_resource=True)
+            if guaranteed is not None:
+                if spare_guaranteed:
+                    skipped_for_min.append(guaranteed)
+                    guaranteed_skipped = True
+                    continue
+                below_min[group.job] = guaranteed
         simulation.take(group)
         removed.append(group)
         if wants.satisfied():
             break
     else:
-        return Refusal(job, tuple(_why_no_fit(demand, simulation, skipped_for_min)))
+        reasons = _why_no_fit(demand, simulation, skipped_for_min)
+        return _NotFound(reasons, guaranteed_skipped)
 
     # Minimise: the last group was needed; try to spare each earlier one, newest first.
     kept = [removed[-1]]
@@ -123,19 +168,10 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
         kept.append(group)
     placements = fit.place()
     if placements is None:  # cannot happen: fits() said yes for this very state
-        return Refusal(job, ("internal: the placement that fit could not be rebuilt",))
+        return _NotFound(["internal: the placement that fit could not be rebuilt"], False)
     kept.sort(key=lambda g: g.order_key)
-    victims = tuple(
-        Victim(
-            pod=pod,
-            quota=group.quota,
-            job=group.job,
-            reason=describe(group, preemptor, snapshot.tree[group.quota].governed),
-        )
-        for group in kept
-        for pod in group.pods
-    )
-    return PreemptionPlan(job=job, quota=demand.quota, victims=victims, placements=placements)
+    jobs = {group.job for group in kept}
+    return _Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
 
 
 def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> list[str]:
@@ -207,158 +243,25 @@ def ready_to_plan(snapshot: ClusterState, job: str) -> bool:
 
 
 def _preemptor(snapshot: ClusterState, demand: JobDemand) -> Preemptor:
-    request = demand.request
-    return Preemptor(
+    """The job as the policies see it.  Whether it borrows is judged after its own
+    quota's pods it may evict are gone: a job that fits its ``min`` once its own
+    lower-priority work is evicted reclaims from borrowers; it does not borrow."""
+    preemptor = Preemptor(
         job=demand.job,
         quota=demand.quota,
         priority=max(pod.priority for pod in demand.unplaced),
         created=min(pod.created for pod in snapshot.job_pods(demand.job)),
-        borrows=would_borrow(snapshot.ledger, demand.quota, request, demand.asks),
+        borrows=False,
         contested=demand.asks,
     )
+    request = dict(demand.request)
+    for name, amount in own_evictable_requests(snapshot, preemptor).items():
+        request[name] = request.get(name, 0) - amount
+    borrows = would_borrow(snapshot.ledger, demand.quota, request, demand.asks)
+    return dataclasses.replace(preemptor, borrows=borrows)
 
 
-class _Wants:
-    """What the search still lacks, for the candidate walk to ask (a
-    :class:`~extender.core.preemption.candidates.Wanted`).
-
-    Once the node copies hold the whole job, or the quota checks hold, they stay
-    so as more groups are removed (``nodes_ok`` and ``quota_ok`` are latched).  A
-    group that could not help any more is passed over: one not on a node the job
-    can use once node room suffices, one not in the job's quota tree once the
-    quota holds.
-    """
-
-    def __init__(self, simulation: _Simulation) -> None:
-        self.simulation = simulation
-        self.fit = simulation.fit
-        self.nodes_ok = self.fit.fits()
-        self.quota_ok = simulation.admits()
-
-    def __call__(self, pods: tuple[PodInfo, ...], quota: str) -> bool:
-        """Could evicting these pods still help?"""
-        return (not self.nodes_ok and self.fit.frees_what_is_missing(pods)) or (
-            not self.quota_ok and self.simulation.counts_for_job(quota)
-        )
-
-    def lacking(self, quotas: AbstractSet[str]) -> Mapping[str, AbstractSet[str]] | None:
-        """Only groups with a pod on a useful node, asking for a resource that node may
-        lack, can help; unless the quota checks still fail and one of ``quotas`` counts
-        in them."""
-        if not self.quota_ok and any(self.simulation.counts_for_job(q) for q in quotas):
-            return None
-        return {} if self.nodes_ok else self.fit.lacking
-
-    def satisfied(self) -> bool:
-        """After a removal: does the whole job fit now, with its quota checks holding?"""
-        self.nodes_ok = self.nodes_ok or self.fit.fits()
-        self.quota_ok = self.quota_ok or self.simulation.admits()
-        return self.nodes_ok and self.quota_ok
-
-
-class _Simulation:
-    """The job's fit on an overlay of the state (node copies and a ledger copy), with
-    victim groups taken out and put back."""
-
-    def __init__(self, snapshot: ClusterState, demand: JobDemand) -> None:
-        self.snapshot = snapshot
-        self.demand = demand
-        self.fit = JobFit(snapshot, demand.job, demand.unplaced)
-        #: The quota ledger copy of the fit's overlay: victims' usage taken out.
-        self.ledger = self.fit.overlay.ledger
-        self._counts: dict[str, bool] = {}
-        self._guards: dict[str, tuple[str, ...]] = {}
-        self._read: dict[str, bool] = {}
-        self._contested = demand.asks
-
-    def admits(self) -> bool:
-        """Do the job's quota checks hold on the ledger copy?"""
-        demand = self.demand
-        return not job_admission_failures(
-            self.ledger, demand.quota, demand.np_request, demand.p_request
-        )
-
-    def counts_for_job(self, quota: str) -> bool:
-        """Does the usage of ``quota`` enter the job's quota checks?"""
-        counts = self._counts.get(quota)
-        if counts is None:
-            tree = self.snapshot.tree
-            own = self.demand.quota
-            limited = {a for a in tree.ancestors(own) if tree[a].max}
-            counts = quota == own or bool(limited.intersection(tree.ancestors(quota)))
-            self._counts[quota] = counts
-        return counts
-
-    def _guarding(self, quota: str) -> tuple[str, ...]:
-        """The quotas whose ``min`` a victim of ``quota`` must not break (those with one)."""
-        guards = self._guards.get(quota)
-        if guards is None:
-            tree = self.snapshot.tree
-            path = tree.path_below_common_ancestor(quota, self.demand.quota)
-            guards = tuple(name for name in path if any(tree[name].min.values()))
-            self._guards[quota] = guards
-        return guards
-
-    def min_violation(self, group: VictimGroup) -> str | None:
-        guards = self._guarding(group.quota)
-        if not guards:
-            return None
-        return min_violation(self.ledger, guards, group.requests, self._contested)
-
-    def take(self, group: VictimGroup) -> None:
-        self.fit.remove(group.pods)
-        self._charge(group, -1)
-
-    def restore(self, group: VictimGroup) -> None:
-        self.fit.restore(group.pods)
-        self._charge(group, 1)
-
-    def _charge(self, group: VictimGroup, sign: int) -> None:
-        """Take the group's pods out of (``sign=-1``) or back into the ledger copy, if
-        anything reads its quota's usage (the job's checks, or a ``min`` guard).
-
-        ``group.requests`` is the sum of its pods' requests: one charge is the same
-        as one per pod."""
-        quota = group.quota
-        read = self._read.get(quota)
-        if read is None:
-            read = self._read[quota] = self.counts_for_job(quota) or bool(self._guarding(quota))
-        if read:
-            self.fit.overlay.charge(quota, group.requests, sign)
-
-    def spare_idle(self, removed: list[VictimGroup]) -> list[VictimGroup]:
-        """Restore at once the groups but the last whose eviction gained the job nothing;
-        return the other groups but the last, for the minimisation to try one by one.
-
-        With one pod shape, a group whose nodes hold no more of the job than
-        before any eviction, and whose quota the job's checks do not count,
-        would be spared by the minimisation whatever else is put back: this
-        only saves re-checking them one by one.  (Their quotas' usage is left
-        as it is: only the ``min`` checks read it, and they are over.)
-        """
-        groups = removed[:-1]
-        if len(self.fit.shapes) != 1:
-            return groups
-        gained = self.fit.gained_nodes()
-        counting = {group.quota for group in groups if self.counts_for_job(group.quota)}
-        rest = [
-            group
-            for group in groups
-            if group.quota in counting
-            or (
-                group.pods[0].node_name in gained
-                if len(group.pods) == 1
-                else any(pod.node_name in gained for pod in group.pods)
-            )
-        ]
-        if len(rest) < len(groups):
-            self.fit.keep_removed(pod for group in (*rest, removed[-1]) for pod in group.pods)
-        return rest
-
-
-def _why_no_fit(
-    demand: JobDemand, simulation: _Simulation, skipped_for_min: list[str]
-) -> list[str]:
+def _why_no_fit(demand: JobDemand, simulation: Simulation, skipped_for_min: list[str]) -> list[str]:
     fit = simulation.fit
     reasons = []
     if not fit.nodes_suffice():

@@ -1,0 +1,170 @@
+"""The preemption planner's working state: the job's fit with victims taken out.
+
+:class:`Simulation` holds the job's :class:`~extender.core.preemption.fit.JobFit` (node
+copies) and a copy of the quota ledger, and takes victim groups out and puts them back;
+:class:`Wants` tells the candidate walk which groups could still help.  The planner
+(:mod:`extender.core.preemption.planner`) drives both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+
+from extender.core.objects import PodInfo
+from extender.core.preemption.candidates import VictimGroup
+from extender.core.preemption.fit import JobFit
+from extender.core.scheduling import JobDemand
+from extender.core.state import ClusterState
+from quota.admission import job_admission_failures, min_violation
+
+
+class _EveryResource:
+    """Contains every resource name."""
+
+    def __contains__(self, _name: object) -> bool:
+        return True
+
+
+_EVERY_RESOURCE = _EveryResource()
+
+
+class Wants:
+    """What the search still lacks, for the candidate walk to ask (a
+    :class:`~extender.core.preemption.candidates.Wanted`).
+
+    Once the node copies hold the whole job, or the quota checks hold, they stay
+    so as more groups are removed (``nodes_ok`` and ``quota_ok`` are latched).  A
+    group that could not help any more is passed over: one not on a node the job
+    can use once node room suffices, one not in the job's quota tree once the
+    quota holds.
+    """
+
+    def __init__(self, simulation: Simulation) -> None:
+        self.simulation = simulation
+        self.fit = simulation.fit
+        self.nodes_ok = self.fit.fits()
+        self.quota_ok = simulation.admits()
+
+    def __call__(self, pods: tuple[PodInfo, ...], quota: str) -> bool:
+        """Could evicting these pods still help?"""
+        return (not self.nodes_ok and self.fit.frees_what_is_missing(pods)) or (
+            not self.quota_ok and self.simulation.counts_for_job(quota)
+        )
+
+    def lacking(self, quotas: AbstractSet[str]) -> Mapping[str, AbstractSet[str]] | None:
+        """Only groups with a pod on a useful node, asking for a resource that node may
+        lack, can help; unless the quota checks still fail and one of ``quotas`` counts
+        in them."""
+        if not self.quota_ok and any(self.simulation.counts_for_job(q) for q in quotas):
+            return None
+        return {} if self.nodes_ok else self.fit.lacking
+
+    def satisfied(self) -> bool:
+        """After a removal: does the whole job fit now, with its quota checks holding?"""
+        self.nodes_ok = self.nodes_ok or self.fit.fits()
+        self.quota_ok = self.quota_ok or self.simulation.admits()
+        return self.nodes_ok and self.quota_ok
+
+
+class Simulation:
+    """The job's fit on an overlay of the state (node copies and a ledger copy), with
+    victim groups taken out and put back."""
+
+    def __init__(self, snapshot: ClusterState, demand: JobDemand) -> None:
+        self.snapshot = snapshot
+        self.demand = demand
+        self.fit = JobFit(snapshot, demand.job, demand.unplaced)
+        #: The quota ledger copy of the fit's overlay: victims' usage taken out.
+        self.ledger = self.fit.overlay.ledger
+        self._counts: dict[str, bool] = {}
+        self._guards: dict[str, tuple[str, ...]] = {}
+        self._read: dict[str, bool] = {}
+        self._contested = demand.asks
+
+    def admits(self) -> bool:
+        """Do the job's quota checks hold on the ledger copy?"""
+        demand = self.demand
+        return not job_admission_failures(
+            self.ledger, demand.quota, demand.np_request, demand.p_request
+        )
+
+    def counts_for_job(self, quota: str) -> bool:
+        """Does the usage of ``quota`` enter the job's quota checks?"""
+        counts = self._counts.get(quota)
+        if counts is None:
+            tree = self.snapshot.tree
+            own = self.demand.quota
+            limited = {a for a in tree.ancestors(own) if tree[a].max}
+            counts = quota == own or bool(limited.intersection(tree.ancestors(quota)))
+            self._counts[quota] = counts
+        return counts
+
+    def _guarding(self, quota: str) -> tuple[str, ...]:
+        """The quotas whose ``min`` a victim of ``quota`` must not break (those with one)."""
+        guards = self._guards.get(quota)
+        if guards is None:
+            tree = self.snapshot.tree
+            path = tree.path_below_common_ancestor(quota, self.demand.quota)
+            guards = tuple(name for name in path if any(tree[name].min.values()))
+            self._guards[quota] = guards
+        return guards
+
+    def min_violation(self, group: VictimGroup, *, every_resource: bool = False) -> str | None:
+        """Why evicting ``group`` takes a quota on its path below its ``min`` in a
+        resource the job asks for (or, with ``every_resource``, in any), or ``None``."""
+        guards = self._guarding(group.quota)
+        if not guards:
+            return None
+        resources = _EVERY_RESOURCE if every_resource else self._contested
+        return min_violation(self.ledger, guards, group.requests, resources)
+
+    def take(self, group: VictimGroup) -> None:
+        self.fit.remove(group.pods)
+        self._charge(group, -1)
+
+    def restore(self, group: VictimGroup) -> None:
+        self.fit.restore(group.pods)
+        self._charge(group, 1)
+
+    def _charge(self, group: VictimGroup, sign: int) -> None:
+        """Take the group's pods out of (``sign=-1``) or back into the ledger copy, if
+        anything reads its quota's usage (the job's checks, or a ``min`` guard).
+
+        ``group.requests`` is the sum of its pods' requests: one charge is the same
+        as one per pod."""
+        quota = group.quota
+        read = self._read.get(quota)
+        if read is None:
+            read = self._read[quota] = self.counts_for_job(quota) or bool(self._guarding(quota))
+        if read:
+            self.fit.overlay.charge(quota, group.requests, sign)
+
+    def spare_idle(self, removed: list[VictimGroup]) -> list[VictimGroup]:
+        """Restore at once the groups but the last whose eviction gained the job nothing;
+        return the other groups but the last, for the minimisation to try one by one.
+
+        With one pod shape, a group whose nodes hold no more of the job than
+        before any eviction, and whose quota the job's checks do not count,
+        would be spared by the minimisation whatever else is put back: this
+        only saves re-checking them one by one.  (Their quotas' usage is left
+        as it is: only the ``min`` checks read it, and they are over.)
+        """
+        groups = removed[:-1]
+        if len(self.fit.shapes) != 1:
+            return groups
+        gained = self.fit.gained_nodes()
+        counting = {group.quota for group in groups if self.counts_for_job(group.quota)}
+        rest = [
+            group
+            for group in groups
+            if group.quota in counting
+            or (
+                group.pods[0].node_name in gained
+                if len(group.pods) == 1
+                else any(pod.node_name in gained for pod in group.pods)
+            )
+        ]
+        if len(rest) < len(groups):
+            self.fit.keep_removed(pod for group in (*rest, removed[-1]) for pod in group.pods)
+        return rest
