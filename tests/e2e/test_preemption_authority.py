@@ -135,22 +135,43 @@ def _trial(
         _create(teams, victims_ns, name, PREEMPTIBLE, priorities[name])
         teams.wait(victims_ns, name, "Running")
     preemptor = f"t{trial}-new"
-    _create(teams, teams.a, preemptor, story.preemptor_labels, preemptor_priority)
     expected, spared = f"t{trial}-low", f"t{trial}-high"
+    # Every version of both candidates, from a watch: Muster marks and the evictor
+    # evicts within milliseconds, faster than a poll would see the marked version.
+    seen: dict[str, list[tuple[str, dict[str, Any]]]] = {expected: [], spared: []}
 
-    def marked() -> dict[str, Any] | None:
-        """The expected victim once marked; fails at once if any victim goes unmarked."""
-        for name in (expected, spared):
-            pod = teams.get(victims_ns, name)
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
-                labels = (pod or {}).get("metadata", {}).get("labels", {})
-                assert SOFT_EVICTION in labels, f"{name} deleted without Muster's mark ({seed})"
-        pod = teams.get(victims_ns, expected)
-        if pod is not None and SOFT_EVICTION in pod["metadata"].get("labels", {}):
-            return pod
-        return None
+    def record(kind: str, obj: dict[str, Any]) -> None:
+        versions = seen.get(obj["metadata"]["name"])
+        if versions is not None:
+            versions.append((kind, obj))
 
-    victim = lc.wait_until(marked, timeout=30, what=f"the mark on {expected} ({seed})")
+    watch = lc.Watcher(
+        teams.cluster.rest, f"/api/v1/namespaces/{victims_ns}/pods", record, name="victims"
+    )
+    watch.start()
+    try:
+        assert watch.synced.wait(30), "the victims' watch did not list"
+        _create(teams, teams.a, preemptor, story.preemptor_labels, preemptor_priority)
+
+        def marked() -> dict[str, Any] | None:
+            """The expected victim once marked; fails at once if a victim is deleted
+            without the mark."""
+            for name in (expected, spared):
+                for kind, version in list(seen[name]):
+                    metadata = version["metadata"]
+                    if kind == "DELETED" or metadata.get("deletionTimestamp"):
+                        labels = metadata.get("labels") or {}
+                        assert SOFT_EVICTION in labels, f"{name} deleted unmarked ({seed})"
+            marks = [
+                version
+                for _kind, version in list(seen[expected])
+                if SOFT_EVICTION in (version["metadata"].get("labels") or {})
+            ]
+            return marks[0] if marks else None
+
+        victim = lc.wait_until(marked, timeout=30, what=f"the mark on {expected} ({seed})")
+    finally:
+        watch.stop()
     mark = json.loads(victim["metadata"]["annotations"][SOFT_EVICTION])
     assert mark["preemptor"] == f"{teams.a}/{preemptor}" and mark["initiator"] == "muster"
     # Muster's DisruptionTarget, or the Eviction API's once the evictor evicts it; never
