@@ -122,9 +122,7 @@ def is_borrowing(ledger: QuotaLedger, quota: str, resources: Iterable[str]) -> b
     return any(usage.get(name, 0) > spec.min.get(name, 0) for name in resources if name != PODS)
 
 
-def reclaimable(
-    ledger: QuotaLedger, victim: str, preemptor: str, resources: Iterable[str]
-) -> bool:
+def reclaimable(ledger: QuotaLedger, victim: str, preemptor: str, resources: Iterable[str]) -> bool:
     """May ``preemptor``'s job reclaim from pods of quota ``victim`` (the path rule)?
 
     Only if every quota on the path from ``victim`` up to, not including, the lowest

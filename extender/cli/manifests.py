@@ -20,6 +20,7 @@ import yaml
 
 from base import keys
 from base.errors import ManifestError
+from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
 from extender.core.jobs import min_available_annotation, parse_pod_group
@@ -80,6 +81,7 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         "ElasticQuota": [],
         "PodGroup": [],
         "PriorityClass": [],
+        "PodDisruptionBudget": [],
     }
     for document in _documents(paths):
         if document.kind in by_kind:
@@ -90,6 +92,14 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
                 notes.append(
                     f"{document.path} document {document.index}: ignored {document.kind} of "
                     f"apiVersion {document.obj.get('apiVersion')!r}"
+                )
+                continue
+            if document.kind == "PodDisruptionBudget" and document.obj.get("apiVersion") != (
+                "policy/v1"
+            ):
+                notes.append(
+                    f"{document.path} document {document.index}: ignored PodDisruptionBudget "
+                    f"of apiVersion {document.obj.get('apiVersion')!r} (policy/v1 is read)"
                 )
                 continue
             by_kind[document.kind].append(document)
@@ -119,6 +129,11 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
     for document in by_kind["PodGroup"]:
         group = _parse(document, parse_pod_group)
         snapshot.set_pod_group(group)
+    for document in by_kind["PodDisruptionBudget"]:
+        budget = _parse(document, parse_pod_disruption_budget)
+        if budget.key in snapshot.budgets:
+            raise document.error("metadata.name", f"duplicate PodDisruptionBudget {budget.key!r}")
+        snapshot.set_budget(budget)
     for document in by_kind["Pod"]:
         pod = _parse(document, lambda obj: parse_pod(obj, priorities))
         if pod.key in snapshot.pods:

@@ -37,6 +37,9 @@ class MusterArgs(BaseModel):
     backoff_max_seconds: float = Field(3600.0, alias="backoffMaxSeconds", gt=0)
     #: How many times a gang is given up before it is not retried; ``None``: no limit.
     backoff_limit_count: int | None = Field(None, alias="backoffLimitCount", ge=0)
+    #: PodDisruptionBudgets: ``BestEffort`` prefers victims no budget protects and evicts
+    #: protected ones only when no other plan exists; ``Strict`` never evicts them.
+    pdb_policy: Literal["BestEffort", "Strict"] = Field("BestEffort", alias="pdbPolicy")
     #: Which time orders requeued gangs: when they were given up, or when created.
     requeuing_timestamp: Literal["Eviction", "Creation"] = Field(
         "Eviction", alias="requeuingTimestamp"

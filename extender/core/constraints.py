@@ -1,5 +1,6 @@
 """A pod's node constraints, as the core models them: tolerations and taints, and
-required node affinity (node selector terms).
+required node affinity (node selector terms); and the label selectors other objects
+(PodDisruptionBudgets) select pods with.
 
 The types the parsers in :mod:`extender.core.objects` produce and
 :mod:`extender.core.nodefit` evaluates; invalid input is a
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from base.errors import ManifestError
-from base.fields import mapping, mappings, string
+from base.fields import mapping, mappings, string, string_map
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +63,36 @@ def parse_node_selector(value: object, field: str) -> tuple[NodeSelectorTerm, ..
     return tuple(terms)
 
 
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A ``metav1.LabelSelector``: every label and every requirement must hold; an empty
+    selector selects everything."""
+
+    match_labels: tuple[tuple[str, str], ...]
+    match_expressions: tuple[SelectorRequirement, ...]
+
+
+def parse_label_selector(value: object, field: str) -> LabelSelector:
+    selector = mapping(value, field)
+    labels = string_map(selector.get("matchLabels"), f"{field}.matchLabels")
+    expressions = _requirements(
+        selector.get("matchExpressions"), f"{field}.matchExpressions", _LABEL_OPERATORS
+    )
+    return LabelSelector(tuple(sorted(labels.items())), expressions)
+
+
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
-def _requirements(value: object, field: str) -> tuple[SelectorRequirement, ...]:
+def _requirements(
+    value: object, field: str, operators: tuple[str, ...] = _OPERATORS
+) -> tuple[SelectorRequirement, ...]:
     requirements = []
     for index, item in enumerate(mappings(value, field)):
         where = f"{field}[{index}]"
         operator = item.get("operator")
-        if operator not in _OPERATORS:
+        if operator not in operators:
             raise ManifestError(f"{where}.operator", f"unknown operator {operator!r}")
         raw_values = item.get("values") or []
         if not isinstance(raw_values, list):
@@ -78,6 +100,10 @@ def _requirements(value: object, field: str) -> tuple[SelectorRequirement, ...]:
         values = tuple(string(v, f"{where}.values") for v in raw_values)
         if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
             raise ManifestError(f"{where}.values", f"{operator} needs one integer value")
+        if operator in ("In", "NotIn") and not values:
+            raise ManifestError(f"{where}.values", f"{operator} needs at least one value")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise ManifestError(f"{where}.values", f"{operator} takes no values")
         requirements.append(
             SelectorRequirement(
                 key=string(item.get("key"), f"{where}.key"), operator=operator, values=values

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from base import keys
-from extender.core.constraints import NodeSelectorTerm, SelectorRequirement
+from extender.core.constraints import LabelSelector, NodeSelectorTerm, SelectorRequirement
 from extender.core.objects import NodeInfo, PodInfo
 
 
@@ -73,6 +73,13 @@ def _term_matches(term: NodeSelectorTerm, node: NodeInfo) -> bool:
     fields = {"metadata.name": node.name}
     return all(_requirement_holds(r, node.labels) for r in term.match_expressions) and all(
         _requirement_holds(r, fields) for r in term.match_fields
+    )
+
+
+def selects(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
+    """Does a label selector select an object with these labels?"""
+    return all(labels.get(key) == value for key, value in selector.match_labels) and all(
+        _requirement_holds(r, labels) for r in selector.match_expressions
     )
 
 

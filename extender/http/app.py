@@ -117,7 +117,7 @@ def create_app(
         args = _decode(wire.ExtenderPreemptionArgs, body)
         pod = _pod(args.Pod, extender, wait)
         proposed: dict[str, list[str]] = {}
-        pdb: dict[str, int] = {}
+        pdb: dict[str, int] = {}  # kube-scheduler's count, for its own proposal
         if args.NodeNameToMetaVictims is not None:
             for node, meta in args.NodeNameToMetaVictims.items():
                 proposed[node] = [p.UID for p in meta.Pods] if meta else []
@@ -131,13 +131,19 @@ def create_app(
                 ]
                 pdb[node] = victims.NumPDBViolations if victims else 0
         result = extender.preempt(pod, proposed)
+        # A node's victims unchanged: kube-scheduler's count stands (it reads every
+        # budget); changed: Muster's count for the victims it kept.
+        violations = {
+            node: pdb.get(node, 0) if uids == proposed.get(node) else result.pdb_violations[node]
+            for node, uids in result.victims.items()
+        }
         kept = sum(len(uids) for uids in result.victims.values())
         decisions.labels("preempt", "kept" if kept else "vetoed").inc()
         answer_model = wire.ExtenderPreemptionResult(
             NodeNameToMetaVictims={
                 node: wire.MetaVictims(
                     Pods=[wire.MetaPod(UID=uid) for uid in uids],
-                    NumPDBViolations=pdb.get(node, 0),
+                    NumPDBViolations=violations[node],
                 )
                 for node, uids in result.victims.items()
             }

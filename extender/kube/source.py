@@ -1,6 +1,6 @@
 """The live cluster as a :class:`extender.service.ClusterSource`: informers feed a snapshot.
 
-Pods, Nodes, PriorityClasses, ElasticQuotas and PodGroups (both
+Pods, Nodes, PriorityClasses, PodDisruptionBudgets, ElasticQuotas and PodGroups (both
 ``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are
 installed) are listed and watched; every event is translated by the core's
 parsers and applied to one :class:`ClusterState` under a lock, which decisions
@@ -25,6 +25,7 @@ from extender.core.authority import (
     jobs_nominated_to,
     preempted_by_scheduler,
 )
+from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
 from extender.core.jobs import parse_pod_group
@@ -83,6 +84,7 @@ class KubeSource:
                 )
                 for group in QUOTA_GROUPS
             ),
+            Informer(client, "/apis/policy/v1/poddisruptionbudgets", self._on_budget),
             Informer(client, "/api/v1/pods", self._on_pod),
         ]
 
@@ -275,6 +277,17 @@ class KubeSource:
                     self.snapshot.set_pod_group(group)
 
         return handle
+
+    def _on_budget(self, kind: str, obj: Json) -> None:
+        with self.state_lock:
+            if kind == "DELETED":
+                self.snapshot.forget_budget(*object_key(obj).split("/", 1))
+                return
+            try:
+                self.snapshot.set_budget(parse_pod_disruption_budget(obj))
+            except ManifestError as error:
+                self._reject(obj, error)  # ignored: it protects nothing Muster knows of
+                self.snapshot.forget_budget(*object_key(obj).split("/", 1))
 
     def _reject(self, obj: Json, error: Exception) -> None:
         key = f"{obj.get('kind', '?')}/{object_key(obj)}"

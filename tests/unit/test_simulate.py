@@ -155,6 +155,17 @@ EQ = "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: ElasticQuota\n"
             EQ + "metadata: {name: q, annotations: {muster.dev/max-priority-threshold: [1]}}\n",
             "metadata.annotations: expected a mapping of strings",
         ),
+        (
+            "kind: PodDisruptionBudget\napiVersion: policy/v1\nmetadata: {name: b, namespace: a}\n"
+            "spec: {selector: {matchExpressions: [{key: app, operator: Gt, values: ['1']}]}}\n",
+            "(PodDisruptionBudget a/b): spec.selector.matchExpressions[0].operator: "
+            "unknown operator 'Gt'",
+        ),
+        (
+            "kind: PodDisruptionBudget\napiVersion: policy/v1\nmetadata: {name: b, namespace: a}\n"
+            "spec: {selector: {matchLabels: {app: [x]}}}\n",
+            "spec.selector.matchLabels.app: expected a string",
+        ),
     ],
 )
 def test_invalid_input_exits_2_with_one_line(

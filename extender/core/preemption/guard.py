@@ -12,16 +12,19 @@ soft-eviction mark, and race Muster's own plan for the same job.  So, by
 - any other preemptor keeps only victims Muster does not govern either (a
   pod in a quota or a gang is preempted only by Muster, and marked), and only
   nodes where those still make room, room held for Muster's reservations
-  counting as taken.
+  counting as taken; with, per node, how many of them their
+  PodDisruptionBudgets do not allow (``NumPDBViolations``, from the budgets
+  Muster reads, not kube-scheduler's count for its own proposal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from base.resources import fits
 from extender.core.authority import governing_reason
+from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState, Overlay
 
@@ -33,6 +36,8 @@ class GuardResult:
     notes: tuple[str, ...]
     #: Muster governs the preemptor: its job goes to the PostFilter instead.
     hand_to_postfilter: bool = False
+    #: node → how many of its kept victims their PodDisruptionBudgets do not allow.
+    pdb_violations: dict[str, int] = field(default_factory=dict)
 
 
 def guard_scheduler_preemption(
@@ -68,7 +73,11 @@ def guard_scheduler_preemption(
             notes.append(f"{node}: the victims left do not make room")
             continue
         kept[node] = chosen
-    return GuardResult(kept, tuple(notes))
+    budgets = BudgetUse(snapshot.budgets.values())
+    violations = {
+        node: budgets.violation_count(by_uid[uid] for uid in uids) for node, uids in kept.items()
+    }
+    return GuardResult(kept, tuple(notes), pdb_violations=violations)
 
 
 def _veto(snapshot: ClusterState, victim: PodInfo | None, promised: set[str]) -> str | None:

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from extender.core.authority import nominated_elsewhere, scheduler_preemption
+from extender.core.budgets import BudgetUse
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
 from extender.core.preemption.candidates import (
@@ -92,18 +93,44 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
         return Refusal(job, tuple(refusal))
 
     preemptor = _preemptor(snapshot, demand)
-    # A victim whose eviction takes a quota below its min in a resource the job does not
-    # ask for is chosen only when no plan without such victims exists (first pass).
-    found = _search(snapshot, demand, preemptor, spare_guaranteed=True)
-    if isinstance(found, _NotFound) and found.guaranteed_skipped:
-        found = _search(snapshot, demand, preemptor, spare_guaranteed=False)
+    # Victims that break a guarantee in a resource the job does not ask for, or a
+    # PodDisruptionBudget (under pdbPolicy BestEffort), are chosen only when no plan
+    # exists without them: the search runs again allowing them, budgets first.
+    best_effort = snapshot.args.pdb_policy == "BestEffort"
+    found = _search(snapshot, demand, preemptor, spare_guaranteed=True, spare_budgets=True)
+    for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
+        if isinstance(found, _Found):
+            break
+        if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
+            not spare_guaranteed and not found.guaranteed_skipped
+        ):
+            continue
+        retried = _search(
+            snapshot,
+            demand,
+            preemptor,
+            spare_guaranteed=spare_guaranteed,
+            spare_budgets=spare_budgets,
+        )
+        if isinstance(retried, _NotFound):  # what was skipped in any search still counts
+            retried = _NotFound(
+                retried.reasons,
+                retried.guaranteed_skipped or found.guaranteed_skipped,
+                retried.budget_skipped or found.budget_skipped,
+            )
+        found = retried
     if isinstance(found, _NotFound):
         return Refusal(job, tuple(found.reasons))
     victims: list[Victim] = []
+    budgets = BudgetUse(snapshot.budgets.values())
     for group in found.kept:
         reason = describe(group, preemptor, snapshot.tree[group.quota].governed)
         if group.job in found.below_min:
             reason += f"; {found.below_min[group.job]}, and no plan spares it"
+        broken = budgets.violations(group.pods)
+        if broken:
+            reason += f"; breaks {', '.join(broken)}, and no plan spares it"
+        budgets.take(group.pods)
         victims.extend(Victim(pod, group.quota, group.job, reason) for pod in group.pods)
     return PreemptionPlan(job, demand.quota, tuple(victims), found.placements)
 
@@ -118,23 +145,34 @@ class _Found:
 @dataclass(frozen=True, slots=True)
 class _NotFound:
     reasons: list[str]
-    guaranteed_skipped: bool  # victims were spared for a min in a resource not contested
+    guaranteed_skipped: bool = False  # victims spared for a min in a resource not contested
+    budget_skipped: bool = False  # victims spared for a PodDisruptionBudget
 
 
 def _search(
-    snapshot: ClusterState, demand: JobDemand, preemptor: Preemptor, *, spare_guaranteed: bool
+    snapshot: ClusterState,
+    demand: JobDemand,
+    preemptor: Preemptor,
+    *,
+    spare_guaranteed: bool,
+    spare_budgets: bool,
 ) -> _Found | _NotFound:
     """Walk the allowed victim groups in order until the whole job fits, then spare
     every group not needed.  Never a group that takes a quota below its ``min`` in a
     resource the job asks for; with ``spare_guaranteed``, none that takes one below its
-    ``min`` in any resource it governs."""
+    ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
+    Strict), none whose eviction, with the victims taken before it, a
+    PodDisruptionBudget does not allow."""
     simulation = Simulation(snapshot, demand)
     fit = simulation.fit
     wants = Wants(simulation)
     if wants.nodes_ok and wants.quota_ok:
-        return _NotFound(["the job fits without evicting anything"], False)
+        return _NotFound(["the job fits without evicting anything"])
+    spare_budgets = spare_budgets or snapshot.args.pdb_policy == "Strict"
+    budgets = BudgetUse(snapshot.budgets.values())
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
+    skipped_for_budgets: list[str] = []
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
     for group in find_victim_groups(snapshot, preemptor, wants):
@@ -150,13 +188,25 @@ def _search(
                     guaranteed_skipped = True
                     continue
                 below_min[group.job] = guaranteed
+        if spare_budgets and snapshot.budgets:
+            broken = budgets.violations(group.pods)
+            if broken:
+                skipped_for_budgets.extend(broken)
+                continue
+            budgets.take(group.pods)
         simulation.take(group)
         removed.append(group)
         if wants.satisfied():
             break
     else:
         reasons = _why_no_fit(demand, simulation, skipped_for_min)
-        return _NotFound(reasons, guaranteed_skipped)
+        if skipped_for_budgets:
+            policy = snapshot.args.pdb_policy
+            reasons.append(
+                f"spared for their PodDisruptionBudgets (pdbPolicy {policy}): "
+                + "; ".join(sorted(set(skipped_for_budgets)))
+            )
+        return _NotFound(reasons, guaranteed_skipped, bool(skipped_for_budgets))
 
     # Minimise: the last group was needed; try to spare each earlier one, newest first.
     kept = [removed[-1]]
@@ -168,7 +218,7 @@ def _search(
         kept.append(group)
     placements = fit.place()
     if placements is None:  # cannot happen: fits() said yes for this very state
-        return _NotFound(["internal: the placement that fit could not be rebuilt"], False)
+        return _NotFound(["internal: the placement that fit could not be rebuilt"])
     kept.sort(key=lambda g: g.order_key)
     jobs = {group.job for group in kept}
     return _Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})

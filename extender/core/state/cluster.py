@@ -2,8 +2,8 @@
 
 Fed one object at a time (by the informers, by ``simulate`` from manifests, by tests),
 it keeps what decisions read without walking the whole cluster: the objects (nodes,
-pods, the quota tree, pod groups); per job its pods, the pods marked for it, per node
-the pods nominated to it; and the indexes of their own modules: node usage
+pods, the quota tree, pod groups, disruption budgets); per job its pods, the pods
+marked for it, per node the pods nominated to it; and the indexes of their own modules: node usage
 (:mod:`.nodes`), the quota ledger (:mod:`quota.accounting`), victim units
 (:mod:`.victims`), reservations and admission holds (:mod:`.book`).
 
@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from base import keys
 from base.errors import ManifestError
 from base.resources import Resources
+from extender.core.budgets import DisruptionBudget
 from extender.core.config import MusterArgs
 from extender.core.jobs import PodGroupInfo, is_preemptible, min_available_annotation
 from extender.core.objects import NodeInfo, PodInfo
@@ -62,6 +63,8 @@ class ClusterState:
         self.node_memo: NodeMemo = {}
         self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group")
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
+        #: PodDisruptionBudgets, by ``namespace/name``.
+        self.budgets: dict[str, DisruptionBudget] = {}
         self._jobs: dict[str, set[str]] = {}
         self._pod_quota: dict[str, str] = {}
         self._unknown_quota: dict[str, str] = {}
@@ -143,6 +146,13 @@ class ClusterState:
     def forget_pod_group(self, namespace: str, name: str) -> None:
         """The PodGroup is gone (or unreadable): its pods are a job of all of them."""
         self._pod_groups.pop(f"{namespace}/{name}", None)
+
+    def set_budget(self, budget: DisruptionBudget) -> None:
+        """Record a PodDisruptionBudget (its selector and ``disruptionsAllowed``)."""
+        self.budgets[budget.key] = budget
+
+    def forget_budget(self, namespace: str, name: str) -> None:
+        self.budgets.pop(f"{namespace}/{name}", None)
 
     def add_reservation(self, reservation: Reservation) -> None:
         """Hold room for a job's pending pods on the nodes the plan chose (a reserved pod's
