@@ -186,6 +186,11 @@ def create_app(
         with extender.source.exclusive() as snapshot:
             return explain.quotas(snapshot)
 
+    @app.get("/debug/budgets", summary="PodDisruptionBudgets: disruptions allowed, pods")
+    def debug_budgets() -> dict[str, Any]:
+        with extender.source.exclusive() as snapshot:
+            return explain.budgets(snapshot)
+
     @app.get("/debug/jobs", summary="jobs with pending pods or reservations")
     def debug_jobs() -> dict[str, Any]:
         with extender.source.exclusive() as snapshot:

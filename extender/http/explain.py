@@ -1,4 +1,5 @@
-"""JSON views for the ``/debug/`` endpoints: quotas, jobs, and why a pod is pending."""
+"""JSON views for the ``/debug/`` endpoints: quotas, jobs, budgets, and why a pod is
+pending."""
 
 from __future__ import annotations
 
@@ -27,6 +28,19 @@ def quotas(snapshot: ClusterState) -> dict[str, Any]:
                 "stopPolicy": spec.policy.stop_policy.value,
             },
         }
+    return result
+
+
+def budgets(snapshot: ClusterState) -> dict[str, Any]:
+    """The PodDisruptionBudgets the planner weighs: disruptions allowed, pods covered."""
+    result = {}
+    for key, budget in sorted(snapshot.budgets.items()):
+        covered = sorted(
+            pod.key
+            for pod in snapshot.pods.values()
+            if pod.namespace == budget.namespace and budget.covers(pod)
+        )
+        result[key] = {"disruptionsAllowed": budget.disruptions_allowed, "pods": covered}
     return result
 
 

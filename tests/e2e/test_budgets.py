@@ -1,0 +1,159 @@
+"""PodDisruptionBudgets through a stock kube-scheduler (issue #13, rule 7).
+
+The harness runs no kube-controller-manager, so the test plays the disruption
+controller: it writes each budget's ``status.disruptionsAllowed`` itself, through the
+status subresource, as that controller would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import localcluster as lc
+import pytest
+import yaml
+from e2e_support import Cluster, condition
+from muster_process import MusterProcess
+from test_muster_extender import GPU
+from test_preemption_story import (  # noqa: F401 (tokens is a fixture)
+    PREEMPTIBLE,
+    TRAINER,
+    Teams,
+    muster_with_evictor,
+    tokens,
+)
+
+pytestmark = pytest.mark.e2e
+
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
+
+
+def _muster(
+    control_plane: lc.ControlPlane, tmp_path: Path, keys: dict[str, Path], policy: str
+) -> Any:
+    config = tmp_path / "muster-args.yaml"
+    config.write_text(yaml.safe_dump({"pdbPolicy": policy}))
+    return muster_with_evictor(
+        control_plane,
+        tmp_path,
+        keys,
+        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
+        extra_args=("--config", str(config)),
+    )
+
+
+@pytest.fixture
+def muster_best_effort(
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811
+) -> Iterator[MusterProcess]:
+    with _muster(control_plane, tmp_path, tokens, "BestEffort") as muster:
+        yield muster
+
+
+@pytest.fixture
+def muster_strict(
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811
+) -> Iterator[MusterProcess]:
+    with _muster(control_plane, tmp_path, tokens, "Strict") as muster:
+        yield muster
+
+
+def protect(cluster: Cluster, muster: MusterProcess, namespace: str, app: str) -> str:
+    """A budget over ``app=<app>`` in ``namespace`` that allows no disruption; returns
+    its key once Muster weighs it (and the pod it covers)."""
+    path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": app, "namespace": namespace},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+    }
+    cluster.rest.request("POST", path, body)
+    status = {"status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}}
+    status["status"].update(expectedPods=1, observedGeneration=1)
+    cluster.rest.request(
+        "PATCH", f"{path}/{app}/status", status, content_type="application/merge-patch+json"
+    )
+    key = f"{namespace}/{app}"
+    lc.wait_until(
+        lambda: (muster.debug("budgets").get(key) or {}).get("pods") or None,
+        timeout=15,
+        what=f"Muster weighing the budget {key}",
+    )
+    return key
+
+
+def start_borrowers(teams: Teams, apps: list[str]) -> None:
+    """Team B borrows one 8-GPU node per app, started in this order (the last is the
+    most recently started: the planner's first choice)."""
+    for i, app in enumerate(apps):
+        teams.create(
+            teams.b, f"b-{i}", requests={"cpu": "4", GPU: 8}, labels={**PREEMPTIBLE, "app": app}
+        )
+        teams.wait(teams.b, f"b-{i}", "Running")
+
+
+def test_a_budget_protects_the_most_recent_borrower_and_another_is_evicted(
+    cluster: Cluster, muster_best_effort: MusterProcess
+) -> None:
+    # Two 8-GPU nodes, both borrowed by team B; b-1 started last and its budget allows
+    # no disruption.  Team A (min 16, using 0) asks for one 8-GPU pod: within its min it
+    # reclaims; b-1 would go first, but a plan without it exists: b-0.
+    for i in range(2):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        start_borrowers(teams, ["etl", "web"])
+        protect(cluster, muster_best_effort, teams.b, "web")
+        labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+        teams.create(teams.a, "train-0", requests={"cpu": "4", GPU: 8}, labels=labels)
+        teams.wait(teams.a, "train-0", "Running", timeout=60)
+        protected = teams.get(teams.b, "b-1") or {}
+        assert protected.get("status", {}).get("phase") == "Running"
+        assert SOFT_EVICTION not in protected["metadata"].get("labels", {})
+        assert teams.get(teams.b, "b-0") is None or (
+            SOFT_EVICTION in (teams.get(teams.b, "b-0") or {})["metadata"].get("labels", {})
+        )
+        preempted = teams.events(teams.b, "Preempted")
+        assert [e["involvedObject"]["name"] for e in preempted] == ["b-0"]
+    finally:
+        teams.cleanup()
+
+
+def test_strict_with_only_protected_victims_marks_nothing_and_names_the_budget(
+    cluster: Cluster, muster_strict: MusterProcess
+) -> None:
+    cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        start_borrowers(teams, ["web"])
+        key = protect(cluster, muster_strict, teams.b, "web")
+        labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+        teams.create(teams.a, "train-0", requests={"cpu": "4", GPU: 8}, labels=labels)
+
+        def refused() -> str | None:
+            pod = muster_strict.debug(f"pods/{teams.a}/train-0")
+            text = str(pod)
+            return text if key in text and "Strict" in text else None
+
+        why = lc.wait_until(refused, timeout=30, what="the refusal naming the budget")
+        assert "PodDisruptionBudget" in why
+        victim = teams.get(teams.b, "b-0") or {}
+        assert victim.get("status", {}).get("phase") == "Running"
+        assert SOFT_EVICTION not in victim["metadata"].get("labels", {})
+        assert condition(victim, "DisruptionTarget") is None
+        assert teams.events(teams.b, "Preempted") == []
+        pending = teams.get(teams.a, "train-0") or {}
+        assert not pending["spec"].get("nodeName")
+    finally:
+        teams.cleanup()
