@@ -9,10 +9,14 @@ other quotas first, lower priority first, most recently started first.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from base import keys
+from extender.core.effects import apply
+from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
+from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
 from quota.admission import job_admission_failures, reclaimable
 from tests.builders import node, pod, quota, snapshot
@@ -236,3 +240,42 @@ def test_a_parent_on_hold_admits_nothing_below_it() -> None:
     failures = job_admission_failures(snap.ledger, "team-a", {GPU: 8_000}, {})
     assert failures == ["quota team-a's ancestor p is stopped (stop-policy Hold)"]
     assert snap.tree.stop_policy("team-a") == (snap.tree["p"].policy.stop_policy, "p")
+
+
+# ---- rule 5: in flight is a fact of the cluster -----------------------------------------
+
+
+def test_a_job_whose_pods_carry_its_reservation_is_in_flight_after_the_timer() -> None:
+    # A dump taken mid-preemption: team-a's pods carry the reservation Muster wrote (for
+    # n0 and n1, its time up 10 s ago), team-b's borrowers are not marked yet.  The time
+    # being up does not end it: until the annotation is cleared (the leader releases
+    # it), the job is in flight and gets no second plan.  Cleared, it is planned again.
+    written = {
+        "job": JOB,
+        "created": NOW - 310,
+        "expires": NOW - 10,
+        "victims": ["team-b/b-0", "team-b/b-1"],
+    }
+
+    def reserved(name: str, node_name: str) -> dict[str, Any]:
+        annotation = json.dumps({**written, "node": node_name})
+        return trainer(name, annotations={keys.RESERVATION_ANNOTATION: annotation})
+
+    quotas = [
+        quota("team-a", min={GPU: "16"}, max={GPU: "32"}),
+        quota("team-b", min={GPU: "0"}, max={GPU: "32"}),
+    ]
+    borrowers = [running("b-0", "team-b", "n0", 0), running("b-1", "team-b", "n1", 5)]
+    pods = [*borrowers, reserved("t-0", "n0"), reserved("t-1", "n1")]
+    snap = snapshot([node("n0"), node("n1")], pods, quotas)
+    for pod_key in (f"team-a/t-{i}" for i in range(2)):  # as the informer and simulate do
+        for effect in restored_effects(snap, snap.pods[pod_key]):
+            apply(snap, effect)
+    snap.expire_reservations(NOW)
+    assert snap.reservations == {}
+    decision = decide(snap)
+    assert isinstance(decision, Refusal)
+    assert "in flight" in decision.reasons[0], decision
+    for name in ("t-0", "t-1"):  # the leader clears what it wrote
+        snap.upsert_pod(parse_pod(trainer(name)))
+    assert victims(decide(snap)) == ["team-b/b-0", "team-b/b-1"]

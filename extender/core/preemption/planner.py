@@ -43,6 +43,7 @@ from extender.core.preemption.candidates import (
     own_evictable_requests,
 )
 from extender.core.preemption.simulation import Simulation, Wants
+from extender.core.reservations import persisted_pods
 from extender.core.scheduling import JobDemand, job_demand
 from extender.core.state import ClusterState, Reservation, UnknownQuotaError
 from quota.admission import job_admission_failures, unevictable_failures, would_borrow
@@ -237,11 +238,19 @@ def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> lis
             "quota.scheduling.koordinator.sh/can-preempt=true (or disableDefaultTriggerPreemption"
             " false) and no preemptionPolicy Never"
         ]
+    # In flight is a fact of the cluster: the job holds a reservation, or its pods carry
+    # the one Muster wrote, until it is released, whether or not its time is up.
     reservation = snapshot.reservations.get(job)
-    if reservation is not None and reservation.expires > now:
+    written = persisted_pods(snapshot, job)
+    if reservation is not None or written:
+        if reservation is not None and reservation.expires > now:
+            until = f"its reservation holds until {reservation.expires - now:.0f}s from now"
+        else:
+            until = "its reservation's time is up and it is being released"
+        victims = f"{len(reservation.victims)} victims, " if reservation is not None else ""
         return [
-            f"a preemption for this job is in flight ({len(reservation.victims)} victims); "
-            f"its reservation holds until {reservation.expires - now:.0f}s from now"
+            f"a preemption for this job is in flight ({victims}room written on "
+            f"{len(written)} of its pods); {until}"
         ]
     marked = snapshot.marked_victims(job)
     if marked:
