@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from base.resources import Resources, add_into, copies_that_fit
+from base.resources import Resources, add_into, copies_that_fit, fits
 from extender.core.nodefit import constraint_signature, static_misfit
 from extender.core.objects import PodInfo
 from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
@@ -153,6 +153,10 @@ def _short_on(
     )
 
 
+#: Node trials the exhaustive placement may spend (see :meth:`JobFit._search_placement`).
+SEARCH_BUDGET = 5_000
+
+
 class JobFit:
     """Copies-that-fit bookkeeping for one job over a changing set of removed victims.
 
@@ -214,6 +218,14 @@ class JobFit:
             for node in lacking.keys() - shorts.keys():
                 if node in shape.eligible:
                     lacking[node] = lacking[node] | _short_on(snapshot, shape, node, released)
+        #: Every resource the job asks for (with an amount).
+        self._needed = frozenset(name for shape in self.shapes for name, _ in shape.needs)
+        #: Pods of several shapes: a node may hold each shape's share on its own and
+        #: still lack room for the combination, which the per-shape counts above do not
+        #: see.  Then every eligible node may help, in every resource the job asks for.
+        self._combined = len(self.shapes) > 1
+        if self._combined:
+            lacking = dict.fromkeys(self.eligible, self._needed)
         #: Nodes where evicting preemptible pods could add room for the job.
         self.useful_nodes = frozenset(lacking)
         #: For each useful node, the only resources it may lack for one more copy of a
@@ -281,11 +293,16 @@ class JobFit:
     def frees_what_is_missing(self, pods: Iterable[PodInfo]) -> bool:
         """Would removing ``pods`` free a resource that one of their nodes lacks for one
         more copy of a shape it can hold more of?  (A pod that frees only what is
-        plentiful there gains the job nothing.)"""
+        plentiful there gains the job nothing.)  For a job of several shapes: does it
+        free anything the job asks for on a node the job may use?"""
         useful = self.useful_nodes
         for pod in pods:
             node = pod.node_name
             if node is None or node not in useful:
+                continue
+            if self._combined:
+                if any(pod.requests.get(name, 0) > 0 for name in self._needed):
+                    return True
                 continue
             room = self.overlay.room(node)
             requests = pod.requests
@@ -358,8 +375,52 @@ class JobFit:
                     placement[remaining.pop(0).key] = node
                     add_into(used.setdefault(node, {}), shape.request)
             if remaining and not partial:
-                return None
+                return self._search_placement() if len(self.shapes) > 1 else None
         return placement
+
+    def _search_placement(self, budget: int = SEARCH_BUDGET) -> dict[str, str] | None:
+        """Every placement of the job's pods, depth first, until one fits or ``budget``
+        node trials are spent: what the greedy order misses when pods of several shapes
+        must share nodes (a small pod taking the room a large one needed).  Pods of one
+        shape are interchangeable, so each goes to a node no earlier than the one before
+        it (no placement is tried twice)."""
+        order = [(index, pod) for index, shape in enumerate(self.shapes) for pod in shape.pods]
+        nodes = sorted({node for shape in self.shapes for node in shape.eligible})
+        rank = {node: i for i, node in enumerate(nodes)}
+        rooms: dict[str, Resources] = {}
+        placement: dict[str, str] = {}
+        trials = 0
+
+        def room(node: str) -> Resources:
+            if node not in rooms:
+                rooms[node] = dict(self.free(node))
+            return rooms[node]
+
+        def place_from(at: int, first: int) -> bool:
+            nonlocal trials
+            if at == len(order):
+                return True
+            index, pod = order[at]
+            shape = self.shapes[index]
+            for node in nodes[first:]:
+                if node not in shape.eligible:
+                    continue
+                trials += 1
+                if trials > budget:
+                    return False
+                free = room(node)
+                if not fits(shape.request, free):
+                    continue
+                add_into(free, shape.request, -1)
+                placement[pod.key] = node
+                same = at + 1 < len(order) and order[at + 1][0] == index
+                if place_from(at + 1, rank[node] if same else 0):
+                    return True
+                add_into(free, shape.request)
+                del placement[pod.key]
+            return False
+
+        return dict(placement) if place_from(0, 0) else None
 
 
 def _size(request: Resources) -> tuple[int, ...]:
