@@ -221,7 +221,7 @@ def test_in_flight_job_is_not_planned_again() -> None:
     decision = plan(snap)
     snap.add_reservation(decision.reservation(NOW, 300))
     # its pods now hold reserved room; nothing of the job is left to place
-    assert "already placed" in refusal(snap).reasons[0]
+    assert "in flight" in refusal(snap).reasons[0]
     assert isinstance(plan_job_preemption(snap, "team-a/train", NOW + 10), Refusal)
     snap.expire_reservations(NOW + 301)
     assert isinstance(plan_job_preemption(snap, "team-a/train", NOW + 301), PreemptionPlan)

@@ -227,6 +227,22 @@ def _search(
 
 def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> list[str]:
     job = demand.job
+    # In flight is a fact of the cluster: the job holds a reservation, or its pods carry
+    # the one Muster wrote, until it is released, whether or not its time is up.
+    reservation = snapshot.reservations.get(job)
+    written = persisted_pods(snapshot, job)
+    if reservation is not None or written:
+        if reservation is not None and reservation.expires > now:
+            until = f"its reservation holds until {reservation.expires - now:.0f}s from now"
+        else:
+            until = "its reservation's time is up and it is being released"
+        victims = len(reservation.victims) if reservation is not None else None
+        what = "placement" if victims == 0 else "preemption"  # a gang placed whole: none
+        count = f"{victims} victims, " if victims else ""
+        return [
+            f"a {what} for this job is in flight ({count}room written on "
+            f"{len(written)} of its pods); {until}"
+        ]
     if not demand.unplaced:
         return ["every pod of the job is already placed"]
     forbidden = [
@@ -237,20 +253,6 @@ def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> lis
             f"pods may not trigger preemption ({', '.join(forbidden)}): they need the label "
             "quota.scheduling.koordinator.sh/can-preempt=true (or disableDefaultTriggerPreemption"
             " false) and no preemptionPolicy Never"
-        ]
-    # In flight is a fact of the cluster: the job holds a reservation, or its pods carry
-    # the one Muster wrote, until it is released, whether or not its time is up.
-    reservation = snapshot.reservations.get(job)
-    written = persisted_pods(snapshot, job)
-    if reservation is not None or written:
-        if reservation is not None and reservation.expires > now:
-            until = f"its reservation holds until {reservation.expires - now:.0f}s from now"
-        else:
-            until = "its reservation's time is up and it is being released"
-        victims = f"{len(reservation.victims)} victims, " if reservation is not None else ""
-        return [
-            f"a preemption for this job is in flight ({victims}room written on "
-            f"{len(written)} of its pods); {until}"
         ]
     marked = snapshot.marked_victims(job)
     if marked:
