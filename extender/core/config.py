@@ -40,6 +40,12 @@ class MusterArgs(BaseModel):
     #: PodDisruptionBudgets: ``BestEffort`` prefers victims no budget protects and evicts
     #: protected ones only when no other plan exists; ``Strict`` never evicts them.
     pdb_policy: Literal["BestEffort", "Strict"] = Field("BestEffort", alias="pdbPolicy")
+    #: A victim a PodDisruptionBudget still refuses this long after it was marked ends
+    #: its plan: the marks are removed, the room released, and the job planned again
+    #: without it.
+    victim_eviction_deadline_seconds: float = Field(
+        120.0, alias="victimEvictionDeadlineSeconds", gt=0
+    )
     #: Which time orders requeued gangs: when they were given up, or when created.
     requeuing_timestamp: Literal["Eviction", "Creation"] = Field(
         "Eviction", alias="requeuingTimestamp"

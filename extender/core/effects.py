@@ -13,6 +13,8 @@ between them).  Decisions themselves never change the state.
 - :class:`BackOff`: a gang was given up (too few pods bound for too long): it backs off.
 - :class:`AssumeBound`: a pod was just bound (by Muster's ``bind``, or in
   ``simulate``); count it there before the informer says so.
+- :class:`AbandonPlan`: a plan's victims are refused eviction past their deadline: its
+  room is let go and the job's next plans leave those victims alone.
 """
 
 from __future__ import annotations
@@ -54,7 +56,16 @@ class AssumeBound:
     started: float | None = None  # simulate: the pod runs from then on
 
 
-Effect = HoldQuota | HoldRoom | ReleaseRoom | BackOff | AssumeBound
+@dataclass(frozen=True, slots=True)
+class AbandonPlan:
+    """A plan stalled on victims whose eviction is refused: its room is let go, and the
+    job's next plans do not count on those victims."""
+
+    job: str
+    refused: frozenset[str]
+
+
+Effect = HoldQuota | HoldRoom | ReleaseRoom | BackOff | AssumeBound | AbandonPlan
 
 
 def apply(state: ClusterState, effect: Effect) -> None:
@@ -70,6 +81,9 @@ def apply(state: ClusterState, effect: Effect) -> None:
             known = state.book.backoffs.get(job)
             if known is None or known.given_up < backoff.given_up:
                 state.book.backoffs[job] = backoff
+        case AbandonPlan(job=job, refused=refused):
+            state.remove_reservation(job)
+            state.book.refused_victims.setdefault(job, set()).update(refused)
         case AssumeBound(pod=pod, node=node, started=started):
             current = state.pods.get(pod.key)
             if current is None:

@@ -78,6 +78,8 @@ class PodInfo:
     #: The job a soft-eviction mark names as its preemptor (``None``: no mark, or a mark
     #: for no job, such as a ``HoldAndDrain`` drain, or one Muster cannot read).
     marked_for: str | None = field(init=False)
+    #: When the soft-eviction mark was written (its ``timestamp``), if Muster can read it.
+    marked_at: float | None = field(init=False)
     #: ``started``, else ``created``: what "most recently started" compares.
     start_or_created: float = field(init=False)
 
@@ -87,10 +89,11 @@ class PodInfo:
         object.__setattr__(self, "group", group)
         object.__setattr__(self, "job", f"{self.namespace}/{group or self.name}")
         object.__setattr__(self, "soft_evicted", keys.SOFT_EVICTION_KEY in self.labels)
-        marked_for = None
+        marked_for = marked_at = None
         if self.soft_evicted and keys.SOFT_EVICTION_KEY in self.annotations:
-            marked_for = _mark_preemptor(self.annotations[keys.SOFT_EVICTION_KEY])
+            marked_for, marked_at = _read_mark(self.annotations[keys.SOFT_EVICTION_KEY])
         object.__setattr__(self, "marked_for", marked_for)
+        object.__setattr__(self, "marked_at", marked_at)
         start = self.started if self.started is not None else self.created
         object.__setattr__(self, "start_or_created", start)
 
@@ -135,14 +138,21 @@ NO_PRIORITY_CLASSES = PriorityClasses(values={})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def _mark_preemptor(text: str) -> str | None:
-    """The ``preemptor`` of a soft-eviction annotation (JSON, as Muster writes it)."""
+def _read_mark(text: str) -> tuple[str | None, float | None]:
+    """The ``preemptor`` and ``timestamp`` of a soft-eviction annotation (JSON, as Muster
+    writes it); ``None`` for either that is missing or unreadable."""
     try:
         mark = json.loads(text)
     except (ValueError, RecursionError):
-        return None
-    preemptor = mark.get("preemptor") if isinstance(mark, dict) else None
-    return preemptor if isinstance(preemptor, str) and preemptor else None
+        return None, None
+    if not isinstance(mark, dict):
+        return None, None
+    preemptor = mark.get("preemptor")
+    try:
+        stamp = parse_time(mark.get("timestamp"), "timestamp")
+    except ManifestError:
+        stamp = None
+    return (preemptor if isinstance(preemptor, str) and preemptor else None), stamp
 
 
 def _group_name(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:

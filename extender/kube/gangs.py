@@ -37,12 +37,12 @@ from extender.core.gang import (
     parked_too_early,
     partially_bound,
 )
-from extender.core.objects import PodInfo, format_time
+from extender.core.objects import format_time
 from extender.core.reservations import persisted_backoff, persisted_pods, reserved_by_muster
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
 from extender.kube.worker import PeriodicWorker
-from extender.kube.writer import ClusterWriter
+from extender.kube.writer import ClusterWriter, best_effort
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class GangKeeper(PeriodicWorker):
             )
             log.warning("%s; giving it up (attempt %d)", reason, backoff.attempts)
             for pod in bound:
-                self._best_effort(
+                best_effort(
                     pod,
                     partial(
                         self.writer.mark_victim, preemptor=None, reason=reason, grace_seconds=None
@@ -127,7 +127,7 @@ class GangKeeper(PeriodicWorker):
                 )
             written = persisted_backoff(backoff)
             for pod in pending:
-                self._best_effort(
+                best_effort(
                     pod,
                     partial(
                         self.writer.patch_pod,
@@ -135,7 +135,7 @@ class GangKeeper(PeriodicWorker):
                     ),
                 )
             for pod in released:
-                self._best_effort(
+                best_effort(
                     pod,
                     lambda p: self.writer.release_room(
                         p, nominated=p.nominated_node_name == reserved_by_muster(p)
@@ -182,7 +182,7 @@ class GangKeeper(PeriodicWorker):
             assert backoff.until is not None
             self._nudged[job] = backoff.until
             for pod in pods:
-                self._best_effort(
+                best_effort(
                     pod,
                     partial(
                         self.writer.patch_pod,
@@ -214,7 +214,7 @@ class GangKeeper(PeriodicWorker):
             if last is not None and last[0] == message and now - last[1] < REQUEUE_AGAIN_SECONDS:
                 continue
             self._requeued[pod.key] = (message, now)
-            self._best_effort(
+            best_effort(
                 pod,
                 partial(
                     self.writer.patch_pod,
@@ -262,12 +262,3 @@ class GangKeeper(PeriodicWorker):
             self._status[job] = fingerprint
             written += 1
         return written
-
-    def _best_effort(self, pod: PodInfo, write: Callable[[PodInfo], None]) -> None:
-        try:
-            write(pod)
-        except ApiError as error:
-            if error.status not in (404, 409):  # gone, or replaced: nothing to do
-                log.warning("gang write to %s: %s", pod.key, error)
-        except httpx.HTTPError as error:
-            log.warning("gang write to %s: %s", pod.key, error)

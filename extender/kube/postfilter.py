@@ -25,17 +25,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import httpx
 
+from extender.core.budgets import refused_victims
 from extender.core.decisions import Decision, DecisionLog
-from extender.core.effects import HoldRoom, apply
+from extender.core.effects import AbandonPlan, HoldRoom, apply
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.reservations import persisted_reservation, reserved_by_muster
+from extender.core.reservations import (
+    persisted_pods,
+    persisted_reservation,
+    reserved_by_muster,
+)
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
-from extender.kube.writer import ClusterWriter
+from extender.kube.writer import ClusterWriter, best_effort
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +103,7 @@ class PostFilterLoop:
                 continue
             self._release(expired)
             self.complete_in_flight()
+            self.abandon_refused(now)
             with self._lock:
                 due = sorted(job for job, at in self._due.items() if at <= now)
                 for job in due:
@@ -146,6 +153,50 @@ class PostFilterLoop:
         for pod, job in unmarked:
             self._remove(pod, job, f"completing the preemption for job {job}", delete_now)
         return len(unmarked)
+
+    def abandon_refused(self, now: float) -> list[str]:
+        """Abandon the plans a PodDisruptionBudget stalls: a victim still refused
+        ``victimEvictionDeadlineSeconds`` after it was marked (see
+        :func:`extender.core.budgets.refused_victims`).  The marks of its victims not yet
+        leaving are taken back, then the job's room is released (the reservation on its
+        pods and their nomination: the update makes kube-scheduler retry them, and the
+        job is planned again without the refused victims); return the jobs."""
+        with self.source.exclusive() as snapshot:
+            stalled = refused_victims(snapshot, now)
+            deadline = snapshot.args.victim_eviction_deadline_seconds
+            work = []
+            for job, refused in stalled.items():
+                marked = [snapshot.pods[key] for key in sorted(snapshot.marked_victims(job))]
+                leaving = [pod for pod in marked if not pod.terminating]
+                released = persisted_pods(snapshot, job)
+                apply(snapshot, AbandonPlan(job, frozenset(pod.key for pod in refused)))
+                work.append((job, refused, leaving, released))
+        for job, refused, leaving, released in work:
+            names = ", ".join(pod.key for pod in refused)
+            reason = (
+                f"preemption for job {job} abandoned: a PodDisruptionBudget still refuses "
+                f"the eviction of {names} {deadline:.0f}s after it was marked"
+            )
+            log.warning("%s; planning the job again without it", reason)
+            for pod in leaving:  # marks first: the job's own update below comes after
+                best_effort(pod, partial(self.writer.unmark_victim, reason=reason))
+                self._written.discard(pod.uid)
+            for pod in released:
+                nominated = pod.nominated_node_name == reserved_by_muster(pod)
+                best_effort(pod, partial(self.writer.release_room, nominated=nominated))
+            if released:
+                best_effort(
+                    released[0],
+                    partial(
+                        self.writer.event,
+                        reason="PreemptionAbandoned",
+                        message=reason,
+                        kind="Warning",
+                    ),
+                )
+            where = released[0].key if released else job
+            self.decisions.record(where, Decision(now, "postfilter", "abandoned", (reason,)))
+        return [job for job, *_ in work]
 
     def _expire(self, now: float) -> list[tuple[PodInfo, str]]:
         """End the reservations whose time is up; return their pods still present that

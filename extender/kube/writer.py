@@ -90,6 +90,26 @@ class ClusterWriter:
         self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
         self.event(pod, "Preempted", f"Marked for eviction, {cause}: {reason}")
 
+    def unmark_victim(self, pod: PodInfo, reason: str) -> None:
+        """Take a victim's soft-eviction mark back (its plan was abandoned): the label and
+        annotation go, ``DisruptionTarget`` turns ``False``, and an event says why."""
+        self.patch_pod(
+            pod,
+            {
+                "labels": {keys.SOFT_EVICTION_KEY: None},
+                "annotations": {keys.SOFT_EVICTION_KEY: None},
+            },
+        )
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "False",
+            "reason": "PreemptionAbandoned",
+            "message": f"{COMPONENT}: {reason}",
+            "lastTransitionTime": format_time(self.clock()),
+        }
+        self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
+        self.event(pod, "PreemptionAbandoned", reason, kind="Warning")
+
     def persist_reservation(self, pod: PodInfo, reservation: Json) -> None:
         """Persist a pod's reservation in its annotation (a restarted Muster reads it)."""
         self.patch_pod(pod, {"annotations": {keys.RESERVATION_ANNOTATION: json.dumps(reservation)}})
@@ -179,3 +199,18 @@ class ClusterWriter:
 
 def _pod_path(pod: PodInfo) -> str:
     return f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+
+
+def best_effort(pod: PodInfo, write: Callable[[PodInfo], object]) -> bool:
+    """Write to ``pod``; a pod gone or replaced meanwhile (404, 409) needs nothing, other
+    failures are logged.  Returns whether the write went through."""
+    try:
+        write(pod)
+    except ApiError as error:
+        if error.status not in (404, 409):
+            log.warning("write to %s: %s", pod.key, error)
+        return False
+    except httpx.HTTPError as error:
+        log.warning("write to %s: %s", pod.key, error)
+        return False
+    return True

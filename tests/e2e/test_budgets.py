@@ -34,7 +34,8 @@ def _muster(
     control_plane: lc.ControlPlane, tmp_path: Path, keys: dict[str, Path], policy: str
 ) -> Any:
     config = tmp_path / "muster-args.yaml"
-    config.write_text(yaml.safe_dump({"pdbPolicy": policy}))
+    # A short deadline, so a test can wait out a victim its budget refuses.
+    config.write_text(yaml.safe_dump({"pdbPolicy": policy, "victimEvictionDeadlineSeconds": 4}))
     return muster_with_evictor(
         control_plane,
         tmp_path,
@@ -155,5 +156,70 @@ def test_strict_with_only_protected_victims_marks_nothing_and_names_the_budget(
         assert teams.events(teams.b, "Preempted") == []
         pending = teams.get(teams.a, "train-0") or {}
         assert not pending["spec"].get("nodeName")
+    finally:
+        teams.cleanup()
+
+
+def test_a_victim_its_budget_refuses_past_the_deadline_ends_the_plan_cleanly(
+    cluster: Cluster, muster_best_effort: MusterProcess
+) -> None:
+    # One 8-GPU node, borrowed by team B's b-0, whose budget allows no disruption: under
+    # BestEffort it is the only plan, so Muster marks it; the evictor's evictions are
+    # refused (429).  4 s (victimEvictionDeadlineSeconds) after the mark, the plan is
+    # abandoned: b-0's mark is taken back (DisruptionTarget False), the preemptor's
+    # reservation is released, and the job, planned again without b-0, finds no plan.
+    cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        start_borrowers(teams, ["web"])
+        protect(cluster, muster_best_effort, teams.b, "web")
+        labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+        teams.create(teams.a, "train-0", requests={"cpu": "4", GPU: 8}, labels=labels)
+        lc.wait_until(
+            lambda: (
+                SOFT_EVICTION
+                in ((teams.get(teams.b, "b-0") or {}).get("metadata") or {}).get("labels", {})
+                or None
+            ),
+            timeout=30,
+            what="b-0 marked (the only plan, breaking its budget)",
+        )
+
+        def abandoned() -> dict[str, Any] | None:
+            pod = teams.get(teams.b, "b-0") or {}
+            target = condition(pod, "DisruptionTarget") or {}
+            if target.get("status") == "False" and SOFT_EVICTION not in pod["metadata"].get(
+                "labels", {}
+            ):
+                return pod
+            return None
+
+        victim = lc.wait_until(abandoned, timeout=30, what="the mark on b-0 taken back")
+        assert victim["status"]["phase"] == "Running"
+        assert condition(victim, "DisruptionTarget")["reason"] == "PreemptionAbandoned"
+        assert teams.events(teams.b, "PreemptionAbandoned"), "no event on the victim"
+
+        def released() -> dict[str, Any] | None:
+            pod = teams.get(teams.a, "train-0") or {}
+            annotations = pod["metadata"].get("annotations") or {}
+            return pod if "muster.dev/reservation" not in annotations else None
+
+        pending = lc.wait_until(released, timeout=30, what="train-0's reservation released")
+        assert not pending["spec"].get("nodeName")
+
+        # Planned again without b-0: no plan, and b-0 is not marked a second time.
+        def replanned() -> dict[str, Any] | None:
+            decisions = muster_best_effort.debug(f"pods/{teams.a}/train-0")["decisions"]
+            outcomes = [d["outcome"] for d in decisions if d["verb"] == "postfilter"]
+            after = outcomes[outcomes.index("abandoned") + 1 :] if "abandoned" in outcomes else []
+            return decisions[-1] if after else None
+
+        last = lc.wait_until(replanned, timeout=30, what="the job planned again")
+        assert not last["outcome"].startswith("preempting"), last
+        again = teams.get(teams.b, "b-0") or {}
+        assert SOFT_EVICTION not in again["metadata"].get("labels", {})
+        assert len(teams.events(teams.b, "Preempted")) == 1
     finally:
         teams.cleanup()

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from base import keys
 from base.errors import ManifestError
-from extender.core.budgets import BudgetUse, parse_pod_disruption_budget
+from extender.core.budgets import BudgetUse, parse_pod_disruption_budget, refused_victims
 from extender.core.config import parse_args
-from extender.core.objects import parse_pod
+from extender.core.effects import AbandonPlan, apply
+from extender.core.objects import parse_pod, parse_time
 from extender.core.preemption.guard import guard_scheduler_preemption
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
 from extender.core.state import ClusterState
@@ -165,3 +167,24 @@ def test_the_preempt_verb_counts_the_violations_of_the_victims_it_keeps() -> Non
     assert result.victims == {"n0": uids}
     assert result.pdb_violations == {"n0": 1}
     assert BudgetUse(snap.budgets.values()).violation_count(snap.pods.values()) == 1
+
+
+def test_a_victim_refused_past_the_deadline_stalls_its_plan_which_is_then_made_without_it() -> None:
+    # b-0 (10:30, web: 0 disruptions allowed) was marked for team-a/train at 10:40 and
+    # is still running.  Before the deadline (120 s) nothing is stalled; after it, b-0
+    # is.  Abandoned (its mark taken back), the job's next plan leaves b-0 alone, though
+    # it started last: b-1 goes.
+    mark = '{"timestamp": "2026-01-01T10:40:00Z", "preemptor": "team-a/train"}'
+    marked = borrower("b-0", "n0", 30, "web")
+    marked["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    marked["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = mark
+    pods = [marked, borrower("b-1", "n1", 5, "etl"), *trainer(1)]
+    snap = cluster(pods, [budget("web", {"matchLabels": {"app": "web"}}, 0)])
+    at = parse_time("2026-01-01T10:40:00Z", "t") or 0.0
+    assert refused_victims(snap, at + 119) == {}
+    stalled = refused_victims(snap, at + 121)
+    assert [pod.key for pod in stalled["team-a/train"]] == ["team-b/b-0"]
+    apply(snap, AbandonPlan("team-a/train", frozenset({"team-b/b-0"})))
+    snap.upsert_pod(parse_pod(borrower("b-0", "n0", 30, "web")))  # the mark taken back
+    decision = plan_job_preemption(snap, "team-a/train", at + 122)
+    assert victims(decision) == ["team-b/b-1"]

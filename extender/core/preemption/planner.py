@@ -176,7 +176,10 @@ def _search(
     skipped_for_budgets: list[str] = []
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
+    refused = snapshot.book.refused_victims.get(demand.job, ())
     for group in find_victim_groups(snapshot, preemptor, wants):
+        if refused and any(pod.key in refused for pod in group.pods):
+            continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
             violation = simulation.min_violation(group)
             if violation is not None:

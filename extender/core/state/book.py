@@ -58,6 +58,9 @@ class ReservationBook:
         #: job → the ``created`` time of its newest reservation let go: a persisted copy
         #: of that one (or an older one) read back later is stale, not a reservation.
         self.released: dict[str, float] = {}
+        #: job → victims of its abandoned plans (their eviction was refused past the
+        #: deadline): its next plans do not count on them again.
+        self.refused_victims: dict[str, set[str]] = {}
 
     # ---- reservations ---------------------------------------------------------------
 

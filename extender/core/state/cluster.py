@@ -114,6 +114,7 @@ class ClusterState:
         self.book.unhold(key)
         if pod.job not in self._jobs:  # its job's last pod: nothing of the job remains
             self.book.released.pop(pod.job, None)
+            self.book.refused_victims.pop(pod.job, None)
         # A pod that is gone leaves its job's reservation: one re-created under its name
         # is a new pod, not reserved by the old one's placement.
         reservation = self.book.reservations.get(pod.job)
@@ -257,6 +258,10 @@ class ClusterState:
         """Keys of the pods still present whose soft-eviction mark names ``job``: its
         victims on their way out (the job is in flight while there are any)."""
         return self._marked_for.get(job, ())
+
+    def jobs_with_marked_victims(self) -> Collection[str]:
+        """The jobs some present pod's soft-eviction mark names."""
+        return self._marked_for.keys()
 
     def nominated_to(self, node: str) -> Collection[str]:
         """Keys of the pending pods whose ``status.nominatedNodeName`` is ``node``."""
