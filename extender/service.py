@@ -30,7 +30,6 @@ from extender.core.reservations import persisted_pods
 from extender.core.scheduling import (
     FilterOutcome,
     FilterResult,
-    admission_hold,
     score_nodes,
 )
 from extender.core.state import ClusterState, Reservation
@@ -177,11 +176,7 @@ class Extender:
                     reservation = effect.reservation
                     pods = [snapshot.pods.get(key, pod) for key in reservation.placements]
                     writes.append((reservation, pods))
-            if not result.quota_failures and result.passed:
-                hold = admission_hold(snapshot, pod, now + snapshot.args.quota_hold_seconds)
-                if hold is not None:
-                    apply(snapshot, hold)
-            elif self.on_unschedulable is not None:
+            if (result.quota_failures or not result.passed) and self.on_unschedulable is not None:
                 plan_at_once = postfilter_trigger(snapshot, pod)
         if self.room_keeper is not None:
             for held, written in writes:

@@ -46,7 +46,7 @@ from extender.core.effects import Effect, HoldRoom, ReleaseRoom
 from extender.core.jobs import min_available_annotation
 from extender.core.objects import PodInfo, format_time
 from extender.core.preemption.fit import JobFit, shape_of
-from extender.core.scheduling import FilterResult, filter_nodes
+from extender.core.scheduling import FilterResult, admission_hold, filter_nodes
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
 #: How many times a plan is redone when kube-scheduler refuses the node it gave the pod.
@@ -316,7 +316,28 @@ def filter_pod(
 ) -> FilterResult:
     """The filter for one pod: :func:`~extender.core.scheduling.filter_nodes`, and for a
     pod of a gang the whole job's placement (see the module docstring).  The effects
-    the front door must apply are in ``FilterResult.effects``."""
+    the front door must apply are in ``FilterResult.effects``, with the admission hold
+    (``quotaHoldSeconds``) of a job admitted whole that holds no reserved room: the
+    live filter and ``simulate`` apply the same ones."""
+    result = _filter_pod(snapshot, pod, node_names, as_extender=as_extender, now=now)
+    if result.quota_failures or not result.passed:
+        return result
+    if pod.job in snapshot.reservations or any(isinstance(e, HoldRoom) for e in result.effects):
+        return result  # room reserved for the job charges its quota already
+    hold = admission_hold(snapshot, pod, now + snapshot.args.quota_hold_seconds)
+    if hold is None:
+        return result
+    return dataclasses.replace(result, effects=(*result.effects, hold))
+
+
+def _filter_pod(
+    snapshot: ClusterState,
+    pod: PodInfo,
+    node_names: Sequence[str],
+    *,
+    as_extender: bool,
+    now: float,
+) -> FilterResult:
     result = filter_nodes(snapshot, pod, node_names, as_extender=as_extender)
     if result.quota_failures or not is_gang(snapshot, pod):
         return result

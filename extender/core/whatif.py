@@ -22,7 +22,6 @@ from extender.core.gang import filter_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.scheduling import (
     FilterResult,
-    admission_hold,
     best_node,
     score_nodes,
 )
@@ -80,9 +79,6 @@ def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
             for effect in outcome.effects:
                 apply(snapshot, effect)
             if outcome.passed:
-                hold = admission_hold(snapshot, current, now + snapshot.args.quota_hold_seconds)
-                if hold is not None:
-                    apply(snapshot, hold)
                 node = best_node(score_nodes(snapshot, current, outcome.passed))
                 assert node is not None
                 apply(snapshot, AssumeBound(current, node, started=now))

@@ -10,6 +10,7 @@ nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from base import keys
 from extender.core import gang
 from extender.core.config import parse_args
-from extender.core.effects import AssumeBound, HoldRoom, ReleaseRoom, apply
+from extender.core.effects import AssumeBound, HoldQuota, HoldRoom, ReleaseRoom, apply
 from extender.core.jobs import PodGroupInfo
 from extender.core.objects import PodInfo, parse_pod
 from extender.core.scheduling import FilterResult, filter_nodes
@@ -510,14 +511,23 @@ def test_a_pod_in_no_gang_is_filtered_exactly_as_filter_nodes_does(
     name: str, as_extender: bool
 ) -> None:
     # No pod-group label, a pod group of one, or min-available 1: not a gang, so the
-    # gang rules add nothing.
+    # gang rules add nothing.  A pod of a pod group that passes gets its job's admission
+    # hold (quotaHoldSeconds, 60 s by default) over the job's pending pods: solo-0's own
+    # job is just itself; m-0's and m-1's is both of them.
     snap = build_mixed()
     candidate: PodInfo = snap.pods[key(name)]
     assert not gang.is_gang(snap, candidate)
     names = ["n1", "n2", "n3", "gone"]
     result = gang.filter_pod(snap, candidate, names, as_extender=as_extender, now=NOW)
-    assert result == filter_nodes(snap, candidate, names, as_extender=as_extender)
-    assert result.gang_waiting is None and not result.gang_placed and result.effects == ()
+    held = {
+        "solo-0": HoldQuota("team-a/solo", (key("solo-0"),), NOW + 60),
+        "m-0": HoldQuota("team-a/m", (key("m-0"), key("m-1")), NOW + 60),
+        "m-1": HoldQuota("team-a/m", (key("m-0"), key("m-1")), NOW + 60),
+    }
+    expected = filter_nodes(snap, candidate, names, as_extender=as_extender)
+    hold = (held[name],) if name in held else ()
+    assert result == dataclasses.replace(expected, effects=hold)
+    assert result.gang_waiting is None and not result.gang_placed
 
 
 @BOTH_MODES
