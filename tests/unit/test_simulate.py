@@ -190,6 +190,9 @@ def test_bad_config_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     config.write_text("disableDefaultPreemptible: 'yes'\n")
     code, _, err = run(capsys, scenario, "--config", str(config))
     assert code == 2 and "disableDefaultPreemptible" in err
+    config.write_text("pdbPolicy: Sometimes\n")
+    code, _, err = run(capsys, scenario, "--config", str(config))
+    assert code == 2 and "pdbPolicy" in err and "'BestEffort' or 'Strict'" in err
     code, _, err = run(capsys, str(tmp_path / "missing.yaml"))
     assert code == 2 and "cannot read" in err
 
