@@ -31,6 +31,7 @@ from extender.kube.housekeeping import Housekeeper
 from extender.kube.leader import LeaderElector
 from extender.kube.persister import ReservationPersister
 from extender.kube.postfilter import PostFilterLoop
+from extender.kube.requeue import Requeuer
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter
 from extender.service import Extender, StaticSource
@@ -125,6 +126,7 @@ def run(
             ClusterWriter(client),
             is_leader=is_leader,
         ).start()
+        Requeuer(source, ClusterWriter(client), is_leader=is_leader).start()
         source.start()
         postfilter.start()
     else:

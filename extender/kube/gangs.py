@@ -11,9 +11,6 @@ Every second the leader:
 - nudges the pending pods of gangs whose backoff just ended (a ``muster.dev/requeue``
   annotation: any update makes kube-scheduler retry a parked pod at once), oldest
   first by ``requeuingTimestamp`` (when given up, or when created);
-- nudges the pods kube-scheduler parked while their gang had too few pods, once the
-  gang has enough (:func:`extender.core.gang.parked_too_early`): kube-scheduler does
-  not retry a parked pod when another pending pod is created;
 - writes each PodGroup's ``status`` (phase, scheduled, running, succeeded, failed)
   where it changed (:func:`extender.core.gang.gang_status`).
 """
@@ -34,7 +31,6 @@ from extender.core.gang import (
     gang_jobs,
     gang_status,
     give_up,
-    parked_too_early,
     partially_bound,
 )
 from extender.core.objects import format_time
@@ -45,9 +41,6 @@ from extender.kube.worker import PeriodicWorker
 from extender.kube.writer import ClusterWriter, best_effort
 
 log = logging.getLogger(__name__)
-
-#: A parked pod nudged once is nudged again for the same message after this long.
-REQUEUE_AGAIN_SECONDS = 10.0
 
 
 class GangKeeper(PeriodicWorker):
@@ -68,7 +61,6 @@ class GangKeeper(PeriodicWorker):
         self._partial_since: dict[str, float] = {}  # job → when first seen partly bound
         self._nudged: dict[str, float] = {}  # job → the backoff end it was nudged for
         self._status: dict[str, str] = {}  # job → the PodGroup status last written
-        self._requeued: dict[str, tuple[str, float]] = {}  # pod → (message, when) nudged
         self.given_up = 0
 
     def tick(self) -> None:
@@ -79,7 +71,6 @@ class GangKeeper(PeriodicWorker):
         chores = (
             self.give_up_timed_out,
             self.nudge_after_backoff,
-            self.nudge_complete_gangs,
             self.write_status,
         )
         for chore in chores:
@@ -195,34 +186,6 @@ class GangKeeper(PeriodicWorker):
                 f"gang {job}: backoff ended, retrying (attempt {backoff.attempts})",
             )
         return [job for _order, job, _backoff, _pods in ended]
-
-    def nudge_complete_gangs(self, now: float) -> list[str]:
-        """Make kube-scheduler retry the pods it parked while their gang had too few pods,
-        now that it has enough; return them.  A pod is nudged again for the same message
-        only after ``REQUEUE_AGAIN_SECONDS`` (kube-scheduler may not have retried yet)."""
-        parked = self.source.parked()
-        with self.source.exclusive() as snapshot:
-            early = [snapshot.pods[key] for key in parked_too_early(snapshot, parked)]
-        for key in list(self._requeued):
-            if key not in parked:
-                del self._requeued[key]
-        nudged = []
-        stamp = format_time(now)
-        for pod in early:
-            message = parked[pod.key]
-            last = self._requeued.get(pod.key)
-            if last is not None and last[0] == message and now - last[1] < REQUEUE_AGAIN_SECONDS:
-                continue
-            self._requeued[pod.key] = (message, now)
-            best_effort(
-                pod,
-                partial(
-                    self.writer.patch_pod,
-                    metadata={"annotations": {keys.REQUEUE_ANNOTATION: stamp}},
-                ),
-            )
-            nudged.append(pod.key)
-        return nudged
 
     def write_status(self, now: float) -> int:
         """Write the status of every PodGroup whose gang's status changed; return how many.

@@ -63,6 +63,9 @@ class ClusterState:
         self.node_memo: NodeMemo = {}
         self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group")
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
+        #: Counts changes that free room only Muster sees (quotas replaced, reservations
+        #: and admission holds let go): what makes parked pods worth a nudge.
+        self.room_epoch = 0
         #: PodDisruptionBudgets, by ``namespace/name``.
         self.budgets: dict[str, DisruptionBudget] = {}
         self._jobs: dict[str, set[str]] = {}
@@ -132,6 +135,7 @@ class ClusterState:
     def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
         """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
         tree = QuotaTree(quotas)
+        self.room_epoch += 1
         for pod in self.pods.values():
             self._unindex(pod)
         self.tree = tree
@@ -181,6 +185,7 @@ class ClusterState:
         reservation = self.book.reservations.pop(job, None)
         if reservation is None:
             return None
+        self.room_epoch += 1
         for pod_key in reservation.placements:
             reserved = self.book.reserved(pod_key)
             if reserved is not None and reserved[0] == job:
@@ -209,6 +214,8 @@ class ClusterState:
     def release_quota_holds(self, now: float) -> list[str]:
         """End the holds whose time is up; return their jobs."""
         ended = self.book.end_holds(now)
+        if ended:
+            self.room_epoch += 1
         for _job, held in ended:
             for key in held:
                 with self._reindexing(key):
