@@ -47,6 +47,14 @@ class ClusterSource(Protocol):
         """Has the first full sync happened?"""
         ...
 
+    def problems(self) -> list[str]:
+        """What is wrong with the source's background work now (empty: nothing)."""
+        ...
+
+    def lasting_problems(self) -> list[str]:
+        """The problems that have lasted long enough that a restart should cure them."""
+        ...
+
     def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
         """The cluster state, held exclusively: the informers' updates, each decision with
         the effects it returns (applied before letting go, so nothing comes between),
@@ -82,6 +90,12 @@ class StaticSource:
 
     def ready(self) -> bool:
         return True
+
+    def problems(self) -> list[str]:
+        return []
+
+    def lasting_problems(self) -> list[str]:
+        return []
 
     def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
         return holding(self._lock, self._snapshot, wait)

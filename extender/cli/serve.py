@@ -116,19 +116,18 @@ def run(
             log=decisions,
             room_keeper=ReservationPersister(ClusterWriter(client)).start(),
         )
-        Housekeeper(
-            source,
-            ClusterWriter(client),
-            is_leader=is_leader,
-        ).start()
-        GangKeeper(
-            source,
-            ClusterWriter(client),
-            is_leader=is_leader,
-        ).start()
-        Requeuer(source, ClusterWriter(client), is_leader=is_leader).start()
+        workers = [
+            Housekeeper(source, ClusterWriter(client), is_leader=is_leader),
+            GangKeeper(source, ClusterWriter(client), is_leader=is_leader),
+            Requeuer(source, ClusterWriter(client), is_leader=is_leader),
+        ]
+        for part in (*workers, postfilter, *([elector] if elector is not None else [])):
+            source.health.add(part)
+        for worker in workers:
+            worker.start()
         source.start()
         postfilter.start()
+        source.health.watch()
     else:
         try:
             loaded = load_manifests(snapshot_files, args)

@@ -168,14 +168,20 @@ def create_app(
     }
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> Response:
+        lasting = extender.source.lasting_problems()
+        if lasting:
+            return JSONResponse({"status": "unhealthy", "problems": lasting}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if extender.source.ready():
-            return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "waiting for the first full sync"}, status_code=503)
+        if not extender.source.ready():
+            return JSONResponse({"status": "waiting for the first full sync"}, status_code=503)
+        problems = extender.source.problems()
+        if problems:
+            return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
+        return JSONResponse({"status": "ready"})
 
     @app.get("/metrics")
     def metrics() -> Response:

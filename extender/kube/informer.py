@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 
 from extender.kube.client import ApiError, Json, KubeClient
+from extender.kube.health import Watched
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ class InformerStats:
 
 
 @dataclass
-class Informer:
+class Informer(Watched):
     client: KubeClient
     path: str  # e.g. /api/v1/pods
     handler: Handler
@@ -65,13 +67,16 @@ class Informer:
         self.installed = True
         self._store: dict[str, Json] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"informer {self.path}", daemon=True)
+        self.name = f"informer {self.path}"
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._init_health()
 
     def start(self) -> Informer:
         self._thread.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        self._stopping = True
         self._stop.set()
         self._thread.join(timeout)
 
@@ -85,6 +90,7 @@ class Informer:
                     if version is None:  # not installed
                         self._stop.wait(self.missing_retry_seconds)
                         continue
+                    self.round_succeeded()
                 version = self._watch(version)
                 backoff = self.backoff_initial
             except ApiError as error:
@@ -101,6 +107,13 @@ class Informer:
                 self._failed(error)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.backoff_max)
+            except Exception as error:  # a bug (in a handler, say): logged, then relist
+                self.round_failed(error, time.time())
+                version = None
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+            else:
+                self.round_succeeded()
 
     def _failed(self, error: Exception) -> None:
         self.stats.errors += 1

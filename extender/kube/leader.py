@@ -47,7 +47,7 @@ class LeaderElector(PeriodicWorker):
         self.client = client
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-        self.name = name
+        self.lease_name = name
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds
@@ -119,7 +119,7 @@ class LeaderElector(PeriodicWorker):
         if acquired:
             spec["acquireTime"] = _micro_time(now)
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if lease else 0)
-        metadata = dict(lease.get("metadata") or {"name": self.name})
+        metadata = dict(lease.get("metadata") or {"name": self.lease_name})
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",

@@ -40,13 +40,14 @@ from extender.core.reservations import (
     reserved_by_muster,
 )
 from extender.kube.client import ApiError
+from extender.kube.health import Watched
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter, best_effort
 
 log = logging.getLogger(__name__)
 
 
-class PostFilterLoop:
+class PostFilterLoop(Watched):
     def __init__(
         self,
         source: KubeSource,
@@ -67,7 +68,9 @@ class PostFilterLoop:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="postfilter", daemon=True)
+        self.name = "postfilter"
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._init_health()
         self.committed = 0
         self.refused = 0
         self._written: set[str] = set()  # victim UIDs this process has marked or evicted
@@ -77,6 +80,7 @@ class PostFilterLoop:
         return self
 
     def stop(self) -> None:
+        self._stopping = True
         self._stop.set()
         self._wake.set()
         self._thread.join(5)
@@ -95,27 +99,35 @@ class PostFilterLoop:
             self._wake.clear()
             if not self.source.ready():
                 continue
-            now = self.clock()
-            # Every replica ends its reservations on time (followers answer the filter
-            # too); only the leader writes to the cluster.
-            expired = self._expire(now)
-            if not self.is_leader():
-                continue
-            self._release(expired)
-            self.complete_in_flight()
-            self.abandon_refused(now)
-            with self._lock:
-                due = sorted(job for job, at in self._due.items() if at <= now)
-                for job in due:
-                    del self._due[job]
+            try:
+                self._round()
+            except Exception as error:  # a bug in one round must not end the loop
+                self.round_failed(error, self.clock())
+            else:
+                self.round_succeeded()
+
+    def _round(self) -> None:
+        now = self.clock()
+        # Every replica ends its reservations on time (followers answer the filter too);
+        # only the leader writes to the cluster.
+        expired = self._expire(now)
+        if not self.is_leader():
+            return
+        self._release(expired)
+        self.complete_in_flight()
+        self.abandon_refused(now)
+        with self._lock:
+            due = sorted(job for job, at in self._due.items() if at <= now)
             for job in due:
-                try:
-                    self.decide(job, now)
-                except Exception:  # one job's failure must not stop the loop
-                    log.exception("postfilter: deciding %s failed", job)
-            with self._lock:
-                if self._due and min(self._due.values()) <= self.clock():
-                    self._wake.set()
+                del self._due[job]
+        for job in due:
+            try:
+                self.decide(job, now)
+            except Exception:  # one job's failure must not stop the others
+                log.exception("postfilter: deciding %s failed", job)
+        with self._lock:
+            if self._due and min(self._due.values()) <= self.clock():
+                self._wake.set()
 
     def _remove(self, pod: PodInfo, job: str, reason: str, delete_now: bool) -> None:
         """Mark a victim for soft eviction (or evict it at once), once it succeeds; a

@@ -33,6 +33,7 @@ from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_po
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
 from extender.kube.client import Json, KubeClient
+from extender.kube.health import Health
 from extender.kube.informer import Handler, Informer, object_key
 from extender.service import holding, postfilter_trigger
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
@@ -87,6 +88,10 @@ class KubeSource:
             Informer(client, "/apis/policy/v1/poddisruptionbudgets", self._on_budget),
             Informer(client, "/api/v1/pods", self._on_pod),
         ]
+        #: The health of the informers and of every background thread registered with it.
+        self.health = Health()
+        for informer in self.informers:
+            self.health.add(informer)
 
     def quota_objects(self) -> dict[str, tuple[str, QuotaSpec]]:
         """Every ElasticQuota object seen: ``group/namespace/name`` → (API group, spec)."""
@@ -114,6 +119,12 @@ class KubeSource:
 
     def ready(self) -> bool:
         return all(informer.synced.is_set() for informer in self.informers)
+
+    def problems(self) -> list[str]:
+        return self.health.problems()
+
+    def lasting_problems(self) -> list[str]:
+        return self.health.lasting_problems()
 
     def wait_ready(self, timeout: float) -> bool:
         return all(informer.synced.wait(timeout) for informer in self.informers)
