@@ -2,20 +2,24 @@
 
 Watches pods carrying the ``scheduling.koordinator.sh/soft-eviction`` label
 and evicts each through the Eviction API, so PodDisruptionBudgets are
-honoured (a ``429`` is retried later), with the grace period the mark's
-``deleteOptions`` asks for.  A cluster with its own operator (one that
-checkpoints a training job first, say) runs that instead.
+honoured (a ``429`` is retried later, with a per-pod backoff), with the grace
+period the mark's ``deleteOptions`` asks for; each pod is evicted once.  A
+cluster with its own operator (one that checkpoints a training job first, say)
+runs that instead.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from base import keys
 from extender.kube.client import ApiError, Json, KubeClient
@@ -25,16 +29,38 @@ from extender.kube.writer import ClusterWriter
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Refused:
+    """A marked pod whose eviction was refused (a PodDisruptionBudget's 429, a 5xx)."""
+
+    obj: Json
+    first_refused: float
+    attempts: int
+    next_try: float
+
+
 class Evictor:
+    """Evicts marked pods, each once: the watch thread and the retry thread claim a pod
+    under one lock before they call the API, so neither evicts what the other is
+    evicting or has evicted.  A refused eviction is retried with a per-pod exponential
+    backoff (``retry_seconds`` doubling up to ``max_retry_seconds``, with ±20% jitter,
+    so a budget's pods are not all retried in step)."""
+
     def __init__(
         self,
         client: KubeClient,
         *,
         retry_seconds: float = 5.0,
+        max_retry_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         self.writer = ClusterWriter(client, clock)
+        self.writer.attempts = 1  # a refusal is retried by the evictor's own backoff
         self.retry_seconds = retry_seconds
+        self.max_retry_seconds = max_retry_seconds
+        self.clock = clock
+        self.jitter = jitter
         self.registry = CollectorRegistry()
         self.evictions = Counter(
             "muster_evictor_evictions",
@@ -42,8 +68,16 @@ class Evictor:
             ["outcome"],
             registry=self.registry,
         )
-        self._waiting: dict[str, Json] = {}  # blocked by a PDB, retried later
+        oldest = Gauge(
+            "muster_evictor_oldest_refused_eviction_age_seconds",
+            "How long the longest-refused marked pod has been waiting for its eviction "
+            "(0: none waits). A PodDisruptionBudget that never allows it shows here.",
+            registry=self.registry,
+        )
+        oldest.set_function(self.oldest_refused_age)
+        self._waiting: dict[str, _Refused] = {}  # refused, retried later; by pod key
         self._evicted: set[str] = set()  # UIDs evicted already (their updates follow)
+        self._claimed: set[str] = set()  # UIDs a thread is evicting right now
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.informer = Informer(
@@ -60,50 +94,83 @@ class Evictor:
         self._stop.set()
         self.informer.stop()
 
+    def oldest_refused_age(self) -> float:
+        with self._lock:
+            first = min((r.first_refused for r in self._waiting.values()), default=None)
+        return 0.0 if first is None else max(0.0, self.clock() - first)
+
     def _on_pod(self, kind: str, obj: Json) -> None:
         metadata = obj.get("metadata") or {}
         if kind == "DELETED" or metadata.get("deletionTimestamp"):
+            # Gone, leaving, or no longer marked (a watch by label sees that as DELETED).
             with self._lock:
                 self._waiting.pop(object_key(obj), None)
-            if kind == "DELETED":
-                self._evicted.discard(str(metadata.get("uid")))
+                if kind == "DELETED":
+                    self._evicted.discard(str(metadata.get("uid")))
             return
         self._evict(obj)
+
+    def retry_due(self) -> int:
+        """Try again the refused evictions whose backoff is over; return how many."""
+        now = self.clock()
+        with self._lock:
+            due = [r.obj for r in self._waiting.values() if r.next_try <= now]
+        for obj in due:
+            self._evict(obj)
+        return len(due)
 
     def _evict(self, obj: Json) -> None:
         metadata = obj.get("metadata") or {}
         key = object_key(obj)
         uid = str(metadata.get("uid"))
-        if uid in self._evicted:
-            return
+        with self._lock:
+            if uid in self._evicted or uid in self._claimed:
+                return
+            self._claimed.add(uid)
+        try:
+            self._call(obj, key, uid)
+        finally:
+            with self._lock:
+                self._claimed.discard(uid)
+
+    def _call(self, obj: Json, key: str, uid: str) -> None:
+        metadata = obj.get("metadata") or {}
         grace = _grace_seconds(metadata.get("annotations") or {})
         try:
-            self.writer.evict(
-                str(metadata.get("namespace")),
-                str(metadata.get("name")),
-                str(metadata.get("uid")),
-                grace,
-            )
-            self.evictions.labels("evicted").inc()
-            self._evicted.add(uid)
-            log.info("evicted %s", key)
-            with self._lock:
-                self._waiting.pop(key, None)
+            self.writer.evict(str(metadata.get("namespace")), str(metadata.get("name")), uid, grace)
         except ApiError as error:
-            if error.status == 404 or error.status == 409:
+            if error.status in (404, 409):
                 self.evictions.labels("gone").inc()
+                with self._lock:
+                    self._waiting.pop(key, None)
                 return  # gone, or replaced by a new pod of the same name
             self.evictions.labels("refused" if error.status == 429 else "failed").inc()
-            log.warning("evicting %s: %s (will retry)", key, error)
-            with self._lock:
-                self._waiting[key] = obj
+            self._refused(obj, key, error)
+            return
+        except (httpx.HTTPError, OSError) as error:
+            self.evictions.labels("failed").inc()
+            self._refused(obj, key, error)
+            return
+        self.evictions.labels("evicted").inc()
+        log.info("evicted %s", key)
+        with self._lock:
+            self._evicted.add(uid)
+            self._waiting.pop(key, None)
+
+    def _refused(self, obj: Json, key: str, error: Exception) -> None:
+        now = self.clock()
+        with self._lock:
+            known = self._waiting.get(key)
+            attempts = 1 if known is None else known.attempts + 1
+            first = now if known is None else known.first_refused
+            delay = min(self.retry_seconds * 2 ** (attempts - 1), self.max_retry_seconds)
+            delay *= 0.8 + 0.4 * self.jitter()
+            self._waiting[key] = _Refused(obj, first, attempts, now + delay)
+        log.warning("evicting %s: %s (retry %d in %.1fs)", key, error, attempts, delay)
 
     def _retry_loop(self) -> None:
-        while not self._stop.wait(self.retry_seconds):
-            with self._lock:
-                waiting = list(self._waiting.values())
-            for obj in waiting:
-                self._evict(obj)
+        while not self._stop.wait(min(1.0, self.retry_seconds)):
+            self.retry_due()
 
 
 def _grace_seconds(annotations: Json) -> int | None:

@@ -43,10 +43,17 @@ def marked(name: str, uid: str, grace: int | None = None) -> dict[str, Any]:
     }
 
 
-def evictor(client: ScriptedClient) -> Evictor:
-    made = Evictor(cast(KubeClient, client))
-    made.writer.attempts = 1  # the evictor's own retry is what is tested here
-    return made
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def evictor(client: ScriptedClient, clock: Clock | None = None) -> Evictor:
+    # No jitter (0.5 → a factor of exactly 1): the backoff is 5, 10, 20, ... seconds.
+    return Evictor(cast(KubeClient, client), clock=clock or Clock(), jitter=lambda: 0.5)
 
 
 def outcomes(made: Evictor) -> dict[str, float]:
@@ -70,17 +77,21 @@ def test_each_marked_pod_is_evicted_once_with_the_mark_s_grace_period() -> None:
     assert outcomes(made)["evicted"] == 2
 
 
-def test_a_refused_eviction_is_retried_and_a_gone_pod_forgotten() -> None:
+def test_a_refused_eviction_is_retried_after_its_backoff_and_a_gone_pod_forgotten() -> None:
+    clock = Clock()
     client = ScriptedClient({"b-0": [429, 429], "b-1": [404]})
-    made = evictor(client)
+    made = evictor(client, clock)
     made._on_pod("ADDED", marked("b-0", "u0"))
     made._on_pod("ADDED", marked("b-1", "u1"))
     assert set(made._waiting) == {"team-b/b-0"}  # refused by its budget: waits
-    for obj in list(made._waiting.values()):  # one retry round: refused again
-        made._evict(obj)
-    for obj in list(made._waiting.values()):  # the budget allows it now
-        made._evict(obj)
-    assert made._waiting == {}
+    assert made.retry_due() == 0  # its backoff (5 s) is not over
+    clock.now += 5
+    assert made.retry_due() == 1  # refused again: now it waits 10 s
+    assert made._waiting["team-b/b-0"].next_try == clock.now + 10
+    assert made.oldest_refused_age() == 5.0
+    clock.now += 10
+    assert made.retry_due() == 1  # the budget allows it now
+    assert made._waiting == {} and made.oldest_refused_age() == 0.0
     counts = outcomes(made)
     assert (counts["refused"], counts["gone"], counts["evicted"]) == (2, 1, 1)
     # a pod deleted meanwhile stops waiting
@@ -90,6 +101,34 @@ def test_a_refused_eviction_is_retried_and_a_gone_pod_forgotten() -> None:
     deleting["metadata"]["deletionTimestamp"] = "2027-01-01T00:00:00Z"
     made._on_pod("MODIFIED", deleting)
     assert made._waiting == {}
+
+
+def test_the_backoff_is_capped_and_jittered() -> None:
+    clock = Clock()
+    client = ScriptedClient({"b-0": [503] * 10})
+    made = Evictor(cast(KubeClient, client), clock=clock, jitter=lambda: 1.0)  # +20%
+    made._on_pod("ADDED", marked("b-0", "u0"))
+    delays = []
+    for _ in range(6):
+        refused = made._waiting["team-b/b-0"]
+        delays.append(round(refused.next_try - clock.now, 6))
+        clock.now = refused.next_try
+        made.retry_due()
+    # 5, 10, 20, 40, 60 (the cap), 60 seconds, each +20%.
+    assert delays == [6.0, 12.0, 24.0, 48.0, 72.0, 72.0]
+    assert outcomes(made)["failed"] == 7
+
+
+def test_a_pod_another_thread_is_evicting_is_not_evicted_twice() -> None:
+    client = ScriptedClient({})
+    made = evictor(client)
+    made._claimed.add("u0")  # the retry thread is evicting it right now
+    made._on_pod("MODIFIED", marked("b-0", "u0"))
+    assert client.evictions == []
+    made._claimed.clear()
+    made._on_pod("MODIFIED", marked("b-0", "u0"))
+    made._on_pod("MODIFIED", marked("b-0", "u0"))
+    assert len(client.evictions) == 1
 
 
 def test_a_mark_that_is_not_json_evicts_with_the_pod_s_own_grace_period() -> None:
