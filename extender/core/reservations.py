@@ -13,6 +13,7 @@ the pod's own annotation is Muster's, any other is kube-scheduler's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -166,3 +167,68 @@ def restored_effects(snapshot: ClusterState, pod: PodInfo) -> list[Effect]:
     if backoff is not None:
         effects.append(BackOff(pod.job, backoff))
     return effects
+
+
+#: How long past its timeout a reservation is extended at a time while its victims are
+#: still terminating, and at most in all (a victim stuck terminating must not hold the
+#: job in flight for good).
+TERMINATING_MARGIN_SECONDS = 30.0
+TERMINATING_LIMIT_SECONDS = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class EndedPlan:
+    """A plan that ended without its job binding: what the front door undoes."""
+
+    job: str
+    why: str
+    #: Victims still marked for the job and not leaving yet: their marks are taken back.
+    unmark: tuple[PodInfo, ...]
+    #: The job's pending pods carrying the reservation Muster wrote: it is cleared.
+    release: tuple[PodInfo, ...]
+
+
+def settle_reservations(
+    snapshot: ClusterState, now: float
+) -> tuple[list[Reservation], list[EndedPlan]]:
+    """Which reservations to extend and which plans to end, at ``now``.
+
+    A reservation whose time is up is extended by :data:`TERMINATING_MARGIN_SECONDS`
+    while a victim marked for its job is still terminating (the room is on its way: in
+    flight survives the timer), up to :data:`TERMINATING_LIMIT_SECONDS` past it.
+    Otherwise it ends, and so does one whose job has no pods left: the plan is undone,
+    never left half (the marks of victims not yet leaving are taken back, the
+    reservation on the job's pods cleared)."""
+    extended: list[Reservation] = []
+    ended: list[EndedPlan] = []
+    timeout = snapshot.args.reservation_timeout_seconds
+    for job, reservation in sorted(snapshot.reservations.items()):
+        pods = snapshot.job_pods(job)
+        if pods and reservation.expires > now:
+            continue
+        marked = [snapshot.pods[key] for key in sorted(snapshot.marked_victims(job))]
+        limit = reservation.created + timeout + TERMINATING_LIMIT_SECONDS
+        if pods and now < limit and any(pod.terminating for pod in marked):
+            until = now + TERMINATING_MARGIN_SECONDS
+            extended.append(dataclasses.replace(reservation, expires=until))
+            continue
+        why = "its reservation timed out" if pods else "the job is gone"
+        ended.append(ended_plan(snapshot, job, why))
+    # A job deleted with its last pod leaves no reservation behind, but its victims'
+    # marks may still name it: nothing needs their room any more.
+    for job in sorted(snapshot.jobs_with_marked_victims()):
+        if job not in snapshot.reservations and not snapshot.job_pods(job):
+            ended.append(ended_plan(snapshot, job, "the job is gone"))
+    return extended, ended
+
+
+def ended_plan(snapshot: ClusterState, job: str, why: str) -> EndedPlan:
+    """The plan of ``job`` ended now, for ``why``: its victims not yet leaving and its
+    pods carrying the reservation Muster wrote (see :class:`EndedPlan`)."""
+    marked = [snapshot.pods[key] for key in sorted(snapshot.marked_victims(job))]
+    return EndedPlan(
+        job,
+        why,
+        tuple(pod for pod in marked if not pod.terminating),
+        tuple(persisted_pods(snapshot, job)),
+    )

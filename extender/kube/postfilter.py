@@ -31,13 +31,15 @@ import httpx
 
 from extender.core.budgets import refused_victims
 from extender.core.decisions import Decision, DecisionLog
-from extender.core.effects import AbandonPlan, HoldRoom, apply
+from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.reservations import (
-    persisted_pods,
+    EndedPlan,
+    ended_plan,
     persisted_reservation,
     reserved_by_muster,
+    settle_reservations,
 )
 from extender.kube.client import ApiError
 from extender.kube.health import Watched
@@ -110,10 +112,11 @@ class PostFilterLoop(Watched):
         now = self.clock()
         # Every replica ends its reservations on time (followers answer the filter too);
         # only the leader writes to the cluster.
-        expired = self._expire(now)
+        ended = self._settle(now)
         if not self.is_leader():
             return
-        self._release(expired)
+        for plan in ended:
+            self._undo(plan, now)
         self.complete_in_flight()
         self.abandon_refused(now)
         with self._lock:
@@ -169,67 +172,57 @@ class PostFilterLoop(Watched):
     def abandon_refused(self, now: float) -> list[str]:
         """Abandon the plans a PodDisruptionBudget stalls: a victim still refused
         ``victimEvictionDeadlineSeconds`` after it was marked (see
-        :func:`extender.core.budgets.refused_victims`).  The marks of its victims not yet
-        leaving are taken back, then the job's room is released (the reservation on its
-        pods and their nomination: the update makes kube-scheduler retry them, and the
-        job is planned again without the refused victims); return the jobs."""
+        :func:`extender.core.budgets.refused_victims`).  They are undone as any plan
+        ended without its job binding, and the job is planned again without the refused
+        victims; return the jobs."""
         with self.source.exclusive() as snapshot:
-            stalled = refused_victims(snapshot, now)
             deadline = snapshot.args.victim_eviction_deadline_seconds
-            work = []
-            for job, refused in stalled.items():
-                marked = [snapshot.pods[key] for key in sorted(snapshot.marked_victims(job))]
-                leaving = [pod for pod in marked if not pod.terminating]
-                released = persisted_pods(snapshot, job)
-                apply(snapshot, AbandonPlan(job, frozenset(pod.key for pod in refused)))
-                work.append((job, refused, leaving, released))
-        for job, refused, leaving, released in work:
-            names = ", ".join(pod.key for pod in refused)
-            reason = (
-                f"preemption for job {job} abandoned: a PodDisruptionBudget still refuses "
-                f"the eviction of {names} {deadline:.0f}s after it was marked"
-            )
-            log.warning("%s; planning the job again without it", reason)
-            for pod in leaving:  # marks first: the job's own update below comes after
-                best_effort(pod, partial(self.writer.unmark_victim, reason=reason))
-                self._written.discard(pod.uid)
-            for pod in released:
-                nominated = pod.nominated_node_name == reserved_by_muster(pod)
-                best_effort(pod, partial(self.writer.release_room, nominated=nominated))
-            if released:
-                best_effort(
-                    released[0],
-                    partial(
-                        self.writer.event,
-                        reason="PreemptionAbandoned",
-                        message=reason,
-                        kind="Warning",
-                    ),
+            ended = []
+            for job, refused in refused_victims(snapshot, now).items():
+                names = ", ".join(pod.key for pod in refused)
+                why = (
+                    f"a PodDisruptionBudget still refuses the eviction of {names} "
+                    f"{deadline:.0f}s after it was marked"
                 )
-            where = released[0].key if released else job
-            self.decisions.record(where, Decision(now, "postfilter", "abandoned", (reason,)))
-        return [job for job, *_ in work]
+                ended.append(ended_plan(snapshot, job, why))
+                apply(snapshot, AbandonPlan(job, frozenset(pod.key for pod in refused)))
+        for plan in ended:
+            self._undo(plan, now)
+        return [plan.job for plan in ended]
 
-    def _expire(self, now: float) -> list[tuple[PodInfo, str]]:
-        """End the reservations whose time is up; return their pods still present that
-        carry Muster's reservation (room held for kube-scheduler's own preemption was never
-        written), with the node Muster reserved."""
+    def _settle(self, now: float) -> list[EndedPlan]:
+        """Extend the reservations whose victims are still terminating, end the others
+        whose time is up or whose job is gone (see
+        :func:`extender.core.reservations.settle_reservations`); return the plans ended."""
         with self.source.exclusive() as snapshot:
-            expired = snapshot.expire_reservations(now)
-            return [
-                (pod, node)
-                for reservation in expired
-                for key in reservation.placements
-                if (pod := snapshot.pods.get(key)) is not None
-                and (node := reserved_by_muster(pod)) is not None
-            ]
+            extended, ended = settle_reservations(snapshot, now)
+            for reservation in extended:
+                apply(snapshot, HoldRoom(reservation))
+            for plan in ended:
+                apply(snapshot, ReleaseRoom(plan.job))
+        return ended
 
-    def _release(self, pods: list[tuple[PodInfo, str]]) -> None:
-        for pod, node in pods:
-            try:
-                self.writer.release_room(pod, nominated=pod.nominated_node_name == node)
-            except (ApiError, httpx.HTTPError) as error:
-                log.info("releasing %s: %s", pod.key, error)
+    def _undo(self, plan: EndedPlan, now: float) -> None:
+        """Take back what Muster wrote for a plan that ended without its job binding: the
+        marks of its victims not yet leaving first, then the reservation on the job's
+        pods (the update makes kube-scheduler retry them), with events."""
+        reason = f"preemption for job {plan.job} abandoned: {plan.why}"
+        if plan.unmark or plan.release:
+            log.warning("%s; undoing what was written for it", reason)
+        for pod in plan.unmark:
+            best_effort(pod, partial(self.writer.unmark_victim, reason=reason))
+            self._written.discard(pod.uid)
+        for pod in plan.release:
+            nominated = pod.nominated_node_name == reserved_by_muster(pod)
+            best_effort(pod, partial(self.writer.release_room, nominated=nominated))
+        if plan.unmark and plan.release:
+            event = partial(
+                self.writer.event, reason="PreemptionAbandoned", message=reason, kind="Warning"
+            )
+            best_effort(plan.release[0], event)
+        if plan.release:
+            record = Decision(now, "postfilter", "abandoned", (reason,))
+            self.decisions.record(plan.release[0].key, record)
 
     def _persist(
         self, pods: list[PodInfo], persisted: dict[str, object], placements: Mapping[str, str]

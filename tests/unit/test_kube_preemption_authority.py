@@ -210,7 +210,8 @@ def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() 
     source._on_pod("ADDED", nominated(other, "n1"))
     with source.exclusive() as snap:
         assert set(snap.reservations) == {"team-a/new", "team-a/other"}
-    loop._release(loop._expire(NOW + 301))
+    for ended in loop._settle(NOW + 301):
+        loop._undo(ended, NOW + 301)
     patched = [(path, body) for method, path, body in client.calls if method == "PATCH"]
     assert patched == [
         (
