@@ -113,15 +113,22 @@ class _Overlay(QuotaLedger):
 
 def usage_report(ledger: QuotaLedger, quota: str) -> dict[str, dict[str, str]]:
     """A quota's bounds and usage as Kubernetes quantities, zero amounts left out: ``min``,
-    ``max``, ``used`` (its whole subtree, what its ``max`` bounds), ``nonPreemptibleUsed``
-    and ``nonPreemptibleRequest``.  The one rendering behind ``/debug/quotas``,
+    ``max``, ``used`` (its whole subtree, what its ``max`` bounds), ``borrowed`` (used
+    above ``min``, in the resources it governs), ``nonPreemptibleUsed`` and
+    ``nonPreemptibleRequest``.  The one rendering behind ``/debug/quotas``,
     ``simulate``'s output and the ElasticQuota status Muster writes."""
     spec = ledger.tree[quota]
     usage = ledger[quota]
+    borrowed = {
+        name: used - spec.min.get(name, 0)
+        for name, used in usage.subtree_used.items()
+        if name in spec.governed and used > spec.min.get(name, 0)
+    }
     return {
         "min": format_resources(spec.min),
         "max": format_resources(spec.max),
         "used": format_resources({k: v for k, v in usage.subtree_used.items() if v}),
+        "borrowed": format_resources(borrowed),
         "nonPreemptibleUsed": format_resources({k: v for k, v in usage.np_used.items() if v}),
         "nonPreemptibleRequest": format_resources({k: v for k, v in usage.np_request.items() if v}),
     }

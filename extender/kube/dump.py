@@ -1,0 +1,46 @@
+"""Everything Muster reads from a live cluster, listed once, as manifests.
+
+The kubectl plugin's ``whatif`` (and its fallbacks when Muster is unreachable) turns
+the live cluster into the same manifests ``muster simulate`` reads, so the answer
+comes from the same loader and core as a ``kubectl get -o yaml`` dump would.
+"""
+
+from __future__ import annotations
+
+from extender.kube.client import ApiError, Json, KubeClient
+from extender.kube.source import QUOTA_GROUPS
+
+#: (collection path, apiVersion, kind) of every resource Muster reads.
+RESOURCES: tuple[tuple[str, str, str], ...] = (
+    ("/apis/scheduling.k8s.io/v1/priorityclasses", "scheduling.k8s.io/v1", "PriorityClass"),
+    ("/api/v1/nodes", "v1", "Node"),
+    *(
+        (f"/apis/{group}/v1alpha1/{plural}", f"{group}/v1alpha1", kind)
+        for group in QUOTA_GROUPS
+        for plural, kind in (("elasticquotas", "ElasticQuota"), ("podgroups", "PodGroup"))
+    ),
+    ("/apis/policy/v1/poddisruptionbudgets", "policy/v1", "PodDisruptionBudget"),
+    ("/api/v1/pods", "v1", "Pod"),
+)
+
+
+def dump_cluster(client: KubeClient, page_size: int = 500) -> list[Json]:
+    """Every object of :data:`RESOURCES` (a resource not installed is skipped), each
+    with its ``apiVersion`` and ``kind`` as a manifest has them."""
+    objects: list[Json] = []
+    for path, api_version, kind in RESOURCES:
+        params = {"limit": str(page_size)}
+        while True:
+            try:
+                page = client.request("GET", path, params=params)
+            except ApiError as error:
+                if error.status == 404:
+                    break  # that CRD is not installed
+                raise
+            for item in page.get("items") or []:
+                objects.append({"apiVersion": api_version, "kind": kind, **item})
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            params = {"limit": str(page_size), "continue": token}
+    return objects
