@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # Pinned Kubernetes binaries are built once into this cache (see hack/build-k8s.sh).
 export MUSTER_K8S_CACHE ?= $(HOME)/.cache/muster/k8s
 
-.PHONY: venv lint unit e2e test demo bench bench-e2e k8s clean
+.PHONY: venv lint unit e2e test demo bench bench-e2e k8s image clean
 
 venv: $(VENV)/.installed
 
@@ -45,6 +45,11 @@ bench: venv k8s
 
 bench-e2e: venv k8s
 	$(PY) -m bench.e2e
+
+# The container image (needs Docker or Podman; tests/packaging checks the recipe without).
+CONTAINER ?= $(shell command -v docker || command -v podman)
+image:
+	$(CONTAINER) build -t muster:0.1.0 .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
