@@ -20,10 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
-
-import httpx
 
 from base import keys
 from extender.core.effects import BackOff, ReleaseRoom, apply
@@ -37,13 +35,13 @@ from extender.core.objects import format_time
 from extender.core.reservations import persisted_backoff, persisted_pods, reserved_by_muster
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
-from extender.kube.worker import PeriodicWorker
+from extender.kube.worker import LeaderWorker
 from extender.kube.writer import ClusterWriter, best_effort
 
 log = logging.getLogger(__name__)
 
 
-class GangKeeper(PeriodicWorker):
+class GangKeeper(LeaderWorker):
     def __init__(
         self,
         source: KubeSource,
@@ -53,31 +51,24 @@ class GangKeeper(PeriodicWorker):
         interval_seconds: float = 1.0,
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
-        super().__init__("gangs", interval_seconds)
-        self.source = source
-        self.writer = writer
-        self.clock = clock
-        self.is_leader = is_leader
+        super().__init__(
+            "gangs",
+            source,
+            writer,
+            interval_seconds=interval_seconds,
+            clock=clock,
+            is_leader=is_leader,
+        )
         self._partial_since: dict[str, float] = {}  # job → when first seen partly bound
         self._nudged: dict[str, float] = {}  # job → the backoff end it was nudged for
         self._status: dict[str, str] = {}  # job → the PodGroup status last written
         self.given_up = 0
 
-    def tick(self) -> None:
-        if not self.source.ready() or not self.is_leader():
-            self._partial_since.clear()  # a new leader's clock starts afresh
-            return
-        now = self.clock()
-        chores = (
-            self.give_up_timed_out,
-            self.nudge_after_backoff,
-            self.write_status,
-        )
-        for chore in chores:
-            try:
-                chore(now)
-            except (ApiError, httpx.HTTPError) as error:
-                log.warning("gangs: %s", error)
+    def chores(self) -> Sequence[Callable[[float], object]]:
+        return (self.give_up_timed_out, self.nudge_after_backoff, self.write_status)
+
+    def not_leading(self) -> None:
+        self._partial_since.clear()  # a new leader's clock starts afresh
 
     def give_up_timed_out(self, now: float) -> list[str]:
         """Give up the gangs partly bound for longer than their timeout; return them."""

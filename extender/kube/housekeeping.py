@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import httpx
 
 from extender.core.objects import PodInfo
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
-from extender.kube.worker import PeriodicWorker
+from extender.kube.worker import LeaderWorker
 from extender.kube.writer import ClusterWriter
 from quota.accounting import usage_report
 from quota.tree import StopPolicy
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 NON_PREEMPTIBLE_USED_ANNOTATION = "muster.dev/non-preemptible-used"
 
 
-class Housekeeper(PeriodicWorker):
+class Housekeeper(LeaderWorker):
     def __init__(
         self,
         source: KubeSource,
@@ -38,21 +38,14 @@ class Housekeeper(PeriodicWorker):
         interval_seconds: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
-        super().__init__("housekeeping", interval_seconds)
-        self.source = source
-        self.writer = writer
-        self.is_leader = is_leader
+        super().__init__(
+            "housekeeping", source, writer, interval_seconds=interval_seconds, is_leader=is_leader
+        )
         self._written: dict[str, str] = {}  # quota object → the status last written
         self._drained: set[str] = set()  # pod UIDs marked for a drain
 
-    def tick(self) -> None:
-        if not self.source.ready() or not self.is_leader():
-            return
-        try:
-            self.write_quota_status()
-            self.drain_stopped_quotas()
-        except (ApiError, httpx.HTTPError) as error:
-            log.warning("housekeeping: %s", error)
+    def chores(self) -> Sequence[Callable[[float], object]]:
+        return (lambda _now: self.write_quota_status(), lambda _now: self.drain_stopped_quotas())
 
     def write_quota_status(self) -> int:
         """Write the status of every quota whose usage changed; return how many."""

@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from base import keys
 from extender.core.objects import format_time
 from extender.core.requeue import pods_to_requeue
 from extender.kube.source import KubeSource
-from extender.kube.worker import PeriodicWorker
+from extender.kube.worker import LeaderWorker
 from extender.kube.writer import ClusterWriter, best_effort
 
 log = logging.getLogger(__name__)
 
 
-class Requeuer(PeriodicWorker):
+class Requeuer(LeaderWorker):
     def __init__(
         self,
         source: KubeSource,
@@ -39,20 +39,22 @@ class Requeuer(PeriodicWorker):
         again_seconds: float = 10.0,
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
-        super().__init__("requeue", interval_seconds)
-        self.source = source
-        self.writer = writer
-        self.clock = clock
+        super().__init__(
+            "requeue",
+            source,
+            writer,
+            interval_seconds=interval_seconds,
+            clock=clock,
+            is_leader=is_leader,
+        )
         self.recheck_seconds = recheck_seconds
         self.again_seconds = again_seconds
-        self.is_leader = is_leader
         self._nudged: dict[str, tuple[str, float]] = {}  # pod → (message, when)
         self._checked: tuple[tuple[int, int], frozenset[tuple[str, str]], float] | None = None
         self.nudges = 0
 
-    def tick(self) -> None:
-        if self.source.ready() and self.is_leader():
-            self.nudge(self.clock())
+    def chores(self) -> Sequence[Callable[[float], object]]:
+        return (self.nudge,)
 
     def nudge(self, now: float) -> list[str]:
         """Nudge the parked pods Muster would now admit; return them."""

@@ -90,14 +90,27 @@ def protect(cluster: Cluster, muster: MusterProcess, namespace: str, app: str) -
     return key
 
 
-def start_borrowers(teams: Teams, apps: list[str]) -> None:
-    """Team B borrows one 8-GPU node per app, started in this order (the last is the
-    most recently started: the planner's first choice)."""
+def borrowed_nodes(cluster: Cluster, apps: list[str]) -> Teams:
+    """One 8-GPU node per app, each borrowed by a preemptible team B pod ``b-<i>`` with that
+    ``app`` label, started in this order (the last is the most recently started: the
+    planner's first choice).  Team A (min 16, max 32) is within its min: it reclaims."""
+    for i in range(len(apps)):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
     for i, app in enumerate(apps):
         teams.create(
             teams.b, f"b-{i}", requests={"cpu": "4", GPU: 8}, labels={**PREEMPTIBLE, "app": app}
         )
         teams.wait(teams.b, f"b-{i}", "Running")
+    return teams
+
+
+def submit_trainer(teams: Teams) -> None:
+    """Team A's job ``train``: one 8-GPU pod, allowed to preempt."""
+    labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+    teams.create(teams.a, "train-0", requests={"cpu": "4", GPU: 8}, labels=labels)
 
 
 def test_a_budget_protects_the_most_recent_borrower_and_another_is_evicted(
@@ -106,16 +119,10 @@ def test_a_budget_protects_the_most_recent_borrower_and_another_is_evicted(
     # Two 8-GPU nodes, both borrowed by team B; b-1 started last and its budget allows
     # no disruption.  Team A (min 16, using 0) asks for one 8-GPU pod: within its min it
     # reclaims; b-1 would go first, but a plan without it exists: b-0.
-    for i in range(2):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
-    )
+    teams = borrowed_nodes(cluster, ["etl", "web"])
     try:
-        start_borrowers(teams, ["etl", "web"])
         protect(cluster, muster_best_effort, teams.b, "web")
-        labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
-        teams.create(teams.a, "train-0", requests={"cpu": "4", GPU: 8}, labels=labels)
+        submit_trainer(teams)
         teams.wait(teams.a, "train-0", "Running", timeout=60)
         protected = teams.get(teams.b, "b-1") or {}
         assert protected.get("status", {}).get("phase") == "Running"
@@ -132,15 +139,10 @@ def test_a_budget_protects_the_most_recent_borrower_and_another_is_evicted(
 def test_strict_with_only_protected_victims_marks_nothing_and_names_the_budget(
     cluster: Cluster, muster_strict: MusterProcess
 ) -> None:
-    cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
-    )
+    teams = borrowed_nodes(cluster, ["web"])
     try:
-        start_borrowers(teams, ["web"])
         key = protect(cluster, muster_strict, teams.b, "web")
-        labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
-        teams.create(teams.a, "train-0", requests={"cpu": "4", GPU: 8}, labels=labels)
+        submit_trainer(teams)
 
         def refused() -> str | None:
             pod = muster_strict.debug(f"pods/{teams.a}/train-0")
@@ -168,15 +170,10 @@ def test_a_victim_its_budget_refuses_past_the_deadline_ends_the_plan_cleanly(
     # refused (429).  4 s (victimEvictionDeadlineSeconds) after the mark, the plan is
     # abandoned: b-0's mark is taken back (DisruptionTarget False), the preemptor's
     # reservation is released, and the job, planned again without b-0, finds no plan.
-    cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
-    )
+    teams = borrowed_nodes(cluster, ["web"])
     try:
-        start_borrowers(teams, ["web"])
         protect(cluster, muster_best_effort, teams.b, "web")
-        labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
-        teams.create(teams.a, "train-0", requests={"cpu": "4", GPU: 8}, labels=labels)
+        submit_trainer(teams)
         lc.wait_until(
             lambda: (
                 SOFT_EVICTION

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from e2e_support import Cluster, make_pod
 from muster_process import MusterProcess
+from test_budgets import borrowed_nodes
 from test_muster_extender import GPU
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
@@ -39,21 +40,10 @@ def kubectl_muster(plane: lc.ControlPlane, *args: str) -> subprocess.CompletedPr
     )
 
 
-def borrowed_cluster(cluster: Cluster) -> Teams:
-    """One 8-GPU node, borrowed by team B's preemptible b-0 (team B's min is 0)."""
-    cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
-    )
-    teams.create(teams.b, "b-0", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE)
-    teams.wait(teams.b, "b-0", "Running")
-    return teams
-
-
 def test_whatif_reads_the_live_cluster_and_names_the_victim_without_touching_it(
     cluster: Cluster, control_plane: lc.ControlPlane, tmp_path: Path
 ) -> None:
-    teams = borrowed_cluster(cluster)
+    teams = borrowed_nodes(cluster, ["etl"])
     try:
         # Team A (within its min of 16) asks for 8 GPUs: the only room is b-0's, which
         # borrows, so Muster would evict it (reclaimWithinCohort) and place train-0 on n0.
@@ -99,7 +89,7 @@ def test_quotas_jobs_and_why_from_muster_and_from_the_cluster(
     control_plane: lc.ControlPlane,
     muster_and_evictor: MusterProcess,  # noqa: F811
 ) -> None:
-    teams = borrowed_cluster(cluster)
+    teams = borrowed_nodes(cluster, ["etl"])
     try:
         # A pod team A's quota cannot admit (its max is 32: 40 GPUs would exceed it).
         teams.create(teams.a, "huge", requests={"cpu": "1", GPU: 40}, labels={})
