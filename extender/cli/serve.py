@@ -109,6 +109,7 @@ def run(
             is_leader=is_leader,
         )
         source.on_unschedulable = postfilter.request
+        collectors.append(postfilter.time_to_mark)
         extender = Extender(
             source,
             binder=KubeBinder(client),

@@ -3,11 +3,12 @@ pending."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from extender.core.decisions import DecisionLog
 from extender.core.gang import GangStatus, gang_status
-from extender.core.objects import format_time
+from extender.core.objects import PodInfo, format_time
 from extender.core.scheduling import admission_failures
 from extender.core.state import ClusterState
 from quota.accounting import usage_report
@@ -44,13 +45,19 @@ def budgets(snapshot: ClusterState) -> dict[str, Any]:
     return result
 
 
+def waiting_pods(snapshot: ClusterState) -> Iterator[PodInfo]:
+    """Pending pods no reservation or admission hold covers: the ones still waiting."""
+    for pod in snapshot.pods.values():
+        if pod.node_name is None and not pod.finished and not snapshot.counts_as_used(pod):
+            yield pod
+
+
 def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
     """Jobs with pods still pending, holding a reservation, or backing off; gangs with
     where they stand (:func:`extender.core.gang.gang_status`)."""
     pending: dict[str, int] = {}
-    for pod in snapshot.pods.values():
-        if pod.node_name is None and not pod.finished and not snapshot.counts_as_used(pod):
-            pending[pod.job] = pending.get(pod.job, 0) + 1
+    for pod in waiting_pods(snapshot):
+        pending[pod.job] = pending.get(pod.job, 0) + 1
     result = {}
     for job in sorted(set(pending) | set(snapshot.reservations) | set(snapshot.book.backoffs)):
         pods = snapshot.job_pods(job)

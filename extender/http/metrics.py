@@ -8,6 +8,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from base.resources import MILLI
+from extender.http.explain import waiting_pods
 from extender.service import ClusterSource
 
 
@@ -28,7 +29,17 @@ class QuotaCollector(Collector):
                 ("nonpreemptible_used", "The non-preemptible part of used."),
             )
         }
+        waiting = GaugeMetricFamily(
+            "muster_jobs_waiting",
+            "Jobs with pods pending that no reservation or admission hold covers, by quota.",
+            labels=["quota"],
+        )
         with self.source.exclusive() as snapshot:
+            jobs: dict[str, set[str]] = {}
+            for pod in waiting_pods(snapshot):
+                jobs.setdefault(snapshot.quota_name(pod) or "", set()).add(pod.job)
+            for quota in sorted(snapshot.tree.specs):
+                waiting.add_metric([quota], len(jobs.get(quota, ())))
             for quota, spec in sorted(snapshot.tree.specs.items()):
                 usage = snapshot.ledger[quota]
                 lists: Mapping[str, Mapping[str, int]] = {
@@ -41,3 +52,4 @@ class QuotaCollector(Collector):
                     for resource, amount in sorted(values.items()):
                         families[name].add_metric([quota, resource], amount / MILLI)
         yield from families.values()
+        yield waiting
