@@ -210,6 +210,9 @@ def gang_fits_after_eviction(cluster: Cluster, muster: MusterProcess) -> None:
         assert len(preempting) == 1 and victims[0] in preempting[0]["message"]
         explained = muster.debug(f"pods/{teams.a}/train-0")
         assert any(d["verb"] == "postfilter" for d in explained["decisions"])
+        # One plan committed: one time-to-mark observation, well under a minute.
+        assert muster.metric("muster_time_to_mark_seconds_count") == 1
+        assert 0 <= muster.metric("muster_time_to_mark_seconds_sum") < 60
     finally:
         teams.cleanup()
 
