@@ -186,9 +186,11 @@ def test_below_min_in_a_contested_resource_never() -> None:
 def test_a_job_within_min_once_its_own_lower_priority_work_is_gone_reclaims() -> None:
     # team-a: min 16, runs a-low (8 GPUs, priority 0) on n0; the job asks 16 at priority
     # 100.  Counting a-low, team-a would use 24 > 16 (borrowing, and borrowWithinCohort
-    # is Never); without it, 16 ≤ 16: the job is within its min, so it reclaims from
-    # team-b's borrowers (other quotas come first): b-1 and b-2, one node each.  team-a
-    # then uses 24 ≤ max 32, so a-low stays.
+    # is Never); without it, 16 <= 16: the job is within its min, so it reclaims from
+    # team-b's borrowers, and its plan must leave team-a within its min, so a-low goes
+    # too.  Walk (other quotas first, most recent first): b-2, b-1, then a-low (team-a at
+    # 16: within its min).  Minimise, newest first: b-1 back (n0 and n2 hold the job), b-2
+    # back (only n0 free: no).  Victims: a-low and b-2.
     quotas = [
         quota("team-a", min={GPU: "16"}, max={GPU: "32"}),
         quota("team-b", min={GPU: "0"}, max={GPU: "32"}),
@@ -201,7 +203,7 @@ def test_a_job_within_min_once_its_own_lower_priority_work_is_gone_reclaims() ->
         trainer("t-1", priority=100),
     ]
     snap = snapshot([node(f"n{i}") for i in range(3)], pods, quotas)
-    assert victims(decide(snap)) == ["team-b/b-1", "team-b/b-2"]
+    assert victims(decide(snap)) == ["team-a/a-low", "team-b/b-2"]
 
 
 def test_own_work_of_equal_priority_does_not_count_as_gone() -> None:
@@ -279,3 +281,22 @@ def test_a_job_whose_pods_carry_its_reservation_is_in_flight_after_the_timer() -
     for name in ("t-0", "t-1"):  # the leader clears what it wrote
         snap.upsert_pod(parse_pod(trainer(name)))
     assert victims(decide(snap)) == ["team-b/b-0", "team-b/b-1"]
+
+
+def test_a_job_that_reclaims_thanks_to_its_own_work_does_not_end_up_borrowing() -> None:
+    # One 16-GPU node: team-a's a-low (priority 0) and team-b's borrower b-hi (priority
+    # 100), 8 GPUs each.  team-a (min 8) asks 8 more at priority 10: only without a-low is
+    # it within its min, so a plan must leave team-a within it.  The walk takes b-hi
+    # first (other quotas first; reclaim Any ignores priority) but team-a would still use
+    # 16 > 8; then a-low.  Minimise: b-hi back (a-low's room holds the job).  Only a-low.
+    quotas = [
+        quota("team-a", min={GPU: "8"}, max={GPU: "16"}),
+        quota("team-b", min={GPU: "0"}, max={GPU: "16"}),
+    ]
+    pods = [
+        running("a-low", "team-a", "n0", 0, priority=0),
+        running("b-hi", "team-b", "n0", 5, priority=100),
+        trainer("t-0", priority=10),
+    ]
+    snap = snapshot([node("n0", gpu=16)], pods, quotas)
+    assert victims(decide(snap)) == ["team-a/a-low"]

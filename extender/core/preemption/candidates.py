@@ -67,6 +67,9 @@ class Preemptor:
     created: float
     borrows: bool  # admitting it takes its quota above min
     contested: frozenset[str]  # resources it asks for (not the pod count)
+    #: Within its min only once its own quota's evictable pods are gone: a plan must then
+    #: leave the quota within its min (the job reclaims; it may not borrow).
+    within_min_by_own_work: bool = False
 
 
 @dataclass(frozen=True, slots=True)

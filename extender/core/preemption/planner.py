@@ -164,7 +164,7 @@ def _search(
     ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
     Strict), none whose eviction, with the victims taken before it, a
     PodDisruptionBudget does not allow."""
-    simulation = Simulation(snapshot, demand)
+    simulation = Simulation(snapshot, demand, within_min=preemptor.within_min_by_own_work)
     fit = simulation.fit
     wants = Wants(simulation)
     if wants.nodes_ok and wants.quota_ok:
@@ -318,11 +318,13 @@ def _preemptor(snapshot: ClusterState, demand: JobDemand) -> Preemptor:
         borrows=False,
         contested=demand.asks,
     )
+    if not would_borrow(snapshot.ledger, demand.quota, demand.request, demand.asks):
+        return preemptor
     request = dict(demand.request)
     for name, amount in own_evictable_requests(snapshot, preemptor).items():
         request[name] = request.get(name, 0) - amount
     borrows = would_borrow(snapshot.ledger, demand.quota, request, demand.asks)
-    return dataclasses.replace(preemptor, borrows=borrows)
+    return dataclasses.replace(preemptor, borrows=borrows, within_min_by_own_work=not borrows)
 
 
 def _why_no_fit(demand: JobDemand, simulation: Simulation, skipped_for_min: list[str]) -> list[str]:

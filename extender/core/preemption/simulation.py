@@ -16,7 +16,7 @@ from extender.core.preemption.candidates import VictimGroup
 from extender.core.preemption.fit import JobFit
 from extender.core.scheduling import JobDemand
 from extender.core.state import ClusterState
-from quota.admission import job_admission_failures, min_violation
+from quota.admission import job_admission_failures, min_violation, would_borrow
 
 
 class _EveryResource:
@@ -71,9 +71,12 @@ class Simulation:
     """The job's fit on an overlay of the state (node copies and a ledger copy), with
     victim groups taken out and put back."""
 
-    def __init__(self, snapshot: ClusterState, demand: JobDemand) -> None:
+    def __init__(
+        self, snapshot: ClusterState, demand: JobDemand, *, within_min: bool = False
+    ) -> None:
         self.snapshot = snapshot
         self.demand = demand
+        self.within_min = within_min
         self.fit = JobFit(snapshot, demand.job, demand.unplaced)
         #: The quota ledger copy of the fit's overlay: victims' usage taken out.
         self.ledger = self.fit.overlay.ledger
@@ -83,8 +86,11 @@ class Simulation:
         self._contested = demand.asks
 
     def admits(self) -> bool:
-        """Do the job's quota checks hold on the ledger copy?"""
+        """Do the job's quota checks hold on the ledger copy (and, for a job that reclaims
+        only once its own quota's work is gone, does its quota stay within its min)?"""
         demand = self.demand
+        if self.within_min and would_borrow(self.ledger, demand.quota, demand.request, demand.asks):
+            return False
         return not job_admission_failures(
             self.ledger, demand.quota, demand.np_request, demand.p_request
         )
