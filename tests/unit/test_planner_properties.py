@@ -23,7 +23,7 @@ from extender.core.preemption.fit import JobFit
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.scheduling import job_demand
 from extender.core.state import ClusterState
-from quota.admission import job_admission_failures
+from quota.admission import job_admission_failures, would_borrow
 from tests.builders import node, pod, quota, snapshot
 
 NOW = 1_800_000_000.0
@@ -130,9 +130,13 @@ def build(
     return snapshot(nodes, kept, quotas)
 
 
-def job_fits(snap: ClusterState, job: str) -> bool:
+def job_fits(snap: ClusterState, job: str, within_min: bool = False) -> bool:
+    """Does the whole job fit, with its quota checks holding (and, ``within_min``, its
+    quota staying within its min: the job reclaimed from other quotas)?"""
     demand = job_demand(snap, job)
     fit = JobFit(snap, job, demand.unplaced)
+    if within_min and would_borrow(snap.ledger, demand.quota, demand.request, demand.asks):
+        return False
     return fit.fits() and not job_admission_failures(
         snap.ledger, demand.quota, demand.np_request, demand.p_request
     )
@@ -181,5 +185,11 @@ def test_committed_plans_are_safe_complete_and_minimal(case: Any) -> None:
     groups: dict[str, set[str]] = defaultdict(set)
     for victim in decision.victims:
         groups[victim.job].add(victim.pod.key)
+    # A job that reclaims (reclaimWithinCohort) must end within its min (DESIGN.md;
+    # issue #13 rule 3): sparing a group that leaves it borrowing is not a valid plan.
+    reclaims = any("reclaimWithinCohort" in victim.reason for victim in decision.victims)
+    if reclaims:
+        assert not would_borrow(after.ledger, demand.quota, demand.request, demand.asks)
     for members in groups.values():
-        assert not job_fits(build(case, victims - members), job), f"{members} could be spared"
+        spared = build(case, victims - members)
+        assert not job_fits(spared, job, within_min=reclaims), f"{members} could be spared"

@@ -220,6 +220,19 @@ def _search(
             continue
         simulation.take(group)
         kept.append(group)
+    if simulation.within_min:
+        # Sparing another quota's group can lift the within-min requirement, and so let
+        # an own group kept before it go back too: try again until nothing changes.
+        spared = True
+        while spared:
+            spared = False
+            for group in list(kept):
+                simulation.restore(group)
+                if fit.fits() and simulation.admits():
+                    kept.remove(group)
+                    spared = True
+                else:
+                    simulation.take(group)
     placements = fit.place()
     if placements is None:  # cannot happen: fits() said yes for this very state
         return _NotFound(["internal: the placement that fit could not be rebuilt"])

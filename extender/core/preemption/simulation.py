@@ -34,7 +34,9 @@ class Wants:
     :class:`~extender.core.preemption.candidates.Wanted`).
 
     Once the node copies hold the whole job, or the quota checks hold, they stay
-    so as more groups are removed (``nodes_ok`` and ``quota_ok`` are latched).  A
+    so as more groups are removed (``nodes_ok`` and ``quota_ok`` are latched; not
+    ``quota_ok`` for a job that must end within its min: taking another quota's pods
+    asks that of it).  A
     group that could not help any more is passed over: one not on a node the job
     can use once node room suffices, one not in the job's quota tree once the
     quota holds.
@@ -63,7 +65,10 @@ class Wants:
     def satisfied(self) -> bool:
         """After a removal: does the whole job fit now, with its quota checks holding?"""
         self.nodes_ok = self.nodes_ok or self.fit.fits()
-        self.quota_ok = self.quota_ok or self.simulation.admits()
+        if self.simulation.within_min:  # taking another quota's pods may undo it
+            self.quota_ok = self.simulation.admits()
+        else:
+            self.quota_ok = self.quota_ok or self.simulation.admits()
         return self.nodes_ok and self.quota_ok
 
 
@@ -77,6 +82,7 @@ class Simulation:
         self.snapshot = snapshot
         self.demand = demand
         self.within_min = within_min
+        self._others_taken = 0  # victim groups of other quotas taken out now
         self.fit = JobFit(snapshot, demand.job, demand.unplaced)
         #: The quota ledger copy of the fit's overlay: victims' usage taken out.
         self.ledger = self.fit.overlay.ledger
@@ -86,11 +92,16 @@ class Simulation:
         self._contested = demand.asks
 
     def admits(self) -> bool:
-        """Do the job's quota checks hold on the ledger copy (and, for a job that reclaims
-        only once its own quota's work is gone, does its quota stay within its min)?"""
+        """Do the job's quota checks hold on the ledger copy (and, for a job within its
+        min only once its own quota's work is gone, with other quotas' victims taken out,
+        does its quota stay within its min)?"""
         demand = self.demand
-        if self.within_min and would_borrow(self.ledger, demand.quota, demand.request, demand.asks):
-            return False
+        if (
+            self.within_min
+            and self._others_taken
+            and would_borrow(self.ledger, demand.quota, demand.request, demand.asks)
+        ):
+            return False  # it reclaims from other quotas: it must end within its min
         return not job_admission_failures(
             self.ledger, demand.quota, demand.np_request, demand.p_request
         )
@@ -128,10 +139,12 @@ class Simulation:
     def take(self, group: VictimGroup) -> None:
         self.fit.remove(group.pods)
         self._charge(group, -1)
+        self._others_taken += group.other_quota
 
     def restore(self, group: VictimGroup) -> None:
         self.fit.restore(group.pods)
         self._charge(group, 1)
+        self._others_taken -= group.other_quota
 
     def _charge(self, group: VictimGroup, sign: int) -> None:
         """Take the group's pods out of (``sign=-1``) or back into the ledger copy, if
@@ -173,4 +186,8 @@ class Simulation:
         ]
         if len(rest) < len(groups):
             self.fit.keep_removed(pod for group in (*rest, removed[-1]) for pod in group.pods)
+            kept = {id(group) for group in rest}
+            self._others_taken -= sum(
+                group.other_quota for group in groups if id(group) not in kept
+            )
         return rest
