@@ -266,8 +266,9 @@ def plan_gang_placement(
         fit = JobFit(snapshot, job, unplaced, excluded=refused, released=own)
         placements = fit.place(partial=True) or {}
         if bound + len(placements) < needed and len(fit.shapes) > 1:
-            # Not all fit: small pods first may still reach min-available.
-            placements = max(
+            # Not all fit in the greedy order: every pod may still, in another (the
+            # search the planner uses), or small pods first may reach min-available.
+            placements = fit.place() or max(
                 placements, fit.place(partial=True, smallest_first=True) or {}, key=len
             )
         if bound + len(placements) < needed:

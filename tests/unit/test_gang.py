@@ -543,3 +543,19 @@ def test_a_gang_its_quota_rejects_gets_the_quota_reason_not_a_gang_one(as_extend
     assert result.quota_failures
     assert set(result.unresolvable) == {"n1", "n2", "n3"}
     assert result.gang_waiting is None and result.effects == () and result.passed == []
+
+
+def test_a_mixed_shape_gang_the_greedy_order_misses_is_placed_by_the_search() -> None:
+    # n0: 4 GPUs, 16 CPUs; n1: 8 GPUs, 16 CPUs.  The gang: (1 GPU, 1 CPU) twice,
+    # (2 GPUs, 16 CPUs), (3 GPUs, 3 CPUs).  The 16-CPU pod fits only on a node with all
+    # 16 CPUs free, so it must have n0 alone; the rest (5 GPUs, 5 CPUs) fit n1.  Largest
+    # first puts the 3-GPU pod on n0 and strands the 16-CPU one: found by review, the
+    # filter then waited forever while the planner said the job fits.
+    shapes = [(1, "1"), (2, "16"), (3, "3"), (1, "1")]
+    pods = [pod(f"g-{i}", gpu=g, cpu=c, group="g") for i, (g, c) in enumerate(shapes)]
+    snap = snapshot([node("n0", gpu=4, cpu="16"), node("n1", gpu=8, cpu="16")], pods)
+    result = gang.filter_pod(snap, snap.pods[key("g-0")], ["n0", "n1"], as_extender=True, now=NOW)
+    assert result.gang_placed, result
+    (hold,) = [e for e in result.effects if isinstance(e, HoldRoom)]
+    assert hold.reservation.placements[key("g-1")] == "n0"
+    assert {hold.reservation.placements[key(f"g-{i}")] for i in (0, 2, 3)} == {"n1"}

@@ -153,8 +153,10 @@ def _short_on(
     )
 
 
-#: Node trials the exhaustive placement may spend (see :meth:`JobFit._search_placement`).
+#: Node trials the exhaustive placement may spend, and the most pods it searches for (see
+#: :meth:`JobFit._search_placement`).
 SEARCH_BUDGET = 5_000
+SEARCH_MAX_PODS = 256
 
 
 class JobFit:
@@ -385,6 +387,8 @@ class JobFit:
         shape are interchangeable, so each goes to a node no earlier than the one before
         it (no placement is tried twice)."""
         order = [(index, pod) for index, shape in enumerate(self.shapes) for pod in shape.pods]
+        if len(order) > SEARCH_MAX_PODS:
+            return None  # one level of recursion per pod: the greedy order stands
         nodes = sorted({node for shape in self.shapes for node in shape.eligible})
         rank = {node: i for i, node in enumerate(nodes)}
         rooms: dict[str, Resources] = {}
