@@ -80,6 +80,20 @@ def reserved_by_muster(pod: PodInfo) -> str | None:
     return persisted.node if persisted is not None else None
 
 
+def stale_persisted_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
+    """The job's pending pods carrying a reservation this state already let go (a copy
+    read back after its release: see :attr:`ReservationBook.released`), and no newer
+    one: what is left to clear, not a job in flight."""
+    released = snapshot.book.released.get(job)
+    if released is None or job in snapshot.reservations:
+        return []
+    return [
+        pod
+        for pod in persisted_pods(snapshot, job)
+        if (persisted := persisted_on(pod)) is not None and persisted.created <= released
+    ]
+
+
 def persisted_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
     """The job's pending pods that carry a reservation Muster wrote: the ones to clear
     when the job lets its room go."""
@@ -214,11 +228,33 @@ def settle_reservations(
             continue
         why = "its reservation timed out" if pods else "the job is gone"
         ended.append(ended_plan(snapshot, job, why))
-    # A job deleted with its last pod leaves no reservation behind, but its victims'
-    # marks may still name it: nothing needs their room any more.
+    ended_jobs = {plan.job for plan in ended}
     for job in sorted(snapshot.jobs_with_marked_victims()):
-        if job not in snapshot.reservations and not snapshot.job_pods(job):
+        if job in snapshot.reservations or job in ended_jobs:
+            continue
+        if not snapshot.job_pods(job):
+            # Deleted with its last pod: no reservation is left, but marks still name it.
             ended.append(ended_plan(snapshot, job, "the job is gone"))
+            ended_jobs.add(job)
+            continue
+        marked = [snapshot.pods[key] for key in snapshot.marked_victims(job)]
+        if all(
+            pod.marked_at is not None and now - pod.marked_at > timeout
+            for pod in marked
+            if not pod.terminating
+        ) and any(not pod.terminating for pod in marked):
+            # Marks older than any reservation, for a job holding none (a leader that
+            # stopped between a plan's end and its undo): nothing holds their room.
+            ended.append(ended_plan(snapshot, job, "its reservation ended"))
+            ended_jobs.add(job)
+    # A released reservation's copy left on pods (its clearing lost, or read back after
+    # the release) is cleared: it is not a job in flight.
+    for job in sorted(snapshot.book.released):
+        if job in ended_jobs:
+            continue
+        stale = stale_persisted_pods(snapshot, job)
+        if stale:
+            ended.append(EndedPlan(job, "its reservation was released", (), tuple(stale)))
     return extended, ended
 
 

@@ -86,3 +86,33 @@ def test_a_plan_whose_job_is_gone_ends_at_once() -> None:
     # Once the mark is taken back (the informer sees b-0 unmarked), nothing is left.
     snap.upsert_pod(parse_pod(pod("b-0", "team-b", gpu=8, node="n0", preemptible=True)))
     assert settle_reservations(snap, T0 + 10) == ([], [])
+
+
+def test_a_released_reservation_left_on_pods_is_cleared() -> None:
+    # The reservation ended in memory (as on every replica) but its copy stayed on t-0
+    # (its clearing lost): the leader clears it, and nothing else.
+    snap = state()
+    snap.expire_reservations(T0 + 300)
+    extended, ended = settle_reservations(snap, T0 + 301)
+    assert extended == []
+    assert [(p.job, p.why, p.unmark, [r.key for r in p.release]) for p in ended] == [
+        (JOB, "its reservation was released", (), ["team-a/t-0"])
+    ]
+
+
+def test_marks_older_than_any_reservation_for_a_job_holding_none_are_taken_back() -> None:
+    # b-0 was marked for the job at T0; the job holds no reservation (a leader stopped
+    # between a plan's end and its undo).  Until the reservation timeout (300 s) has
+    # passed since the mark nothing is done; after it, the mark is taken back.
+    marked = victim("b-0", "n0")
+    mark = {"preemptor": JOB, "timestamp": "2027-01-15T08:00:00Z"}
+    marked["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps(mark)
+    snap = snapshot([node("n0"), node("n1")], [marked, preemptor()])
+    at = snap.pods["team-b/b-0"].marked_at
+    assert at is not None and JOB not in snap.reservations
+    assert settle_reservations(snap, at + TIMEOUT - 1) == ([], [])
+    extended, ended = settle_reservations(snap, at + TIMEOUT + 1)
+    assert extended == []
+    assert [(p.why, [v.key for v in p.unmark]) for p in ended] == [
+        ("its reservation ended", ["team-b/b-0"])
+    ]

@@ -245,6 +245,8 @@ def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> lis
     job = demand.job
     # In flight is a fact of the cluster: the job holds a reservation, or its pods carry
     # the one Muster wrote, until it is released, whether or not its time is up.
+    # (A copy left on pods after the release is cleared by the leader:
+    # reservations.settle_reservations.)
     reservation = snapshot.reservations.get(job)
     written = persisted_pods(snapshot, job)
     if reservation is not None or written:
