@@ -78,6 +78,7 @@ class Evictor:
         self._waiting: dict[str, _Refused] = {}  # refused, retried later; by pod key
         self._evicted: set[str] = set()  # UIDs evicted already (their updates follow)
         self._claimed: set[str] = set()  # UIDs a thread is evicting right now
+        self._dropped: set[str] = set()  # claimed UIDs unmarked or deleted meanwhile
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.informer = Informer(
@@ -103,10 +104,13 @@ class Evictor:
         metadata = obj.get("metadata") or {}
         if kind == "DELETED" or metadata.get("deletionTimestamp"):
             # Gone, leaving, or no longer marked (a watch by label sees that as DELETED).
+            uid = str(metadata.get("uid"))
             with self._lock:
                 self._waiting.pop(object_key(obj), None)
+                if uid in self._claimed:  # a refusal arriving later must not re-add it
+                    self._dropped.add(uid)
                 if kind == "DELETED":
-                    self._evicted.discard(str(metadata.get("uid")))
+                    self._evicted.discard(uid)
             return
         self._evict(obj)
 
@@ -116,22 +120,25 @@ class Evictor:
         with self._lock:
             due = [r.obj for r in self._waiting.values() if r.next_try <= now]
         for obj in due:
-            self._evict(obj)
+            self._evict(obj, retry=True)
         return len(due)
 
-    def _evict(self, obj: Json) -> None:
+    def _evict(self, obj: Json, *, retry: bool = False) -> None:
         metadata = obj.get("metadata") or {}
         key = object_key(obj)
         uid = str(metadata.get("uid"))
         with self._lock:
             if uid in self._evicted or uid in self._claimed:
                 return
+            if retry and key not in self._waiting:
+                return  # unmarked or gone since the retry round listed it
             self._claimed.add(uid)
         try:
             self._call(obj, key, uid)
         finally:
             with self._lock:
                 self._claimed.discard(uid)
+                self._dropped.discard(uid)
 
     def _call(self, obj: Json, key: str, uid: str) -> None:
         metadata = obj.get("metadata") or {}
@@ -159,7 +166,11 @@ class Evictor:
 
     def _refused(self, obj: Json, key: str, error: Exception) -> None:
         now = self.clock()
+        uid = str((obj.get("metadata") or {}).get("uid"))
         with self._lock:
+            if uid in self._dropped:
+                log.info("evicting %s: %s; no longer marked, not retried", key, error)
+                return
             known = self._waiting.get(key)
             attempts = 1 if known is None else known.attempts + 1
             first = now if known is None else known.first_refused

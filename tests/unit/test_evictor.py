@@ -138,3 +138,29 @@ def test_a_mark_that_is_not_json_evicts_with_the_pod_s_own_grace_period() -> Non
     odd["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = "[" * 50_000
     made._on_pod("ADDED", odd)
     assert client.evictions == [("b-0", {"preconditions": {"uid": "u0"}})]
+
+
+def test_a_mark_taken_back_while_its_eviction_is_refused_is_not_retried() -> None:
+    # Muster takes b-0's mark back (the label watch says DELETED) while the evictor's
+    # call for it is on its way and comes back refused (429): it must not wait for a
+    # retry, nor be evicted later without its mark.  Found in review.
+    client = ScriptedClient({"b-0": [429]})
+    made = evictor(client)
+    unmarked = marked("b-0", "u0")
+    original = client.request
+
+    def request(method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any]:
+        made._on_pod("DELETED", unmarked)  # the unmark lands mid-call
+        return original(method, path, body, **kwargs)
+
+    client.request = request  # type: ignore[method-assign]
+    made._on_pod("ADDED", marked("b-0", "u0"))
+    assert made._waiting == {}
+    # And a retry round that listed a pod before its mark was taken back skips it.
+    client.request = original  # type: ignore[method-assign]
+    client.script["b-1"] = [429]
+    made._on_pod("ADDED", marked("b-1", "u1"))
+    listed = made._waiting["team-b/b-1"].obj
+    made._on_pod("DELETED", marked("b-1", "u1"))
+    made._evict(listed, retry=True)
+    assert [name for name, _ in client.evictions] == ["b-0", "b-1"]
