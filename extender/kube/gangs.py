@@ -162,15 +162,13 @@ class GangKeeper(LeaderWorker):
         stamp = format_time(now)
         for _order, job, backoff, pods in ended:
             assert backoff.until is not None
+            patch = partial(
+                self.writer.patch_pod, metadata={"annotations": {keys.REQUEUE_ANNOTATION: stamp}}
+            )
+            written = [best_effort(pod, patch) for pod in pods]
+            if not all(written):
+                continue  # a nudge that failed is tried again next round
             self._nudged[job] = backoff.until
-            for pod in pods:
-                best_effort(
-                    pod,
-                    partial(
-                        self.writer.patch_pod,
-                        metadata={"annotations": {keys.REQUEUE_ANNOTATION: stamp}},
-                    ),
-                )
             self.writer.event(
                 pods[0],
                 "GangRetry",
