@@ -31,7 +31,7 @@ from extender.core.gang import (
     give_up,
     partially_bound,
 )
-from extender.core.objects import format_time
+from extender.core.objects import PodInfo, format_time
 from extender.core.reservations import persisted_backoff, persisted_pods, reserved_by_muster
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
@@ -178,12 +178,19 @@ class GangKeeper(LeaderWorker):
 
     def write_status(self, now: float) -> int:
         """Write the status of every PodGroup whose gang's status changed; return how many.
-        A gang placed whole forgets its backoff (its next timeout starts at attempt 1)."""
+        A gang placed whole forgets its backoff (its next timeout starts at attempt 1),
+        here and on its pods: the annotation read back would restore it."""
+        forget: list[PodInfo] = []
         with self.source.exclusive() as snapshot:
             jobs = gang_jobs(snapshot)
             for job in list(snapshot.book.backoffs):
                 if job in jobs and gang_status(snapshot, job).phase in ("Scheduled", "Running"):
                     del snapshot.book.backoffs[job]
+                    forget.extend(
+                        pod
+                        for pod in snapshot.job_pods(job)
+                        if keys.GANG_BACKOFF_ANNOTATION in pod.annotations
+                    )
             wanted = []
             for job in sorted(jobs):
                 api = self.source.pod_group_api(job)
@@ -198,6 +205,11 @@ class GangKeeper(LeaderWorker):
                     "failed": status.failed,
                 }
                 wanted.append((job, api, body))
+        clear = partial(
+            self.writer.patch_pod, metadata={"annotations": {keys.GANG_BACKOFF_ANNOTATION: None}}
+        )
+        for pod in forget:
+            best_effort(pod, clear)
         written = 0
         for job, api, body in wanted:
             fingerprint = json.dumps(body, sort_keys=True)

@@ -286,6 +286,20 @@ def test_gang_timeout_evicts_the_bound_part_and_retries_after_backoff(
         ]
     }
     assert {"GangTimeout", "GangRetry"} <= reasons, reasons
+    # Placed whole, the gang forgets its backoff, on its pods too (read back, the
+    # annotation would restore it, and its next timeout would not start at attempt 1).
+    lc.wait_until(
+        lambda: (
+            not any(
+                "muster.dev/gang-backoff"
+                in ((cluster.get_pod(n) or {})["metadata"].get("annotations") or {})
+                for n in names
+            )
+            or None
+        ),
+        timeout=20,
+        what="the backoff annotation cleared",
+    )
 
 
 def _epoch(stamp: str) -> float:
