@@ -183,45 +183,37 @@ def test_below_min_in_a_contested_resource_never() -> None:
 # ---- rule 3: "within min" after the job's own lower-priority work ----------------------
 
 
-def test_a_job_within_min_once_its_own_lower_priority_work_is_gone_reclaims() -> None:
-    # team-a: min 16, runs a-low (8 GPUs, priority 0) on n0; the job asks 16 at priority
-    # 100.  Counting a-low, team-a would use 24 > 16 (borrowing, and borrowWithinCohort
-    # is Never); without it, 16 <= 16: the job is within its min, so it reclaims from
-    # team-b's borrowers, and its plan must leave team-a within its min, so a-low goes
-    # too.  Walk (other quotas first, most recent first): b-2, b-1, then a-low (team-a at
-    # 16: within its min).  Minimise, newest first: b-1 back (n0 and n2 hold the job), b-2
-    # back (only n0 free: no).  Victims: a-low and b-2.
+def own_work_cluster(a_low_priority: int) -> ClusterState:
+    """team-a (min 16) runs a-low (8 GPUs, this priority) on n0; team-b (min 0) borrows
+    n1 (b-1, 10:10) and n2 (b-2, 10:20); team-a's job asks 2 x 8 GPUs at priority 100."""
     quotas = [
         quota("team-a", min={GPU: "16"}, max={GPU: "32"}),
         quota("team-b", min={GPU: "0"}, max={GPU: "32"}),
     ]
     pods = [
-        running("a-low", "team-a", "n0", 0, priority=0),
+        running("a-low", "team-a", "n0", 0, priority=a_low_priority),
         running("b-1", "team-b", "n1", 10),
         running("b-2", "team-b", "n2", 20),
         trainer("t-0", priority=100),
         trainer("t-1", priority=100),
     ]
-    snap = snapshot([node(f"n{i}") for i in range(3)], pods, quotas)
-    assert victims(decide(snap)) == ["team-a/a-low", "team-b/b-2"]
+    return snapshot([node(f"n{i}") for i in range(3)], pods, quotas)
+
+
+def test_a_job_within_min_once_its_own_lower_priority_work_is_gone_reclaims() -> None:
+    # Counting a-low (priority 0), team-a would use 24 > 16 (borrowing, and
+    # borrowWithinCohort is Never); without it, 16 <= 16: the job is within its min, so it
+    # reclaims from team-b's borrowers, and its plan must leave team-a within its min, so
+    # a-low goes too.  Walk (other quotas first, most recent first): b-2, b-1, then a-low
+    # (team-a at 16: within its min).  Minimise, newest first: b-1 back (n0 and n2 hold
+    # the job), b-2 back (only n0 free: no).  Victims: a-low and b-2.
+    assert victims(decide(own_work_cluster(0))) == ["team-a/a-low", "team-b/b-2"]
 
 
 def test_own_work_of_equal_priority_does_not_count_as_gone() -> None:
     # The same, but a-low has the job's priority: withinQuota LowerPriority may not evict
     # it, so the job borrows (24 > 16), borrowWithinCohort is Never: refused.
-    quotas = [
-        quota("team-a", min={GPU: "16"}, max={GPU: "32"}),
-        quota("team-b", min={GPU: "0"}, max={GPU: "32"}),
-    ]
-    pods = [
-        running("a-low", "team-a", "n0", 0, priority=100),
-        running("b-1", "team-b", "n1", 10),
-        running("b-2", "team-b", "n2", 20),
-        trainer("t-0", priority=100),
-        trainer("t-1", priority=100),
-    ]
-    snap = snapshot([node(f"n{i}") for i in range(3)], pods, quotas)
-    assert isinstance(decide(snap), Refusal)
+    assert isinstance(decide(own_work_cluster(100)), Refusal)
 
 
 # ---- rule 6: a stop policy on a parent applies to its subtree --------------------------
