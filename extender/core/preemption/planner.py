@@ -43,7 +43,7 @@ from extender.core.preemption.candidates import (
     own_evictable_requests,
 )
 from extender.core.preemption.simulation import Simulation, Wants
-from extender.core.reservations import persisted_pods
+from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.scheduling import JobDemand, job_demand
 from extender.core.state import ClusterState, Reservation, UnknownQuotaError
 from quota.admission import job_admission_failures, unevictable_failures, would_borrow
@@ -254,7 +254,10 @@ def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> lis
             until = f"its reservation holds until {reservation.expires - now:.0f}s from now"
         else:
             until = "its reservation's time is up and it is being released"
-        victims = len(reservation.victims) if reservation is not None else None
+        if reservation is not None:
+            victims = len(reservation.victims)
+        else:  # only what was written on the pods tells
+            victims = max(len(p.victims) for p in map(persisted_on, written) if p is not None)
         what = "placement" if victims == 0 else "preemption"  # a gang placed whole: none
         count = f"{victims} victims, " if victims else ""
         return [
