@@ -196,7 +196,12 @@ def test_a_victim_its_budget_refuses_past_the_deadline_ends_the_plan_cleanly(
         victim = lc.wait_until(abandoned, timeout=30, what="the mark on b-0 taken back")
         assert victim["status"]["phase"] == "Running"
         assert condition(victim, "DisruptionTarget")["reason"] == "PreemptionAbandoned"
-        assert teams.events(teams.b, "PreemptionAbandoned"), "no event on the victim"
+        # The event follows the status patch Muster just made: poll for it.
+        lc.wait_until(
+            lambda: teams.events(teams.b, "PreemptionAbandoned") or None,
+            timeout=15,
+            what="the PreemptionAbandoned event on the victim",
+        )
 
         def released() -> dict[str, Any] | None:
             pod = teams.get(teams.a, "train-0") or {}

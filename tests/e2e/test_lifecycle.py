@@ -84,8 +84,13 @@ def test_a_plan_that_times_out_takes_back_its_marks_and_its_reservation(
         assert condition(taken_back, "DisruptionTarget")["reason"] == "PreemptionAbandoned"
         assert "timed out" in condition(taken_back, "DisruptionTarget")["message"]
         assert taken_back["status"]["phase"] == "Running"
-        assert teams.events(teams.b, "PreemptionAbandoned")
-        assert teams.events(teams.a, "PreemptionAbandoned")
+        # The events follow the patches Muster just made: poll for them.
+        for namespace, whose in ((teams.b, "the victim"), (teams.a, "the job")):
+            lc.wait_until(
+                lambda ns=namespace: teams.events(ns, "PreemptionAbandoned") or None,
+                timeout=15,
+                what=f"the PreemptionAbandoned event on {whose}",
+            )
     finally:
         watch.stop()
         teams.cleanup()
