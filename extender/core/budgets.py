@@ -125,8 +125,7 @@ def refused_victims(snapshot: ClusterState, now: float) -> dict[str, list[PodInf
         return {}
     refused: dict[str, list[PodInfo]] = {}
     for job in sorted(snapshot.jobs_with_marked_victims()):
-        for key in sorted(snapshot.marked_victims(job)):
-            pod = snapshot.pods[key]
+        for pod in snapshot.marked_pods(job):
             if (
                 pod.node_name is None
                 or pod.terminating

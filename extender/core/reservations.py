@@ -220,7 +220,7 @@ def settle_reservations(
         pods = snapshot.job_pods(job)
         if pods and reservation.expires > now:
             continue
-        marked = [snapshot.pods[key] for key in sorted(snapshot.marked_victims(job))]
+        marked = snapshot.marked_pods(job)
         limit = reservation.created + timeout + TERMINATING_LIMIT_SECONDS
         if pods and now < limit and any(pod.terminating for pod in marked):
             until = now + TERMINATING_MARGIN_SECONDS
@@ -237,12 +237,10 @@ def settle_reservations(
             ended.append(ended_plan(snapshot, job, "the job is gone"))
             ended_jobs.add(job)
             continue
-        marked = [snapshot.pods[key] for key in snapshot.marked_victims(job)]
-        if all(
-            pod.marked_at is not None and now - pod.marked_at > timeout
-            for pod in marked
-            if not pod.terminating
-        ) and any(not pod.terminating for pod in marked):
+        staying = [pod for pod in snapshot.marked_pods(job) if not pod.terminating]
+        if staying and all(
+            pod.marked_at is not None and now - pod.marked_at > timeout for pod in staying
+        ):
             # Marks older than any reservation, for a job holding none (a leader that
             # stopped between a plan's end and its undo): nothing holds their room.
             ended.append(ended_plan(snapshot, job, "its reservation ended"))
@@ -261,10 +259,9 @@ def settle_reservations(
 def ended_plan(snapshot: ClusterState, job: str, why: str) -> EndedPlan:
     """The plan of ``job`` ended now, for ``why``: its victims not yet leaving and its
     pods carrying the reservation Muster wrote (see :class:`EndedPlan`)."""
-    marked = [snapshot.pods[key] for key in sorted(snapshot.marked_victims(job))]
     return EndedPlan(
         job,
         why,
-        tuple(pod for pod in marked if not pod.terminating),
+        tuple(pod for pod in snapshot.marked_pods(job) if not pod.terminating),
         tuple(persisted_pods(snapshot, job)),
     )

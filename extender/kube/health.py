@@ -45,7 +45,7 @@ class Watched:
 
     def problem(self) -> tuple[str, float] | None:
         """What is wrong, and since when (``0.0``: for as long as can be said)."""
-        if self._thread.ident is not None and not self._thread.is_alive() and not self._stopping:
+        if self.dead():
             return f"{self.name}: its thread died", 0.0
         if self._failing_since is not None:
             since = format_time(self._failing_since)

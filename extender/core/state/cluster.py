@@ -266,6 +266,10 @@ class ClusterState:
         victims on their way out (the job is in flight while there are any)."""
         return self._marked_for.get(job, ())
 
+    def marked_pods(self, job: str) -> list[PodInfo]:
+        """The pods of :meth:`marked_victims`, by key."""
+        return [self.pods[key] for key in sorted(self._marked_for.get(job, ()))]
+
     def jobs_with_marked_victims(self) -> Collection[str]:
         """The jobs some present pod's soft-eviction mark names."""
         return self._marked_for.keys()
