@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=8888)
+    server.add_argument(
+        "--probe-port",
+        type=int,
+        metavar="PORT",
+        help="also serve /healthz, /readyz and /metrics (only) in plain HTTP on this port",
+    )
     server.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
     server.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     server.add_argument(
@@ -119,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             leader_elect_namespace=options.leader_elect_namespace,
             host=options.host,
             port=options.port,
+            probe_port=options.probe_port,
             tls_cert=options.tls_cert,
             tls_key=options.tls_key,
             client_ca=options.client_ca,

@@ -5,7 +5,9 @@ cluster through informers and binds through the API.  With ``--snapshot
 FILE...`` it serves over a fixed cluster read from manifests (the input of
 ``simulate``), with no API server: for trying the protocol, demos and tests.
 TLS with ``--tls-cert``/``--tls-key``; mutual TLS (as kube-scheduler's
-``tlsConfig`` supports) with ``--client-ca``.
+``tlsConfig`` supports) with ``--client-ca``.  ``--probe-port`` also serves
+``/healthz``, ``/readyz`` and ``/metrics`` (only those) in plain HTTP, for kubelet
+probes and Prometheus, which cannot present a client certificate.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import logging
 import ssl
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +28,7 @@ from extender.cli.scheduler_config import check_scheduler_config_file
 from extender.cli.simulate import load_args_file
 from extender.core.decisions import DecisionLog
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
+from extender.http.asgi import ProbeApp
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
 from extender.kube.gangs import GangKeeper
@@ -47,6 +52,7 @@ def run(
     leader_elect_namespace: str | None = None,
     host: str,
     port: int,
+    probe_port: int | None = None,
     tls_cert: str | None,
     tls_key: str | None,
     client_ca: str | None,
@@ -70,6 +76,9 @@ def run(
             print(f"muster serve: warning: {finding.field}: {finding.message}", file=sys.stderr)
     if (tls_cert is None) != (tls_key is None):
         print("muster serve: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    if probe_port is not None and probe_port == port:
+        print("muster serve: --probe-port must differ from --port", file=sys.stderr)
         return 2
     if client_ca is not None and tls_cert is None:
         print("muster serve: --client-ca needs --tls-cert and --tls-key", file=sys.stderr)
@@ -148,6 +157,11 @@ def run(
         collectors=collectors,
         on_shutdown=[elector.release] if elector is not None else [],
     )
+    if probe_port is not None:
+        problem = _serve_probes(ProbeApp(app), host, probe_port)
+        if problem is not None:
+            print(f"muster serve: --probe-port {probe_port}: {problem}", file=sys.stderr)
+            return 2
     uvicorn.run(
         app,
         host=host,
@@ -162,6 +176,27 @@ def run(
         proxy_headers=False,
     )
     return 0
+
+
+def _serve_probes(app: ProbeApp, host: str, port: int, timeout: float = 10.0) -> str | None:
+    """Serve ``app`` in plain HTTP on ``host:port`` from a daemon thread (uvicorn installs
+    no signal handlers outside the main thread; the main server's shutdown ends the
+    process).  Returns ``None`` once it listens, else why it does not."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host=host, port=port, lifespan="off", log_level="warning", access_log=False
+        )
+    )
+    thread = threading.Thread(target=server.run, name="probe-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive():
+            return "cannot listen (see the error above)"
+        if time.monotonic() > deadline:
+            return f"not listening after {timeout:.0f} s"
+        time.sleep(0.01)
+    return None
 
 
 def _own_namespace() -> str:

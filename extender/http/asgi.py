@@ -51,6 +51,29 @@ class Verb:
     inline: bool
 
 
+#: What the probe port serves: kubelet's probes and Prometheus's scrape.
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class ProbeApp:
+    """``app`` limited to :data:`PROBE_PATHS`, for a plain-HTTP port beside a mutual-TLS
+    one: kubelet probes and Prometheus present no client certificate, and these paths
+    neither change nor reveal any decision.  Every other path is a 404 saying so."""
+
+    def __init__(self, app: Callable[[_Scope, _Receive, _Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http":
+            return  # the probe server runs without lifespan events
+        if scope["path"] in PROBE_PATHS:
+            await self.app(scope, receive, send)
+            return
+        served = ", ".join(sorted(PROBE_PATHS))
+        error = f"{scope['path']}: not served on the probe port (only {served})"
+        await _send_json(send, 404, _error_body(error))
+
+
 class MusterApp:
     """The ASGI app: ``POST`` to an extender verb is answered here, straight from ASGI;
     everything else goes on to the FastAPI app (``api``).

@@ -1,4 +1,4 @@
-"""``muster serve`` as a real process: plain HTTP, TLS, and mutual TLS."""
+"""``muster serve`` as a real process: plain HTTP, TLS, mutual TLS, and the probe port."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tests.certs import CertificateAuthority
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "tests" / "scenarios" / "gang-fits-after-eviction.yaml"
+MUSTER = [sys.executable, "-m", "extender.cli.main"]
 FILTER_BODY = {
     "Pod": {"metadata": {"name": "p", "namespace": "team-b"}, "spec": {"containers": []}},
     "NodeNames": ["n1"],
@@ -101,6 +102,41 @@ def test_tls_and_mutual_tls(tmp_path: Path, stop: list[subprocess.Popen[bytes]])
     assert httpx.post(url, json=FILTER_BODY, verify=with_cert).status_code == 200
 
 
+def test_probe_port_serves_health_and_metrics_beside_mutual_tls(
+    tmp_path: Path, stop: list[subprocess.Popen[bytes]]
+) -> None:
+    """With mTLS, kubelet and Prometheus (no client certificate) read /readyz, /healthz and
+    /metrics on the plain probe port; nothing else is served there."""
+    ca = CertificateAuthority(tmp_path)
+    server_cert, server_key = ca.issue("server", server=True)
+    probe_port = lc.free_port()
+    process, port = serve(
+        "--tls-cert",
+        str(server_cert),
+        "--tls-key",
+        str(server_key),
+        "--client-ca",
+        str(ca.path),
+        "--probe-port",
+        str(probe_port),
+    )
+    stop.append(process)
+    wait_listening(process, port)
+    probes = f"http://127.0.0.1:{probe_port}"
+    # A snapshot is synced from the start: ready and healthy.
+    assert httpx.get(f"{probes}/readyz").json() == {"status": "ready"}
+    assert httpx.get(f"{probes}/healthz").json() == {"status": "ok"}
+    assert "muster_extender_requests_total" in httpx.get(f"{probes}/metrics").text
+    for path in ("/debug/quotas", "/filter"):
+        refused = httpx.request("POST" if path == "/filter" else "GET", probes + path)
+        assert refused.status_code == 404, path
+        assert "not served on the probe port" in refused.json()["error"]
+    # The extender port still wants a client certificate.
+    without_cert = ssl.create_default_context(cafile=str(ca.path))
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"https://127.0.0.1:{port}/readyz", verify=without_cert)
+
+
 def test_serve_refuses_bad_flags() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "extender.cli.main", "serve", "--tls-cert", "x.pem"],
@@ -119,3 +155,31 @@ def test_serve_refuses_bad_flags() -> None:
         check=False,
     )
     assert completed.returncode == 2 and "--snapshot" in completed.stderr
+    completed = subprocess.run(
+        [sys.executable, "-m", "extender.cli.main", "serve", "--probe-port", "8888"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 2 and "--probe-port must differ" in completed.stderr
+
+
+def test_serve_exits_when_the_probe_port_is_taken() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        completed = subprocess.run(
+            [
+                *(*MUSTER, "serve", "--snapshot", str(SCENARIO)),
+                *("--port", str(lc.free_port()), "--probe-port", str(busy)),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    assert completed.returncode == 2, completed.stderr
+    assert f"--probe-port {busy}: cannot listen" in completed.stderr
