@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # Pinned Kubernetes binaries are built once into this cache (see hack/build-k8s.sh).
 export MUSTER_K8S_CACHE ?= $(HOME)/.cache/muster/k8s
 
-.PHONY: venv lint unit e2e test demo bench bench-e2e k8s image clean
+.PHONY: venv lint unit e2e test demo bench bench-e2e k8s helm manifests image clean
 
 venv: $(VENV)/.installed
 
@@ -28,11 +28,19 @@ unit: venv
 k8s:
 	hack/build-k8s.sh
 
+# The pinned helm (hack/helm/go.mod), built once into ~/.cache/muster/helm.
+helm:
+	hack/build-helm.sh >/dev/null
+
+# manifests/ rendered from charts/muster (edit the chart, then run this).
+manifests: venv helm
+	$(PY) hack/render_manifests.py
+
 e2e: venv k8s
 	$(PY) -m pytest tests/e2e
 
 # The whole suite: lint, unit tests and the e2e tier against real binaries.
-test: venv lint k8s
+test: venv lint k8s helm
 	$(PY) -m pytest tests
 
 demo: venv k8s

@@ -1,4 +1,4 @@
-"""The Grafana dashboard and Prometheus rules in manifests/monitoring name only metrics
+"""The Grafana dashboard and Prometheus rules in charts/muster/files/monitoring name only metrics
 Muster and its evictor export (a renamed metric breaks this test, not an admin's
 dashboard), and every rule is well formed."""
 
@@ -25,7 +25,7 @@ from extender.service import Extender, StaticSource
 from tests.builders import node, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
-MONITORING = ROOT / "manifests" / "monitoring"
+MONITORING = ROOT / "charts" / "muster" / "files" / "monitoring"
 SUFFIXES = ("", "_total", "_created", "_bucket", "_sum", "_count")
 
 
