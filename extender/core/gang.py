@@ -261,6 +261,7 @@ def plan_gang_placement(
     unplaced = [pod for pod in pods if pod.node_name is None and pod.key != first.key]
     unplaced.insert(0, first)
     own = [pod.key for pod in unplaced if snapshot.reservation_holder(pod.key) == job]
+    own += snapshot.book.vacancies_of(job)  # room kept for pods being re-created
     quota = snapshot.quota_of(first)
     for _attempt in range(_REPLANS + 1):
         fit = JobFit(snapshot, job, unplaced, excluded=refused, released=own)

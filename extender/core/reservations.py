@@ -210,7 +210,9 @@ def settle_reservations(
     A reservation whose time is up is extended by :data:`TERMINATING_MARGIN_SECONDS`
     while a victim marked for its job is still terminating (the room is on its way: in
     flight survives the timer), up to :data:`TERMINATING_LIMIT_SECONDS` past it.
-    Otherwise it ends, and so does one whose job has no pods left: the plan is undone,
+    Otherwise it ends, and so does one whose job has no pods left (nor room kept for
+    pods its controller re-creates, which ends first: ``ClusterState.expire_vacancies``):
+    the plan is undone,
     never left half (the marks of victims not yet leaving are taken back, the
     reservation on the job's pods cleared)."""
     extended: list[Reservation] = []
@@ -218,7 +220,10 @@ def settle_reservations(
     timeout = snapshot.args.reservation_timeout_seconds
     for job, reservation in sorted(snapshot.reservations.items()):
         pods = snapshot.job_pods(job)
-        if pods and reservation.expires > now:
+        # A job whose pods are all gone but whose room waits for their replacements (see
+        # ClusterState.remove_pod) is still there.
+        present = bool(pods) or bool(snapshot.book.vacancies_of(job))
+        if present and reservation.expires > now:
             continue
         marked = snapshot.marked_pods(job)
         limit = reservation.created + timeout + TERMINATING_LIMIT_SECONDS
@@ -226,7 +231,7 @@ def settle_reservations(
             until = now + TERMINATING_MARGIN_SECONDS
             extended.append(dataclasses.replace(reservation, expires=until))
             continue
-        why = "its reservation timed out" if pods else "the job is gone"
+        why = "its reservation timed out" if present else "the job is gone"
         ended.append(ended_plan(snapshot, job, why))
     ended_jobs = {plan.job for plan in ended}
     for job in sorted(snapshot.jobs_with_marked_victims()):

@@ -73,6 +73,11 @@ def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
             if reservation is None
             else {
                 "placements": dict(reservation.placements),
+                # room of deleted pods kept for the pods replacing them
+                "vacated": {
+                    key: snapshot.book.vacancies[key].node
+                    for key in snapshot.book.vacancies_of(job)
+                },
                 "victims": list(reservation.victims),
                 "expires": format_time(reservation.expires),
                 "expiresInSeconds": round(reservation.expires - now),

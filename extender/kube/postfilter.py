@@ -204,6 +204,7 @@ class PostFilterLoop(Watched):
         whose time is up or whose job is gone (see
         :func:`extender.core.reservations.settle_reservations`); return the plans ended."""
         with self.source.exclusive() as snapshot:
+            snapshot.expire_vacancies(now)
             extended, ended = settle_reservations(snapshot, now)
             for reservation in extended:
                 apply(snapshot, HoldRoom(reservation))

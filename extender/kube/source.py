@@ -152,7 +152,7 @@ class KubeSource:
                 gone = self.snapshot.pods.get(key)
                 if gone is not None:
                     self._scheduler_victims.discard(gone.uid)
-                self.snapshot.remove_pod(key)
+                self.snapshot.remove_pod(key, now=self.clock())
                 self._parked.pop(key, None)
                 return
             try:

@@ -1,10 +1,12 @@
-"""The preemption lifecycle under faults (issue #14): a plan is finished or undone, never
-left half.  Here no operator evicts the victims Muster marks (none runs), so the plan's
-reservation times out: Muster takes the victim's mark back and clears the reservation
-it wrote on the job's pods, with events, instead of leaving both behind."""
+"""The preemption lifecycle under faults (issue #14).  A plan is finished or undone, never
+left half: no operator evicts the victims Muster marks (none runs), so the plan's
+reservation times out, and Muster takes the victim's mark back and clears the reservation
+it wrote on the job's pods, with events, instead of leaving both behind.  Reservations
+follow the job, not a pod's name: a preemptor pod deleted and re-created keeps the room."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,17 +24,15 @@ pytestmark = pytest.mark.e2e
 SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 
 
-@pytest.fixture
-def muster_without_operator(
-    control_plane: lc.ControlPlane,
-    tmp_path: Path,
-    tokens: dict[str, Path],  # noqa: F811
+@contextlib.contextmanager
+def muster_without_evictor(
+    control_plane: lc.ControlPlane, tmp_path: Path, kubeconfigs: dict[str, Path], timeout: float
 ) -> Iterator[MusterProcess]:
-    """Muster with a 4 s reservation timeout, every verb, and no evictor."""
+    """Muster with this reservation timeout, every verb, and no evictor."""
     config = tmp_path / "muster-args.yaml"
-    config.write_text(yaml.safe_dump({"reservationTimeoutSeconds": 4}))
+    config.write_text(yaml.safe_dump({"reservationTimeoutSeconds": timeout}))
     muster = MusterProcess(
-        tmp_path, kubeconfig=tokens["muster"], extra_args=("--config", str(config))
+        tmp_path, kubeconfig=kubeconfigs["muster"], extra_args=("--config", str(config))
     )
     try:
         extender = lc.ExtenderConfig(muster.url, bind=True)
@@ -42,6 +42,17 @@ def muster_without_operator(
             yield muster
     finally:
         muster.stop()
+
+
+@pytest.fixture
+def muster_without_operator(
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811
+) -> Iterator[MusterProcess]:
+    """Muster with a 4 s reservation timeout, every verb, and no evictor."""
+    with muster_without_evictor(control_plane, tmp_path, tokens, 4) as muster:
+        yield muster
 
 
 def test_a_plan_that_times_out_takes_back_its_marks_and_its_reservation(
@@ -94,3 +105,68 @@ def test_a_plan_that_times_out_takes_back_its_marks_and_its_reservation(
     finally:
         watch.stop()
         teams.cleanup()
+
+
+def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
+    cluster: Cluster,
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811
+) -> None:
+    """train-0 preempts b-0 for n0's 8 GPUs; before b-0 goes, train-0 is deleted and its
+    controller creates train-1 (same job, same shape), and team B's c-0 (8 GPUs) waits
+    for room too.  Derived from the rule: the reservation passes to train-1 (Muster's
+    /debug/jobs says so before b-0 goes), no second victim is marked, and when b-0 goes
+    train-1 binds to n0 while c-0 stays pending."""
+    with muster_without_evictor(control_plane, tmp_path, tokens, 120) as muster:
+        n0 = cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
+        teams = Teams(
+            cluster,
+            {"min": {GPU: "16"}, "max": {GPU: "32"}},
+            {"min": {GPU: "0"}, "max": {GPU: "32"}},
+        )
+        try:
+            teams.create(teams.b, "b-0", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, "b-0", "Running")
+            labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+            shape = {"cpu": "4", GPU: 8}
+            teams.create(teams.a, "train-0", requests=shape, labels=labels)
+            lc.wait_until(
+                lambda: (
+                    SOFT_EVICTION in (teams.get(teams.b, "b-0") or {})["metadata"]["labels"] or None
+                ),
+                timeout=30,
+                what="b-0 marked for train-0",
+            )
+            job = f"{teams.a}/train"
+            cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.a}/pods/train-0")
+            teams.create(teams.a, "train-1", requests=shape, labels=labels)
+            teams.create(teams.b, "c-0", requests=shape)
+
+            seen: list[Any] = []
+
+            def reserved_for_train_1() -> dict[str, Any] | None:
+                seen[:] = [muster.debug("jobs").get(job)]
+                reservation = (seen[0] or {}).get("reservation")
+                placements = (reservation or {}).get("placements", {})
+                return reservation if placements == {f"{teams.a}/train-1": n0} else None
+
+            try:
+                held = lc.wait_until(reserved_for_train_1, timeout=15, what="train-1 reserved")
+            except TimeoutError as error:
+                raise AssertionError(f"{error}; Muster's last view of the job: {seen}") from None
+            assert held["victims"] == [f"{teams.b}/b-0"] and held["vacated"] == {}
+            # b-0 leaves (as an evictor would make it).
+            cluster.rest.request(
+                "DELETE",
+                f"/api/v1/namespaces/{teams.b}/pods/b-0",
+                query={"gracePeriodSeconds": 0},
+            )
+            teams.wait(teams.a, "train-1", "Running", timeout=30)
+            assert (teams.get(teams.a, "train-1") or {})["spec"]["nodeName"] == n0
+            c_0 = teams.get(teams.b, "c-0") or {}
+            assert not c_0["spec"].get("nodeName")
+            # One victim only: nothing else of team B was marked for the job.
+            assert SOFT_EVICTION not in (c_0["metadata"].get("labels") or {})
+        finally:
+            teams.cleanup()

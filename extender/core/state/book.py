@@ -8,6 +8,8 @@ One of the indexes behind :class:`~extender.core.state.ClusterState`.
   on its node.
 - An *admission hold* charges a gang's pending pods to its quota for a while after the
   filter admitted the gang whole, since kube-scheduler binds the pods one at a time.
+- A :class:`Vacancy` keeps the room of a reserved pod that was deleted for its job a
+  while, for the pod its controller creates in its place.
 - A :class:`GangBackoff` records a gang given up after its timeout: the filter turns
   its pods away until the backoff ends (or for good, past ``backoffLimitCount``).
 
@@ -37,6 +39,20 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Vacancy:
+    """The room a pending reserved pod held when it was deleted: still its job's, charged
+    to its quota and held on its node, until a new pod of the job with the same requests
+    takes it (a Job or StatefulSet controller re-creating the pod) or ``until``."""
+
+    job: str
+    node: str
+    quota: str
+    requests: Mapping[str, int]
+    preemptible: bool
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
 class GangBackoff:
     """A gang given up for the ``attempts``-th time at ``given_up``; retried at ``until``
     (``None``: never, the backoff limit is reached)."""
@@ -51,6 +67,8 @@ class ReservationBook:
         #: job → its reservation.
         self.reservations: dict[str, Reservation] = {}
         self._reserved: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
+        #: vacated pod key → its vacancy (the key stays in ``_reserved`` meanwhile).
+        self.vacancies: dict[str, Vacancy] = {}
         self._held: dict[str, str] = {}  # pod key → the job whose admission holds it
         self._held_until: dict[str, float] = {}  # job → when its hold ends
         #: job → its backoff, for gangs given up after their timeout.
@@ -76,8 +94,12 @@ class ReservationBook:
         job, _node = self._reserved.pop(key)
         return job
 
+    def vacancies_of(self, job: str) -> list[str]:
+        """The vacated pod keys whose room is kept for ``job``, sorted."""
+        return sorted(key for key, vacancy in self.vacancies.items() if vacancy.job == job)
+
     def holds_room(self, job: str) -> bool:
-        """Does any pod still hold room for ``job``?"""
+        """Does any pod (or vacancy) still hold room for ``job``?"""
         return any(holder == job for holder, _ in self._reserved.values())
 
     def promised_victims(self) -> set[str]:

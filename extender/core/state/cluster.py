@@ -28,7 +28,7 @@ from extender.core.budgets import DisruptionBudget
 from extender.core.config import MusterArgs
 from extender.core.jobs import PodGroupInfo, is_preemptible, min_available_annotation
 from extender.core.objects import NodeInfo, PodInfo
-from extender.core.state.book import Reservation, ReservationBook
+from extender.core.state.book import Reservation, ReservationBook, Vacancy
 from extender.core.state.nodes import NodeUsage
 from extender.core.state.victims import VictimIndex
 from quota.accounting import QuotaLedger
@@ -97,6 +97,8 @@ class ClusterState:
             node = reservation.placements.get(pod.key) if reservation is not None else None
             if node is not None and self.book.reserved(pod.key) is None:
                 self.book.reserve(pod.key, pod.job, node)
+            elif node is None and reservation is not None:
+                self._fill_vacancy(pod, reservation)
         if pod.node_name is not None or pod.finished:
             # Bound or done: it no longer holds reserved room or admission quota.
             if self.book.reserved(pod.key) is not None:
@@ -104,16 +106,29 @@ class ClusterState:
             self.book.unhold(pod.key)
         self._index(pod)
 
-    def remove_pod(self, key: str) -> None:
+    def remove_pod(self, key: str, now: float | None = None) -> None:
+        """Forget a pod.  With ``now`` (a deletion seen live), a pending pod holding
+        reserved room leaves a :class:`~extender.core.state.book.Vacancy`: the room stays
+        its job's for ``vacatedRoomSeconds``, for the pod its controller creates in its
+        place (:meth:`upsert_pod` gives it the room)."""
         pod = self.pods.pop(key, None)
         if pod is None:
             return
         self._removed[pod.uid] = None
         if len(self._removed) > REMOVED_PODS_REMEMBERED:
             self._removed.popitem(last=False)
+        quota = self._pod_quota.get(key)
         self._unindex(pod)
-        if self.book.reserved(key) is not None:
-            self._drop_reserved_pod(key)
+        reserved = self.book.reserved(key)
+        if reserved is not None:
+            if now is not None and quota is not None and pod.node_name is None:
+                until = now + self.args.vacated_room_seconds
+                vacancy = Vacancy(
+                    pod.job, reserved[1], quota, pod.requests, self.preemptible(pod), until
+                )
+                self._hold_vacancy(key, vacancy)
+            else:
+                self._drop_reserved_pod(key)
         self.book.unhold(key)
         if pod.job not in self._jobs:  # its job's last pod: nothing of the job remains
             self.book.released.pop(pod.job, None)
@@ -191,7 +206,19 @@ class ClusterState:
             if reserved is not None and reserved[0] == job:
                 with self._reindexing(pod_key):
                     self.book.unreserve(pod_key)
+        for vacated in self.book.vacancies_of(job):
+            self._release_vacancy(vacated)
         return reservation
+
+    def expire_vacancies(self, now: float) -> list[str]:
+        """Let go the vacated room no new pod took in time; return the vacated keys.  A
+        reservation left holding nothing ends with it."""
+        expired = sorted(key for key, v in self.book.vacancies.items() if v.until <= now)
+        for key in expired:
+            job = self._release_vacancy(key).job
+            self.room_epoch += 1
+            self._forget_if_empty(job)
+        return expired
 
     def expire_reservations(self, now: float) -> list[Reservation]:
         """End the reservations whose time is up; return them."""
@@ -452,9 +479,52 @@ class ClusterState:
 
     def _drop_reserved_pod(self, key: str) -> None:
         """A reserved pod bound or went away: it no longer holds reserved room."""
-        job = self.book.unreserve(key)
+        self._forget_if_empty(self.book.unreserve(key))
+
+    def _forget_if_empty(self, job: str) -> None:
+        """A reservation no pod or vacancy holds room for any more is done."""
         if job in self.book.reservations and not self.book.holds_room(job):
             del self.book.reservations[job]
+
+    def _hold_vacancy(self, key: str, vacancy: Vacancy) -> None:
+        """Keep a deleted pod's reserved room (its key stays reserved in the book): on its
+        node, and charged to its quota as used, as the pod was."""
+        self.book.vacancies[key] = vacancy
+        self.node_usage.hold(vacancy.node, key, vacancy.requests)
+        self.ledger.charge(
+            vacancy.quota, vacancy.requests, preemptible=vacancy.preemptible, used=True, sign=1
+        )
+
+    def _release_vacancy(self, key: str) -> Vacancy:
+        vacancy = self.book.vacancies.pop(key)
+        self.book.unreserve(key)
+        self.node_usage.release(vacancy.node, key)
+        self.ledger.charge(
+            vacancy.quota, vacancy.requests, preemptible=vacancy.preemptible, used=True, sign=-1
+        )
+        return vacancy
+
+    def _fill_vacancy(self, pod: PodInfo, reservation: Reservation) -> None:
+        """A new pending pod of a job with vacated room takes a vacancy of its shape and
+        quota (its own name's first: a StatefulSet re-creates a pod under it)."""
+        vacated = self.book.vacancies_of(pod.job)
+        if not vacated:
+            return
+        try:
+            quota = self._resolve_quota(pod)
+        except UnknownQuotaError:
+            return
+        for key in sorted(vacated, key=lambda k: k != pod.key):
+            vacancy = self.book.vacancies[key]
+            if vacancy.quota == quota and dict(vacancy.requests) == dict(pod.requests):
+                self._release_vacancy(key)
+                placements = {**reservation.placements, pod.key: vacancy.node}
+                self.book.reservations[pod.job] = dataclasses.replace(
+                    reservation, placements=placements
+                )
+                self.book.reserve(pod.key, pod.job, vacancy.node)
+                self.room_epoch += 1  # a pod parked before this may fit now
+                return
 
 
 def _member(index: dict[str, set[str]], at: str, key: str, sign: int) -> None:

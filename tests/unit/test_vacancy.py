@@ -1,0 +1,151 @@
+"""Reservations follow the job, not a pod's name (issue #14, item 4).
+
+Derived by hand from the rule (``ClusterState.remove_pod``): a pending pod holding
+reserved room that is deleted (seen live: ``remove_pod(key, now)``) leaves its room to its
+job for ``vacatedRoomSeconds`` (60 s by default): held on its node and charged to its
+quota as the pod was.  The first new pending pod of the job with the same requests and
+quota takes it (the pod's own name first, as a StatefulSet re-creates it); otherwise the
+room is let go when the time is up.
+
+Every node has 8 GPUs; the job ``team-a/train`` has two 8-GPU pods reserved on n0 and n1.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from base import keys
+from extender.core.objects import parse_pod
+from extender.core.reservations import settle_reservations
+from extender.core.state import ClusterState, Reservation
+from quota.accounting import usage_report
+from tests.builders import node, pod, quota, snapshot
+
+T0 = 1_800_000_000.0
+JOB = "team-a/train"
+GPU = "nvidia.com/gpu"
+
+
+def trainer(name: str, gpu: int = 8, uid: str | None = None) -> dict[str, Any]:
+    made = pod(name, gpu=gpu, group="train", can_preempt=True)
+    made["metadata"]["uid"] = uid or f"uid-{name}"
+    return made
+
+
+def state(placements: dict[str, str], *extra: dict[str, Any]) -> ClusterState:
+    pods = [trainer(key.split("/")[1]) for key in placements]
+    snap = snapshot(
+        [node("n0"), node("n1")],
+        [*pods, *extra],
+        [quota("team-a", namespace="team-a", max={GPU: "32"})],
+    )
+    snap.add_reservation(Reservation(JOB, "team-a", placements, (), T0, T0 + 300))
+    return snap
+
+
+TWO = {"team-a/t-0": "n0", "team-a/t-1": "n1"}
+
+
+def used_gpus(snap: ClusterState) -> str:
+    return usage_report(snap.ledger, "team-a")["used"].get(GPU, "0")
+
+
+def free_gpus(snap: ClusterState, name: str) -> int:
+    return snap.free_on(name).get(GPU, 0) // 1000  # amounts are kept in thousandths
+
+
+def test_a_deleted_reserved_pod_keeps_its_room_for_its_job() -> None:
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    # n1's 8 GPUs stay held, and team-a is still charged 8 + 8.
+    assert free_gpus(snap, "n1") == 0
+    assert used_gpus(snap) == "16"
+    assert snap.reservation_holder("team-a/t-1") == JOB
+    assert JOB in snap.reservations
+
+
+def test_the_replacement_of_the_same_shape_takes_the_room_under_a_new_name() -> None:
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    snap.upsert_pod(parse_pod(trainer("t-1-x7k2p")))  # a Job controller's new name
+    assert snap.reserved_node("team-a/t-1-x7k2p") == "n1"
+    assert snap.reservations[JOB].placements == {"team-a/t-0": "n0", "team-a/t-1-x7k2p": "n1"}
+    assert snap.book.vacancies == {}
+    # Exactly the state of a cluster where the new pod was reserved from the start.
+    fresh = state({"team-a/t-0": "n0", "team-a/t-1-x7k2p": "n1"})
+    assert snap.node_usage.reserved == fresh.node_usage.reserved
+    assert usage_report(snap.ledger, "team-a") == usage_report(fresh.ledger, "team-a")
+
+
+def test_a_statefulset_pod_re_created_under_its_name_takes_its_own_room_first() -> None:
+    # Both pods are deleted; the one re-created as t-1 takes t-1's vacancy (n1), not
+    # t-0's (n0), although both have its shape.
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-0", now=T0 + 5)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    snap.upsert_pod(parse_pod(trainer("t-1", uid="uid-t-1-second")))
+    assert snap.reserved_node("team-a/t-1") == "n1"
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-0"]
+
+
+def test_a_pod_of_another_shape_or_job_does_not_take_the_room() -> None:
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    snap.upsert_pod(parse_pod(trainer("t-2", gpu=4)))
+    other = pod("o-0", gpu=8, group="other", can_preempt=True)
+    snap.upsert_pod(parse_pod(other))
+    assert snap.reserved_node("team-a/t-2") is None
+    assert snap.reserved_node("team-a/o-0") is None
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-1"]
+
+
+def test_vacated_room_is_let_go_after_vacated_room_seconds() -> None:
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    epoch = snap.room_epoch
+    assert snap.expire_vacancies(T0 + 5 + 59.9) == []
+    assert snap.expire_vacancies(T0 + 5 + 60) == ["team-a/t-1"]
+    # n1 is free again, team-a is charged for t-0 only, and parked pods get a look.
+    assert free_gpus(snap, "n1") == 8
+    assert used_gpus(snap) == "8"
+    assert snap.room_epoch > epoch
+    assert snap.reservations[JOB].placements == {"team-a/t-0": "n0"}
+
+
+def test_a_deletion_not_seen_live_leaves_no_vacancy() -> None:
+    # simulate and other callers without a clock: the pod and its room go together.
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1")
+    assert free_gpus(snap, "n1") == 8 and used_gpus(snap) == "8"
+
+
+def marked_victim() -> dict[str, Any]:
+    made = pod("b-0", "team-b", gpu=8, node="n1", preemptible=True)
+    made["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    made["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps({"preemptor": JOB})
+    return made
+
+
+def test_a_job_whose_pods_are_all_being_re_created_is_not_gone_until_its_room_expires() -> None:
+    # Its one pod is deleted; its victim b-0 is still marked.  While the vacancy lasts the
+    # plan stands; when it expires with no replacement, the job is gone and the plan is
+    # undone (b-0's mark taken back).
+    snap = state({"team-a/t-0": "n0"}, marked_victim())
+    snap.remove_pod("team-a/t-0", now=T0 + 5)
+    assert settle_reservations(snap, T0 + 10) == ([], [])
+    snap.expire_vacancies(T0 + 65)
+    assert JOB not in snap.reservations
+    extended, ended = settle_reservations(snap, T0 + 65)
+    assert extended == []
+    assert [(p.why, [v.key for v in p.unmark]) for p in ended] == [
+        ("the job is gone", ["team-b/b-0"])
+    ]
+
+
+def test_letting_the_reservation_go_lets_its_vacancies_go() -> None:
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    snap.remove_reservation(JOB)
+    assert snap.book.vacancies == {}
+    assert free_gpus(snap, "n1") == 8 and used_gpus(snap) == "0"
