@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build helm, which the chart tests use (`helm lint`, `helm template`) and
-# hack/render-manifests.sh uses to write manifests/ from charts/muster, with `go build`
+# hack/render_manifests.py uses to write manifests/ from charts/muster, with `go build`
 # from the Go module in hack/helm/, whose go.mod/go.sum pin helm and every dependency.
 # The binary goes to
 #

@@ -76,6 +76,9 @@ def args_schema() -> dict[str, Any]:
     from extender.core.config import MusterArgs
 
     schema = MusterArgs.model_json_schema(by_alias=True)
+    # Nested under properties.args, "#/$defs/..." references would point nowhere.
+    if "$defs" in schema:
+        raise SystemExit("MusterArgs has nested models: teach args_schema() to inline them")
     schema.pop("title", None)
     for field in schema["properties"].values():
         field.pop("title", None)

@@ -66,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve /healthz, /readyz and /metrics (only) in plain HTTP on this port",
     )
     server.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
+    server.add_argument(
+        "--tls-reload-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often to look for renewed certificate files (default: %(default)s)",
+    )
     server.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     server.add_argument(
         "--client-ca", metavar="PEM", help="require client certificates signed by this CA"
@@ -126,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             host=options.host,
             port=options.port,
             probe_port=options.probe_port,
+            tls_reload_seconds=options.tls_reload_seconds,
             tls_cert=options.tls_cert,
             tls_key=options.tls_key,
             client_ca=options.client_ca,

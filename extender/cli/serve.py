@@ -5,7 +5,8 @@ cluster through informers and binds through the API.  With ``--snapshot
 FILE...`` it serves over a fixed cluster read from manifests (the input of
 ``simulate``), with no API server: for trying the protocol, demos and tests.
 TLS with ``--tls-cert``/``--tls-key``; mutual TLS (as kube-scheduler's
-``tlsConfig`` supports) with ``--client-ca``.  ``--probe-port`` also serves
+``tlsConfig`` supports) with ``--client-ca``; renewed certificate files are served without
+a restart.  ``--probe-port`` also serves
 ``/healthz``, ``/readyz`` and ``/metrics`` (only those) in plain HTTP, for kubelet
 probes and Prometheus, which cannot present a client certificate.
 """
@@ -13,6 +14,7 @@ probes and Prometheus, which cannot present a client certificate.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import sys
 import threading
@@ -29,6 +31,7 @@ from extender.cli.simulate import load_args_file
 from extender.core.decisions import DecisionLog
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
 from extender.http.asgi import ProbeApp
+from extender.http.tls import CertificateReloader
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
 from extender.kube.gangs import GangKeeper
@@ -53,6 +56,7 @@ def run(
     host: str,
     port: int,
     probe_port: int | None = None,
+    tls_reload_seconds: float = 10.0,
     tls_cert: str | None,
     tls_key: str | None,
     client_ca: str | None,
@@ -83,6 +87,16 @@ def run(
     if client_ca is not None and tls_cert is None:
         print("muster serve: --client-ca needs --tls-cert and --tls-key", file=sys.stderr)
         return 2
+    probe_socket = None
+    if probe_port is not None:
+        # Bound before anything starts (informers, the Lease): a taken port ends here.
+        try:
+            probe_socket = _bind(host, probe_port)
+        except OSError as error:
+            print(
+                f"muster serve: --probe-port {probe_port}: cannot listen: {error}", file=sys.stderr
+            )
+            return 2
     live = kubeconfig is not None or in_cluster
     if live == bool(snapshot_files):
         print(
@@ -157,12 +171,12 @@ def run(
         collectors=collectors,
         on_shutdown=[elector.release] if elector is not None else [],
     )
-    if probe_port is not None:
-        problem = _serve_probes(ProbeApp(app), host, probe_port)
+    if probe_socket is not None:
+        problem = _serve_probes(ProbeApp(app), probe_socket)
         if problem is not None:
             print(f"muster serve: --probe-port {probe_port}: {problem}", file=sys.stderr)
             return 2
-    uvicorn.run(
+    server_config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -175,26 +189,48 @@ def run(
         # kube-scheduler connects directly: no proxy headers to trust, and one less layer.
         proxy_headers=False,
     )
-    return 0
+    server_config.load()
+    if server_config.ssl is not None and tls_cert is not None and tls_key is not None:
+        # A renewed certificate (a rotated Secret) is served without a restart.
+        CertificateReloader(
+            server_config.ssl, tls_cert, tls_key, client_ca, interval=tls_reload_seconds
+        ).start()
+    server = uvicorn.Server(server_config)
+    server.run()
+    return 0 if server.started else 1
 
 
-def _serve_probes(app: ProbeApp, host: str, port: int, timeout: float = 10.0) -> str | None:
-    """Serve ``app`` in plain HTTP on ``host:port`` from a daemon thread (uvicorn installs
-    no signal handlers outside the main thread; the main server's shutdown ends the
-    process).  Returns ``None`` once it listens, else why it does not."""
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (raises ``OSError``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _serve_probes(app: ProbeApp, sock: socket.socket, timeout: float = 10.0) -> str | None:
+    """Serve ``app`` in plain HTTP on ``sock`` from a daemon thread (uvicorn installs no
+    signal handlers outside the main thread; the main server's shutdown ends the
+    process).  Returns ``None`` once it serves, else why it does not."""
     server = uvicorn.Server(
-        uvicorn.Config(
-            app, host=host, port=port, lifespan="off", log_level="warning", access_log=False
-        )
+        uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     )
-    thread = threading.Thread(target=server.run, name="probe-server", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="probe-server", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + timeout
     while not server.started:
         if not thread.is_alive():
-            return "cannot listen (see the error above)"
+            return "the probe server stopped (see the error above)"
         if time.monotonic() > deadline:
-            return f"not listening after {timeout:.0f} s"
+            return f"not serving after {timeout:.0f} s"
         time.sleep(0.01)
     return None
 

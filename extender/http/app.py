@@ -54,7 +54,9 @@ def create_app(
     order and in a worker thread, when the server stops gracefully (SIGTERM)."""
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        # The loop kube-scheduler's calls are served on: the probe port checks it answers.
+        api.state.event_loop = asyncio.get_running_loop()
         yield
         for hook in on_shutdown:
             await asyncio.to_thread(hook)

@@ -10,6 +10,8 @@ else goes on to FastAPI.  :mod:`extender.http.app` builds the verbs' handlers.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
@@ -53,25 +55,61 @@ class Verb:
 
 #: What the probe port serves: kubelet's probes and Prometheus's scrape.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: How long the extender's event loop may take to answer the probe port's heartbeat.
+HEARTBEAT_SECONDS = 5.0
 
 
 class ProbeApp:
     """``app`` limited to :data:`PROBE_PATHS`, for a plain-HTTP port beside a mutual-TLS
     one: kubelet probes and Prometheus present no client certificate, and these paths
-    neither change nor reveal any decision.  Every other path is a 404 saying so."""
+    neither change nor reveal any decision.  Every other path is a 404 saying so.
 
-    def __init__(self, app: Callable[[_Scope, _Receive, _Send], Awaitable[None]]) -> None:
+    It runs on a server (and event loop) of its own, so ``/healthz`` and ``/readyz``
+    first check that the event loop serving kube-scheduler answers (a heartbeat): a stuck
+    extender must not look healthy through another port."""
+
+    def __init__(self, app: MusterApp, heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:
         self.app = app
+        self.heartbeat_seconds = heartbeat_seconds
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
             return  # the probe server runs without lifespan events
-        if scope["path"] in PROBE_PATHS:
-            await self.app(scope, receive, send)
+        path = scope["path"]
+        if path not in PROBE_PATHS:
+            served = ", ".join(sorted(PROBE_PATHS))
+            error = f"{path}: not served on the probe port (only {served})"
+            await _send_json(send, 404, _error_body(error))
             return
-        served = ", ".join(sorted(PROBE_PATHS))
-        error = f"{scope['path']}: not served on the probe port (only {served})"
-        await _send_json(send, 404, _error_body(error))
+        if path != "/metrics":
+            problem = await self._heartbeat()
+            if problem is not None:
+                await _send_json(send, 503, to_json({"status": problem}))
+                return
+        await self.app(scope, receive, send)
+
+    async def _heartbeat(self) -> str | None:
+        """``None`` when the extender's event loop runs a no-op in time, else why not."""
+        loop: asyncio.AbstractEventLoop | None = getattr(self.app.api.state, "event_loop", None)
+        if loop is None or loop.is_closed():
+            return "the extender server is not running"
+        here = asyncio.get_running_loop()
+        answered: asyncio.Future[None] = here.create_future()
+
+        def answer() -> None:  # on this loop, once the extender's loop ran its callback
+            if not answered.done():
+                answered.set_result(None)
+
+        def relay() -> None:  # on the extender's loop
+            with contextlib.suppress(RuntimeError):  # this loop closed meanwhile
+                here.call_soon_threadsafe(answer)
+
+        loop.call_soon_threadsafe(relay)
+        try:
+            await asyncio.wait_for(answered, self.heartbeat_seconds)
+        except TimeoutError:
+            return f"the extender's event loop has not answered in {self.heartbeat_seconds:g} s"
+        return None
 
 
 class MusterApp:

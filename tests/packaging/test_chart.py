@@ -89,9 +89,15 @@ def test_defaults_two_replicas_with_a_lease_an_evictor_and_plain_http(helm_binar
     assert ("Role", "muster-leader-election") in rendered
     assert ("PodDisruptionBudget", "muster") in rendered
     assert container(rendered["Deployment", "muster-evictor"])["image"] == "muster:0.1.0"
-    # Probes and Prometheus use the plain probe port.
+    # Probes and Prometheus use the plain probe port (values.yaml's probePort).
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     assert muster["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
-    assert "--probe-port=8889" in muster["args"]
+    assert f"--probe-port={defaults['probePort']}" in muster["args"]
+    # Replicas spread over nodes where they can.
+    spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     # The scheduler reaches Muster through its Service, in plain HTTP.
     extender = yaml.safe_load(
         rendered["ConfigMap", "muster-scheduler-config"]["data"]["scheduler-config.yaml"]
@@ -101,7 +107,25 @@ def test_defaults_two_replicas_with_a_lease_an_evictor_and_plain_http(helm_binar
     # The four CRDs, kept on uninstall.
     crds = [obj for (kind, _), obj in rendered.items() if kind == "CustomResourceDefinition"]
     assert len(crds) == 4
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert not [obj for kind, obj in rendered.items() if kind[0] == "ServiceMonitor"]
+
+
+def test_the_scheduler_can_be_told_another_address(helm_binary: str) -> None:
+    done = subprocess.run(
+        [
+            *(helm_binary, "template", "muster", str(CHART), "--namespace", "muster-system"),
+            *("--set", "schedulerConfig.urlPrefix=http://10.96.0.88:8888"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    configs = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "ConfigMap"]
+    scheduler = next(c for c in configs if c["metadata"]["name"] == "muster-scheduler-config")
+    extender = yaml.safe_load(scheduler["data"]["scheduler-config.yaml"])["extenders"][0]
+    assert extender["urlPrefix"] == "http://10.96.0.88:8888"
 
 
 def test_tls_values_serve_https_require_client_certificates_and_configure_the_scheduler(
@@ -149,8 +173,16 @@ def test_monitoring_values_carry_the_repositorys_rules_and_dashboard(helm_binary
     monitor = rendered["ServiceMonitor", "muster"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
-    # Both Services it selects name their Prometheus port "metrics".
-    for name in ("muster", "muster-evictor"):
+    # It selects exactly the two Services, and both name their Prometheus port "metrics".
+    (selector,) = monitor["spec"]["selector"]["matchExpressions"]
+    selected = [
+        name
+        for (kind, name), obj in rendered.items()
+        if kind == "Service"
+        and obj["metadata"]["labels"].get(selector["key"]) in selector["values"]
+    ]
+    assert sorted(selected) == ["muster", "muster-evictor"]
+    for name in selected:
         ports = rendered["Service", name]["spec"]["ports"]
         assert "metrics" in [port["name"] for port in ports]
     rules = yaml.safe_load((CHART / "files" / "monitoring" / "prometheus-rules.yaml").read_text())
@@ -169,7 +201,11 @@ def test_monitoring_values_carry_the_repositorys_rules_and_dashboard(helm_binary
         ("args.pdbPolicy=Sometimes", "pdbPolicy"),
         ("replicas=0", "replicas"),
         ("probePort=70000", "probePort"),
-        ("tls.enabled=true", "tls.secretName is required"),
+        ("tls.enabled=true,schedulerConfig.tls.caFile=/ca.crt", "tls.secretName is required"),
+        ("tls.enabled=true,tls.secretName=s", "schedulerConfig.tls.caFile is required"),
+        ("tls.clientCASecretName=ca", "needs tls.enabled"),
+        ("probePort=8888", "service.port and probePort must differ"),
+        ("schedulerConfig.urlPrefix=muster:8888", "urlPrefix"),
         ("schedulerConfig.httpTimeout=5", "httpTimeout"),
         ("evictr.enabled=false", "evictr"),
     ],

@@ -403,9 +403,19 @@ def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 @pytest.fixture
 def no_server(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Record uvicorn.run calls instead of serving."""
+    """Record the apps uvicorn would serve instead of serving them."""
     calls: list[Any] = []
-    monkeypatch.setattr(serve.uvicorn, "run", lambda app, **kwargs: calls.append(app))
+
+    class Recorder:
+        def __init__(self, config: Any) -> None:
+            self.config = config
+            self.started = False
+
+        def run(self, sockets: Any = None) -> None:
+            calls.append(self.config.app)
+            self.started = True
+
+    monkeypatch.setattr(serve.uvicorn, "Server", Recorder)
     return calls
 
 

@@ -137,6 +137,40 @@ def test_probe_port_serves_health_and_metrics_beside_mutual_tls(
         httpx.get(f"https://127.0.0.1:{port}/readyz", verify=without_cert)
 
 
+def test_a_renewed_certificate_is_served_without_a_restart(
+    tmp_path: Path, stop: list[subprocess.Popen[bytes]]
+) -> None:
+    """The certificate files are replaced in place (as a rotated Secret's are) by ones
+    from another CA: new connections get the new certificate, with no restart."""
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old_ca = CertificateAuthority(tmp_path / "old")
+    new_ca = CertificateAuthority(tmp_path / "new")
+    cert, key = old_ca.issue("server", server=True)
+    process, port = serve(
+        "--tls-cert", str(cert), "--tls-key", str(key), "--tls-reload-seconds", "0.2"
+    )
+    stop.append(process)
+    wait_listening(process, port)
+    url = f"https://127.0.0.1:{port}/readyz"
+    trusts_new = ssl.create_default_context(cafile=str(new_ca.path))
+    assert httpx.get(url, verify=ssl.create_default_context(cafile=str(old_ca.path))).is_success
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, verify=trusts_new)
+    renewed_cert, renewed_key = new_ca.issue("server", server=True)
+    key.write_bytes(renewed_key.read_bytes())
+    cert.write_bytes(renewed_cert.read_bytes())
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            assert httpx.get(url, verify=trusts_new).is_success
+            break
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_serve_refuses_bad_flags() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "extender.cli.main", "serve", "--tls-cert", "x.pem"],

@@ -32,7 +32,11 @@ app.kubernetes.io/name: {{ include "muster.evictorName" . }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* Where kube-scheduler reaches Muster. */}}
+{{/* Where kube-scheduler reaches Muster: schedulerConfig.urlPrefix, else the Service. */}}
 {{- define "muster.url" -}}
+{{- if .Values.schedulerConfig.urlPrefix -}}
+{{ .Values.schedulerConfig.urlPrefix }}
+{{- else -}}
 {{ ternary "https" "http" .Values.tls.enabled }}://{{ include "muster.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}
+{{- end -}}
 {{- end -}}
