@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from extender.core.authority import nominated_elsewhere, scheduler_preemption
 from extender.core.budgets import BudgetUse
 from extender.core.jobs import may_trigger_preemption
-from extender.core.objects import PodInfo
+from extender.core.objects import PodInfo, format_time
 from extender.core.preemption.candidates import (
     Preemptor,
     VictimGroup,
@@ -251,7 +251,8 @@ def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> lis
     written = persisted_pods(snapshot, job)
     if reservation is not None or written:
         if reservation is not None and reservation.expires > now:
-            until = f"its reservation holds until {reservation.expires - now:.0f}s from now"
+            # A time, not the seconds left: the same answer from attempt to attempt.
+            until = f"its reservation holds until {format_time(reservation.expires)}"
         else:
             until = "its reservation's time is up and it is being released"
         if reservation is not None:
