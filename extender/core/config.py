@@ -26,8 +26,8 @@ class MusterArgs(BaseModel):
     )
     #: How long a committed preemption holds its room for the job's pods.
     reservation_timeout_seconds: float = Field(300.0, alias="reservationTimeoutSeconds", gt=0)
-    #: How long the reserved room of a pending pod that was deleted stays its job's, for
-    #: the pod its controller creates in its place (same job, same requests).
+    #: How long the reserved room of a pending pod a controller owns stays its job's after
+    #: the pod is deleted, for the pod the controller creates in its place.
     vacated_room_seconds: float = Field(60.0, alias="vacatedRoomSeconds", gt=0)
     #: How long a gang admitted whole keeps its pending pods' quota while they bind.
     quota_hold_seconds: float = Field(60.0, alias="quotaHoldSeconds", gt=0)

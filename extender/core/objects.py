@@ -67,6 +67,9 @@ class PodInfo:
     #: condition with reason ``PreemptionByScheduler`` (its message starts with the
     #: component's name: ``default-scheduler``, or ``muster`` for Muster's own marks).
     preempted_by: str | None = None
+    #: ``Kind/name`` of the controller that owns the pod (its ``ownerReferences`` entry
+    #: with ``controller: true``): one that re-creates the pod if it is deleted.
+    controller: str | None = None
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name, or ``None`` for a pod that is a job of its own.
@@ -255,10 +258,25 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         unsupported=_unsupported_constraints(spec, affinity),
         resource_version=string(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
         preempted_by=_preempted_by(status),
+        controller=_controller(metadata),
     )
 
 
 #: :attr:`PodInfo.preempted_by` when the condition's message names no component.
+def _controller(metadata: Mapping[str, Any]) -> str | None:
+    """``Kind/name`` of the owner reference marked ``controller: true``, if any."""
+    owners = metadata.get("ownerReferences") or []
+    if not isinstance(owners, list):
+        raise ManifestError("metadata.ownerReferences", f"expected a list, got {owners!r}")
+    for index, owner in enumerate(owners):
+        where = f"metadata.ownerReferences[{index}]"
+        owner = mapping(owner, where)
+        if owner.get("controller") is True:
+            kind = string(owner.get("kind"), f"{where}.kind")
+            return f"{kind}/{string(owner.get('name'), f'{where}.name')}"
+    return None
+
+
 UNNAMED_COMPONENT = "unknown"
 
 

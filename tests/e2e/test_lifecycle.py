@@ -14,7 +14,7 @@ from typing import Any
 import localcluster as lc
 import pytest
 import yaml
-from e2e_support import Cluster, condition
+from e2e_support import Cluster, condition, make_pod
 from muster_process import MusterProcess
 from test_muster_extender import GPU
 from test_preemption_story import PREEMPTIBLE, TRAINER, Teams, tokens  # noqa: F401
@@ -113,11 +113,11 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
     tmp_path: Path,
     tokens: dict[str, Path],  # noqa: F811
 ) -> None:
-    """train-0 preempts b-0 for n0's 8 GPUs; before b-0 goes, train-0 is deleted and its
-    controller creates train-1 (same job, same shape), and team B's c-0 (8 GPUs) waits
-    for room too.  Derived from the rule: the reservation passes to train-1 (Muster's
-    /debug/jobs says so before b-0 goes), no second victim is marked, and when b-0 goes
-    train-1 binds to n0 while c-0 stays pending."""
+    """train-0 (owned by the Job ``train``) preempts b-0 for n0's 8 GPUs; before b-0 goes,
+    train-0 is deleted and its controller creates train-1 (same job, shape and owner), and
+    team B's c-0 (8 GPUs) waits for room too.  Derived from the rule: the reservation
+    passes to train-1 (Muster's /debug/jobs says so before b-0 goes), no second victim is
+    marked, and when b-0 goes train-1 binds to n0 while c-0 stays pending."""
     with muster_without_evictor(control_plane, tmp_path, tokens, 120) as muster:
         n0 = cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
         teams = Teams(
@@ -130,7 +130,25 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
             teams.wait(teams.b, "b-0", "Running")
             labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
             shape = {"cpu": "4", GPU: 8}
-            teams.create(teams.a, "train-0", requests=shape, labels=labels)
+            # The pods' controller: a real Job object (no job controller runs here, so
+            # the test plays its part and re-creates the pod itself).
+            owner = cluster.rest.request(
+                "POST", f"/apis/batch/v1/namespaces/{teams.a}/jobs", suspended_job("train")
+            )
+            owned = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": "train",
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+
+            def create_trainer(name: str) -> None:
+                made = make_pod(name, requests=shape, labels=labels)
+                made["metadata"]["ownerReferences"] = [owned]
+                cluster.rest.request("POST", f"/api/v1/namespaces/{teams.a}/pods", made)
+
+            create_trainer("train-0")
             lc.wait_until(
                 lambda: (
                     SOFT_EVICTION in (teams.get(teams.b, "b-0") or {})["metadata"]["labels"] or None
@@ -140,7 +158,7 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
             )
             job = f"{teams.a}/train"
             cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.a}/pods/train-0")
-            teams.create(teams.a, "train-1", requests=shape, labels=labels)
+            create_trainer("train-1")
             teams.create(teams.b, "c-0", requests=shape)
 
             seen: list[Any] = []
@@ -170,3 +188,21 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
             assert SOFT_EVICTION not in (c_0["metadata"].get("labels") or {})
         finally:
             teams.cleanup()
+
+
+def suspended_job(name: str) -> dict[str, Any]:
+    """A batch/v1 Job that never runs (suspended): an owner for hand-made pods."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                }
+            },
+        },
+    }

@@ -2,10 +2,10 @@
 
 Derived by hand from the rule (``ClusterState.remove_pod``): a pending pod holding
 reserved room that is deleted (seen live: ``remove_pod(key, now)``) leaves its room to its
-job for ``vacatedRoomSeconds`` (60 s by default): held on its node and charged to its
-quota as the pod was.  The first new pending pod of the job with the same requests and
-quota takes it (the pod's own name first, as a StatefulSet re-creates it); otherwise the
-room is let go when the time is up.
+job for ``vacatedRoomSeconds`` (60 s by default) if a controller owns it (it comes back):
+held on its node and charged to its quota as the pod was.  The first new pending pod of
+the job with the same requests, quota and controller takes it (the pod's own name first,
+as a StatefulSet re-creates it); otherwise the room is let go when the time is up.
 
 Every node has 8 GPUs; the job ``team-a/train`` has two 8-GPU pods reserved on n0 and n1.
 """
@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from base import keys
+from base.errors import ManifestError
 from extender.core.objects import parse_pod
 from extender.core.reservations import settle_reservations
 from extender.core.state import ClusterState, Reservation
@@ -27,9 +30,16 @@ JOB = "team-a/train"
 GPU = "nvidia.com/gpu"
 
 
-def trainer(name: str, gpu: int = 8, uid: str | None = None) -> dict[str, Any]:
+def trainer(
+    name: str, gpu: int = 8, uid: str | None = None, owner: str | None = "train"
+) -> dict[str, Any]:
+    """A pod of the job, owned by the Job ``owner`` (``None``: a bare pod)."""
     made = pod(name, gpu=gpu, group="train", can_preempt=True)
     made["metadata"]["uid"] = uid or f"uid-{name}"
+    if owner is not None:
+        made["metadata"]["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": owner, "uid": "j", "controller": True}
+        ]
     return made
 
 
@@ -89,15 +99,31 @@ def test_a_statefulset_pod_re_created_under_its_name_takes_its_own_room_first() 
     assert snap.book.vacancies_of(JOB) == ["team-a/t-0"]
 
 
-def test_a_pod_of_another_shape_or_job_does_not_take_the_room() -> None:
+def test_a_pod_of_another_shape_job_or_controller_does_not_take_the_room() -> None:
     snap = state(TWO)
     snap.remove_pod("team-a/t-1", now=T0 + 5)
     snap.upsert_pod(parse_pod(trainer("t-2", gpu=4)))
+    snap.upsert_pod(parse_pod(trainer("t-3", owner="another-job")))
+    snap.upsert_pod(parse_pod(trainer("t-4", owner=None)))
     other = pod("o-0", gpu=8, group="other", can_preempt=True)
     snap.upsert_pod(parse_pod(other))
-    assert snap.reserved_node("team-a/t-2") is None
+    for name in ("t-2", "t-3", "t-4"):
+        assert snap.reserved_node(f"team-a/{name}") is None, name
     assert snap.reserved_node("team-a/o-0") is None
     assert snap.book.vacancies_of(JOB) == ["team-a/t-1"]
+
+
+def test_a_bare_pod_takes_its_room_with_it() -> None:
+    # No controller owns it: nothing will re-create it (a user deleting their pod).
+    snap = snapshot(
+        [node("n0"), node("n1")],
+        [trainer("t-0", owner=None), trainer("t-1", owner=None)],
+        [quota("team-a", namespace="team-a", max={GPU: "32"})],
+    )
+    snap.add_reservation(Reservation(JOB, "team-a", TWO, (), T0, T0 + 300))
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    assert snap.book.vacancies == {}
+    assert free_gpus(snap, "n1") == 8 and used_gpus(snap) == "8"
 
 
 def test_vacated_room_is_let_go_after_vacated_room_seconds() -> None:
@@ -149,3 +175,24 @@ def test_letting_the_reservation_go_lets_its_vacancies_go() -> None:
     snap.remove_reservation(JOB)
     assert snap.book.vacancies == {}
     assert free_gpus(snap, "n1") == 8 and used_gpus(snap) == "0"
+
+
+def test_the_controller_is_read_from_the_owner_reference_marked_controller() -> None:
+    owned = trainer("t-0")
+    owned["metadata"]["ownerReferences"].insert(
+        0, {"apiVersion": "v1", "kind": "ConfigMap", "name": "not-a-controller", "uid": "c"}
+    )
+    assert parse_pod(owned).controller == "Job/train"
+    assert parse_pod(trainer("t-0", owner=None)).controller is None
+
+
+@pytest.mark.parametrize(
+    ("owners", "field"),
+    [("job", "metadata.ownerReferences"), (["job"], "metadata.ownerReferences[0]")],
+)
+def test_malformed_owner_references_are_refused_naming_the_field(owners: Any, field: str) -> None:
+    bad = trainer("t-0")
+    bad["metadata"]["ownerReferences"] = owners
+    with pytest.raises(ManifestError) as refused:
+        parse_pod(bad)
+    assert field in str(refused.value)

@@ -42,7 +42,8 @@ class Reservation:
 class Vacancy:
     """The room a pending reserved pod held when it was deleted: still its job's, charged
     to its quota and held on its node, until a new pod of the job with the same requests
-    takes it (a Job or StatefulSet controller re-creating the pod) or ``until``."""
+    and the same controller takes it (a Job or StatefulSet re-creating the pod), or
+    ``until``."""
 
     job: str
     node: str
@@ -50,6 +51,7 @@ class Vacancy:
     requests: Mapping[str, int]
     preemptible: bool
     until: float
+    controller: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,9 +108,10 @@ class ClusterState:
 
     def remove_pod(self, key: str, now: float | None = None) -> None:
         """Forget a pod.  With ``now`` (a deletion seen live), a pending pod holding
-        reserved room leaves a :class:`~extender.core.state.book.Vacancy`: the room stays
-        its job's for ``vacatedRoomSeconds``, for the pod its controller creates in its
-        place (:meth:`upsert_pod` gives it the room)."""
+        reserved room that a controller owns leaves a
+        :class:`~extender.core.state.book.Vacancy`: the room stays its job's for
+        ``vacatedRoomSeconds``, for the pod the controller creates in its place
+        (:meth:`upsert_pod` gives it the room)."""
         pod = self.pods.pop(key, None)
         if pod is None:
             return
@@ -121,10 +122,18 @@ class ClusterState:
         self._unindex(pod)
         reserved = self.book.reserved(key)
         if reserved is not None:
-            if now is not None and quota is not None and pod.node_name is None:
+            # Only a pod a controller owns comes back: a bare pod's room goes with it.
+            replaced = pod.controller is not None and pod.node_name is None
+            if now is not None and quota is not None and replaced:
                 until = now + self.args.vacated_room_seconds
                 vacancy = Vacancy(
-                    pod.job, reserved[1], quota, pod.requests, self.preemptible(pod), until
+                    pod.job,
+                    reserved[1],
+                    quota,
+                    pod.requests,
+                    self.preemptible(pod),
+                    until,
+                    pod.controller or "",
                 )
                 self._hold_vacancy(key, vacancy)
             else:
@@ -505,8 +514,8 @@ class ClusterState:
         return vacancy
 
     def _fill_vacancy(self, pod: PodInfo, reservation: Reservation) -> None:
-        """A new pending pod of a job with vacated room takes a vacancy of its shape and
-        quota (its own name's first: a StatefulSet re-creates a pod under it)."""
+        """A new pending pod of a job with vacated room takes a vacancy of its shape, quota
+        and controller (its own name's first: a StatefulSet re-creates a pod under it)."""
         vacated = self.book.vacancies_of(pod.job)
         if not vacated:
             return
@@ -516,7 +525,11 @@ class ClusterState:
             return
         for key in sorted(vacated, key=lambda k: k != pod.key):
             vacancy = self.book.vacancies[key]
-            if vacancy.quota == quota and dict(vacancy.requests) == dict(pod.requests):
+            if (
+                vacancy.quota == quota
+                and vacancy.controller == pod.controller
+                and dict(vacancy.requests) == dict(pod.requests)
+            ):
                 self._release_vacancy(key)
                 placements = {**reservation.placements, pod.key: vacancy.node}
                 self.book.reservations[pod.job] = dataclasses.replace(
