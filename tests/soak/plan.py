@@ -123,7 +123,7 @@ def _quotas(rng: random.Random, capacity: int, prefix: str) -> list[QuotaPlan]:
 def _jobs(
     rng: random.Random, seconds: float, leaves: list[QuotaPlan], prefix: str
 ) -> tuple[JobPlan, ...]:
-    jobs = []
+    jobs: list[JobPlan] = []
     at = rng.expovariate(1 / MEAN_ARRIVAL_SECONDS)
     while at < seconds:
         pods = rng.randint(1, 8)
