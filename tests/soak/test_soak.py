@@ -5,8 +5,8 @@ new one each run), on its own control plane.  A violation fails the test with th
 One violation is known and reported instead (``KNOWN``): a preempting job's pods bind
 as soon as its plan is committed, while its victims are still bound (until the evictor
 evicts them and their grace period ends), so for that while a quota (often the parent
-of the two) holds more bound pods than its ``max``.  The soak found it (seed 1 of
-``make soak`` shows it in its first 30 s; docs/reliability.md).  The test xfails with
+of the two) holds more bound pods than its ``max``.  The soak found it
+(``python -m tests.soak --seed 1`` shows it 28 s in; docs/reliability.md).  The test xfails with
 the evidence while that is so; every other violation fails it.
 """
 
