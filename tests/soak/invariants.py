@@ -100,6 +100,12 @@ class Observer:
             self._bounds[spec.name] = bounds
         self.state.set_quotas(specs)
 
+    def note_edit(self, quota: str, at: float) -> None:
+        """The soak is about to edit ``quota``: binds from now on are within its edit's
+        grace even before the next ``set_quotas`` shows the new bounds (Muster's informer
+        may see the edit first)."""
+        self._edited[quota] = at
+
     def pod_event(self, kind: str, obj: Mapping[str, Any], at: float) -> None:
         """One watch event (ADDED, MODIFIED, DELETED) or listed pod (SYNC)."""
         if kind == "DELETED":

@@ -276,7 +276,10 @@ class Soak:
     def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         self._record(kind, obj)
         with self.lock:
+            before = len(self.observer.violations)
             self.observer.pod_event(kind, obj, self.now())
+            if len(self.observer.violations) > before:
+                threading.Thread(target=self._evidence, args=(self.now(),), daemon=True).start()
             if kind != "DELETED":
                 self._note_bound(obj["metadata"]["labels"][JOB_LABEL])
 
@@ -307,6 +310,17 @@ class Soak:
         }
         with self._log_lock:
             self._log.write(json.dumps(line) + "\n")
+
+    def _evidence(self, at: float) -> None:
+        """What each replica thinks of the quotas right after a violation, kept in
+        ``evidence.jsonl`` beside the pod log."""
+        views = {
+            f"muster-{i}": {"quotas": self._debug(i, "quotas"), "pid": replica.pid}
+            for i, replica in enumerate(self.replicas)
+        }
+        line = json.dumps({"at": round(at, 3), "leader": self.leader(), "replicas": views})
+        with self._log_lock, (self.workdir / "evidence.jsonl").open("a") as handle:
+            handle.write(line + "\n")
 
     def _note_bound(self, job: str) -> None:
         if job in self.bound or job not in self.submitted:
@@ -465,9 +479,12 @@ class Soak:
             quota = self.plan.quota(fault.quota)
             path = f"{QUOTA_API}/namespaces/{quota.namespace}/elasticquotas/{quota.name}"
             patch = {"spec": {fault.field: {GPU: str(fault.gpus)}}}
+            with self.lock:
+                self.observer.note_edit(quota.name, at)
             self.plane.rest.request(
                 "PATCH", path, patch, content_type="application/merge-patch+json"
             )
+            self._read_quotas()
             self.faults[fault.kind] += 1
             self.say(f"[{at:6.1f}s] fault: quota {quota.name} {fault.field} := {fault.gpus} GPUs")
 

@@ -173,6 +173,16 @@ def test_a_bind_over_a_max_lowered_just_before_is_counted_not_failed() -> None:
     assert [v.kind for v in watch.violations] == ["bound beyond a quota's max"]
 
 
+def test_a_bind_right_after_the_soak_edits_a_quota_is_within_its_grace() -> None:
+    watch = observer()
+    watch.pod_event("ADDED", pod("a", "a0", gpus=4, node_name="n0"), 1.0)
+    # The soak raises a's max at t=10 and notes it; Muster sees it first and binds a1
+    # (a: 5 of the old max 4) before the observer reads the quotas: counted, not failed.
+    watch.note_edit("a", 10.0)
+    watch.pod_event("ADDED", pod("a", "a1", gpus=1, node_name="n0"), 10.5)
+    assert watch.violations == [] and watch.figures.over_max_after_edit == 1
+
+
 def test_marks_non_preemptible_and_two_jobs() -> None:
     watch = observer()
     watch.pod_event("ADDED", pod("b", "np", node_name="n0", preemptible=False), 1.0)
