@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # Pinned Kubernetes binaries are built once into this cache (see hack/build-k8s.sh).
 export MUSTER_K8S_CACHE ?= $(HOME)/.cache/muster/k8s
 
-.PHONY: venv lint unit e2e test demo bench bench-e2e k8s helm manifests image clean
+.PHONY: venv lint unit e2e test soak demo bench bench-e2e k8s helm manifests image clean
 
 venv: $(VENV)/.installed
 
@@ -45,6 +45,13 @@ test: venv lint k8s helm
 
 demo: venv k8s
 	$(PY) hack/demo.py
+
+# The randomized soak with injected faults (issue #14, item 7): SOAK_SECONDS (600) of a
+# seeded job stream; SOAK_SEED replays one (a random one otherwise, printed).
+# `make test` runs a 180 s slice of it (tests/soak/test_soak.py).
+SOAK_SECONDS ?= 600
+soak: venv k8s
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) $(PY) -m tests.soak
 
 # Every benchmark (about ten minutes); the end-to-end one needs the control-plane
 # binaries and Go (it builds bench/noop-extender).

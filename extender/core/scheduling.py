@@ -144,7 +144,18 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
     if quota in snapshot.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
     if snapshot.counts_as_used(pod):
-        return []  # its room is already charged (bound, reserved, or its job's hold)
+        # Its room is already charged (bound, reserved, or its job's hold); but a pending
+        # pod of a job whose preemption victims are still there waits for them to go: the
+        # room its plan freed is still theirs, and binding now would put the quota (or an
+        # ancestor) above its max until they leave.
+        leaving = [] if pod.node_name is not None else sorted(snapshot.marked_victims(pod.job))
+        if leaving:
+            shown = ", ".join(leaving[:3]) + (", ..." if len(leaving) > 3 else "")
+            return [
+                f"quota room reserved for job {pod.job} is not free yet: {len(leaving)} of "
+                f"its preemption's victims still there ({shown})"
+            ]
+        return []
     demand = job_demand(snapshot, pod.job, including=pod)
     if not demand.unplaced:
         return []

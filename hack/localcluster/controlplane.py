@@ -77,6 +77,8 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
         crds_dir: CRDs to install at start (``None``: none).
         start_timeout: deadline for each component to become ready.
         verbosity: ``--v`` for kube-apiserver and kube-scheduler.
+        audit_policy: an audit ``Policy`` (a dict) for kube-apiserver; its log (JSON lines)
+            goes to ``audit_log`` and survives ``restart_apiserver()``. ``None``: no audit.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
         start_timeout: float = 90.0,
         verbosity: int = 2,
         keep_workdir: bool = False,
+        audit_policy: Mapping[str, Any] | None = None,
     ) -> None:
         self._bin_dir = bin_dir
         self._own_workdir = workdir is None
@@ -120,6 +123,8 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
         self.kubeconfig = self.workdir / "admin.kubeconfig"
         self.scheduler_kubeconfig = self.workdir / "scheduler.kubeconfig"
         self.scheduler_config_path = self.workdir / "scheduler-config.yaml"
+        self.audit_policy = dict(audit_policy) if audit_policy is not None else None
+        self.audit_log = self.logs_dir / "audit.log"
         self._pki: Pki | None = None
         self._processes: dict[str, Process] = {}
         self._rest: RestClient | None = None
@@ -267,6 +272,16 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
             "--allow-privileged=true",
             "--profiling=false",
             f"--v={self.verbosity}",
+            *self._audit_argv(),
+        ]
+
+    def _audit_argv(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        return [
+            f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
         ]
 
     def _start_apiserver(self) -> None:
@@ -321,6 +336,8 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
             f"{self._scheduler_token},{SCHEDULER_USER},{SCHEDULER_USER}\n"
         )
         tokens.chmod(0o600)
+        if self.audit_policy is not None:
+            (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(self.audit_policy))
         write_kubeconfig(
             self.kubeconfig,
             server=self.server,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from base import keys
 from extender.core.objects import parse_pod
 from extender.core.scheduling import filter_nodes, packing_score, score_nodes, scored_resources
 from extender.core.state import Reservation
-from tests.builders import node, pod, snapshot
+from tests.builders import T0, node, pod, snapshot
 
 
 def test_packing_score_prefers_fuller_nodes_and_the_fast_path_agrees() -> None:
@@ -118,3 +121,35 @@ def test_a_pod_with_reserved_room_is_held_to_its_reserved_node() -> None:
     # Other pods keep off n2's reserved room only where it is needed; they are not pinned.
     other = parse_pod(pod("q", "y", gpu=2))
     assert filter_nodes(snap, other, ["n1", "n2"], as_extender=True).passed == ["n1", "n2"]
+
+
+def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
+    # Found by the soak (docs/reliability.md): team-a's job x preempted team-b's v; x's
+    # pod p holds room reserved on n2.  While v, marked for x, is still there (running,
+    # then terminating), p fails every node with a quota reason (it would put the quota
+    # above its max beside v); once v is gone it passes, pinned to n2.
+    mark = {keys.SOFT_EVICTION_KEY: json.dumps({"preemptor": "team-a/x", "timestamp": T0})}
+    victim = pod(
+        "v",
+        "team-b",
+        gpu=2,
+        node="n2",
+        preemptible=True,
+        labels={keys.SOFT_EVICTION_KEY: "true"},
+        annotations=mark,
+    )
+    snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
+    snap.add_reservation(
+        Reservation(
+            "team-a/x", "x", {"team-a/p": "n2"}, victims=("team-b/v",), created=0.0, expires=300.0
+        )
+    )
+    candidate = snap.pods["team-a/p"]
+    result = filter_nodes(snap, candidate, ["n1", "n2"], as_extender=True)
+    assert result.passed == [] and sorted(result.unresolvable) == ["n1", "n2"]
+    (reason,) = result.quota_failures
+    assert "1 of its preemption's victims still there (team-b/v)" in reason
+    assert "quota " in reason  # a Muster reason: the leader's requeue nudges it later
+    snap.remove_pod("team-b/v")
+    after = filter_nodes(snap, candidate, ["n1", "n2"], as_extender=True)
+    assert after.passed == ["n2"] and after.pinned_to == "n2"
