@@ -129,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     first = summary["medians"][refs[0]]
     summary["cpu_ratio_to_first"] = {
         ref: {
-            verb: round(values["cpu_us_per_call"] / first[verb]["cpu_us_per_call"], 3)
+            verb: (
+                round(values["cpu_us_per_call"] / first[verb]["cpu_us_per_call"], 3)
+                if first[verb]["cpu_us_per_call"]
+                else None  # below /proc's 10 ms tick: more --calls
+            )
             for verb, values in summary["medians"][ref].items()
         }
         for ref in refs
