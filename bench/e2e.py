@@ -454,8 +454,9 @@ def git(*args: str) -> str:
 
 
 def muster_tree_state() -> str:
-    """HEAD, and a fingerprint of uncommitted changes to Muster's code (extender, quota)."""
-    diff = git("diff", "HEAD", "--", "extender", "quota")
+    """HEAD, and a fingerprint of uncommitted changes to Muster's code (base, extender,
+    quota)."""
+    diff = git("diff", "HEAD", "--", "base", "extender", "quota")
     head = git("rev-parse", "--short=12", "HEAD")
     if not diff:
         return f"{head} (clean)"
@@ -470,8 +471,9 @@ def export_muster(ref: str, workdir: Path) -> tuple[str, Path]:
     commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
     target = workdir / f"muster-src-{commit[:12]}"
     target.mkdir(parents=True, exist_ok=True)
+    packages = [p for p in ("base", "extender", "quota") if git("ls-tree", commit, p)]
     archive = subprocess.run(
-        ["git", "archive", commit, "extender", "quota"], cwd=ROOT, capture_output=True, check=True
+        ["git", "archive", commit, *packages], cwd=ROOT, capture_output=True, check=True
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
     return commit, target

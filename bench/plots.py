@@ -2,7 +2,10 @@
 
     python -m bench.planner --repeat 7 --json > planner.jsonl
     python -m bench.e2e --json e2e.json
-    python -m bench.plots --planner planner.jsonl --e2e e2e.json --out docs/img
+    python -m bench.time_to_mark --json ttm.json      # (and before.json, at an older commit)
+    python -m bench.memory --json memory.json
+    python -m bench.plots --planner planner.jsonl --e2e e2e.json --time-to-mark ttm.json \
+        [--time-to-mark-before before.json] --memory memory.json --out docs/img
 
 Needs matplotlib (``pip install -e '.[plots]'``); nothing else in Muster does.
 """
@@ -89,6 +92,63 @@ def e2e_throughput(summary: dict[str, Any], out: Path) -> Path:
     return _save(figure, out / "e2e-throughput.png")
 
 
+def time_to_mark(
+    summaries: list[tuple[str, list[dict[str, Any]]]], out: Path, target_ms: float = 150.0
+) -> Path:
+    """The distribution (empirical CDF) of a gang's time to mark, one line per gang size
+    and run (``bench.time_to_mark``'s ``gang_rounds``), with the target."""
+    figure, axes = plt.subplots(figsize=(6.5, 4))
+    styles = {0: "-", 1: "--"}
+    for number, (label, rounds) in enumerate(summaries):
+        for gang in sorted({int(r["gang"]) for r in rounds}):
+            values = sorted(1000 * float(r["to_mark_s"]) for r in rounds if r["gang"] == gang)
+            fractions = [(i + 1) / len(values) for i in range(len(values))]
+            axes.step(
+                values,
+                fractions,
+                where="post",
+                linestyle=styles.get(number, ":"),
+                label=f"gang of {gang}, {label} (n={len(values)})",
+            )
+    axes.axvline(target_ms, color="tab:red", linestyle=":", linewidth=1)
+    axes.annotate(f"target median {target_ms:.0f} ms", (target_ms * 1.03, 0.05), color="tab:red")
+    axes.set(
+        xlabel="last gang pod created → last victim marked (ms)",
+        ylabel="fraction of rounds",
+        title="Time to mark, gangs on the local control plane",
+        ylim=(0, 1.02),
+    )
+    axes.title.set_fontsize(10)
+    axes.legend(fontsize=8, loc="lower right")
+    axes.grid(True, alpha=0.3)
+    return _save(figure, out / "time-to-mark.png")
+
+
+def memory_growth(summary: dict[str, Any], out: Path) -> Path:
+    """``muster serve --snapshot``: resident memory and its loading peak against pods."""
+    rows = sorted(
+        (r for r in summary["rows"] if r["nodes"] == summary["options"]["nodes"]),
+        key=lambda r: r["pods"],
+    )
+    pods = [r["pods"] for r in rows]
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot(pods, [r["rss_mib"] for r in rows], marker="o", label="resident after ready")
+    axes.plot(pods, [r["peak_mib"] for r in rows], marker="s", label="peak while loading")
+    for r in rows:
+        axes.annotate(f"{r['rss_mib']:.0f}", (r["pods"], r["rss_mib"]), fontsize=8, va="top")
+    axes.axhline(1024, color="tab:red", linestyle="--", linewidth=1)
+    axes.annotate("1 GiB (target)", (0, 1000), color="tab:red", fontsize=8, va="top")
+    axes.set(
+        xlabel=f"running pods ({summary['options']['nodes']:,} nodes)",
+        ylabel="MiB",
+        title="Muster's memory (muster serve --snapshot)",
+        ylim=(0, 1100),
+    )
+    axes.legend(fontsize=8, loc="center right")
+    axes.grid(True, alpha=0.3)
+    return _save(figure, out / "memory-growth.png")
+
+
 def _save(figure: Any, path: Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -100,10 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--planner", type=Path, help="bench.planner --json output (lines)")
     parser.add_argument("--e2e", type=Path, help="bench.e2e --json summary")
+    parser.add_argument("--time-to-mark", type=Path, help="bench.time_to_mark --json output")
+    parser.add_argument(
+        "--time-to-mark-before", type=Path, help="the same, at an older commit (dashed)"
+    )
+    parser.add_argument("--memory", type=Path, help="bench.memory --json output")
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     options = parser.parse_args(argv)
-    if options.planner is None and options.e2e is None:
-        parser.error("nothing to draw: give --planner and/or --e2e")
+    if not (options.planner or options.e2e or options.time_to_mark or options.memory):
+        parser.error("nothing to draw: give --planner, --e2e, --time-to-mark or --memory")
     options.out.mkdir(parents=True, exist_ok=True)
     if options.planner is not None:
         lines = options.planner.read_text().splitlines()
@@ -111,6 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         print(planner_growth(rows, options.out))
     if options.e2e is not None:
         print(e2e_throughput(json.loads(options.e2e.read_text()), options.out))
+    if options.time_to_mark is not None:
+        runs = [("now", json.loads(options.time_to_mark.read_text())["gang_rounds"])]
+        if options.time_to_mark_before is not None:
+            before = json.loads(options.time_to_mark_before.read_text())["gang_rounds"]
+            runs.append(("before", before))
+        print(time_to_mark(runs, options.out))
+    if options.memory is not None:
+        print(memory_growth(json.loads(options.memory.read_text()), options.out))
     return 0
 
 

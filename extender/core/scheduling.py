@@ -244,15 +244,28 @@ def _resource_failure(
     return "Too many pods" if short == PODS else f"Insufficient {short}"
 
 
+#: Scores kept per node: more pod shapes than this and the node's memo starts again.
+SCORE_MEMO_SHAPES = 64
+
+
 def score_nodes(snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
-    """Integer scores 0..10 per node; see the module docstring."""
+    """Integer scores 0..10 per node; see the module docstring.  A node's score depends only
+    on the pod's scored wants and on the node's totals, so it is memoised per node
+    (``snapshot.node_usage.scores``, dropped whenever the node's totals change)."""
     reserved_node = snapshot.reserved_node(pod.key)
-    wants = _wants(pod.requests, scored_resources(pod.requests))
-    requested, held = snapshot.node_usage.requested, snapshot.node_usage.reserved
+    wants = tuple(_wants(pod.requests, scored_resources(pod.requests)))
+    usage = snapshot.node_usage
+    requested, held, memo = usage.requested, usage.reserved, usage.scores
     nodes = snapshot.nodes
     nothing: Mapping[str, int] = {}
     scores = {}
     for name in node_names:
+        known = memo.get(name)
+        if known is not None:
+            score = known.get(wants)
+            if score is not None and name != reserved_node:
+                scores[name] = score
+                continue
         node = nodes.get(name)
         if name == reserved_node:
             scores[name] = MAX_SCORE
@@ -260,12 +273,19 @@ def score_nodes(snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str])
             scores[name] = 0
         else:
             rooms = held.get(name)
-            scores[name] = _mean_fullness(
+            score = _mean_fullness(
                 wants,
                 node.allocatable,
                 requested.get(name, nothing),
                 rooms.values() if rooms else (),
             )
+            scores[name] = score
+            if known is None:
+                memo[name] = {wants: score}
+            elif len(known) < SCORE_MEMO_SHAPES:
+                known[wants] = score
+            else:
+                memo[name] = {wants: score}
     return scores
 
 

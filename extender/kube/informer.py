@@ -6,7 +6,10 @@ watch that ends is resumed from the last version seen; ``410 Gone`` (the
 version fell out of the API server's window) means list again; any other
 error backs off exponentially (capped) and retries, so an API server restart
 is survived without help.  A relist diffs against what the informer holds,
-so objects deleted while it was not watching are reported deleted.
+so objects deleted while it was not watching are reported deleted.  The first list
+is handed on page by page (there is nothing to diff against), and an informer made
+with ``keep_objects=False`` remembers of each object only its name, namespace, UID and
+``resourceVersion`` (what the diff needs): 50,000 pods' JSON held would be ~1 GB.
 
 A resource whose API is not installed (``404``, e.g. a CRD group the
 cluster lacks) counts as synced and empty, and is looked for again later.
@@ -60,6 +63,9 @@ class Informer(Watched):
     missing_retry_seconds: float = 30.0
     backoff_initial: float = 0.2
     backoff_max: float = 10.0
+    #: False: remember only each object's identity and version (a relist's DELETED
+    #: then carries just those), for resources with many large objects (pods, nodes).
+    keep_objects: bool = True
     stats: InformerStats = field(default_factory=InformerStats)
 
     def __post_init__(self) -> None:
@@ -123,6 +129,9 @@ class Informer(Watched):
     def _relist(self) -> str | None:
         """List everything; report what changed since the last view; return its version."""
         items: dict[str, Json] = {}
+        # Nothing known yet (the first list): each page is handed on as it comes, so the
+        # whole list is never held at once.
+        first = not self._store
         selector = {"labelSelector": self.label_selector} if self.label_selector else {}
         params: dict[str, str] = {"limit": str(self.page_size), **selector}
         while True:
@@ -139,7 +148,14 @@ class Informer(Watched):
                 self.synced.set()
                 return None
             for obj in page.get("items") or []:
-                items[object_key(obj)] = obj
+                key = object_key(obj)
+                if first:
+                    seen = key in items
+                    items[key] = _stub(obj)
+                    self._remember(key, obj)
+                    self._deliver("MODIFIED" if seen else "ADDED", obj)
+                else:
+                    items[key] = obj
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
@@ -152,10 +168,13 @@ class Informer(Watched):
             if key not in items:
                 del self._store[key]
                 self._deliver("DELETED", obj)
+        if first:
+            self.synced.set()
+            return version
         for key, obj in items.items():
             known = self._store.get(key)
             if known is None or _version(known) != _version(obj):
-                self._store[key] = obj
+                self._remember(key, obj)
                 self._deliver("MODIFIED" if known else "ADDED", obj)
         self.synced.set()
         return version
@@ -187,9 +206,12 @@ class Informer(Watched):
                 if kind == "DELETED":
                     self._store.pop(key, None)
                 else:
-                    self._store[key] = obj
+                    self._remember(key, obj)
                 self._deliver(str(kind), obj)
         return version
+
+    def _remember(self, key: str, obj: Json) -> None:
+        self._store[key] = obj if self.keep_objects else _stub(obj)
 
     def _deliver(self, kind: str, obj: Json) -> None:
         self.stats.events += 1
@@ -197,6 +219,15 @@ class Informer(Watched):
             self.handler(kind, obj)
         except Exception:  # a handler bug must not kill the informer
             log.exception("informer %s: handler failed on %s %s", self.path, kind, object_key(obj))
+
+
+def _stub(obj: Json) -> Json:
+    """An object's identity and version: what a relist diffs and a DELETED needs."""
+    metadata = obj.get("metadata") or {}
+    kept = {
+        k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata
+    }
+    return {"metadata": kept}
 
 
 def _version(obj: Any) -> str:

@@ -24,8 +24,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import TypeVar
 
 import httpx
 from prometheus_client import Histogram
@@ -34,7 +36,7 @@ from extender.core.budgets import refused_victims
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.objects import PodInfo
-from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.preemption.planner import PreemptionPlan, Victim, plan_job_preemption
 from extender.core.reservations import (
     EndedPlan,
     ended_plan,
@@ -48,6 +50,10 @@ from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter, best_effort
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+#: Concurrent writes for one plan (a gang's victims' marks, its pods' reservations).
+WRITERS = 8
 
 
 class PostFilterLoop(Watched):
@@ -77,6 +83,7 @@ class PostFilterLoop(Watched):
         self.committed = 0
         self.refused = 0
         self._written: set[str] = set()  # victim UIDs this process has marked or evicted
+        self._writers = ThreadPoolExecutor(WRITERS, thread_name_prefix="postfilter-write")
         #: Served on Muster's /metrics (see serve.py).
         self.time_to_mark = Histogram(
             "muster_time_to_mark_seconds",
@@ -95,6 +102,17 @@ class PostFilterLoop(Watched):
         self._stop.set()
         self._wake.set()
         self._thread.join(5)
+        self._writers.shutdown(wait=False)
+
+    def _each(self, write: Callable[[_T], object], items: Sequence[_T]) -> None:
+        """``write`` every item, concurrently (each one a few API calls, so a gang's
+        victims are marked in about the time of one); returns when all are done."""
+        if len(items) <= 1:
+            for item in items:
+                write(item)
+            return
+        for _ in self._writers.map(write, items):
+            pass
 
     def request(self, job: str, reason: str = "", at_once: bool = False) -> None:
         """Ask for a preemption decision about ``job``: at once (``ready_to_plan``: a lone
@@ -141,24 +159,33 @@ class PostFilterLoop(Watched):
             if self._due and min(self._due.values()) <= self.clock():
                 self._wake.set()
 
-    def _remove(self, pod: PodInfo, job: str, reason: str, delete_now: bool) -> None:
+    def _remove(
+        self, pod: PodInfo, job: str, reason: str, delete_now: bool, *, label_only: bool = False
+    ) -> bool:
         """Mark a victim for soft eviction (or evict it at once), once it succeeds; a
-        failure is left for :meth:`complete_in_flight` to retry."""
+        failure is left for :meth:`complete_in_flight` to retry.  ``label_only``: the mark
+        alone, its condition and event left to the caller.  Returns whether it was
+        written now."""
         if pod.uid in self._written:
-            return
+            return False
         try:
             if delete_now:
                 self.writer.evict(pod.namespace, pod.name, pod.uid, None)
+            elif label_only:
+                self.writer.label_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
             else:
                 self.writer.mark_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
         except ApiError as error:
             if error.status not in (404, 409):  # not gone or replaced: try again later
                 log.warning("victim %s: %s (will retry)", pod.key, error)
-                return
+                return False
+            self._written.add(pod.uid)  # gone or replaced: nothing more to write
+            return False
         except httpx.HTTPError as error:
             log.warning("victim %s: %s (will retry)", pod.key, error)
-            return
+            return False
         self._written.add(pod.uid)
+        return True
 
     def complete_in_flight(self) -> int:
         """Mark the victims of in-flight reservations that are still unmarked (a Muster
@@ -234,16 +261,18 @@ class PostFilterLoop(Watched):
             record = Decision(now, "postfilter", "abandoned", (reason,))
             self.decisions.record(plan.release[0].key, record)
 
-    def _persist(
-        self, pods: list[PodInfo], persisted: dict[str, object], placements: Mapping[str, str]
-    ) -> None:
-        """Write the reservation on each preemptor pod (its own node added)."""
-        for pod in pods:
-            node = placements[pod.key]
-            try:
-                self.writer.persist_reservation(pod, persisted | {"node": node})
-            except (ApiError, httpx.HTTPError) as error:
-                log.warning("reservation of %s: %s", pod.key, error)
+    def _persist(self, pod: PodInfo, persisted: dict[str, object], node: str) -> None:
+        """Write the reservation on a preemptor pod (its own node added)."""
+        try:
+            self.writer.persist_reservation(pod, persisted | {"node": node})
+        except (ApiError, httpx.HTTPError) as error:
+            log.warning("reservation of %s: %s", pod.key, error)
+
+    def _nominate(self, pod: PodInfo, node: str) -> None:
+        try:
+            self.writer.nominate(pod, node)
+        except (ApiError, httpx.HTTPError) as error:
+            log.warning("nominating %s for %s: %s", node, pod.key, error)
 
     def decide(self, job: str, now: float) -> PreemptionPlan | None:
         """Plan for ``job``; on a plan, hold its room and write it to the cluster."""
@@ -275,31 +304,50 @@ class PostFilterLoop(Watched):
         # mark names its job, and a job is in flight while pods marked for it are present,
         # so a Muster restarted half-way never plans it again.  Then the reservation,
         # which also names the victims (a restarted Muster finishes marking them, see
-        # complete_in_flight), and the nominations.  An eviction leaves no mark: with
-        # podShouldBeDeletedWhenPreempted the reservation is written first.
+        # complete_in_flight), and the nominations; then each victim's DisruptionTarget
+        # condition and event.  Each step writes its pods concurrently.  An eviction
+        # leaves no mark: with podShouldBeDeletedWhenPreempted the reservation is written
+        # first.
         persisted = persisted_reservation(reservation)
+        placements = decision.placements
         if delete_now:
-            self._persist(preemptor_pods, persisted, decision.placements)
-        for victim in decision.victims:
-            self._remove(victim.pod, job, victim.reason, delete_now)
+            self._each(
+                lambda pod: self._persist(pod, persisted, placements[pod.key]), preemptor_pods
+            )
+        # Each victim's mark is one patch, all at once; its condition and event follow the
+        # plan's other writes (they are for people and controllers, not for Muster).
+        marked: list[Victim] = []
+
+        def mark(victim: Victim) -> None:
+            if self._remove(victim.pod, job, victim.reason, delete_now, label_only=True):
+                marked.append(victim)
+
+        self._each(mark, decision.victims)
         # Creation timestamps have one-second resolution: the figure is within a second.
         self.time_to_mark.observe(max(0.0, self.clock() - last_created))
-        if not delete_now:
-            self._persist(preemptor_pods, persisted, decision.placements)
+
+        def hold(pod: PodInfo) -> None:
+            if not delete_now:
+                self._persist(pod, persisted, placements[pod.key])
+            self._nominate(pod, placements[pod.key])
+
+        self._each(hold, preemptor_pods)
         for pod in preemptor_pods:
-            node = decision.placements[pod.key]
-            try:
-                self.writer.nominate(pod, node)
-            except (ApiError, httpx.HTTPError) as error:
-                log.warning("nominating %s for %s: %s", node, pod.key, error)
             self.decisions.record(
                 pod.key,
                 Decision(
                     now,
                     "postfilter",
-                    f"preempting: {len(decision.victims)} victims, room held on {node}",
+                    f"preempting: {len(decision.victims)} victims, room held on "
+                    f"{placements[pod.key]}",
                     tuple(f"{v.pod.key}: {v.reason}" for v in decision.victims),
                 ),
+            )
+        if not delete_now:
+            record = partial(self.writer.record_disruption, preemptor=job)
+            self._each(
+                lambda victim: best_effort(victim.pod, partial(record, reason=victim.reason)),
+                marked,
             )
         if preemptor_pods:
             victims = ", ".join(v.pod.key for v in decision.victims)

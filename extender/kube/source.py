@@ -72,7 +72,7 @@ class KubeSource:
         self._scheduler_victims: set[str] = set()  # UIDs seen preempted by kube-scheduler
         self.informers = [
             Informer(client, "/apis/scheduling.k8s.io/v1/priorityclasses", self._on_priority),
-            Informer(client, "/api/v1/nodes", self._on_node),
+            Informer(client, "/api/v1/nodes", self._on_node, keep_objects=False),
             *(
                 Informer(
                     client, f"/apis/{group}/v1alpha1/elasticquotas", self._quota_handler(group)
@@ -86,7 +86,7 @@ class KubeSource:
                 for group in QUOTA_GROUPS
             ),
             Informer(client, "/apis/policy/v1/poddisruptionbudgets", self._on_budget),
-            Informer(client, "/api/v1/pods", self._on_pod),
+            Informer(client, "/api/v1/pods", self._on_pod, keep_objects=False),
         ]
         #: The health of the informers and of every background thread registered with it.
         self.health = Health()

@@ -62,12 +62,18 @@ class ClusterWriter:
         self, pod: PodInfo, *, preemptor: str | None, reason: str, grace_seconds: int | None
     ) -> None:
         """Label and annotate a victim for soft eviction, set ``DisruptionTarget``, emit
-        a ``Preempted`` event.  ``preemptor`` is the job it makes room for (``None``: a
-        drain, for no job)."""
-        now = format_time(self.clock())
-        cause = f"preempted by job {preemptor}" if preemptor is not None else "drained"
+        a ``Preempted`` event (:meth:`label_victim`, then :meth:`record_disruption`).
+        ``preemptor`` is the job it makes room for (``None``: a drain, for no job)."""
+        self.label_victim(pod, preemptor=preemptor, reason=reason, grace_seconds=grace_seconds)
+        self.record_disruption(pod, preemptor=preemptor, reason=reason)
+
+    def label_victim(
+        self, pod: PodInfo, *, preemptor: str | None, reason: str, grace_seconds: int | None
+    ) -> None:
+        """The mark itself: the soft-eviction label and annotation (one patch), what the
+        evictor acts on and what makes the victim departing for every replica."""
         mark = {
-            "timestamp": now,
+            "timestamp": format_time(self.clock()),
             "initiator": COMPONENT,
             "reason": reason,
             "preemptor": preemptor,
@@ -80,6 +86,12 @@ class ClusterWriter:
                 "annotations": {keys.SOFT_EVICTION_KEY: json.dumps(mark)},
             },
         )
+
+    def record_disruption(self, pod: PodInfo, *, preemptor: str | None, reason: str) -> None:
+        """What follows a mark, for people and controllers: the ``DisruptionTarget``
+        condition and a ``Preempted`` event."""
+        now = format_time(self.clock())
+        cause = f"preempted by job {preemptor}" if preemptor is not None else "drained"
         condition = {
             "type": "DisruptionTarget",
             "status": "True",

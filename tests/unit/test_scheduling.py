@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from base import keys
-from extender.core.objects import parse_pod
+from extender.core.objects import parse_node, parse_pod
 from extender.core.scheduling import filter_nodes, packing_score, score_nodes, scored_resources
 from extender.core.state import Reservation
 from tests.builders import T0, node, pod, snapshot
@@ -153,3 +153,46 @@ def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
     snap.remove_pod("team-b/v")
     after = filter_nodes(snap, candidate, ["n1", "n2"], as_extender=True)
     assert after.passed == ["n2"] and after.pinned_to == "n2"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["bind", "unbind", "resize", "remove", "reserve", "release", "score"]),
+            st.integers(0, 2),
+            st.integers(0, 8),
+        ),
+        max_size=30,
+    )
+)
+def test_memoised_scores_follow_every_change_to_a_node(steps: list[tuple[str, int, int]]) -> None:
+    """The per-node score memo is dropped with every change to a node's totals: scores
+    read through it are always those computed afresh."""
+    snap = snapshot([node(f"n{i}") for i in range(3)], [pod("waiting", "x", gpu=2)])
+    shapes = [parse_pod(pod(f"c{g}", "x", gpu=g, cpu="1")) for g in (1, 2, 4)]
+    names = ["n0", "n1", "n2", "unknown"]
+    for serial, (action, index, amount) in enumerate(steps):
+        name = f"n{index}"
+        if action == "bind":
+            snap.upsert_pod(parse_pod(pod(f"b{serial}", "x", gpu=amount, node=name)))
+        elif action == "unbind":
+            bound = sorted(k for k, p in snap.pods.items() if p.node_name == name)
+            if bound:
+                snap.remove_pod(bound[amount % len(bound)])
+        elif action == "resize":
+            snap.upsert_node(parse_node(node(name, gpu=amount)))
+        elif action == "remove":
+            snap.remove_node(name)
+        elif action == "reserve" and "x/waiting" not in snap.reservations:
+            snap.add_reservation(
+                Reservation("x/waiting", "x", {"x/waiting": name}, (), created=0.0, expires=1.0)
+            )
+        elif action == "release":
+            snap.remove_reservation("x/waiting")
+        for candidate in shapes:
+            memoised = score_nodes(snap, candidate, names)
+            saved = dict(snap.node_usage.scores)
+            snap.node_usage.scores.clear()
+            assert memoised == score_nodes(snap, candidate, names)
+            snap.node_usage.scores.update(saved)

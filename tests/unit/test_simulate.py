@@ -218,3 +218,41 @@ def test_console_script_runs() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert [e["pod"] for e in json.loads(completed.stdout)["evictions"]] == ["team-b/b-0"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS[:6], ids=lambda p: p.stem)
+def test_a_json_list_reads_as_its_yaml(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kubectl get -o json``'s shape (one List, its nodes and pods decoded one at a time)
+    gives the same decisions as the YAML documents."""
+    import yaml
+
+    documents = [d for d in yaml.safe_load_all(scenario.read_text()) if d is not None]
+    items = [i for d in documents for i in (d["items"] if d.get("kind") == "List" else [d])]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "items": items, "kind": "List"}, indent=1))
+    assert (
+        run(capsys, str(scenario), "--output", "json")[:2]
+        == run(capsys, str(path), "--output", "json")[:2]
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": [1]}}]}',
+            "document 1.items[0] (Pod [1]): metadata.name: expected a non-empty string",
+        ),
+        ('{"kind": "List", "items": [{"kind": "Node"},', "invalid YAML at line"),
+        ('{"kind": "List", "items": []} {}', "invalid YAML at line"),
+    ],
+)
+def test_json_input_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    code, _, err = run(capsys, str(path))
+    assert code == 2 and message in err, err

@@ -83,6 +83,7 @@ class ClusterState:
 
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.node_usage.remove_node(name)
         self.node_memo.clear()
 
     def upsert_pod(self, pod: PodInfo) -> None:

@@ -5,7 +5,9 @@ the requests of its bound pods, the room held for each reserved (still pending) 
 an in-flight job, and the requests of its bound preemptible pods: the most that evicting
 could free there.  :meth:`NodeUsage.free_on` is the one definition of a node's free
 room; the planner's hot loops read the same totals (:attr:`requested`,
-:attr:`reserved`, :attr:`preemptible`) directly, and only read them.
+:attr:`reserved`, :attr:`preemptible`) directly, and only read them.  :attr:`scores`
+memoises the prioritize verb's packing scores per node; every change to a node's totals
+(or to the node) drops that node's scores.
 """
 
 from __future__ import annotations
@@ -26,15 +28,24 @@ class NodeUsage:
         #: node → requests of its bound preemptible pods.
         self.preemptible: dict[str, Resources] = {}
         self._pods: dict[str, set[str]] = {}
+        #: node → a pod's scored wants → its packing score there (see
+        #: :func:`extender.core.scheduling.score_nodes`); dropped when the node changes.
+        self.scores: dict[str, dict[tuple[tuple[str, int], ...], int]] = {}
 
     def add_node(self, node: str) -> None:
+        """A node added or changed (its allocatable may differ)."""
         self.requested.setdefault(node, {})
         self._pods.setdefault(node, set())
+        self.scores.pop(node, None)
+
+    def remove_node(self, node: str) -> None:
+        self.scores.pop(node, None)
 
     def bind(
         self, node: str, key: str, requests: Mapping[str, int], *, preemptible: bool, sign: int
     ) -> None:
         """Count a pod bound to ``node`` (``sign=-1``: take it back out)."""
+        self.scores.pop(node, None)
         add_into(self.requested.setdefault(node, {}), requests, sign)
         pods = self._pods.setdefault(node, set())
         if sign > 0:
@@ -46,9 +57,11 @@ class NodeUsage:
 
     def hold(self, node: str, key: str, requests: Mapping[str, int]) -> None:
         """Hold room on ``node`` for the reserved pod ``key``."""
+        self.scores.pop(node, None)
         self.reserved.setdefault(node, {})[key] = dict(requests)
 
     def release(self, node: str, key: str) -> None:
+        self.scores.pop(node, None)
         held = self.reserved[node]
         del held[key]
         if not held:

@@ -1,0 +1,172 @@
+"""The live initial list: ``muster serve --kubeconfig`` against a kube-apiserver holding many
+pods, from process start to ``/readyz``, and its memory.
+
+    python -m bench.live_list [--nodes 5000] [--pods 50000] [--threads 8] [--repeat 2]
+                              [--refs REF,...] [--json PATH]
+
+One local control plane (``hack/localcluster``), kube-scheduler and the kubelet emulator
+stopped.  ``--nodes`` nodes (8 GPUs, 64 CPUs) are registered, then ``--pods`` pods of
+``bench.memory``'s shape (its quotas and priority classes too) are created already bound
+(``spec.nodeName`` set: no scheduling), concurrently from ``--threads`` client threads;
+the creation rates are printed as they go.  Then, ``--repeat`` times: ``muster serve
+--kubeconfig <admin> --no-leader-elect`` is started and ``/readyz`` polled every 50 ms
+(Muster is ready once its informers have listed nodes, pods, quotas and the rest);
+*ready* is process start to the first 200; ``VmRSS`` and ``VmHWM`` are read one second
+later.  With ``--refs``, each round runs Muster's code at each commit in turn (exported
+with ``git archive``), on the same cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import (
+    GPU,
+    ROOT,
+    MusterServer,
+    create_pods,
+    create_quota,
+    export_muster,
+    lc,
+    log,
+    machine_notes,
+    muster_tree_state,
+    with_retries,
+)
+from bench.memory import PRIORITIES, TEAMS, pod_object, proc_status
+
+Json = dict[str, Any]
+
+
+def setup(cp: lc.ControlPlane, nodes: int, threads: int) -> None:
+    rest = cp.rest
+    for name, value in PRIORITIES.items():
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        with_retries(
+            lambda body=body: rest.request(
+                "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body
+            )
+        )
+    gpus = nodes * 8
+    for team in range(TEAMS):
+        namespace = f"team-{team}"
+        cp.create_namespace(namespace)
+        share = gpus // 2 if team == 0 else gpus // (2 * TEAMS)
+        create_quota(rest, namespace, {"min": {GPU: str(share)}, "max": {GPU: str(gpus)}})
+    started = time.monotonic()
+    capacity: dict[str, str | int] = {"cpu": "64", "memory": "512Gi", GPU: 8}
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(
+            pool.map(
+                lambda i: cp.create_node(f"node-{i:05d}", capacity, labels={"pool": "gpu"}),
+                range(nodes),
+            )
+        )
+    log(f"{nodes} nodes in {time.monotonic() - started:.1f} s")
+
+
+def create_bound_pods(cp: lc.ControlPlane, nodes: int, pods: int, threads: int) -> float:
+    """Create the pods in batches, printing the rate; returns pods per second overall."""
+    rng = random.Random(1)
+    gang = [0]
+    started = time.monotonic()
+    batch = 5000
+    for first in range(0, pods, batch):
+        bodies = []
+        for index in range(first, min(pods, first + batch)):
+            obj = pod_object(rng, index, index % nodes, index // nodes, gang)
+            metadata = obj["metadata"]
+            for field in ("uid", "resourceVersion", "creationTimestamp", "generateName"):
+                metadata.pop(field, None)
+            metadata["labels"]["muster-bench"] = "live"
+            obj.pop("status")
+            bodies.append((metadata["namespace"], obj))
+        t0 = time.monotonic()
+        create_pods(cp.rest, bodies, threads)
+        elapsed = time.monotonic() - t0
+        log(f"pods {first + len(bodies)}/{pods}: {len(bodies) / elapsed:.0f} pods/s")
+    return pods / (time.monotonic() - started)
+
+
+def measure(cp: lc.ControlPlane, workdir: Path, cwd: Path) -> dict[str, float]:
+    started = time.monotonic()
+    muster = MusterServer(cp.kubeconfig, workdir / "muster-live.log", cwd)
+    try:
+        ready = time.monotonic() - started
+        time.sleep(1.0)
+        memory = proc_status(muster.pid)
+    finally:
+        muster.stop()
+    return {
+        "ready_s": round(ready, 2),
+        "rss_mib": round(memory["VmRSS"] / 1024, 1),
+        "peak_mib": round(memory["VmHWM"] / 1024, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=50000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--refs", help="commits to compare (default: the working tree)")
+    parser.add_argument("--json", metavar="PATH", help="write the summary here")
+    options = parser.parse_args(argv)
+    notes = machine_notes()
+    workdir = Path(tempfile.mkdtemp(prefix="muster-bench-live-"))
+    trees = {"tree": ROOT}
+    notes["muster"] = {"tree": muster_tree_state()}
+    if options.refs:
+        trees, notes["muster"] = {}, {}
+        for ref in options.refs.split(","):
+            commit, trees[ref] = export_muster(ref, workdir)
+            notes["muster"][ref] = commit[:12]
+    log(f"machine: {notes}; workdir: {workdir}")
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    with lc.ControlPlane(bin_dir=lc.ensure_binaries(), workdir=workdir, keep_workdir=True) as cp:
+        cp.stop_scheduler()
+        if cp.kubelet is not None:
+            cp.kubelet.stop()
+        setup(cp, options.nodes, options.threads)
+        rate = create_bound_pods(cp, options.nodes, options.pods, options.threads)
+        log(f"{options.pods} pods created, {rate:.0f} pods/s overall")
+        for attempt in range(options.repeat):
+            for name, cwd in trees.items():
+                runs[name].append(measure(cp, workdir, cwd))
+                log(f"run {attempt + 1}, {name}: {runs[name][-1]}")
+    summary = {
+        "machine": notes,
+        "options": vars(options),
+        "create_pods_per_s": round(rate, 1),
+        "runs": runs,
+        "medians": {
+            tree: {
+                name: round(statistics.median(r[name] for r in results), 2)
+                for name in ("ready_s", "rss_mib", "peak_mib")
+            }
+            for tree, results in runs.items()
+        },
+    }
+    print(json.dumps(summary, indent=1))
+    if options.json:
+        Path(options.json).write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
