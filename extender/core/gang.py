@@ -46,7 +46,12 @@ from extender.core.effects import Effect, HoldRoom, ReleaseRoom
 from extender.core.jobs import min_available_annotation
 from extender.core.objects import PodInfo, format_time
 from extender.core.preemption.fit import JobFit, shape_of
-from extender.core.scheduling import FilterResult, admission_hold, filter_nodes
+from extender.core.scheduling import (
+    FilterResult,
+    admission_hold,
+    filter_nodes,
+    grown_gang_admission_failures,
+)
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
 #: How many times a plan is redone when kube-scheduler refuses the node it gave the pod.
@@ -388,6 +393,16 @@ def _filter_pod(
         return result  # the gang's min-available is placed: this pod is one more
     else:
         refused = reservation.refused if reservation is not None else frozenset()
+    if snapshot.counts_as_used(pod):
+        # This pod's quota was checked when its room was reserved (or held); the pods the
+        # plan would add now (a gang of undeclared size that grew since) were not: they
+        # must fit too, or the reservation would carry them past the quota's max.
+        failures = grown_gang_admission_failures(snapshot, pod)
+        if failures:
+            reason = "; ".join(failures)
+            return FilterResult(
+                unresolvable=dict.fromkeys(node_names, reason), quota_failures=tuple(failures)
+            )
     decision = plan_gang_placement(snapshot, job, first=pod, allowed=allowed, refused=refused)
     if isinstance(decision, GangWait) and reserved_node is not None and reservation is not None:
         # No other room: does the job still fit whole as Muster sees the cluster?  Then

@@ -162,6 +162,17 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
 
 
+def grown_gang_admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
+    """Why the pods of ``pod``'s job that its quota has not charged yet (created after the
+    job's room was reserved or held) do not fit the quota; empty when they do."""
+    demand = job_demand(snapshot, pod.job, including=pod)
+    if not demand.np_request and not demand.p_request:
+        return []
+    return job_admission_failures(
+        snapshot.ledger, demand.quota, demand.np_request, demand.p_request
+    )
+
+
 def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQuota | None:
     """After ``pod`` passed admission, the hold that charges its job's other pending pods
     to the quota until ``until``: the job was admitted whole, and kube-scheduler places

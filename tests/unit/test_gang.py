@@ -28,6 +28,7 @@ from tests.builders import node, pod, quota, snapshot
 
 NOW = dt.datetime(2026, 1, 1, 10, 30, tzinfo=dt.UTC).timestamp()
 JOB = "team-a/g"
+GPU = "nvidia.com/gpu"
 TIMEOUT = 300.0  # reservationTimeoutSeconds' default
 BOTH_MODES = pytest.mark.parametrize("as_extender", [True, False], ids=["extender", "full"])
 
@@ -559,3 +560,48 @@ def test_a_mixed_shape_gang_the_greedy_order_misses_is_placed_by_the_search() ->
     (hold,) = [e for e in result.effects if isinstance(e, HoldRoom)]
     assert hold.reservation.placements[key("g-1")] == "n0"
     assert {hold.reservation.placements[key(f"g-{i}")] for i in (0, 2, 3)} == {"n1"}
+
+
+# ---- a gang of undeclared size that grows is checked against its quota whole -----------
+
+
+def test_pods_a_growing_gang_adds_to_its_reservation_must_fit_the_quota() -> None:
+    # Found by the soak: a gang of undeclared size (min-available: every pod that exists)
+    # was placed when two of its pods existed; two more arrived, and the filter of a pod
+    # already reserved re-planned the gang for all four, reserving the two new ones with
+    # no quota check: the parent went past its max when they bound.
+    # Here team-a's leaf (max 16 GPUs) is under org (max 6); preemptible pods ask for 2
+    # GPUs (so admission is: used + job <= max on the way up).
+    # g-0 and g-1: 4 GPUs, within org's 6, placed and reserved.  Then g-2 and g-3 (4
+    # more) would make 8 > 6: the filter of g-1 (reserved) turns the job away naming
+    # org's max, and reserves nothing more.
+    quotas = [
+        quota("org", max={GPU: "6"}, is_parent=True),
+        quota("team-a", namespace="team-a", parent="org", max={GPU: "16"}),
+    ]
+    snap = snapshot([node("n1"), node("n2")], gang_pods(2, gpu=2, preemptible=True), quotas)
+    first = filter_one(snap, "g-0")
+    assert first.gang_placed
+    apply_all(snap, first)
+    assert snap.reserved_node(key("g-1")) is not None
+    for name in ("g-2", "g-3"):
+        snap.upsert_pod(parse_pod(pod(name, gpu=2, group="g", preemptible=True)))
+    again = filter_one(snap, "g-1")
+    assert again.passed == [] and again.quota_failures
+    assert "org" in again.quota_failures[0]
+    assert not any(isinstance(effect, HoldRoom) for effect in again.effects)
+    assert snap.reserved_node(key("g-2")) is None
+
+
+def test_pods_a_growing_gang_adds_within_the_quota_are_placed() -> None:
+    # The same with org's max at 8: all four fit (8 GPUs), so the gang is placed whole.
+    quotas = [
+        quota("org", max={GPU: "8"}, is_parent=True),
+        quota("team-a", namespace="team-a", parent="org", max={GPU: "16"}),
+    ]
+    snap = snapshot([node("n1"), node("n2")], gang_pods(2, gpu=2, preemptible=True), quotas)
+    apply_all(snap, filter_one(snap, "g-0"))
+    for name in ("g-2", "g-3"):
+        snap.upsert_pod(parse_pod(pod(name, gpu=2, group="g", preemptible=True)))
+    again = filter_one(snap, "g-1")
+    assert again.gang_placed and again.passed
