@@ -42,7 +42,7 @@ from bench.e2e import (
     muster_tree_state,
     with_retries,
 )
-from bench.memory import PRIORITIES, TEAMS, pod_object, proc_status
+from bench.memory import PRIORITIES, TEAMS, pod_object, proc_status, ready_figures
 
 Json = dict[str, Any]
 
@@ -111,11 +111,7 @@ def measure(cp: lc.ControlPlane, workdir: Path, cwd: Path) -> dict[str, float]:
         memory = proc_status(muster.pid)
     finally:
         muster.stop()
-    return {
-        "ready_s": round(ready, 2),
-        "rss_mib": round(memory["VmRSS"] / 1024, 1),
-        "peak_mib": round(memory["VmHWM"] / 1024, 1),
-    }
+    return ready_figures(ready, memory)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -367,6 +367,12 @@ def measure(path: Path, log_path: Path, timeout: float = 300.0) -> dict[str, flo
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+    return ready_figures(ready, memory)
+
+
+def ready_figures(ready: float, memory: dict[str, int]) -> dict[str, float]:
+    """One run's figures: seconds to ``/readyz``, resident and peak memory (MiB) from
+    :func:`proc_status`."""
     return {
         "ready_s": round(ready, 2),
         "rss_mib": round(memory["VmRSS"] / 1024, 1),
