@@ -48,9 +48,9 @@ from extender.core.objects import PodInfo, format_time
 from extender.core.preemption.fit import JobFit, shape_of
 from extender.core.scheduling import (
     FilterResult,
+    added_pods_admission_failures,
     admission_hold,
     filter_nodes,
-    grown_gang_admission_failures,
 )
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
@@ -393,17 +393,18 @@ def _filter_pod(
         return result  # the gang's min-available is placed: this pod is one more
     else:
         refused = reservation.refused if reservation is not None else frozenset()
-    if snapshot.counts_as_used(pod):
-        # This pod's quota was checked when its room was reserved (or held); the pods the
-        # plan would add now (a gang of undeclared size that grew since) were not: they
-        # must fit too, or the reservation would carry them past the quota's max.
-        failures = grown_gang_admission_failures(snapshot, pod)
+    decision = plan_gang_placement(snapshot, job, first=pod, allowed=allowed, refused=refused)
+    if isinstance(decision, GangPlacement) and snapshot.counts_as_used(pod):
+        # This pod's quota was checked when its room was reserved (or held); pods the plan
+        # adds now that its quota has not charged (a gang of undeclared size that grew
+        # since) were not: they must fit too, or the reservation would carry them past
+        # the quota's max.
+        failures = added_pods_admission_failures(snapshot, pod, decision.placements)
         if failures:
             reason = "; ".join(failures)
             return FilterResult(
                 unresolvable=dict.fromkeys(node_names, reason), quota_failures=tuple(failures)
             )
-    decision = plan_gang_placement(snapshot, job, first=pod, allowed=allowed, refused=refused)
     if isinstance(decision, GangWait) and reserved_node is not None and reservation is not None:
         # No other room: does the job still fit whole as Muster sees the cluster?  Then
         # kube-scheduler's refusal may pass (its cache can hold a pod that is already

@@ -143,34 +143,40 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
         return [f"pod names quota {error.args[0]!r}, which does not exist"]
     if quota in snapshot.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
+    if pod.node_name is None and snapshot.marked_victims(pod.job):
+        # Every pending pod of a job whose preemption victims are still there waits for
+        # them to go: the room its plan freed is still theirs, and binding now would put
+        # the quota (or an ancestor) above its max until they leave.  (One message while
+        # they leave: a changing one would requeue the pod at every victim.)
+        return [
+            f"quota room reserved for job {pod.job} is not free yet: its preemption's "
+            "victims are still there"
+        ]
     if snapshot.counts_as_used(pod):
-        # Its room is already charged (bound, reserved, or its job's hold); but a pending
-        # pod of a job whose preemption victims are still there waits for them to go: the
-        # room its plan freed is still theirs, and binding now would put the quota (or an
-        # ancestor) above its max until they leave.
-        leaving = [] if pod.node_name is not None else sorted(snapshot.marked_victims(pod.job))
-        if leaving:
-            shown = ", ".join(leaving[:3]) + (", ..." if len(leaving) > 3 else "")
-            return [
-                f"quota room reserved for job {pod.job} is not free yet: {len(leaving)} of "
-                f"its preemption's victims still there ({shown})"
-            ]
-        return []
+        return []  # its room is already charged (bound, reserved, or its job's hold)
     demand = job_demand(snapshot, pod.job, including=pod)
     if not demand.unplaced:
         return []
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
 
 
-def grown_gang_admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
-    """Why the pods of ``pod``'s job that its quota has not charged yet (created after the
-    job's room was reserved or held) do not fit the quota; empty when they do."""
-    demand = job_demand(snapshot, pod.job, including=pod)
-    if not demand.np_request and not demand.p_request:
+def added_pods_admission_failures(
+    snapshot: ClusterState, pod: PodInfo, placed: Collection[str]
+) -> list[str]:
+    """Why the ``placed`` pods of ``pod``'s job that its quota has not charged yet (pods
+    created after the job's room was reserved or held) do not fit the quota; empty when
+    they do."""
+    np_request: Resources = {}
+    p_request: Resources = {}
+    for key in placed:
+        other = snapshot.pods.get(key)
+        if other is None or snapshot.counts_as_used(other):
+            continue
+        add_into(p_request if snapshot.preemptible(other) else np_request, other.requests)
+    if not np_request and not p_request:
         return []
-    return job_admission_failures(
-        snapshot.ledger, demand.quota, demand.np_request, demand.p_request
-    )
+    quota = snapshot.quota_of(pod)
+    return job_admission_failures(snapshot.ledger, quota, np_request, p_request)
 
 
 def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQuota | None:
@@ -179,10 +185,16 @@ def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQu
     its pods one at a time (Muster's cache sees each binding only later)."""
     if pod.group is None:
         return None
+    # A pod admitted before (held) extends its job's hold over the pods it held then: pods
+    # created since were never checked against the quota.
+    readmitted = snapshot.quota_held(pod.key)
     pending = tuple(
         other.key
         for other in snapshot.job_pods(pod.job)
-        if other.node_name is None and not other.finished and not other.terminating
+        if other.node_name is None
+        and not other.finished
+        and not other.terminating
+        and (not readmitted or snapshot.quota_held(other.key))
     )
     return HoldQuota(pod.job, pending, until) if pending else None
 

@@ -75,8 +75,8 @@ def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
                 "placements": dict(reservation.placements),
                 # room of deleted pods kept for the pods replacing them
                 "vacated": {
-                    key: snapshot.book.vacancies[key].node
-                    for key in snapshot.book.vacancies_of(job)
+                    snapshot.book.vacancies[holder].pod_key: snapshot.book.vacancies[holder].node
+                    for holder in snapshot.book.vacancies_of(job)
                 },
                 "victims": list(reservation.victims),
                 "expires": format_time(reservation.expires),

@@ -605,3 +605,21 @@ def test_pods_a_growing_gang_adds_within_the_quota_are_placed() -> None:
         snap.upsert_pod(parse_pod(pod(name, gpu=2, group="g", preemptible=True)))
     again = filter_one(snap, "g-1")
     assert again.gang_placed and again.passed
+
+
+def test_a_held_pod_filtered_again_does_not_extend_its_hold_to_pods_created_since() -> None:
+    # g-0 and g-1 (2 GPUs each, preemptible; min-available 1 each: an elastic job) are
+    # admitted and held; then g-2 arrives.  Filtering g-0 again extends the hold over
+    # g-0 and g-1 only: g-2 was never checked against the quota, so it is not held (its
+    # own filter checks it).
+    pods = gang_pods(2, gpu=2, preemptible=True)
+    for made in pods:
+        made["metadata"]["annotations"]["gang.scheduling.koordinator.sh/min-available"] = "1"
+    snap = snapshot([node("n1"), node("n2")], pods)
+    apply_all(snap, filter_one(snap, "g-0"))
+    assert snap.quota_held(key("g-0")) and snap.quota_held(key("g-1"))
+    late = pod("g-2", gpu=2, group="g", preemptible=True)
+    late["metadata"]["annotations"]["gang.scheduling.koordinator.sh/min-available"] = "1"
+    snap.upsert_pod(parse_pod(late))
+    apply_all(snap, filter_one(snap, "g-0"))
+    assert not snap.quota_held(key("g-2"))

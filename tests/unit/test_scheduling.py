@@ -148,11 +148,30 @@ def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
     result = filter_nodes(snap, candidate, ["n1", "n2"], as_extender=True)
     assert result.passed == [] and sorted(result.unresolvable) == ["n1", "n2"]
     (reason,) = result.quota_failures
-    assert "1 of its preemption's victims still there (team-b/v)" in reason
+    assert "its preemption's victims are still there" in reason
     assert "quota " in reason  # a Muster reason: the leader's requeue nudges it later
     snap.remove_pod("team-b/v")
     after = filter_nodes(snap, candidate, ["n1", "n2"], as_extender=True)
     assert after.passed == ["n2"] and after.pinned_to == "n2"
+
+
+def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
+    # The job holds no reservation (its plan was abandoned while v was terminating), and
+    # its pod p is not reserved: it still waits while v, marked for its job, is there, so
+    # no pod of a gang binds before the rest.
+    mark = {keys.SOFT_EVICTION_KEY: json.dumps({"preemptor": "team-a/x", "timestamp": T0})}
+    victim = pod(
+        "v",
+        "team-b",
+        gpu=2,
+        node="n2",
+        preemptible=True,
+        labels={keys.SOFT_EVICTION_KEY: "true"},
+        annotations=mark,
+    )
+    snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
+    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    assert result.passed == [] and result.quota_failures
 
 
 @settings(max_examples=150, deadline=None)

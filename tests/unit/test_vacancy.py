@@ -12,6 +12,7 @@ Every node has 8 GPUs; the job ``team-a/train`` has two 8-GPU pods reserved on n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -23,6 +24,7 @@ from extender.core.objects import parse_pod
 from extender.core.reservations import settle_reservations
 from extender.core.state import ClusterState, Reservation
 from quota.accounting import usage_report
+from quota.tree import parse_elastic_quota
 from tests.builders import node, pod, quota, snapshot
 
 T0 = 1_800_000_000.0
@@ -71,7 +73,9 @@ def test_a_deleted_reserved_pod_keeps_its_room_for_its_job() -> None:
     # n1's 8 GPUs stay held, and team-a is still charged 8 + 8.
     assert free_gpus(snap, "n1") == 0
     assert used_gpus(snap) == "16"
-    assert snap.reservation_holder("team-a/t-1") == JOB
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-1#vacated"]
+    assert snap.reservation_holder("team-a/t-1#vacated") == JOB
+    assert snap.reservation_holder("team-a/t-1") is None  # not the name: a new pod may take it
     assert JOB in snap.reservations
 
 
@@ -96,7 +100,7 @@ def test_a_statefulset_pod_re_created_under_its_name_takes_its_own_room_first() 
     snap.remove_pod("team-a/t-1", now=T0 + 5)
     snap.upsert_pod(parse_pod(trainer("t-1", uid="uid-t-1-second")))
     assert snap.reserved_node("team-a/t-1") == "n1"
-    assert snap.book.vacancies_of(JOB) == ["team-a/t-0"]
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-0#vacated"]
 
 
 def test_a_pod_of_another_shape_job_or_controller_does_not_take_the_room() -> None:
@@ -110,7 +114,7 @@ def test_a_pod_of_another_shape_job_or_controller_does_not_take_the_room() -> No
     for name in ("t-2", "t-3", "t-4"):
         assert snap.reserved_node(f"team-a/{name}") is None, name
     assert snap.reserved_node("team-a/o-0") is None
-    assert snap.book.vacancies_of(JOB) == ["team-a/t-1"]
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-1#vacated"]
 
 
 def test_a_bare_pod_takes_its_room_with_it() -> None:
@@ -131,7 +135,7 @@ def test_vacated_room_is_let_go_after_vacated_room_seconds() -> None:
     snap.remove_pod("team-a/t-1", now=T0 + 5)
     epoch = snap.room_epoch
     assert snap.expire_vacancies(T0 + 5 + 59.9) == []
-    assert snap.expire_vacancies(T0 + 5 + 60) == ["team-a/t-1"]
+    assert snap.expire_vacancies(T0 + 5 + 60) == ["team-a/t-1#vacated"]
     # n1 is free again, team-a is charged for t-0 only, and parked pods get a look.
     assert free_gpus(snap, "n1") == 8
     assert used_gpus(snap) == "8"
@@ -196,3 +200,59 @@ def test_malformed_owner_references_are_refused_naming_the_field(owners: Any, fi
     with pytest.raises(ManifestError) as refused:
         parse_pod(bad)
     assert field in str(refused.value)
+
+
+def test_a_new_pod_under_the_vacated_name_but_of_another_shape_is_its_own_pod() -> None:
+    # A StatefulSet whose template changed: t-1 comes back asking for 4 GPUs.  It does not
+    # take the 8-GPU vacancy, is not reserved, and the books stay exact: n1 holds the
+    # vacancy's 8; team-a is charged 8 (t-0) + 8 (vacancy) as used, t-1's 4 pending; when
+    # the vacancy expires, n1 is free and team-a's used is t-0's 8.
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    snap.upsert_pod(parse_pod(trainer("t-1", gpu=4, uid="uid-t-1-new")))
+    assert snap.reserved_node("team-a/t-1") is None
+    assert free_gpus(snap, "n1") == 0 and used_gpus(snap) == "16"
+    snap.expire_vacancies(T0 + 65)
+    assert free_gpus(snap, "n1") == 8 and used_gpus(snap) == "8"
+
+
+def test_a_new_pod_under_the_vacated_name_seen_bound_leaves_the_vacancy_whole() -> None:
+    # First seen bound (a relist, or Muster's own bind): it is a running pod, and the
+    # vacancy expires cleanly: used is t-0's 8 (reserved) + t-1's 8 (bound on n0).
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    bound = trainer("t-1", uid="uid-t-1-new")
+    bound["spec"]["nodeName"] = "n0"
+    snap.upsert_pod(parse_pod(bound))
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-1#vacated"]
+    assert snap.expire_vacancies(T0 + 65) == ["team-a/t-1#vacated"]
+    assert free_gpus(snap, "n1") == 8 and used_gpus(snap) == "16"
+
+
+def test_a_quota_edit_keeps_the_vacancy_charged() -> None:
+    # The ledger is rebuilt from the pods on a quota edit; the vacancy is charged again.
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    snap.set_quotas([parse_elastic_quota(quota("team-a", namespace="team-a", max={GPU: "24"}))])
+    assert used_gpus(snap) == "16"
+    snap.expire_vacancies(T0 + 65)
+    assert used_gpus(snap) == "8" and free_gpus(snap, "n1") == 8
+
+
+def test_a_quota_deleted_lets_its_vacancies_go() -> None:
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    snap.set_quotas([])
+    assert snap.book.vacancies == {} and free_gpus(snap, "n1") == 8
+    assert snap.expire_vacancies(T0 + 65) == []
+
+
+def test_extending_the_reservation_keeps_its_vacancies() -> None:
+    # Settling extends a reservation whose victims are terminating (the same placements,
+    # a later expiry): the room kept for a replacement stays.
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    longer = dataclasses.replace(snap.reservations[JOB], expires=T0 + 330)
+    snap.add_reservation(longer)
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-1#vacated"]
+    assert free_gpus(snap, "n1") == 0 and used_gpus(snap) == "16"

@@ -52,6 +52,14 @@ class Vacancy:
     preemptible: bool
     until: float
     controller: str
+    #: The deleted pod's key (a StatefulSet re-creates the pod under it).
+    pod_key: str
+
+    @property
+    def holder(self) -> str:
+        """The key the room is held under in the book and on the node: never a pod's key,
+        so a new pod of the same name is never mistaken for the vacancy."""
+        return f"{self.pod_key}#vacated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +77,7 @@ class ReservationBook:
         #: job → its reservation.
         self.reservations: dict[str, Reservation] = {}
         self._reserved: dict[str, tuple[str, str]] = {}  # pod key → (job, node)
-        #: vacated pod key → its vacancy (the key stays in ``_reserved`` meanwhile).
+        #: holder key (``Vacancy.holder``) → the vacancy, also reserved under that key.
         self.vacancies: dict[str, Vacancy] = {}
         self._held: dict[str, str] = {}  # pod key → the job whose admission holds it
         self._held_until: dict[str, float] = {}  # job → when its hold ends
@@ -97,7 +105,7 @@ class ReservationBook:
         return job
 
     def vacancies_of(self, job: str) -> list[str]:
-        """The vacated pod keys whose room is kept for ``job``, sorted."""
+        """The holder keys of the vacancies kept for ``job``, sorted."""
         return sorted(key for key, vacancy in self.vacancies.items() if vacancy.job == job)
 
     def holds_room(self, job: str) -> bool:

@@ -135,12 +135,15 @@ class ClusterState:
                     self.preemptible(pod),
                     until,
                     pod.controller or "",
+                    key,
                 )
-                self._hold_vacancy(key, vacancy)
+                self.book.unreserve(key)
+                self._hold_vacancy(vacancy)
             else:
                 self._drop_reserved_pod(key)
         self.book.unhold(key)
-        if pod.job not in self._jobs:  # its job's last pod: nothing of the job remains
+        if pod.job not in self._jobs and not self.book.vacancies_of(pod.job):
+            # Its job's last pod, and no room kept for a replacement: nothing remains.
             self.book.released.pop(pod.job, None)
             self.book.refused_victims.pop(pod.job, None)
         # A pod that is gone leaves its job's reservation: one re-created under its name
@@ -163,11 +166,19 @@ class ClusterState:
         self.room_epoch += 1
         for pod in self.pods.values():
             self._unindex(pod)
+        vacancies = list(self.book.vacancies.values())
+        for vacancy in vacancies:
+            self._release_vacancy(vacancy.holder)
         self.tree = tree
         self.ledger = QuotaLedger(tree)
         self.victims = VictimIndex()
         for pod in self.pods.values():
             self._index(pod)
+        for vacancy in vacancies:  # charged again, unless its quota is gone
+            if vacancy.quota in tree:
+                self._hold_vacancy(vacancy)
+            else:
+                self._forget_if_empty(vacancy.job)
 
     def set_pod_group(self, group: PodGroupInfo) -> None:
         """Record a PodGroup (its ``minMember`` and schedule timeout)."""
@@ -187,8 +198,16 @@ class ClusterState:
     def add_reservation(self, reservation: Reservation) -> None:
         """Hold room for a job's pending pods on the nodes the plan chose (a reserved pod's
         admission hold, if any, ends: the reservation charges its quota now)."""
+        old = self.book.reservations.get(reservation.job)
+        # The same room held longer (settling extends it): room kept for pods being
+        # re-created stays; a new plan (placements changed) counted it as the job's own.
+        same_room = old is not None and old.placements == reservation.placements
+        vacancies = [self.book.vacancies[h] for h in self.book.vacancies_of(reservation.job)]
         self._drop_reservation(reservation.job)
         self.book.reservations[reservation.job] = reservation
+        if same_room:
+            for vacancy in vacancies:
+                self._hold_vacancy(vacancy)
         for pod_key, node in reservation.placements.items():
             pod = self.pods.get(pod_key)
             if pod is None or pod.node_name is not None:
@@ -227,7 +246,8 @@ class ClusterState:
         for key in expired:
             job = self._release_vacancy(key).job
             self.room_epoch += 1
-            self._forget_if_empty(job)
+            if job in self.book.reservations and not self.book.holds_room(job):
+                self.remove_reservation(job)  # with its tombstone
         return expired
 
     def expire_reservations(self, now: float) -> list[Reservation]:
@@ -496,19 +516,21 @@ class ClusterState:
         if job in self.book.reservations and not self.book.holds_room(job):
             del self.book.reservations[job]
 
-    def _hold_vacancy(self, key: str, vacancy: Vacancy) -> None:
-        """Keep a deleted pod's reserved room (its key stays reserved in the book): on its
+    def _hold_vacancy(self, vacancy: Vacancy) -> None:
+        """Keep a deleted pod's reserved room under the vacancy's own holder key: on its
         node, and charged to its quota as used, as the pod was."""
-        self.book.vacancies[key] = vacancy
-        self.node_usage.hold(vacancy.node, key, vacancy.requests)
+        holder = vacancy.holder
+        self.book.vacancies[holder] = vacancy
+        self.book.reserve(holder, vacancy.job, vacancy.node)
+        self.node_usage.hold(vacancy.node, holder, vacancy.requests)
         self.ledger.charge(
             vacancy.quota, vacancy.requests, preemptible=vacancy.preemptible, used=True, sign=1
         )
 
-    def _release_vacancy(self, key: str) -> Vacancy:
-        vacancy = self.book.vacancies.pop(key)
-        self.book.unreserve(key)
-        self.node_usage.release(vacancy.node, key)
+    def _release_vacancy(self, holder: str) -> Vacancy:
+        vacancy = self.book.vacancies.pop(holder)
+        self.book.unreserve(holder)
+        self.node_usage.release(vacancy.node, holder)
         self.ledger.charge(
             vacancy.quota, vacancy.requests, preemptible=vacancy.preemptible, used=True, sign=-1
         )
@@ -524,14 +546,17 @@ class ClusterState:
             quota = self._resolve_quota(pod)
         except UnknownQuotaError:
             return
-        for key in sorted(vacated, key=lambda k: k != pod.key):
-            vacancy = self.book.vacancies[key]
+        vacancies = sorted(
+            (self.book.vacancies[holder] for holder in vacated),
+            key=lambda v: (v.pod_key != pod.key, v.pod_key),
+        )
+        for vacancy in vacancies:
             if (
                 vacancy.quota == quota
                 and vacancy.controller == pod.controller
                 and dict(vacancy.requests) == dict(pod.requests)
             ):
-                self._release_vacancy(key)
+                self._release_vacancy(vacancy.holder)
                 placements = {**reservation.placements, pod.key: vacancy.node}
                 self.book.reservations[pod.job] = dataclasses.replace(
                     reservation, placements=placements
