@@ -165,7 +165,9 @@ class Informer(Watched):
         self.installed = True
         self.stats.lists += 1
         for key, obj in list(self._store.items()):
-            if key not in items:
+            # Gone, or gone and created again under its name (another UID) while no watch
+            # ran: either way the object known is deleted (the new one is ADDED below).
+            if key not in items or _uid(items[key]) != _uid(obj):
                 del self._store[key]
                 self._deliver("DELETED", obj)
         if first:
@@ -219,6 +221,10 @@ class Informer(Watched):
             self.handler(kind, obj)
         except Exception:  # a handler bug must not kill the informer
             log.exception("informer %s: handler failed on %s %s", self.path, kind, object_key(obj))
+
+
+def _uid(obj: Json) -> str:
+    return str((obj.get("metadata") or {}).get("uid", ""))
 
 
 def _stub(obj: Json) -> Json:

@@ -75,6 +75,27 @@ def test_the_first_list_is_handed_on_page_by_page_and_a_relist_is_diffed() -> No
     assert set(informer._store) == {"ns/p0", "ns/p1", "ns/p2", "ns/p4", "ns/p5"}
 
 
+def test_a_pod_re_created_under_its_name_between_lists_is_deleted_then_added() -> None:
+    # p0 was deleted and created again (a new UID) while no watch ran: the relist reports
+    # the old one DELETED (its reservation and room must not pass to the new pod) and the
+    # new one ADDED.
+    events: list[str] = []
+    client = PagedClient([pod("p0", "1")], events)
+    informer = Informer(
+        cast(KubeClient, client),
+        "/api/v1/pods",
+        lambda kind, obj: events.append(f"{kind} {obj['metadata']['uid']}"),
+        keep_objects=False,
+    )
+    informer._relist()
+    events.clear()
+    again = pod("p0", "7")
+    again["metadata"]["uid"] = "u-p0-new"
+    client.pods = [again]
+    informer._relist()
+    assert [e for e in events if not e.startswith("page")] == ["DELETED u-p0", "ADDED u-p0-new"]
+
+
 def test_an_informer_keeps_whole_objects_by_default() -> None:
     client = PagedClient([pod("p0", "1")], [])
     informer = Informer(cast(KubeClient, client), "/api/v1/pods", lambda kind, obj: None)
