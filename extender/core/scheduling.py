@@ -143,7 +143,7 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
         return [f"pod names quota {error.args[0]!r}, which does not exist"]
     if quota in snapshot.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
-    if pod.node_name is None and snapshot.marked_victims(pod.job):
+    if pod.node_name is None and victims_still_there(snapshot, pod.job):
         # Every pending pod of a job whose preemption victims are still there waits for
         # them to go: the room its plan freed is still theirs, and binding now would put
         # the quota (or an ancestor) above its max until they leave.  (One message while
@@ -158,6 +158,16 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
     if not demand.unplaced:
         return []
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
+
+
+def victims_still_there(snapshot: ClusterState, job: str) -> bool:
+    """Is a victim of ``job``'s preemption still there: a pod whose mark names the job, or
+    one its reservation counts on (committed in memory before the marks are written, and
+    before the informer reads them back)?"""
+    if snapshot.marked_victims(job):
+        return True
+    reservation = snapshot.reservations.get(job)
+    return reservation is not None and any(key in snapshot.pods for key in reservation.victims)
 
 
 def added_pods_admission_failures(

@@ -155,6 +155,25 @@ def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
     assert after.passed == ["n2"] and after.pinned_to == "n2"
 
 
+def test_a_reserved_pod_waits_for_victims_its_reservation_names_before_their_marks_are_seen() -> (
+    None
+):
+    # Found by the soak (seed 571492214, 96.4 s): the leader commits a plan (the
+    # reservation, in memory, names v) and writes the marks; the filter of x's pod ran
+    # before the informer read v's mark back, and the pod bound beside v.  The
+    # reservation's own victims count: p waits while v is there, unmarked or not.
+    victim = pod("v", "team-b", gpu=2, node="n2", preemptible=True)
+    snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
+    snap.add_reservation(
+        Reservation("team-a/x", "x", {"team-a/p": "n2"}, ("team-b/v",), 0.0, 300.0)
+    )
+    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    assert result.passed == [] and result.quota_failures
+    snap.remove_pod("team-b/v")
+    after = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    assert after.passed == ["n2"]
+
+
 def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
     # The job holds no reservation (its plan was abandoned while v was terminating), and
     # its pod p is not reserved: it still waits while v, marked for its job, is there, so
