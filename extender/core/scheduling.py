@@ -161,13 +161,18 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
 
 
 def victims_still_there(snapshot: ClusterState, job: str) -> bool:
-    """Is a victim of ``job``'s preemption still there: a pod whose mark names the job, or
-    one its reservation counts on (committed in memory before the marks are written, and
-    before the informer reads them back)?"""
+    """Is a victim of ``job``'s preemption still there: a pod whose soft-eviction mark
+    names the job (until it is gone), or one its reservation counts on that is not yet
+    terminating (Muster's plan committed in memory before the informer reads its marks
+    back)?  Victims kube-scheduler preempted itself are deleted at once, unmarked: once
+    terminating, kube-scheduler's own nomination waits for them."""
     if snapshot.marked_victims(job):
         return True
     reservation = snapshot.reservations.get(job)
-    return reservation is not None and any(key in snapshot.pods for key in reservation.victims)
+    if reservation is None:
+        return False
+    victims = (snapshot.pods.get(key) for key in reservation.victims)
+    return any(victim is not None and not victim.terminating for victim in victims)
 
 
 def added_pods_admission_failures(
@@ -217,6 +222,11 @@ def filter_nodes(
     failures = admission_failures(snapshot, pod)
     if failures:
         reason = "; ".join(failures)
+        if pod.node_name is None and victims_still_there(snapshot, pod.job):
+            # Waiting for victims on their way out: resolvable, as kube-scheduler's own
+            # wait for a nominated node's terminating victims is.  Unresolvable would
+            # make kube-scheduler preempt on another node (when it preempts by itself).
+            return FilterResult(failed=dict.fromkeys(names, reason), quota_failures=(reason,))
         return FilterResult(
             unresolvable=dict.fromkeys(names, reason), quota_failures=tuple(failures)
         )
