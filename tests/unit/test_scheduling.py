@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,13 +124,10 @@ def test_a_pod_with_reserved_room_is_held_to_its_reserved_node() -> None:
     assert filter_nodes(snap, other, ["n1", "n2"], as_extender=True).passed == ["n1", "n2"]
 
 
-def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
-    # Found by the soak (docs/reliability.md): team-a's job x preempted team-b's v; x's
-    # pod p holds room reserved on n2.  While v, marked for x, is still there (running,
-    # then terminating), p fails every node with a quota reason (it would put the quota
-    # above its max beside v); once v is gone it passes, pinned to n2.
+def marked_victim() -> dict[str, Any]:
+    """team-b's pod v on n2, marked for soft eviction by team-a's job x."""
     mark = {keys.SOFT_EVICTION_KEY: json.dumps({"preemptor": "team-a/x", "timestamp": T0})}
-    victim = pod(
+    return pod(
         "v",
         "team-b",
         gpu=2,
@@ -138,6 +136,14 @@ def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
         labels={keys.SOFT_EVICTION_KEY: "true"},
         annotations=mark,
     )
+
+
+def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
+    # Found by the soak (docs/reliability.md): team-a's job x preempted team-b's v; x's
+    # pod p holds room reserved on n2.  While v, marked for x, is still there (running,
+    # then terminating), p fails every node with a quota reason (it would put the quota
+    # above its max beside v); once v is gone it passes, pinned to n2.
+    victim = marked_victim()
     snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
     snap.add_reservation(
         Reservation(
@@ -181,16 +187,7 @@ def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
     # The job holds no reservation (its plan was abandoned while v was terminating), and
     # its pod p is not reserved: it still waits while v, marked for its job, is there, so
     # no pod of a gang binds before the rest.
-    mark = {keys.SOFT_EVICTION_KEY: json.dumps({"preemptor": "team-a/x", "timestamp": T0})}
-    victim = pod(
-        "v",
-        "team-b",
-        gpu=2,
-        node="n2",
-        preemptible=True,
-        labels={keys.SOFT_EVICTION_KEY: "true"},
-        annotations=mark,
-    )
+    victim = marked_victim()
     snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
     result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
     assert result.passed == [] and result.quota_failures
