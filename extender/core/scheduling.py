@@ -126,13 +126,22 @@ def job_demand(snapshot: ClusterState, job: str, including: PodInfo | None = Non
         and pod.node_name is None
         and snapshot.reserved_node(pod.key) is None
     )
-    np_request: Resources = {}
-    p_request: Resources = {}
-    for pod in unplaced:
-        if not snapshot.quota_held(pod.key):  # a hold has charged its quota already
-            add_into(p_request if snapshot.preemptible(pod) else np_request, pod.requests)
+    np_request, p_request = _uncharged_requests(snapshot, unplaced)
     quota = snapshot.quota_of(unplaced[0] if unplaced else pods[0])
     return JobDemand(job, quota, unplaced, np_request, p_request)
+
+
+def _uncharged_requests(
+    snapshot: ClusterState, pods: Iterable[PodInfo]
+) -> tuple[Resources, Resources]:
+    """The non-preemptible and the preemptible requests of those ``pods`` their quota has
+    not charged yet (not bound, reserved, or held by their job's admission)."""
+    np_request: Resources = {}
+    p_request: Resources = {}
+    for pod in pods:
+        if not snapshot.counts_as_used(pod):
+            add_into(p_request if snapshot.preemptible(pod) else np_request, pod.requests)
+    return np_request, p_request
 
 
 def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
@@ -181,13 +190,8 @@ def added_pods_admission_failures(
     """Why the ``placed`` pods of ``pod``'s job that its quota has not charged yet (pods
     created after the job's room was reserved or held) do not fit the quota; empty when
     they do."""
-    np_request: Resources = {}
-    p_request: Resources = {}
-    for key in placed:
-        other = snapshot.pods.get(key)
-        if other is None or snapshot.counts_as_used(other):
-            continue
-        add_into(p_request if snapshot.preemptible(other) else np_request, other.requests)
+    pods = [snapshot.pods[key] for key in placed if key in snapshot.pods]
+    np_request, p_request = _uncharged_requests(snapshot, pods)
     if not np_request and not p_request:
         return []
     quota = snapshot.quota_of(pod)
