@@ -21,6 +21,16 @@ from .rest import ApiError, RestClient
 from .waiting import wait_until
 
 DEFAULT_CRDS_DIR = REPO_ROOT / "manifests" / "crds"
+RBAC_MANIFEST = REPO_ROOT / "manifests" / "rbac.yaml"
+#: Where the kinds of the RBAC manifest are created.
+_RBAC_COLLECTIONS = {
+    "Namespace": "/api/v1/namespaces",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+}
 
 
 class ObjectsMixin:
@@ -203,6 +213,23 @@ class ObjectsMixin:
         )
 
     # -- service accounts
+
+    def muster_kubeconfigs(self, manifest: Path = RBAC_MANIFEST) -> dict[str, Path]:
+        """Apply Muster's RBAC manifest (objects already there are kept) and return
+        kubeconfigs with the ``muster`` and ``muster-evictor`` ServiceAccounts' tokens:
+        Muster and its evictor then run with exactly the access the manifest grants."""
+        for obj in yaml.safe_load_all(manifest.read_text()):
+            namespace = obj["metadata"].get("namespace")
+            path = _RBAC_COLLECTIONS[obj["kind"]].format(namespace=namespace)
+            try:
+                self.rest.request("POST", path, obj)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+        return {
+            name: self.service_account_kubeconfig("muster-system", name)
+            for name in ("muster", "muster-evictor")
+        }
 
     def service_account_kubeconfig(
         self,

@@ -19,9 +19,8 @@ from typing import Any
 import httpx
 import localcluster as lc
 import pytest
-import yaml
 from e2e_support import Cluster, condition, delete_namespaced, make_pod, sample_scheduler_config
-from muster_process import ROOT, MusterProcess, start_evictor
+from muster_process import MusterProcess, start_evictor
 from test_muster_extender import GPU, create_quota
 
 pytestmark = pytest.mark.e2e
@@ -34,32 +33,11 @@ TRAINER = {
 }
 
 
-RBAC = ROOT / "manifests" / "rbac.yaml"
-COLLECTIONS = {
-    "Namespace": "/api/v1/namespaces",
-    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
-    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
-}
-
-
 @pytest.fixture(scope="module")
 def tokens(control_plane: lc.ControlPlane) -> dict[str, Path]:
     """Apply manifests/rbac.yaml; kubeconfigs with the muster and evictor ServiceAccounts'
     tokens: Muster runs with exactly the access the manifests grant, not as admin."""
-    for obj in yaml.safe_load_all(RBAC.read_text()):
-        path = COLLECTIONS[obj["kind"]].format(namespace=obj["metadata"].get("namespace"))
-        try:
-            control_plane.rest.request("POST", path, obj)
-        except lc.ApiError as error:
-            if error.status != 409:  # already there from an earlier module
-                raise
-    return {
-        name: control_plane.service_account_kubeconfig("muster-system", name)
-        for name in ("muster", "muster-evictor")
-    }
+    return control_plane.muster_kubeconfigs()
 
 
 @contextlib.contextmanager

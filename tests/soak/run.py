@@ -50,7 +50,6 @@ from tests.soak.plan import GPU, PRIORITY_CLASSES, FaultPlan, JobPlan, SoakPlan,
 
 ROOT = Path(__file__).resolve().parents[2]
 MUSTER = [sys.executable, "-m", "extender.cli.main"]
-RBAC = ROOT / "manifests" / "rbac.yaml"
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/muster-system/leases/muster"
 JOB_LABEL = "soak.muster.dev/job"
@@ -159,7 +158,7 @@ class Soak:
 
     def start(self) -> None:
         self.plane.start()
-        self.keys = self._rbac()
+        self.keys = self.plane.muster_kubeconfigs()
         args = self.workdir / "muster-args.yaml"
         args.write_text(yaml.safe_dump(MUSTER_ARGS))
         for i in range(2):
@@ -210,23 +209,6 @@ class Soak:
         thread = threading.Thread(target=self._scan_loop, name="soak-scan", daemon=True)
         thread.start()
         self._threads.append(thread)
-
-    def _rbac(self) -> dict[str, Path]:
-        collections = {
-            "Namespace": "/api/v1/namespaces",
-            "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
-            "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-            "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
-        }
-        for obj in yaml.safe_load_all(RBAC.read_text()):
-            path = collections[obj["kind"]].format(namespace=obj["metadata"].get("namespace"))
-            self.plane.rest.request("POST", path, obj)
-        return {
-            name: self.plane.service_account_kubeconfig("muster-system", name)
-            for name in ("muster", "muster-evictor")
-        }
 
     def _muster(self, index: int, port: int | None) -> lc.ServiceProcess:
         argv = [
