@@ -75,7 +75,7 @@ def random_cluster(rng: random.Random) -> tuple[ClusterState, str]:
             max_priority_threshold=rng.choice([None, None, 0, 5]),
         )
         maximum = _bounds(rng, 0, 96)
-        minimum = {name: rng.choice([0, rng.randint(0, amount)]) for name, amount in maximum.items()}
+        minimum = {name: rng.choice([0, rng.randint(0, most)]) for name, most in maximum.items()}
         if i == job_quota and rng.random() < 0.7:  # a job that may reclaim: it plans more often
             minimum = maximum = {name: 96 * MILLI for name in maximum}
         specs.append(
