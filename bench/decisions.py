@@ -88,7 +88,7 @@ def random_cluster(rng: random.Random) -> tuple[ClusterState, str]:
                 policy=policy,
             )
         )
-    args = MusterArgs(pdbPolicy=rng.choice(["BestEffort", "Strict"]))
+    args = MusterArgs.model_validate({"pdbPolicy": rng.choice(["BestEffort", "Strict"])})
     snap = ClusterState(args, specs)
     leaves = [spec.name for spec in specs if not spec.is_parent]
     free = []
