@@ -30,7 +30,7 @@ from base.resources import PODS, Resources, add_into, shortfall
 from extender.core.effects import Effect, HoldQuota
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
-from extender.core.state import ClusterState, UnknownQuotaError
+from extender.core.state import ClusterState, UnknownQuotaError, memoise_on_node
 from quota.admission import job_admission_failures
 
 #: Resources every pod asks for; a pod asking for anything else is packed by that alone.
@@ -291,10 +291,6 @@ def _resource_failure(
     return "Too many pods" if short == PODS else f"Insufficient {short}"
 
 
-#: Scores kept per node: more pod shapes than this and the node's memo starts again.
-SCORE_MEMO_SHAPES = 64
-
-
 def score_nodes(snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
     """Integer scores 0..10 per node; see the module docstring.  A node's score depends only
     on the pod's scored wants and on the node's totals, so it is memoised per node
@@ -327,12 +323,7 @@ def score_nodes(snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str])
                 rooms.values() if rooms else (),
             )
             scores[name] = score
-            if known is None:
-                memo[name] = {wants: score}
-            elif len(known) < SCORE_MEMO_SHAPES:
-                known[wants] = score
-            else:
-                memo[name] = {wants: score}
+            memoise_on_node(memo, name, wants, score)
     return scores
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from base import keys
 from extender.core.objects import parse_node, parse_pod
+from extender.core.preemption.fit import JobFit
 from extender.core.scheduling import filter_nodes, packing_score, score_nodes, scored_resources
 from extender.core.state import Reservation
 from tests.builders import T0, node, pod, snapshot
@@ -204,16 +205,19 @@ def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
         max_size=30,
     )
 )
-def test_memoised_scores_follow_every_change_to_a_node(steps: list[tuple[str, int, int]]) -> None:
-    """The per-node score memo is dropped with every change to a node's totals: scores
-    read through it are always those computed afresh."""
+def test_node_memos_follow_every_change_to_a_node(steps: list[tuple[str, int, int]]) -> None:
+    """The per-node memos (prioritize's scores, the planner's copy counts) are dropped
+    with every change to a node's totals: what is read through them is always what is
+    computed afresh."""
     snap = snapshot([node(f"n{i}") for i in range(3)], [pod("waiting", "x", gpu=2)])
     shapes = [parse_pod(pod(f"c{g}", "x", gpu=g, cpu="1")) for g in (1, 2, 4)]
+    jobs = [[parse_pod(pod(f"j{g}-{i}", "x", gpu=g, cpu="1")) for i in range(3)] for g in (2, 4)]
     names = ["n0", "n1", "n2", "unknown"]
     for serial, (action, index, amount) in enumerate(steps):
         name = f"n{index}"
         if action == "bind":
-            snap.upsert_pod(parse_pod(pod(f"b{serial}", "x", gpu=amount, node=name)))
+            bound = pod(f"b{serial}", "x", gpu=amount, node=name, preemptible=amount % 3 != 0)
+            snap.upsert_pod(parse_pod(bound))
         elif action == "unbind":
             bound = sorted(k for k, p in snap.pods.items() if p.node_name == name)
             if bound:
@@ -234,3 +238,11 @@ def test_memoised_scores_follow_every_change_to_a_node(steps: list[tuple[str, in
             snap.node_usage.scores.clear()
             assert memoised == score_nodes(snap, candidate, names)
             snap.node_usage.scores.update(saved)
+        for gang in jobs:
+            through_memo = JobFit(snap, "x/j", gang)
+            saved_copies = dict(snap.node_usage.copies)
+            snap.node_usage.copies.clear()
+            fresh = JobFit(snap, "x/j", gang)
+            snap.node_usage.copies.update(saved_copies)
+            assert [s.capacity for s in through_memo.shapes] == [s.capacity for s in fresh.shapes]
+            assert through_memo.lacking == fresh.lacking

@@ -25,7 +25,7 @@ from base.resources import Resources, add_into, copies_that_fit, fits
 from extender.core.nodefit import constraint_signature, static_misfit
 from extender.core.objects import PodInfo
 from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
-from extender.core.state import ClusterState, Overlay
+from extender.core.state import ClusterState, Copies, Overlay, memoise_on_node
 
 
 @dataclass(slots=True)
@@ -68,72 +68,104 @@ def _count_copies(
     Returns the nodes where more copies would fit with every preemptible pod
     bound to them gone (:meth:`~extender.core.state.ClusterState.preemptible_on`),
     each with the resources in which it may lack room for one copy more than it
-    holds, at any point of the search.  Victims only add room, and never more
-    than the preemptible pods hold, so a node never holds more than ``most``
-    copies (those that fit with every preemptible pod gone) and its room never
-    falls below what it is now: a resource can be short only if its free room
-    now is below ``min(most + 1, size)`` copies.
+    holds, at any point of the search (see :func:`_copies_on`).
 
-    The same numbers as :func:`~base.resources.copies_that_fit` over
-    those lists, without building them; ``shape.needs`` come scarcest first, so
-    most nodes are settled by their first resource.
+    Both depend only on the shape and the node's totals, so they are memoised per node
+    (``snapshot.node_usage.copies``, dropped whenever the node's totals change), except
+    when some reserved pods' room counts as free (``released``).
     """
     usage = snapshot.node_usage
     requested, reserved, preemptible = usage.requested, usage.reserved, usage.preemptible
     nodes = snapshot.nodes
-    needs = shape.needs
-    limit = shape.size
+    key = (shape.needs, shape.size)
+    memo = None if released else usage.copies
     capacity = shape.capacity
     nothing: Mapping[str, int] = {}
     lacking: dict[str, frozenset[str]] = {}
     shared: dict[int, frozenset[str]] = {}  # one set per bit mask over needs
     for node in shape.eligible:
-        allocatable = nodes[node].allocatable
-        used = requested.get(node, nothing)
-        held = reserved.get(node)
-        if held and released:
-            held = {key: room for key, room in held.items() if key not in released}
-        now = limit
-        for name, amount in needs:
-            free = allocatable.get(name, 0) - used.get(name, 0)
-            if held:
-                free -= sum(room.get(name, 0) for room in held.values())
-            if free < amount:
-                now = 0
-                break
-            if free // amount < now:
-                now = free // amount
+        known = memo.get(node) if memo is not None else None
+        entry = known.get(key) if known is not None else None
+        if entry is None:
+            held = reserved.get(node)
+            if held and released:
+                held = {pod: room for pod, room in held.items() if pod not in released}
+            entry = _copies_on(
+                shape,
+                nodes[node].allocatable,
+                requested.get(node, nothing),
+                held,
+                preemptible.get(node, nothing),
+                shared,
+            )
+            if memo is not None:
+                memoise_on_node(memo, node, key, entry)
+        now, short = entry
         if now:
             capacity[node] = now
-            if now == limit:
-                continue
-        evictable = preemptible.get(node, nothing)
-        most = limit
-        for name, amount in needs:
-            free = allocatable.get(name, 0) - used.get(name, 0) + evictable.get(name, 0)
-            if held:
-                free -= sum(room.get(name, 0) for room in held.values())
-            copies = free // amount
-            if copies <= now:  # evicting could not fit more
-                break
-            if copies < most:
-                most = copies
-        else:
-            wanted_at_most = min(most + 1, limit)
-            mask = 0
-            for bit, (name, amount) in enumerate(needs):
-                free = allocatable.get(name, 0) - used.get(name, 0)
-                if held:
-                    free -= sum(room.get(name, 0) for room in held.values())
-                if free < wanted_at_most * amount:
-                    mask |= 1 << bit
-            short = shared.get(mask)
-            if short is None:
-                short = shared[mask] = frozenset(
-                    name for bit, (name, _amount) in enumerate(needs) if mask >> bit & 1
-                )
+        if short is not None:
             lacking[node] = short
     return lacking
+
+
+def _copies_on(
+    shape: _Shape,
+    allocatable: Mapping[str, int],
+    used: Mapping[str, int],
+    held: Mapping[str, Mapping[str, int]] | None,
+    evictable: Mapping[str, int],
+    shared: dict[int, frozenset[str]],
+) -> Copies:
+    """The copies of ``shape`` that fit on a node now, and, if more would fit with every
+    preemptible pod bound to it gone, the resources in which it may lack room for one
+    copy more than it holds (else ``None``).
+
+    Victims only add room, and never more than the preemptible pods hold, so a node
+    never holds more than ``most`` copies (those that fit with every preemptible pod
+    gone) and its room never falls below what it is now: a resource can be short only
+    if its free room now is below ``min(most + 1, size)`` copies.  The same numbers as
+    :func:`~base.resources.copies_that_fit` over those lists, without building them;
+    ``shape.needs`` come scarcest first, so most nodes are settled by their first
+    resource.  ``shared`` holds one set per bit mask over the needs, for every node.
+    """
+    needs = shape.needs
+    limit = shape.size
+    now = limit
+    for name, amount in needs:
+        free = allocatable.get(name, 0) - used.get(name, 0)
+        if held:
+            free -= sum(room.get(name, 0) for room in held.values())
+        if free < amount:
+            now = 0
+            break
+        if free // amount < now:
+            now = free // amount
+    if now == limit:
+        return now, None
+    most = limit
+    for name, amount in needs:
+        free = allocatable.get(name, 0) - used.get(name, 0) + evictable.get(name, 0)
+        if held:
+            free -= sum(room.get(name, 0) for room in held.values())
+        copies = free // amount
+        if copies <= now:  # evicting could not fit more
+            return now, None
+        if copies < most:
+            most = copies
+    wanted_at_most = min(most + 1, limit)
+    mask = 0
+    for bit, (name, amount) in enumerate(needs):
+        free = allocatable.get(name, 0) - used.get(name, 0)
+        if held:
+            free -= sum(room.get(name, 0) for room in held.values())
+        if free < wanted_at_most * amount:
+            mask |= 1 << bit
+    short = shared.get(mask)
+    if short is None:
+        short = shared[mask] = frozenset(
+            name for bit, (name, _amount) in enumerate(needs) if mask >> bit & 1
+        )
+    return now, short
 
 
 def _short_on(

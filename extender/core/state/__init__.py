@@ -8,16 +8,20 @@ and admission holds) are its indexes; quota usage is :mod:`quota.accounting`'s l
 
 from extender.core.state.book import GangBackoff, Reservation
 from extender.core.state.cluster import ClusterState, UnknownQuotaError
+from extender.core.state.nodes import Copies, CopiesKey, memoise_on_node
 from extender.core.state.overlay import Overlay
 from extender.core.state.victims import SCATTERED, UnitEntry, UnitPlace
 
 __all__ = [
     "SCATTERED",
     "ClusterState",
+    "Copies",
+    "CopiesKey",
     "GangBackoff",
     "Overlay",
     "Reservation",
     "UnitEntry",
     "UnitPlace",
     "UnknownQuotaError",
+    "memoise_on_node",
 ]

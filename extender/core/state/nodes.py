@@ -5,18 +5,47 @@ the requests of its bound pods, the room held for each reserved (still pending) 
 an in-flight job, and the requests of its bound preemptible pods: the most that evicting
 could free there.  :meth:`NodeUsage.free_on` is the one definition of a node's free
 room; the planner's hot loops read the same totals (:attr:`requested`,
-:attr:`reserved`, :attr:`preemptible`) directly, and only read them.  :attr:`scores`
-memoises the prioritize verb's packing scores per node; every change to a node's totals
-(or to the node) drops that node's scores.
+:attr:`reserved`, :attr:`preemptible`) directly, and only read them.
+
+Two memos per node hold what depends only on a node and its totals, for pod shapes
+asked about again and again: :attr:`scores`, the prioritize verb's packing scores,
+and :attr:`copies`, the planner's count of a shape's copies there.  Every change to a
+node's totals (or to the node) drops both of that node's memos.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Hashable, Mapping
+from typing import TypeVar
 
 from base.resources import Resources, add_into, subtract
 
 _NOTHING: Mapping[str, int] = {}
+
+#: Entries a node's memo keeps (one per pod shape); one more and it starts again.
+MEMO_SHAPES = 64
+
+_Key = TypeVar("_Key", bound=Hashable)
+_Value = TypeVar("_Value")
+
+#: A job shape's needs (resource, amount) and its pod count: see
+#: :func:`extender.core.preemption.fit._count_copies`.
+CopiesKey = tuple[tuple[tuple[str, int], ...], int]
+#: Copies that fit now, and the resources the node may lack for one more as victims go
+#: (``None``: evicting could not fit more there).
+Copies = tuple[int, frozenset[str] | None]
+
+
+def memoise_on_node(
+    memo: dict[str, dict[_Key, _Value]], node: str, key: _Key, value: _Value
+) -> None:
+    """Keep ``value`` in ``node``'s entry of a per-node memo, at most :data:`MEMO_SHAPES`
+    keys a node."""
+    known = memo.get(node)
+    if known is None or len(known) >= MEMO_SHAPES:
+        memo[node] = {key: value}
+    else:
+        known[key] = value
 
 
 class NodeUsage:
@@ -31,21 +60,29 @@ class NodeUsage:
         #: node → a pod's scored wants → its packing score there (see
         #: :func:`extender.core.scheduling.score_nodes`); dropped when the node changes.
         self.scores: dict[str, dict[tuple[tuple[str, int], ...], int]] = {}
+        #: node → a job shape → its copies there (see
+        #: :func:`extender.core.preemption.fit._count_copies`); dropped when the node changes.
+        self.copies: dict[str, dict[CopiesKey, Copies]] = {}
+
+    def changed(self, node: str) -> None:
+        """Drop what the memos hold for ``node``: it, or its totals, changed."""
+        self.scores.pop(node, None)
+        self.copies.pop(node, None)
 
     def add_node(self, node: str) -> None:
         """A node added or changed (its allocatable may differ)."""
         self.requested.setdefault(node, {})
         self._pods.setdefault(node, set())
-        self.scores.pop(node, None)
+        self.changed(node)
 
     def remove_node(self, node: str) -> None:
-        self.scores.pop(node, None)
+        self.changed(node)
 
     def bind(
         self, node: str, key: str, requests: Mapping[str, int], *, preemptible: bool, sign: int
     ) -> None:
         """Count a pod bound to ``node`` (``sign=-1``: take it back out)."""
-        self.scores.pop(node, None)
+        self.changed(node)
         add_into(self.requested.setdefault(node, {}), requests, sign)
         pods = self._pods.setdefault(node, set())
         if sign > 0:
@@ -57,11 +94,11 @@ class NodeUsage:
 
     def hold(self, node: str, key: str, requests: Mapping[str, int]) -> None:
         """Hold room on ``node`` for the reserved pod ``key``."""
-        self.scores.pop(node, None)
+        self.changed(node)
         self.reserved.setdefault(node, {})[key] = dict(requests)
 
     def release(self, node: str, key: str) -> None:
-        self.scores.pop(node, None)
+        self.changed(node)
         held = self.reserved[node]
         del held[key]
         if not held:
