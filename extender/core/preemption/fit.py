@@ -276,16 +276,6 @@ class JobFit:
         resources the job asks for)."""
         return self.overlay.free(node)
 
-    @staticmethod
-    def _copies(shape: _Shape, room: Resources) -> int:
-        count = shape.size
-        for name, amount in shape.needs:
-            available = room.get(name, 0)
-            if available < amount:
-                return 0
-            count = min(count, available // amount)
-        return count
-
     def remove(self, pods: Iterable[PodInfo]) -> None:
         """Take victims off their node copies."""
         self._shift(pods, 1, recount=True)
@@ -318,10 +308,18 @@ class JobFit:
             for shape in self.shapes:
                 if node not in shape.eligible:
                     continue
-                before = shape.capacity.get(node, 0)
-                after = self._copies(shape, room)
+                after = shape.size  # the copies that fit in room (inline: once per trial eviction)
+                for name, amount in shape.needs:
+                    available = room.get(name, 0)
+                    if available < amount:
+                        after = 0
+                        break
+                    if available // amount < after:
+                        after = available // amount
+                capacity = shape.capacity
+                before = capacity.get(node, 0)
                 if after != before:
-                    shape.capacity[node] = after
+                    capacity[node] = after
                     shape.total += after - before
 
     def frees_what_is_missing(self, pods: Iterable[PodInfo]) -> bool:

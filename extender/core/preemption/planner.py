@@ -181,11 +181,10 @@ def _search(
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
-            violation = simulation.min_violation(group)
+            violation, guaranteed = simulation.min_violations(group)
             if violation is not None:
                 skipped_for_min.append(violation)
                 continue
-            guaranteed = simulation.min_violation(group, every_resource=True)
             if guaranteed is not None:
                 if spare_guaranteed:
                     skipped_for_min.append(guaranteed)

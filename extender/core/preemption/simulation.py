@@ -127,14 +127,17 @@ class Simulation:
             self._guards[quota] = guards
         return guards
 
-    def min_violation(self, group: VictimGroup, *, every_resource: bool = False) -> str | None:
+    def min_violations(self, group: VictimGroup) -> tuple[str | None, str | None]:
         """Why evicting ``group`` takes a quota on its path below its ``min`` in a
-        resource the job asks for (or, with ``every_resource``, in any), or ``None``."""
+        resource the job asks for, and why in any resource it governs (``None``: it
+        does not)."""
         guards = self._guarding(group.quota)
         if not guards:
-            return None
-        resources = _EVERY_RESOURCE if every_resource else self._contested
-        return min_violation(self.ledger, guards, group.requests, resources)
+            return None, None
+        contested = min_violation(self.ledger, guards, group.requests, self._contested)
+        if contested is not None:
+            return contested, contested
+        return None, min_violation(self.ledger, guards, group.requests, _EVERY_RESOURCE)
 
     def take(self, group: VictimGroup) -> None:
         self.fit.remove(group.pods)
