@@ -66,6 +66,7 @@ class QuotaLedger:
 
         ``used`` says whether the pod holds room (bound or reserved) or only asks.
         """
+        self._own(quota)
         entry = self.usage[quota]
         if not preemptible:
             add_into(entry.np_request, requests, sign)
@@ -77,6 +78,10 @@ class QuotaLedger:
         add_into(entry.subtree_used, requests, sign)
         for name in self.tree.ancestors(quota):
             add_into(self.usage[name].subtree_used, requests, sign)
+
+    def _own(self, quota: str) -> None:
+        """Make the entries of ``quota`` and its ancestors this ledger's own to change (they
+        are, here; an overlay copies them)."""
 
     def overlay(self) -> QuotaLedger:
         """A ledger sharing this one's entries until a charge copies the ones it touches."""
@@ -94,21 +99,12 @@ class _Overlay(QuotaLedger):
         super().__init__(tree, usage)
         self._owned: set[str] = set()
 
-    def charge(
-        self,
-        quota: str,
-        requests: Mapping[str, int],
-        *,
-        preemptible: bool,
-        used: bool,
-        sign: int = 1,
-    ) -> None:
+    def _own(self, quota: str) -> None:
         if quota not in self._owned:
             for name in (quota, *self.tree.ancestors(quota)):
                 if name not in self._owned:
                     self.usage[name] = self.usage[name].copy()
                     self._owned.add(name)
-        super().charge(quota, requests, preemptible=preemptible, used=used, sign=sign)
 
 
 def usage_report(ledger: QuotaLedger, quota: str) -> dict[str, dict[str, str]]:

@@ -150,20 +150,39 @@ def min_violation(
     a resource (a CPU guarantee it does not use, say, beside borrowed GPUs) is
     not protected from losing the pods it borrows with.
     """
+    return min_violations(ledger, quotas, requests, contested)[0]
+
+
+def min_violations(
+    ledger: QuotaLedger,
+    quotas: Iterable[str],
+    requests: Mapping[str, int],
+    contested: Container[str],
+) -> tuple[str | None, str | None]:
+    """:func:`min_violation` in the ``contested`` resources, and in any resource, in one
+    pass (the planner asks both of every victim group of another quota)."""
+    anywhere = None
     for quota in quotas:
         spec = ledger.tree[quota]
         usage = ledger[quota].subtree_used
         for name, bound in spec.min.items():
             amount = requests.get(name, 0)
-            if bound <= 0 or amount <= 0 or name not in contested:
+            if bound <= 0 or amount <= 0:
                 continue
             used = usage.get(name, 0)
             if used >= bound > used - amount:
-                return (
-                    f"quota {quota} would fall below its min {name} {_q(name, bound)} "
-                    f"(uses {_q(name, used)})"
-                )
-    return None
+                if name in contested:
+                    why = _below_min(quota, name, bound, used)
+                    return why, why
+                if anywhere is None:
+                    anywhere = _below_min(quota, name, bound, used)
+    return None, anywhere
+
+
+def _below_min(quota: str, name: str, bound: int, used: int) -> str:
+    return (
+        f"quota {quota} would fall below its min {name} {_q(name, bound)} (uses {_q(name, used)})"
+    )
 
 
 def _q(name: str, milli: int) -> str:

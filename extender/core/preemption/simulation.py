@@ -16,17 +16,7 @@ from extender.core.preemption.candidates import VictimGroup
 from extender.core.preemption.fit import JobFit
 from extender.core.scheduling import JobDemand
 from extender.core.state import ClusterState
-from quota.admission import job_admission_failures, min_violation, would_borrow
-
-
-class _EveryResource:
-    """Contains every resource name."""
-
-    def __contains__(self, _name: object) -> bool:
-        return True
-
-
-_EVERY_RESOURCE = _EveryResource()
+from quota.admission import job_admission_failures, min_violations, would_borrow
 
 
 class Wants:
@@ -134,10 +124,7 @@ class Simulation:
         guards = self._guarding(group.quota)
         if not guards:
             return None, None
-        contested = min_violation(self.ledger, guards, group.requests, self._contested)
-        if contested is not None:
-            return contested, contested
-        return None, min_violation(self.ledger, guards, group.requests, _EVERY_RESOURCE)
+        return min_violations(self.ledger, guards, group.requests, self._contested)
 
     def take(self, group: VictimGroup) -> None:
         self.fit.remove(group.pods)
@@ -176,7 +163,9 @@ class Simulation:
         if len(self.fit.shapes) != 1:
             return groups
         gained = self.fit.gained_nodes()
-        counting = {group.quota for group in groups if self.counts_for_job(group.quota)}
+        counting = {
+            quota for quota in {group.quota for group in groups} if self.counts_for_job(quota)
+        }
         rest = [
             group
             for group in groups
@@ -189,8 +178,5 @@ class Simulation:
         ]
         if len(rest) < len(groups):
             self.fit.keep_removed(pod for group in (*rest, removed[-1]) for pod in group.pods)
-            kept = {id(group) for group in rest}
-            self._others_taken -= sum(
-                group.other_quota for group in groups if id(group) not in kept
-            )
+            self._others_taken = sum(group.other_quota for group in (*rest, removed[-1]))
         return rest
