@@ -75,6 +75,9 @@ def observable(snap: ClusterState) -> dict[str, Any]:
             job: [p.key for p in unit] for job, unit in sorted(snap.victims.unit_pods().items())
         },
         "unit_resources": sorted(sorted(r) for r in snap.victims.unit_resources()),
+        "units_asking": sorted(
+            (sorted(asks), list(units)) for asks, units in snap.victims.units_asking().items()
+        ),
         "pods": {
             key: (
                 snap.counts_as_used(snap.pods[key]),

@@ -29,6 +29,7 @@ are checked against the policies.
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -151,15 +152,26 @@ def find_victim_groups(
     never touches the rest.  ``wanted`` is asked before the policy checks.
 
     Most units cannot help (their pods run on nodes that could not gain the job
-    anything, or ask for nothing such a node lacks), so two cheap tests come
-    first: units that are their whole job on one node (see
-    :data:`~extender.core.state.UnitPlace`) are passed over, at C speed,
-    unless ``wanted.lacking`` names their node and one of their resources; and
-    a unit that is its whole job is asked about (a group holds some of its
-    pods) before the group is built.
+    anything, or ask for nothing such a node lacks), so three cheap tests come
+    first: the other quotas' units are read only from the lists of those that ask
+    for a resource ``wanted.lacking`` names (the index keeps them split by what they
+    ask for, each list in the victim order, merged back in that order); units that
+    are their whole job on one node (see :data:`~extender.core.state.UnitPlace`) are
+    passed over, at C speed, unless ``wanted.lacking`` names their node and one of
+    their resources; and a unit that is its whole job is asked about (a group holds
+    some of its pods) before the group is built.
     """
     policy = snapshot.tree[preemptor.quota].policy
-    phases: list[tuple[Sequence[UnitEntry], AbstractSet[str], _Admission]] = []
+    # Per phase: its units, the same split by what they ask for (or None), its quotas and
+    # how they are admitted.
+    phases: list[
+        tuple[
+            Sequence[UnitEntry],
+            Mapping[frozenset[str], Sequence[UnitEntry]] | None,
+            AbstractSet[str],
+            _Admission,
+        ]
+    ] = []
     cohort = _cohort_rule(preemptor, policy)
     if cohort is not None:
         borrowing = frozenset(
@@ -169,24 +181,25 @@ def find_victim_groups(
             and reclaimable(snapshot.ledger, quota, preemptor.quota, preemptor.contested)
         )
         if borrowing:
-            phases.append((snapshot.victims.units(), borrowing, cohort))
+            victims = snapshot.victims
+            phases.append((victims.units(), victims.units_asking(), borrowing, cohort))
     own = _within_rule(preemptor, policy)
     if own is not None:
-        phases.append((snapshot.victims.units(preemptor.quota), {preemptor.quota}, own))
+        phases.append((snapshot.victims.units(preemptor.quota), None, {preemptor.quota}, own))
     promised = snapshot.book.promised_victims()
     unit_pods = snapshot.victims.unit_pods()
     own_quota = preemptor.quota
-    for units, quotas, admission in phases:
+    for units, asking, quotas, admission in phases:
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
-        end = bisect.bisect_right(units, last, key=_priority)
-        entries: Iterator[UnitEntry] = itertools.islice(units, end)
+        entries: Iterator[UnitEntry]
         lacking = wanted.lacking(quotas)
-        if lacking is not None:  # pass over the units that cannot help, at C speed
+        if lacking is None:
+            entries = itertools.islice(units, bisect.bisect_right(units, last, key=_priority))
+        else:  # pass over the units that cannot help, at C speed
+            sources = [units] if asking is None else _asking_for(asking, lacking)
             screen = _places_wanted(lacking, snapshot.victims.unit_resources())
-            entries = itertools.compress(
-                entries, map(screen.__contains__, map(_place, itertools.islice(units, end)))
-            )
+            entries = _screened(sources, last, screen)
         for priority, negative_start, job, quota, place in entries:
             if quota not in quotas or job == preemptor.job:
                 continue
@@ -264,6 +277,35 @@ def own_evictable_requests(snapshot: ClusterState, preemptor: Preemptor) -> dict
             for pod in members:
                 add_into(freed, pod.requests)
     return freed
+
+
+def _asking_for(
+    asking: Mapping[frozenset[str], Sequence[UnitEntry]],
+    lacking: Mapping[str, AbstractSet[str]],
+) -> list[Sequence[UnitEntry]]:
+    """The lists of ``asking`` whose units ask for a resource some node of ``lacking``
+    lacks: no unit of the others could be wanted."""
+    short = set(map(frozenset, lacking.values()))
+    return [
+        units
+        for resources, units in asking.items()
+        if any(not resources.isdisjoint(lacks) for lacks in short)
+    ]
+
+
+def _screened(
+    sources: Sequence[Sequence[UnitEntry]], last: float, screen: AbstractSet[UnitPlace]
+) -> Iterator[UnitEntry]:
+    """The units of ``sources`` (each in the victim order) of priority up to ``last`` whose
+    place is in ``screen``, in the victim order."""
+    streams = []
+    for units in sources:
+        end = bisect.bisect_right(units, last, key=_priority)
+        places = map(_place, itertools.islice(units, end))
+        streams.append(
+            itertools.compress(itertools.islice(units, end), map(screen.__contains__, places))
+        )
+    return streams[0] if len(streams) == 1 else heapq.merge(*streams)
 
 
 def _places_wanted(

@@ -13,6 +13,10 @@ and all together, in **the victim order**, defined here and nowhere else:
 "Other quotas first", the order's first rule in DESIGN.md, is the candidate walk's
 (:mod:`extender.core.preemption.candidates` takes other quotas' units before the
 preemptor's own); within each walk, units come in this order.
+
+Every quota's units are also kept split by the resources their pods ask for
+(:meth:`VictimIndex.units_asking`), so a walk for a job short of GPUs reads the units
+that ask for GPUs and never the CPU-only ones, in the same order.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ class VictimIndex:
         self._unit_pods: dict[str, tuple[PodInfo, ...]] = {}
         # The resource sets in the units' places → (that set, shared by them; how many).
         self._resources: dict[frozenset[str], tuple[frozenset[str], int]] = {}
+        # Every quota's units by the resources their pods ask for, each in order.
+        self._asking: dict[frozenset[str], list[UnitEntry]] = {}
+        self._asks_of: dict[str, frozenset[str]] = {}  # job → the resources of its unit
 
     def __contains__(self, job: object) -> bool:
         return job in self._unit_of
@@ -53,14 +60,14 @@ class VictimIndex:
             return
         place = SCATTERED
         node = pods[0].node_name
-        if node is not None and whole_job and all(pod.node_name == node for pod in pods):
-            resources = frozenset(
-                name for pod in pods for name, amount in pod.requests.items() if amount > 0
-            )
-            if resources:
-                resources, count = self._resources.get(resources, (resources, 0))
-                self._resources[resources] = (resources, count + 1)
-                place = (node, resources)
+        asks = frozenset(
+            name for pod in pods for name, amount in pod.requests.items() if amount > 0
+        )
+        whole_on_node = whole_job and all(pod.node_name == node for pod in pods)
+        if asks and node is not None and whole_on_node:
+            asks, count = self._resources.get(asks, (asks, 0))
+            self._resources[asks] = (asks, count + 1)
+            place = (node, asks)
         entry = (
             max(pod.priority for pod in pods),
             -max(pod.start_or_created for pod in pods),
@@ -70,6 +77,8 @@ class VictimIndex:
         )
         bisect.insort(self._units.setdefault(quota, []), entry)
         bisect.insort(self._all, entry)
+        bisect.insort(self._asking.setdefault(asks, []), entry)
+        self._asks_of[job] = asks
         self._unit_of[job] = entry
         self._unit_pods[job] = tuple(pods)
 
@@ -80,6 +89,11 @@ class VictimIndex:
         units = self._units[old[3]]
         del units[bisect.bisect_left(units, old)]
         del self._all[bisect.bisect_left(self._all, old)]
+        asks = self._asks_of.pop(job)
+        asking = self._asking[asks]
+        del asking[bisect.bisect_left(asking, old)]
+        if not asking:
+            del self._asking[asks]
         del self._unit_pods[job]
         resources = old[4][1]
         if resources:
@@ -94,6 +108,11 @@ class VictimIndex:
         if quota is None:
             return self._all
         return self._units.get(quota, ())
+
+    def units_asking(self) -> Mapping[frozenset[str], Sequence[UnitEntry]]:
+        """Every quota's units by the resources their pods ask for a positive amount of,
+        each in the victim order."""
+        return self._asking
 
     def unit_pods(self) -> Mapping[str, tuple[PodInfo, ...]]:
         return self._unit_pods
