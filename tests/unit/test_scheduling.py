@@ -206,9 +206,9 @@ def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
     )
 )
 def test_node_memos_follow_every_change_to_a_node(steps: list[tuple[str, int, int]]) -> None:
-    """The per-node memos (prioritize's scores, the planner's copy counts) are dropped
-    with every change to a node's totals: what is read through them is always what is
-    computed afresh."""
+    """The per-node memos (free room, prioritize's scores, the planner's copy counts) are
+    dropped with every change to a node's totals: what is read through them is always
+    what is computed afresh."""
     snap = snapshot([node(f"n{i}") for i in range(3)], [pod("waiting", "x", gpu=2)])
     shapes = [parse_pod(pod(f"c{g}", "x", gpu=g, cpu="1")) for g in (1, 2, 4)]
     jobs = [[parse_pod(pod(f"j{g}-{i}", "x", gpu=g, cpu="1")) for i in range(3)] for g in (2, 4)]
@@ -238,6 +238,15 @@ def test_node_memos_follow_every_change_to_a_node(steps: list[tuple[str, int, in
             snap.node_usage.scores.clear()
             assert memoised == score_nodes(snap, candidate, names)
             snap.node_usage.scores.update(saved)
+        usage = snap.node_usage
+        for name in sorted(snap.nodes):
+            allocatable = snap.nodes[name].allocatable
+            asked = [(None, ()), ("x/waiting", ()), (None, ("x/waiting",))]
+            memoised_rooms = [usage.free_on(name, allocatable, *how) for how in asked]
+            saved_rooms = dict(usage.free_rooms)
+            usage.free_rooms.clear()
+            assert memoised_rooms == [usage.free_on(name, allocatable, *how) for how in asked]
+            usage.free_rooms.update(saved_rooms)
         for gang in jobs:
             through_memo = JobFit(snap, "x/j", gang)
             saved_copies = dict(snap.node_usage.copies)

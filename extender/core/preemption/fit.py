@@ -224,10 +224,9 @@ class JobFit:
                 shape = _Shape(dict(pod.requests), [], eligible, {}, 0)
                 shapes[key] = shape
             shape.pods.append(pod)
-        self._resources = frozenset(name for shape in shapes.values() for name in shape.request)
         #: The node copies (free room in the job's resources) and the quota ledger copy,
         #: with the removed victims taken out.
-        self.overlay = Overlay(snapshot, self._resources, released)
+        self.overlay = Overlay(snapshot, released)
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))

@@ -51,7 +51,7 @@ def guard_scheduler_preemption(
     by_uid = {p.uid: p for node in proposed for p in snapshot.pods_on(node)}
     promised = snapshot.book.promised_victims()
     # The pod's own reserved room never blocks it; a pod Muster does not govern has none.
-    overlay = Overlay(snapshot, frozenset(pod.requests))
+    overlay = Overlay(snapshot)
     kept: dict[str, list[str]] = {}
     notes = []
     for node, uids in sorted(proposed.items()):

@@ -7,10 +7,11 @@ could free there.  :meth:`NodeUsage.free_on` is the one definition of a node's f
 room; the planner's hot loops read the same totals (:attr:`requested`,
 :attr:`reserved`, :attr:`preemptible`) directly, and only read them.
 
-Two memos per node hold what depends only on a node and its totals, for pod shapes
-asked about again and again: :attr:`scores`, the prioritize verb's packing scores,
-and :attr:`copies`, the planner's count of a shape's copies there.  Every change to a
-node's totals (or to the node) drops both of that node's memos.
+Memos per node hold what depends only on a node and its totals, asked for again and
+again: its free room (:meth:`NodeUsage.free_on` starts from it), and for pod shapes
+:attr:`scores`, the prioritize verb's packing scores, and :attr:`copies`, the
+planner's count of a shape's copies there.  Every change to a node's totals (or to the
+node) drops that node's memos.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TypeVar
 from base.resources import Resources, add_into, subtract
 
 _NOTHING: Mapping[str, int] = {}
+_NO_ROOMS: Mapping[str, Resources] = {}
 
 #: Entries a node's memo keeps (one per pod shape); one more and it starts again.
 MEMO_SHAPES = 64
@@ -63,11 +65,15 @@ class NodeUsage:
         #: node → a job shape → its copies there (see
         #: :func:`extender.core.preemption.fit._count_copies`); dropped when the node changes.
         self.copies: dict[str, dict[CopiesKey, Copies]] = {}
+        #: node → its free room with every held room counted used (see :meth:`free_on`);
+        #: dropped when the node changes.
+        self.free_rooms: dict[str, Resources] = {}
 
     def changed(self, node: str) -> None:
         """Drop what the memos hold for ``node``: it, or its totals, changed."""
         self.scores.pop(node, None)
         self.copies.pop(node, None)
+        self.free_rooms.pop(node, None)
 
     def add_node(self, node: str) -> None:
         """A node added or changed (its allocatable may differ)."""
@@ -112,23 +118,22 @@ class NodeUsage:
         node: str,
         allocatable: Mapping[str, int],
         for_pod: str | None = None,
-        resources: Collection[str] | None = None,
         released: Collection[str] = (),
     ) -> Resources:
         """Allocatable minus the requests of the node's pods minus the room held there for
-        reserved pods other than ``for_pod`` (and those ``released``): in ``resources``
-        only, if given."""
-        used = self.requested.get(node, _NOTHING)
-        if resources is None:
-            free = subtract(allocatable, used)
-        else:
-            free = {name: allocatable.get(name, 0) - used.get(name, 0) for name in resources}
-        for holder, room in self.reserved.get(node, {}).items():
-            if holder == for_pod or holder in released:
-                continue
-            if resources is None:
+        reserved pods other than ``for_pod`` (and those ``released``), a copy to keep.
+        ``allocatable`` is the node's own (the memo behind it is dropped only when the
+        node or its totals change)."""
+        free = self.free_rooms.get(node)
+        if free is None:
+            free = subtract(allocatable, self.requested.get(node, _NOTHING))
+            for room in self.reserved.get(node, _NO_ROOMS).values():
                 add_into(free, room, -1)
-            else:
-                for name in free:
-                    free[name] -= room.get(name, 0)
+            self.free_rooms[node] = free
+        free = dict(free)
+        held = self.reserved.get(node)
+        if held and (for_pod is not None or released):
+            for holder, room in held.items():
+                if holder == for_pod or holder in released:
+                    add_into(free, room)
         return free

@@ -21,22 +21,17 @@ from quota.accounting import QuotaLedger
 class Overlay:
     """Copies of node free room and quota usage, with pods taken out or put back.
 
-    ``resources``: the only resources the node copies track (a planner reads a job's
-    own); ``None`` tracks every resource.  ``released``: reserved pods whose held room the
-    copies count as free (a job re-planned in place of its own reservation).
+    ``released``: reserved pods whose held room the copies count as free (a job
+    re-planned in place of its own reservation).  A node copy holds every resource of
+    the node (copying the state's memoised free room whole is cheaper than picking the
+    few a planner reads).
     """
 
-    def __init__(
-        self,
-        state: ClusterState,
-        resources: Collection[str] | None = None,
-        released: Collection[str] = (),
-    ) -> None:
+    def __init__(self, state: ClusterState, released: Collection[str] = ()) -> None:
         self.state = state
         self._released = released
         #: The quota ledger, copied entry by entry as charges touch it.
         self.ledger: QuotaLedger = state.ledger.overlay()
-        self._resources = resources
         self._rooms: dict[str, Resources] = {}
 
     def free(self, node: str) -> Resources:
@@ -95,8 +90,6 @@ class Overlay:
         return touched
 
     def _room_now(self, node: str) -> Resources:
-        """The state's free room on ``node``, in the tracked resources."""
+        """The state's free room on ``node``."""
         allocatable = self.state.nodes[node].allocatable
-        return self.state.node_usage.free_on(
-            node, allocatable, resources=self._resources, released=self._released
-        )
+        return self.state.node_usage.free_on(node, allocatable, released=self._released)
