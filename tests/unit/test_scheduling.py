@@ -255,3 +255,26 @@ def test_node_memos_follow_every_change_to_a_node(steps: list[tuple[str, int, in
             snap.node_usage.copies.update(saved_copies)
             assert [s.capacity for s in through_memo.shapes] == [s.capacity for s in fresh.shapes]
             assert through_memo.lacking == fresh.lacking
+
+
+def test_a_node_status_update_keeps_the_memos_and_a_real_change_drops_them() -> None:
+    """Kubelets update their Node's status (conditions, images) all the time; none of that
+    is read by a decision, so the memos derived from the node stay.  A change to what is
+    read (here a label) drops them."""
+    snap = snapshot([node("n0"), node("n1")], [pod("waiting", "x", gpu=2)])
+    gang = [parse_pod(pod(f"j-{i}", "x", gpu=4, cpu="1")) for i in range(2)]
+    JobFit(snap, "x/j", gang)  # memoises eligibility and the copy counts
+    eligible_before = dict(snap.node_memo)
+    assert eligible_before and "n0" in snap.node_usage.copies
+
+    heartbeat = node("n0")
+    heartbeat["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    heartbeat["status"]["images"] = [{"names": ["registry.example/trainer:v2"]}]
+    snap.upsert_node(parse_node(heartbeat))
+    assert snap.node_memo == eligible_before
+    assert all(snap.node_memo[k] is v for k, v in eligible_before.items())
+    assert "n0" in snap.node_usage.copies
+
+    snap.upsert_node(parse_node(node("n0", labels={"pool": "b"})))
+    assert snap.node_memo == {}
+    assert "n0" not in snap.node_usage.copies and "n1" in snap.node_usage.copies

@@ -77,6 +77,12 @@ class ClusterState:
     # ---- feeding -------------------------------------------------------------------
 
     def upsert_node(self, node: NodeInfo) -> None:
+        """Add or replace a node.  The same node again (a status update: heartbeat,
+        conditions, images) changes nothing and keeps every memo: at 5,000 nodes such
+        updates come several times a second, and each would otherwise make the next plan
+        recompute every node's eligibility."""
+        if self.nodes.get(node.name) == node:
+            return
         self.nodes[node.name] = node
         self.node_usage.add_node(node.name)
         self.node_memo.clear()
