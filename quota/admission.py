@@ -135,32 +135,22 @@ def reclaimable(ledger: QuotaLedger, victim: str, preemptor: str, resources: Ite
     return bool(path) and all(is_borrowing(ledger, quota, wanted) for quota in path)
 
 
-def min_violation(
-    ledger: QuotaLedger,
-    quotas: Iterable[str],
-    requests: Mapping[str, int],
-    contested: Container[str],
-) -> str | None:
-    """Why taking ``requests`` away would push one of ``quotas`` below its ``min``, or ``None``.
-
-    ``quotas`` are the victim's quota and its ancestors below the level it
-    shares with the preemptor.  Only the ``contested`` resources (those the
-    preemptor asks for) count, and only one the quota uses at least its
-    ``min`` of can be pushed below it: a quota already short of its ``min`` in
-    a resource (a CPU guarantee it does not use, say, beside borrowed GPUs) is
-    not protected from losing the pods it borrows with.
-    """
-    return min_violations(ledger, quotas, requests, contested)[0]
-
-
 def min_violations(
     ledger: QuotaLedger,
     quotas: Iterable[str],
     requests: Mapping[str, int],
     contested: Container[str],
 ) -> tuple[str | None, str | None]:
-    """:func:`min_violation` in the ``contested`` resources, and in any resource, in one
-    pass (the planner asks both of every victim group of another quota)."""
+    """Why taking ``requests`` away would push one of ``quotas`` below its ``min`` in one
+    of the ``contested`` resources (those the preemptor asks for), and why in any resource
+    (``None``: it would not); the planner asks both of every victim group of another quota.
+
+    ``quotas`` are the victim's quota and its ancestors below the level it
+    shares with the preemptor.  Only a resource the quota uses at least its
+    ``min`` of can be pushed below it: a quota already short of its ``min`` in
+    a resource (a CPU guarantee it does not use, say, beside borrowed GPUs) is
+    not protected from losing the pods it borrows with.
+    """
     anywhere = None
     for quota in quotas:
         spec = ledger.tree[quota]

@@ -7,7 +7,7 @@ import pytest
 from base import keys
 from base.errors import ManifestError
 from quota.accounting import QuotaLedger
-from quota.admission import job_admission_failures, min_violation, would_borrow
+from quota.admission import job_admission_failures, min_violations, would_borrow
 from quota.tree import (
     QuotaTree,
     QuotaTreeError,
@@ -132,15 +132,16 @@ def test_borrowing_and_min_protection() -> None:
     assert would_borrow(ledger, "a", g(9), {GPU})
     ledger.charge("a", g(16), preemptible=True, used=True)  # uses 24 of min 16
     contested = {GPU}
-    assert min_violation(ledger, ["a"], g(8), contested) is None  # back to exactly min
-    assert min_violation(ledger, ["a"], g(9), contested) == (
-        "quota a would fall below its min nvidia.com/gpu 16 (uses 24)"
-    )
-    assert min_violation(ledger, ["a"], g(9), {"cpu"}) is None  # GPUs not contested
+    # (in the contested resources, in any resource)
+    assert min_violations(ledger, ["a"], g(8), contested) == (None, None)  # back to exactly min
+    below = "quota a would fall below its min nvidia.com/gpu 16 (uses 24)"
+    assert min_violations(ledger, ["a"], g(9), contested) == (below, below)
+    # GPUs not contested: a guarantee broken only in a resource the job does not ask for.
+    assert min_violations(ledger, ["a"], g(9), {"cpu"}) == (None, below)
 
 
 def test_a_min_the_quota_does_not_use_does_not_protect_its_borrowed_pods() -> None:
     # 16 CPUs guaranteed but 4 used, beside 4 borrowed GPUs: its GPU pods may go.
     ledger = ledger_for(quota("b", min={"cpu": "16", GPU: "0"}, max={GPU: "8"}))
     ledger.charge("b", {"cpu": 4000, GPU: 4000}, preemptible=True, used=True)
-    assert min_violation(ledger, ["b"], {"cpu": 1000, GPU: 1000}, {"cpu", GPU}) is None
+    assert min_violations(ledger, ["b"], {"cpu": 1000, GPU: 1000}, {"cpu", GPU}) == (None, None)

@@ -19,7 +19,7 @@ preemptor quota's policies allow it (Kueue's names):
 
 Whether taking a group from another quota would push that quota below its
 ``min`` depends on what was taken before it, so the planner checks that as
-it goes (:func:`quota.admission.min_violation`).  The order is: other quotas
+it goes (:func:`quota.admission.min_violations`).  The order is: other quotas
 first, lower priority first, most recently started first, then by name.
 
 The planner says which groups could still help it (``wanted``); only those
@@ -153,9 +153,9 @@ def find_victim_groups(
 
     Most units cannot help (their pods run on nodes that could not gain the job
     anything, or ask for nothing such a node lacks), so three cheap tests come
-    first: the other quotas' units are read only from the lists of those that ask
-    for a resource ``wanted.lacking`` names (the index keeps them split by what they
-    ask for, each list in the victim order, merged back in that order); units that
+    first: the other quotas' units on one node are read only from the lists of those
+    that ask for a resource ``wanted.lacking`` names (the index keeps them split by what
+    they ask for, each list in the victim order, merged back in that order); units that
     are their whole job on one node (see :data:`~extender.core.state.UnitPlace`) are
     passed over, at C speed, unless ``wanted.lacking`` names their node and one of
     their resources; and a unit that is its whole job is asked about (a group holds
@@ -284,12 +284,13 @@ def _asking_for(
     lacking: Mapping[str, AbstractSet[str]],
 ) -> list[Sequence[UnitEntry]]:
     """The lists of ``asking`` whose units ask for a resource some node of ``lacking``
-    lacks: no unit of the others could be wanted."""
+    lacks, and the scattered units' (the empty set's): the screen by place would pass
+    over every unit of the others."""
     short = set(map(frozenset, lacking.values()))
     return [
         units
         for resources, units in asking.items()
-        if any(not resources.isdisjoint(lacks) for lacks in short)
+        if not resources or any(not resources.isdisjoint(lacks) for lacks in short)
     ]
 
 

@@ -224,7 +224,7 @@ class JobFit:
                 shape = _Shape(dict(pod.requests), [], eligible, {}, 0)
                 shapes[key] = shape
             shape.pods.append(pod)
-        #: The node copies (free room in the job's resources) and the quota ledger copy,
+        #: The node copies (free room) and the quota ledger copy,
         #: with the removed victims taken out.
         self.overlay = Overlay(snapshot, released)
         # Largest first: the order the greedy placement uses.
@@ -271,8 +271,7 @@ class JobFit:
         self._initial = [dict(shape.capacity) for shape in self.shapes]
 
     def free(self, node: str) -> Resources:
-        """Free room on the node copy: minus reservations, plus removed victims (in the
-        resources the job asks for)."""
+        """Free room on the node copy: minus reservations, plus removed victims."""
         return self.overlay.free(node)
 
     def remove(self, pods: Iterable[PodInfo]) -> None:

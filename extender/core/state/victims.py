@@ -16,7 +16,7 @@ preemptor's own); within each walk, units come in this order.
 
 Every quota's units are also kept split by the resources their pods ask for
 (:meth:`VictimIndex.units_asking`), so a walk for a job short of GPUs reads the units
-that ask for GPUs and never the CPU-only ones, in the same order.
+that ask for GPUs (and the scattered ones) and never the CPU-only ones, in the same order.
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ class VictimIndex:
         )
         bisect.insort(self._units.setdefault(quota, []), entry)
         bisect.insort(self._all, entry)
+        if place is SCATTERED:  # read by every walk (see units_asking)
+            asks = SCATTERED[1]
         bisect.insort(self._asking.setdefault(asks, []), entry)
         self._asks_of[job] = asks
         self._unit_of[job] = entry
@@ -111,7 +113,9 @@ class VictimIndex:
 
     def units_asking(self) -> Mapping[frozenset[str], Sequence[UnitEntry]]:
         """Every quota's units by the resources their pods ask for a positive amount of,
-        each in the victim order."""
+        each list in the victim order; the units whose place is :data:`SCATTERED` under the
+        empty set, whatever they ask for (a walk screening units by place reads them all,
+        as the screen lets them through)."""
         return self._asking
 
     def unit_pods(self) -> Mapping[str, tuple[PodInfo, ...]]:
