@@ -17,6 +17,10 @@ for kube-scheduler's Go client often two wake-ups.  The transport uvicorn is giv
 holds a write ending a header block and sends it with the next write (the body), or at
 the end of the event loop's round if none follows.  The bytes on the wire, and their
 order, are unchanged.
+
+Both lean on uvicorn's httptools protocol's internals (uvicorn is pinned in
+pyproject.toml); ``tests/unit/test_verb_protocol.py`` sends the same calls through both
+paths on a real socket.
 """
 
 from __future__ import annotations
