@@ -10,10 +10,13 @@ kube-scheduler built from the pinned modules, the harness's kubelet emulator) wi
 cluster shape: ``--nodes`` Ready nodes of 32 cpu, 128Gi and 8 ``nvidia.com/gpu``.
 Muster runs as a child process (``python -m extender.cli.main``) from the working tree, or
 from ``git archive REF`` with ``--muster-ref`` (the checkout may change under a long run);
-the code measured is printed with the results.
+the code measured is printed with the results.  A Muster mode written ``MODE@REF`` (e.g.
+``muster-filter@HEAD~1``) runs the code at ``REF``: before and after, alternating in one run.
 
 **Throughput** (kube-scheduler alone, then with Muster as its extender in the ``--modes``
-configurations, alternating, ``--repeat`` rounds). Every trial's kube-scheduler runs the
+configurations, alternating, ``--repeat`` rounds; ``noop-filter+watch`` is the no-op
+extender with a ``curl`` watch on every pod beside it, what keeping a cluster view costs
+kube-apiserver without an extender's own work). Every trial's kube-scheduler runs the
 same profile (``--packing``: NodeResourcesFit MostAllocated, as the sample configuration
 recommends, or kube-scheduler's defaults). In every trial:
 
@@ -44,6 +47,9 @@ CPU seconds used by each component during the window (scheduler start to last bi
 are read from ``/proc``: etcd, kube-apiserver, kube-scheduler, Muster (and its main thread,
 the event loop, apart) and this process; "others" is the rest of the machine's busy time
 (other users of a shared machine), with the biggest such processes named in the log.
+kube-apiserver's request and watch-event counters that grew in the window (its
+``/metrics``: requests by verb and resource, watch events and their bytes by kind) are
+logged and kept in ``--json``.
 
 **Gang preemption** (after the throughput rounds): Muster (``--gang-mode``: filter and
 preempt, or with prioritize too; no ``bindVerb``), ``muster evictor`` and the kubelet
@@ -115,7 +121,8 @@ NOOP_FILTER = "noop-filter"
 MUSTER_FILTER = "muster-filter"
 MUSTER = "muster"
 MUSTER_BIND = "muster+bind"
-MODES = (ALONE, NOOP_FILTER, MUSTER_FILTER, MUSTER, MUSTER_BIND)
+NOOP_WATCH = "noop-filter+watch"
+MODES = (ALONE, NOOP_FILTER, NOOP_WATCH, MUSTER_FILTER, MUSTER, MUSTER_BIND)
 NOOP_SOURCE = Path(__file__).resolve().parent / "noop-extender"
 
 #: kube-scheduler's own bin packing (``--packing most-allocated``), as
@@ -228,6 +235,47 @@ class CpuMeter:
                 by_name[comm] = by_name.get(comm, 0.0) + delta
         ranked = sorted(by_name.items(), key=lambda item: -item[1])[:count]
         return [(name, round(value, 2)) for name, value in ranked]
+
+
+# --------------------------------------------------------------------------- API traffic
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def apiserver_counters(rest: lc.RestClient) -> Counter[str]:
+    """kube-apiserver's request and watch-event counters from its ``/metrics``:
+    ``"<verb> <resource>[/<subresource>]"`` → requests served (``apiserver_request_total``,
+    all codes), ``"events <kind>"`` → watch events sent (``apiserver_watch_events_total``,
+    one per event per watcher) and ``"event-bytes <kind>"`` → their encoded size."""
+    status, text = rest.get_text("/metrics", timeout=10)
+    counters: Counter[str] = Counter()
+    if status != 200:
+        return counters
+    for line in text.splitlines():
+        name, _, rest_of_line = line.partition("{")
+        if name not in (
+            "apiserver_request_total",
+            "apiserver_watch_events_total",
+            "apiserver_watch_events_sizes_sum",
+        ):
+            continue
+        labels_text, _, value = rest_of_line.rpartition("} ")
+        labels = dict(_LABEL.findall(labels_text))
+        if name == "apiserver_request_total":
+            sub = labels.get("subresource", "")
+            key = f"{labels.get('verb')} {labels.get('resource')}{'/' + sub if sub else ''}"
+        elif name == "apiserver_watch_events_total":
+            key = f"events {labels.get('kind') or labels.get('resource')}"
+        else:
+            key = f"event-bytes {labels.get('kind') or labels.get('resource')}"
+        counters[key] += float(value)
+    return counters
+
+
+def counter_delta(before: Counter[str], after: Counter[str]) -> dict[str, int]:
+    """What grew between two reads of :func:`apiserver_counters`, biggest first."""
+    grown = {key: int(after[key] - before.get(key, 0)) for key in after}
+    return dict(sorted(((k, v) for k, v in grown.items() if v > 0), key=lambda kv: -kv[1]))
 
 
 # --------------------------------------------------------------------------- pod watch
@@ -686,6 +734,8 @@ class Trial:
     cpu: dict[str, float]
     others_top: list[tuple[str, float]]
     muster: dict[str, float]
+    #: kube-apiserver's counters that grew in the window (:func:`apiserver_counters`).
+    api: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -700,9 +750,13 @@ class GangRound:
 
 
 class Bench:
-    def __init__(self, cp: lc.ControlPlane, options: argparse.Namespace, muster_cwd: Path) -> None:
+    def __init__(
+        self, cp: lc.ControlPlane, options: argparse.Namespace, muster_cwds: dict[str, Path]
+    ) -> None:
         self.cp = cp
-        self.muster_cwd = muster_cwd
+        #: Where Muster runs from: "" → the default code, a ref → that commit's export.
+        self.muster_cwds = muster_cwds
+        self.muster_cwd = muster_cwds[""]
         self.options = options
         self.rest = lc.RestClient(cp.server, cp.admin_token, cp.ca_file)
         self.watch = PodWatch(lc.RestClient(cp.server, cp.admin_token, cp.ca_file)).start()
@@ -772,6 +826,9 @@ class Bench:
     def extender(self, mode: str, muster: ExtenderProcess | None) -> lc.ExtenderConfig | None:
         if muster is None:
             return None
+        mode = base_mode(mode)
+        if mode == NOOP_WATCH:
+            mode = NOOP_FILTER
         return lc.ExtenderConfig(
             muster.url,
             bind=mode == MUSTER_BIND,
@@ -794,17 +851,20 @@ class Bench:
         self.watch.wait(keys, lambda r: True, timeout=60, what="pods seen by the watch")
         log(f"{trial} {mode}: {len(keys)} pods created in {create_s:.1f} s")
         muster: ExtenderProcess | None = None
-        if mode == NOOP_FILTER:
+        watcher: subprocess.Popen[bytes] | None = None
+        if mode in (NOOP_FILTER, NOOP_WATCH):
             if self.noop_binary is None:
                 self.noop_binary = NoopExtender.build(self.cp.workdir)
             muster = NoopExtender(
                 self.noop_binary, self.cp.workdir / f"noop-{trial}.log", self.muster_cpus
             )
+            if mode == NOOP_WATCH:
+                watcher = self.pod_watcher()
         elif mode != ALONE:
             muster = MusterServer(
                 self.cp.kubeconfig,
                 self.cp.workdir / f"muster-{trial}.log",
-                self.muster_cwd,
+                self.muster_cwds[ref_of(mode)],
                 self.muster_cpus,
             )
         try:
@@ -814,7 +874,11 @@ class Bench:
                 else contextlib.nullcontext()
             )
             with profiler:
-                meter = CpuMeter(self.pids(muster))
+                api_before = apiserver_counters(self.rest)
+                pids = self.pids(muster)
+                if watcher is not None:
+                    pids["watcher"] = watcher.pid
+                meter = CpuMeter(pids)
                 started = time.monotonic()
                 self.cp.restart_scheduler(self.extender(mode, muster))
                 meter.add("kube-scheduler", self.cp.pids["kube-scheduler"])
@@ -826,10 +890,14 @@ class Bench:
                 )
                 cpu = meter.read()
                 others = meter.others_top()
+                api = counter_delta(api_before, apiserver_counters(self.rest))
             stats = muster.metrics() if muster is not None else {}
         finally:
             if muster is not None:
                 muster.stop()
+            if watcher is not None:
+                watcher.terminate()
+                watcher.wait(10)
         bound = sorted(r.bound_at for r in records if r.bound_at is not None)
         span = bound[-1] - bound[0]
         result = Trial(
@@ -843,14 +911,44 @@ class Bench:
             cpu=cpu,
             others_top=others,
             muster=stats,
+            api=api,
         )
         log(
             f"{trial} {mode}: {result.pods_per_s} pods/s (first to last binding "
             f"{result.first_to_last_s} s; scheduler start to last {result.start_to_last_s} s); "
             f"cpu {cpu}; others {others}; muster {stats}"
         )
+        log(f"{trial} {mode}: kube-apiserver in the window: {api}")
         self.delete_and_wait(self.namespaces, f"{TRIAL_LABEL}={trial}", keys)
         return result
+
+    def pod_watcher(self) -> subprocess.Popen[bytes]:
+        """What an extender that keeps a cluster view costs kube-apiserver, without the
+        extender: a watch on every pod, in JSON, from the current version (as Muster's
+        informer watches after its list), read by ``curl`` and thrown away."""
+        listed = self.rest.request("GET", "/api/v1/pods", query={"limit": 1})
+        version = listed["metadata"]["resourceVersion"]
+        url = (
+            f"{self.cp.server}/api/v1/pods?watch=true&allowWatchBookmarks=true"
+            f"&resourceVersion={version}"
+        )
+        process = subprocess.Popen(
+            [
+                "curl",
+                "-sSN",
+                "--cacert",
+                str(self.cp.ca_file),
+                "-H",
+                f"Authorization: Bearer {self.cp.admin_token}",
+                "-H",
+                "Accept: application/json",
+                "-o",
+                "/dev/null",
+                url,
+            ]
+        )
+        time.sleep(1.0)  # connected and idle before the window
+        return process
 
     def delete_and_wait(
         self, namespaces: Iterable[str], selector: str, keys: Sequence[str]
@@ -967,6 +1065,16 @@ def parse_cpus(text: str) -> set[int]:
     return cpus
 
 
+def base_mode(mode: str) -> str:
+    """``muster-filter@REF`` → ``muster-filter``."""
+    return mode.partition("@")[0]
+
+
+def ref_of(mode: str) -> str:
+    """``muster-filter@REF`` → ``REF``; ``""`` for a mode without one."""
+    return mode.partition("@")[2]
+
+
 def median(values: Iterable[float]) -> float:
     return round(statistics.median(list(values)), 2)
 
@@ -990,14 +1098,14 @@ def machine_notes() -> dict[str, Any]:
 
 
 def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -> Json:
-    modes = [m for m in MODES if any(t.mode == m for t in trials)]
+    modes = list(dict.fromkeys(t.mode for t in trials))
     summary: Json = {"machine": notes, "throughput": {}, "gang": {}}
     print(f"Machine and code: {json.dumps(notes)}")
     print("\nThroughput (pods/s = (pods - 1) / (first to last binding))")
-    print(f"{'mode':<12} {'round':>5} {'pods/s':>8} {'1st→last s':>11} {'start→last s':>13}  cpu s")
+    print(f"{'mode':<20} {'round':>5} {'pods/s':>8} {'1st→last s':>11} {'start→last s':>13}  cpu s")
     for t in trials:
         print(
-            f"{t.mode:<12} {t.round:>5} {t.pods_per_s:>8} {t.first_to_last_s:>11} "
+            f"{t.mode:<20} {t.round:>5} {t.pods_per_s:>8} {t.first_to_last_s:>11} "
             f"{t.start_to_last_s:>13}  {t.cpu}"
         )
     alone = [t for t in trials if t.mode == ALONE]
@@ -1055,8 +1163,11 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(MODES),
         help="throughput trials per round, in this order (default: %(default)s): "
         f"{ALONE}: no extender; {NOOP_FILTER}: a no-op extender in Go (filter only, "
-        f"passes every node: the floor for any extender); {MUSTER_FILTER}: filter and "
-        f"preempt verbs; {MUSTER}: also prioritize; {MUSTER_BIND}: also bind",
+        f"passes every node: the floor for any extender); {NOOP_WATCH}: the same and a "
+        f"watch on every pod (curl; what a cluster view costs kube-apiserver); "
+        f"{MUSTER_FILTER}: filter and preempt verbs; {MUSTER}: also prioritize; "
+        f"{MUSTER_BIND}: also bind. A Muster mode may name a commit to run, "
+        f"e.g. {MUSTER_FILTER}@HEAD~2, beside the default code in the same run",
     )
     parser.add_argument(
         "--packing",
@@ -1108,7 +1219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", metavar="DIR", help="control-plane workdir (kept)")
     options = parser.parse_args(argv)
     modes = options.modes.split(",")
-    if unknown := sorted(set(modes) - set(MODES)):
+    if unknown := sorted({base_mode(m) for m in modes} - set(MODES)):
         parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
 
     notes = machine_notes()
@@ -1139,11 +1250,16 @@ def main(argv: list[str] | None = None) -> int:
         muster_cwd = ROOT
         notes["muster"] = muster_tree_state()
     log(f"Muster's code: {notes['muster']}")
+    muster_cwds = {"": muster_cwd}
+    for ref in sorted({ref_of(m) for m in modes} - {""}):
+        commit, muster_cwds[ref] = export_muster(ref, workdir)
+        notes[f"muster@{ref}"] = f"{commit[:12]} (exported)"
+        log(f"Muster's code for @{ref}: {commit[:12]}")
     trials: list[Trial] = []
     gangs: list[GangRound] = []
     began = time.monotonic()
     with lc.ControlPlane(bin_dir=bin_dir, workdir=workdir, keep_workdir=True) as cp:
-        bench = Bench(cp, options, muster_cwd)
+        bench = Bench(cp, options, muster_cwds)
         try:
             bench.create_nodes()
             bench.create_quotas()
@@ -1153,7 +1269,10 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in modes:
                     trials.append(bench.throughput_trial(mode, round_))
             if options.profile:
-                profiled = next((m for m in modes if m not in (ALONE, NOOP_FILTER)), MUSTER)
+                profiled = next(
+                    (m for m in modes if base_mode(m) not in (ALONE, NOOP_FILTER, NOOP_WATCH)),
+                    MUSTER,
+                )
                 extra = bench.throughput_trial(profiled, 0, profile=options.profile)
                 log(f"profiled trial (not in the medians): {extra.pods_per_s} pods/s")
             if options.gang_repeat > 0:

@@ -31,6 +31,7 @@ from extender.cli.simulate import load_args_file
 from extender.core.decisions import DecisionLog
 from extender.http.app import DEFAULT_MAX_BODY_BYTES, create_app
 from extender.http.asgi import ProbeApp
+from extender.http.protocol import VerbProtocol
 from extender.http.tls import CertificateReloader
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
@@ -188,6 +189,8 @@ def run(
         access_log=False,
         # kube-scheduler connects directly: no proxy headers to trust, and one less layer.
         proxy_headers=False,
+        # Verb calls answered straight from the protocol, each answer in one write.
+        http=VerbProtocol,
     )
     server_config.load()
     if server_config.ssl is not None and tls_cert is not None and tls_key is not None:

@@ -8,7 +8,9 @@ field (a bug in Muster is a logged JSON 500, and the service keeps serving); the
 decisions themselves are :class:`extender.service.Extender`'s.  The four verbs are
 served by a small ASGI layer ahead of FastAPI (:mod:`extender.http.asgi`), since they sit on
 kube-scheduler's scheduling cycle: filter and prioritize on the event loop while the
-snapshot is free, in a worker thread when it is busy.  FastAPI serves the rest.
+snapshot is free, in a worker thread when it is busy.  FastAPI serves the rest.  Under
+``muster serve``, filter and prioritize are answered before ASGI, by the HTTP protocol
+itself (:mod:`extender.http.protocol`), with the same handlers.
 """
 
 from __future__ import annotations

@@ -156,9 +156,29 @@ class MusterApp:
             self.requests.labels(verb.name, "disconnected").inc()
             return
         except Exception as error:  # a bug: answer it, count it, keep serving
-            log.exception("%s: unexpected error", verb.name)
-            status, payload = 500, _error_body(f"internal error: {type(error).__name__}")
+            status, payload = _bug(verb, error)
         await _send_json(send, status, payload)
+        self.counted(verb, status, start)
+
+    def answer_now(self, verb: Verb, body: bytes) -> tuple[int, bytes] | None:
+        """An inline verb's answer (status, JSON), computed at once on the event loop, for
+        a body already read; ``None`` if the snapshot is busy (nothing was done: answer it
+        through :meth:`__call__`, which waits in a worker thread).  Counted as
+        :meth:`__call__` counts, from the body read."""
+        start = time.perf_counter()
+        try:
+            status, payload = 200, verb.handle(body, False)
+        except StateBusy:
+            return None
+        except ClientError as error:
+            status, payload = error.status, _error_body(error.message)
+        except Exception as error:  # a bug: answer it, count it, keep serving
+            status, payload = _bug(verb, error)
+        self.counted(verb, status, start)
+        return status, payload
+
+    def counted(self, verb: Verb, status: int, start: float) -> None:
+        """Record an answered call: its latency since ``start`` and its status."""
         self.latency[verb.name].observe(time.perf_counter() - start)
         self.requests.labels(verb.name, str(status)).inc()
 
@@ -192,6 +212,12 @@ class MusterApp:
                 return b"".join(chunks)
 
 
+def _bug(verb: Verb, error: Exception) -> tuple[int, bytes]:
+    """A bug's answer, logged with its traceback: a JSON 500."""
+    log.exception("%s: unexpected error", verb.name, exc_info=error)
+    return 500, _error_body(f"internal error: {type(error).__name__}")
+
+
 class _Disconnected(Exception):
     """The client went away before its request body was read: nobody to answer."""
 
@@ -199,8 +225,11 @@ class _Disconnected(Exception):
 def _verb_path(scope: _Scope) -> str:
     """The request path as a verb key: without the app's root path, repeated or trailing
     slashes (a ``urlPrefix`` ending in ``/`` makes kube-scheduler ask for ``//filter``)."""
-    path = str(scope["path"])
-    root = str(scope.get("root_path") or "")
+    return verb_key(str(scope["path"]), str(scope.get("root_path") or ""))
+
+
+def verb_key(path: str, root: str = "") -> str:
+    """A request path as :attr:`MusterApp.verbs` keys it (see :func:`_verb_path`)."""
     if root and path.startswith(root):
         path = path[len(root) :]
     return "/" + "/".join(part for part in path.split("/") if part)

@@ -55,6 +55,7 @@ class KubeSource:
         self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
         self._applied: dict[str, QuotaSpec] = {}  # what the snapshot has, by quota name
         self._priorities: dict[str, tuple[int, bool]] = {}
+        self._priority_view: PriorityClasses | None = None  # of _priorities, built on use
         self._pod_group_apis: dict[str, str] = {}  # job → its PodGroup's API group
         self._parked: dict[str, str] = {}  # pending pod → kube-scheduler's Unschedulable message
         #: Called with (job, reason, plan at once) when a pod of a job Muster governs turns
@@ -218,6 +219,7 @@ class KubeSource:
 
     def _on_priority(self, kind: str, obj: Json) -> None:
         with self.state_lock:
+            self._priority_view = None
             name = object_key(obj)
             if kind == "DELETED":
                 self._priorities.pop(name, None)
@@ -227,11 +229,16 @@ class KubeSource:
                     self._priorities[name] = (value, bool(obj.get("globalDefault", False)))
 
     def _priority_classes(self) -> PriorityClasses:
-        default = next((value for value, is_default in self._priorities.values() if is_default), 0)
-        return PriorityClasses(
-            values={name: value for name, (value, _) in self._priorities.items()},
-            global_default=default,
-        )
+        """The PriorityClasses seen, as the pod parser takes them (built once per change:
+        every pod event asks)."""
+        if self._priority_view is None:
+            priorities = self._priorities.values()
+            default = next((value for value, is_default in priorities if is_default), 0)
+            self._priority_view = PriorityClasses(
+                values={name: value for name, (value, _) in self._priorities.items()},
+                global_default=default,
+            )
+        return self._priority_view
 
     def _quota_handler(self, group: str) -> Handler:
         def handle(kind: str, obj: Json) -> None:

@@ -237,3 +237,28 @@ def test_completing_in_flight_plans_leaves_kube_scheduler_s_victims_alone() -> N
         assert snap.reservations["team-a/new"].victims == ("team-a/low",)
     assert loop.complete_in_flight() == 0
     assert client.calls == []
+
+
+def test_pod_priorities_follow_priority_class_changes() -> None:
+    """The informer's view of the PriorityClasses is built once per change, not per pod
+    event: a class added, changed, made the default or deleted shows in the next pod."""
+    source, _ = live_source()
+
+    def priority_of(name: str, class_name: str | None) -> int:
+        manifest = pod(name, "team-a", gpu=1)
+        manifest["spec"].pop("priority", None)
+        if class_name is not None:
+            manifest["spec"]["priorityClassName"] = class_name
+        source._on_pod("ADDED", manifest)
+        return source.snapshot.pods[f"team-a/{name}"].priority
+
+    def priority_class(kind: str, value: int, default: bool = False) -> None:
+        obj = {"metadata": {"name": "gold"}, "value": value, "globalDefault": default}
+        source._on_priority(kind, obj)
+
+    priority_class("ADDED", 1000)
+    assert (priority_of("p1", "gold"), priority_of("p2", None)) == (1000, 0)
+    priority_class("MODIFIED", 2000, default=True)
+    assert (priority_of("p3", "gold"), priority_of("p4", None)) == (2000, 2000)
+    priority_class("DELETED", 2000, default=True)
+    assert priority_of("p5", None) == 0
