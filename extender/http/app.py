@@ -78,7 +78,7 @@ def create_app(
     )
     latency = Histogram(
         "muster_extender_request_duration_seconds",
-        "Time to answer an extender request.",
+        "Time to answer an extender request, from its body read (waits for the state included).",
         ["verb"],
         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
         registry=registry,

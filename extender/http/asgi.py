@@ -149,6 +149,7 @@ class MusterApp:
         start = time.perf_counter()
         try:
             body = await self._read_body(scope, receive)
+            start = time.perf_counter()  # counted from the body read, as answer_now counts
             status, payload = 200, await self._answer(verb, body)
         except ClientError as error:
             status, payload = error.status, _error_body(error.message)
@@ -157,8 +158,8 @@ class MusterApp:
             return
         except Exception as error:  # a bug: answer it, count it, keep serving
             status, payload = _bug(verb, error)
-        await _send_json(send, status, payload)
         self.counted(verb, status, start)
+        await _send_json(send, status, payload)
 
     def answer_now(self, verb: Verb, body: bytes) -> tuple[int, bytes] | None:
         """An inline verb's answer (status, JSON), computed at once on the event loop, for
@@ -178,7 +179,8 @@ class MusterApp:
         return status, payload
 
     def counted(self, verb: Verb, status: int, start: float) -> None:
-        """Record an answered call: its latency since ``start`` and its status."""
+        """Record an answered call: its latency since ``start`` (the body read: the time to
+        answer, with any wait for the state) and its status."""
         self.latency[verb.name].observe(time.perf_counter() - start)
         self.requests.labels(verb.name, str(status)).inc()
 
