@@ -78,6 +78,7 @@ def observable(snap: ClusterState) -> dict[str, Any]:
         "units_asking": sorted(
             (sorted(asks), list(units)) for asks, units in snap.victims.units_asking().items()
         ),
+        "asks_of_scattered": sorted(sorted(asks) for asks in snap.victims.asks_of_scattered()),
         "pods": {
             key: (
                 snap.counts_as_used(snap.pods[key]),

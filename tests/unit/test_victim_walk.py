@@ -2,7 +2,8 @@
 
 The walk used to screen every unit of every quota by its place (node and resources);
 it now reads only the index's lists of units asking for a resource some node lacks
-(and the scattered units' list), merged back in the victim order, and screens those.
+(and the lists holding scattered units), merged back in the victim order, and screens
+those.
 Both must yield exactly the same units in the same order, for any units and any
 ``lacking`` map: a unit on one node passes the place screen only if its node lacks one
 of its resources, so its list is read; a scattered unit passes the screen whatever it
@@ -67,5 +68,6 @@ def test_reading_the_lists_asking_for_what_nodes_lack_yields_what_the_place_scre
     victims = snap.victims
     screen = _places_wanted(lacking, victims.unit_resources())
     every_unit: list[Any] = list(_screened([victims.units()], last, screen))
-    through_lists = list(_screened(_asking_for(victims.units_asking(), lacking), last, screen))
+    lists = _asking_for(victims.units_asking(), victims.asks_of_scattered(), lacking)
+    through_lists = list(_screened(lists, last, screen))
     assert through_lists == every_unit

@@ -32,7 +32,7 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
@@ -153,9 +153,10 @@ def find_victim_groups(
 
     Most units cannot help (their pods run on nodes that could not gain the job
     anything, or ask for nothing such a node lacks), so three cheap tests come
-    first: the other quotas' units on one node are read only from the lists of those
-    that ask for a resource ``wanted.lacking`` names (the index keeps them split by what
-    they ask for, each list in the victim order, merged back in that order); units that
+    first: the other quotas' units are read only from the lists of those that ask for a
+    resource ``wanted.lacking`` names, or that hold units spread over nodes (the index
+    keeps them split by what they ask for, each list in the victim order, merged back in
+    that order); units that
     are their whole job on one node (see :data:`~extender.core.state.UnitPlace`) are
     passed over, at C speed, unless ``wanted.lacking`` names their node and one of
     their resources; and a unit that is its whole job is asked about (a group holds
@@ -197,7 +198,11 @@ def find_victim_groups(
         if lacking is None:
             entries = itertools.islice(units, bisect.bisect_right(units, last, key=_priority))
         else:  # pass over the units that cannot help, at C speed
-            sources = [units] if asking is None else _asking_for(asking, lacking)
+            sources = (
+                [units]
+                if asking is None
+                else _asking_for(asking, snapshot.victims.asks_of_scattered(), lacking)
+            )
             screen = _places_wanted(lacking, snapshot.victims.unit_resources())
             entries = _screened(sources, last, screen)
         for priority, negative_start, job, quota, place in entries:
@@ -281,16 +286,17 @@ def own_evictable_requests(snapshot: ClusterState, preemptor: Preemptor) -> dict
 
 def _asking_for(
     asking: Mapping[frozenset[str], Sequence[UnitEntry]],
+    scattered: Collection[frozenset[str]],
     lacking: Mapping[str, AbstractSet[str]],
 ) -> list[Sequence[UnitEntry]]:
     """The lists of ``asking`` whose units ask for a resource some node of ``lacking``
-    lacks, and the scattered units' (the empty set's): the screen by place would pass
-    over every unit of the others."""
+    lacks, and those holding scattered units (keys in ``scattered``): the screen by place
+    would pass over every unit of the others."""
     short = set(map(frozenset, lacking.values()))
     return [
         units
         for resources, units in asking.items()
-        if not resources or any(not resources.isdisjoint(lacks) for lacks in short)
+        if resources in scattered or any(not resources.isdisjoint(lacks) for lacks in short)
     ]
 
 

@@ -16,7 +16,8 @@ preemptor's own); within each walk, units come in this order.
 
 Every quota's units are also kept split by the resources their pods ask for
 (:meth:`VictimIndex.units_asking`), so a walk for a job short of GPUs reads the units
-that ask for GPUs (and the scattered ones) and never the CPU-only ones, in the same order.
+that ask for GPUs (and the lists holding scattered units) and never the CPU-only ones, in
+the same order.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class VictimIndex:
         # Every quota's units by the resources their pods ask for, each in order.
         self._asking: dict[frozenset[str], list[UnitEntry]] = {}
         self._asks_of: dict[str, frozenset[str]] = {}  # job → the resources of its unit
+        # The resource sets of those lists holding SCATTERED units → how many.
+        self._scattered: dict[frozenset[str], int] = {}
 
     def __contains__(self, job: object) -> bool:
         return job in self._unit_of
@@ -77,8 +80,8 @@ class VictimIndex:
         )
         bisect.insort(self._units.setdefault(quota, []), entry)
         bisect.insort(self._all, entry)
-        if place is SCATTERED:  # read by every walk (see units_asking)
-            asks = SCATTERED[1]
+        if place is SCATTERED:  # its list is read by every walk (see units_asking)
+            self._scattered[asks] = self._scattered.get(asks, 0) + 1
         bisect.insort(self._asking.setdefault(asks, []), entry)
         self._asks_of[job] = asks
         self._unit_of[job] = entry
@@ -96,6 +99,11 @@ class VictimIndex:
         del asking[bisect.bisect_left(asking, old)]
         if not asking:
             del self._asking[asks]
+        if old[4] is SCATTERED:
+            if self._scattered[asks] == 1:
+                del self._scattered[asks]
+            else:
+                self._scattered[asks] -= 1
         del self._unit_pods[job]
         resources = old[4][1]
         if resources:
@@ -113,10 +121,14 @@ class VictimIndex:
 
     def units_asking(self) -> Mapping[frozenset[str], Sequence[UnitEntry]]:
         """Every quota's units by the resources their pods ask for a positive amount of,
-        each list in the victim order; the units whose place is :data:`SCATTERED` under the
-        empty set, whatever they ask for (a walk screening units by place reads them all,
-        as the screen lets them through)."""
+        each list in the victim order."""
         return self._asking
+
+    def asks_of_scattered(self) -> Collection[frozenset[str]]:
+        """The keys of :meth:`units_asking` whose lists hold units placed
+        :data:`SCATTERED`: a walk screening units by place reads those lists whatever it
+        lacks, as the screen lets such units through."""
+        return self._scattered.keys()
 
     def unit_pods(self) -> Mapping[str, tuple[PodInfo, ...]]:
         return self._unit_pods
