@@ -75,29 +75,23 @@ def _count_copies(
     when some reserved pods' room counts as free (``released``).
     """
     usage = snapshot.node_usage
-    requested, reserved, preemptible = usage.requested, usage.reserved, usage.preemptible
     nodes = snapshot.nodes
     key = (shape.needs, shape.size)
     memo = None if released else usage.copies
     capacity = shape.capacity
-    nothing: Mapping[str, int] = {}
     lacking: dict[str, frozenset[str]] = {}
     shared: dict[int, frozenset[str]] = {}  # one set per bit mask over needs
     for node in shape.eligible:
         known = memo.get(node) if memo is not None else None
         entry = known.get(key) if known is not None else None
         if entry is None:
-            held = reserved.get(node)
-            if held and released:
-                held = {pod: room for pod, room in held.items() if pod not in released}
-            entry = _copies_on(
-                shape,
-                nodes[node].allocatable,
-                requested.get(node, nothing),
-                held,
-                preemptible.get(node, nothing),
-                shared,
+            allocatable = nodes[node].allocatable
+            free = (
+                usage.free_on(node, allocatable, released=released)
+                if released
+                else usage.free_room(node, allocatable)
             )
+            entry = _copies_on(shape, free, snapshot.preemptible_on(node), shared)
             if memo is not None:
                 memoise_on_node(memo, node, key, entry)
         now, short = entry
@@ -108,81 +102,78 @@ def _count_copies(
     return lacking
 
 
+def _copies_in(shape: _Shape, room: Mapping[str, int]) -> int:
+    """How many copies of ``shape`` fit in ``room``, at most its pod count: the same number
+    as :func:`~base.resources.copies_that_fit`, with ``shape.needs`` scarcest first, so
+    most rooms are settled by their first resource."""
+    count = shape.size
+    for name, amount in shape.needs:
+        available = room.get(name, 0)
+        if available < amount:
+            return 0
+        if available // amount < count:
+            count = available // amount
+    return count
+
+
 def _copies_on(
     shape: _Shape,
-    allocatable: Mapping[str, int],
-    used: Mapping[str, int],
-    held: Mapping[str, Mapping[str, int]] | None,
+    free: Mapping[str, int],
     evictable: Mapping[str, int],
     shared: dict[int, frozenset[str]],
 ) -> Copies:
-    """The copies of ``shape`` that fit on a node now, and, if more would fit with every
-    preemptible pod bound to it gone, the resources in which it may lack room for one
-    copy more than it holds (else ``None``).
-
-    Victims only add room, and never more than the preemptible pods hold, so a node
-    never holds more than ``most`` copies (those that fit with every preemptible pod
-    gone) and its room never falls below what it is now: a resource can be short only
-    if its free room now is below ``min(most + 1, size)`` copies.  The same numbers as
-    :func:`~base.resources.copies_that_fit` over those lists, without building them;
-    ``shape.needs`` come scarcest first, so most nodes are settled by their first
-    resource.  ``shared`` holds one set per bit mask over the needs, for every node.
-    """
-    needs = shape.needs
-    limit = shape.size
-    now = limit
-    for name, amount in needs:
-        free = allocatable.get(name, 0) - used.get(name, 0)
-        if held:
-            free -= sum(room.get(name, 0) for room in held.values())
-        if free < amount:
-            now = 0
-            break
-        if free // amount < now:
-            now = free // amount
-    if now == limit:
+    """The copies of ``shape`` that fit in a node's ``free`` room now, and, if more would
+    fit with every preemptible pod bound to it gone (``evictable``), the resources in which
+    it may lack room for one copy more than it holds (see :func:`_short`; else ``None``)."""
+    now = _copies_in(shape, free)
+    if now == shape.size:
         return now, None
-    most = limit
-    for name, amount in needs:
-        free = allocatable.get(name, 0) - used.get(name, 0) + evictable.get(name, 0)
-        if held:
-            free -= sum(room.get(name, 0) for room in held.values())
-        copies = free // amount
+    most = shape.size
+    for name, amount in shape.needs:
+        copies = (free.get(name, 0) + evictable.get(name, 0)) // amount
         if copies <= now:  # evicting could not fit more
             return now, None
         if copies < most:
             most = copies
-    wanted_at_most = min(most + 1, limit)
+    return now, _short(shape, free, most, shared)
+
+
+def _short(
+    shape: _Shape, free: Mapping[str, int], most: int, shared: dict[int, frozenset[str]]
+) -> frozenset[str]:
+    """The resources in which a node with ``free`` room may lack room for one more copy of
+    ``shape`` as victims go, when it holds at most ``most`` copies with every preemptible
+    pod gone.
+
+    Victims only add room, and never more than the preemptible pods hold, so the node
+    never holds more than ``most`` copies and its room never falls below ``free``: a
+    resource can be short only if its free room now is below ``min(most + 1, size)``
+    copies.  ``shared`` holds one set per bit mask over the needs, for every node.
+    """
+    wanted_at_most = min(max(most, 0) + 1, shape.size)
     mask = 0
-    for bit, (name, amount) in enumerate(needs):
-        free = allocatable.get(name, 0) - used.get(name, 0)
-        if held:
-            free -= sum(room.get(name, 0) for room in held.values())
-        if free < wanted_at_most * amount:
+    for bit, (name, amount) in enumerate(shape.needs):
+        if free.get(name, 0) < wanted_at_most * amount:
             mask |= 1 << bit
     short = shared.get(mask)
     if short is None:
         short = shared[mask] = frozenset(
-            name for bit, (name, _amount) in enumerate(needs) if mask >> bit & 1
+            name for bit, (name, _amount) in enumerate(shape.needs) if mask >> bit & 1
         )
-    return now, short
+    return short
 
 
 def _short_on(
     snapshot: ClusterState, shape: _Shape, node: str, released: Collection[str]
 ) -> frozenset[str]:
-    """The resources in which ``node`` may lack room for one more copy of ``shape``
-    as victims go (see :func:`_count_copies`), for a node where evicting could not
-    fit more of it (but could of another shape)."""
+    """:func:`_short` for ``node``, where evicting could not fit more of ``shape`` (but could
+    of another shape)."""
     free = snapshot.node_usage.free_on(node, snapshot.nodes[node].allocatable, released=released)
     evictable = snapshot.preemptible_on(node)
     most = shape.size
     for name, amount in shape.needs:
         most = min(most, (free.get(name, 0) + evictable.get(name, 0)) // amount)
-    wanted_at_most = min(max(most, 0) + 1, shape.size)
-    return frozenset(
-        name for name, amount in shape.needs if free.get(name, 0) < wanted_at_most * amount
-    )
+    return _short(shape, free, most, {})
 
 
 #: Node trials the exhaustive placement may spend, and the most pods it searches for (see
@@ -306,14 +297,7 @@ class JobFit:
             for shape in self.shapes:
                 if node not in shape.eligible:
                     continue
-                after = shape.size  # the copies that fit in room (inline: once per trial eviction)
-                for name, amount in shape.needs:
-                    available = room.get(name, 0)
-                    if available < amount:
-                        after = 0
-                        break
-                    if available // amount < after:
-                        after = available // amount
+                after = _copies_in(shape, room)
                 capacity = shape.capacity
                 before = capacity.get(node, 0)
                 if after != before:

@@ -113,6 +113,17 @@ class NodeUsage:
     def pods_on(self, node: str) -> Collection[str]:
         return self._pods.get(node, ())
 
+    def free_room(self, node: str, allocatable: Mapping[str, int]) -> Mapping[str, int]:
+        """:meth:`free_on` with every held room counted used, the memo itself: to read,
+        never to change."""
+        free = self.free_rooms.get(node)
+        if free is None:
+            free = subtract(allocatable, self.requested.get(node, _NOTHING))
+            for room in self.reserved.get(node, _NO_ROOMS).values():
+                add_into(free, room, -1)
+            self.free_rooms[node] = free
+        return free
+
     def free_on(
         self,
         node: str,
@@ -124,13 +135,7 @@ class NodeUsage:
         reserved pods other than ``for_pod`` (and those ``released``), a copy to keep.
         ``allocatable`` is the node's own (the memo behind it is dropped only when the
         node or its totals change)."""
-        free = self.free_rooms.get(node)
-        if free is None:
-            free = subtract(allocatable, self.requested.get(node, _NOTHING))
-            for room in self.reserved.get(node, _NO_ROOMS).values():
-                add_into(free, room, -1)
-            self.free_rooms[node] = free
-        free = dict(free)
+        free = dict(self.free_room(node, allocatable))
         held = self.reserved.get(node)
         if held and (for_pod is not None or released):
             for holder, room in held.items():
