@@ -83,28 +83,15 @@ def random_cluster(rng: random.Random) -> tuple[ClusterState, str]:
         )
     job_quota = rng.randrange(quota_count)
     for i in range(quota_count):
-        policy = QuotaPolicy(
-            within_quota=rng.choice(list(WithinQuota)),
-            reclaim_within_cohort=rng.choice(
-                [ReclaimWithinCohort.ANY, ReclaimWithinCohort.ANY, *ReclaimWithinCohort]
-            ),
-            borrow_within_cohort=rng.choice(list(BorrowWithinCohort)),
-            max_priority_threshold=rng.choice([None, None, 0, 5]),
+        policy = _policy(
+            rng, [ReclaimWithinCohort.ANY, ReclaimWithinCohort.ANY, *ReclaimWithinCohort]
         )
         maximum = _bounds(rng, 0, 96)
         minimum = {name: rng.choice([0, rng.randint(0, most)]) for name, most in maximum.items()}
         if i == job_quota and rng.random() < 0.7:  # a job that may reclaim: it plans more often
             minimum = maximum = {name: 96 * MILLI for name in maximum}
-        specs.append(
-            QuotaSpec(
-                name=f"q{i}",
-                namespace=f"q{i}",
-                min=minimum,
-                max=maximum,
-                parent="parent" if parent and rng.random() < 0.7 else None,
-                policy=policy,
-            )
-        )
+        parent_name = "parent" if parent and rng.random() < 0.7 else None
+        specs.append(_leaf(i, minimum, maximum, parent_name, policy))
     args = MusterArgs.model_validate({"pdbPolicy": rng.choice(["BestEffort", "Strict"])})
     snap = ClusterState(args, specs)
     leaves = [spec.name for spec in specs if not spec.is_parent]
@@ -155,16 +142,7 @@ def random_cluster(rng: random.Random) -> tuple[ClusterState, str]:
                     terminating=rng.random() < 0.03,
                 )
             )
-    for team in leaves:
-        if rng.random() < 0.3:
-            snap.set_budget(
-                DisruptionBudget(
-                    namespace=team,
-                    name="pdb",
-                    selector=LabelSelector((("app", rng.choice(["x", "y"])),), ()),
-                    disruptions_allowed=rng.randint(0, 2),
-                )
-            )
+    _add_budgets(snap, rng, leaves, 0.3)
     team = f"q{job_quota}"
     priority = rng.choice([0, 5, 10, 10])
     shapes = [rng.choice([(1, 1), (2, 4), (4, 2), (8, 4), (0, 8)])]
@@ -189,6 +167,47 @@ def random_cluster(rng: random.Random) -> tuple[ClusterState, str]:
         )
         snap.upsert_pod(pod)
     return snap, f"{team}/job"
+
+
+def _policy(rng: random.Random, reclaim: list[ReclaimWithinCohort]) -> QuotaPolicy:
+    """A random preemption policy, its reclaim rule drawn from ``reclaim``."""
+    return QuotaPolicy(
+        within_quota=rng.choice(list(WithinQuota)),
+        reclaim_within_cohort=rng.choice(reclaim),
+        borrow_within_cohort=rng.choice(list(BorrowWithinCohort)),
+        max_priority_threshold=rng.choice([None, None, 0, 5]),
+    )
+
+
+def _leaf(
+    index: int,
+    minimum: dict[str, int],
+    maximum: dict[str, int],
+    parent: str | None,
+    policy: QuotaPolicy,
+) -> QuotaSpec:
+    return QuotaSpec(
+        name=f"q{index}",
+        namespace=f"q{index}",
+        min=minimum,
+        max=maximum,
+        parent=parent,
+        policy=policy,
+    )
+
+
+def _add_budgets(snap: ClusterState, rng: random.Random, quotas: list[str], chance: float) -> None:
+    """A PodDisruptionBudget on ``app=x`` or ``app=y`` pods of each quota, with ``chance``."""
+    for team in quotas:
+        if rng.random() < chance:
+            snap.set_budget(
+                DisruptionBudget(
+                    namespace=team,
+                    name="pdb",
+                    selector=LabelSelector((("app", rng.choice(["x", "y"])),), ()),
+                    disruptions_allowed=rng.randint(0, 2),
+                )
+            )
 
 
 def _bounds(rng: random.Random, low: int, high: int) -> dict[str, int]:
@@ -279,12 +298,7 @@ def mixed_cluster(rng: random.Random, reclaiming: bool) -> tuple[ClusterState, l
         )
     job_quota = rng.randrange(quota_count)
     for i in range(quota_count):
-        policy = QuotaPolicy(
-            within_quota=rng.choice(list(WithinQuota)),
-            reclaim_within_cohort=rng.choice([ReclaimWithinCohort.ANY, *ReclaimWithinCohort]),
-            borrow_within_cohort=rng.choice(list(BorrowWithinCohort)),
-            max_priority_threshold=rng.choice([None, None, 0, 5]),
-        )
+        policy = _policy(rng, [ReclaimWithinCohort.ANY, *ReclaimWithinCohort])
         maximum = bounds(0, 64)
         minimum = {name: rng.choice([0, rng.randint(0, most)]) for name, most in maximum.items()}
         if i == job_quota and (reclaiming or rng.random() < 0.5):
@@ -298,16 +312,8 @@ def mixed_cluster(rng: random.Random, reclaiming: bool) -> tuple[ClusterState, l
                     ),
                     reclaim_within_cohort=ReclaimWithinCohort.ANY,
                 )
-        specs.append(
-            QuotaSpec(
-                name=f"q{i}",
-                namespace=f"q{i}",
-                min=minimum,
-                max=maximum,
-                parent="parent" if reclaiming or (parent and rng.random() < 0.8) else None,
-                policy=policy,
-            )
-        )
+        parent_name = "parent" if reclaiming or (parent and rng.random() < 0.8) else None
+        specs.append(_leaf(i, minimum, maximum, parent_name, policy))
     policy_name = "Strict" if reclaiming else rng.choice(["BestEffort", "Strict"])
     args = MusterArgs.model_validate({"pdbPolicy": policy_name})
     snap = ClusterState(args, specs)
@@ -369,16 +375,7 @@ def mixed_cluster(rng: random.Random, reclaiming: bool) -> tuple[ClusterState, l
                     pod_slot=False,
                 )
             )
-    for team in leaves:
-        if rng.random() < (0.8 if reclaiming else 0.3):
-            snap.set_budget(
-                DisruptionBudget(
-                    namespace=team,
-                    name="pdb",
-                    selector=LabelSelector((("app", rng.choice(["x", "y"])),), ()),
-                    disruptions_allowed=rng.randint(0, 2),
-                )
-            )
+    _add_budgets(snap, rng, leaves, 0.8 if reclaiming else 0.3)
     jobs = []
     for j in range(rng.randint(1, 4)):
         team = rng.choice(leaves)
