@@ -9,8 +9,11 @@ sums run over the job's pods not yet counted as used):
 - every ancestor: ``subtree_used + job ≤ max``.
 
 Only the resources the job asks for are checked, and only against bounds the
-quota names: a resource absent from ``max`` is not limited, one absent from
-``min`` has a guarantee of zero when the quota governs it through ``max``.
+quota names: a resource absent from ``max`` is not limited.  One absent from
+``min`` is guaranteed nothing: a non-preemptible job may not ask for it when the
+quota governs it through ``max``, and any job asking for it borrows when some quota
+of the tree names it (:func:`would_borrow`), so it may take other quotas' pods only as
+a borrower may.
 Every failure is a sentence a person can act on.
 """
 
@@ -104,22 +107,33 @@ def would_borrow(
     ledger: QuotaLedger, quota: str, request: Mapping[str, int], resources: Iterable[str]
 ) -> bool:
     """Whether ``quota`` is, or admitting ``request`` takes it, above its ``min`` in one of
-    ``resources`` it governs (the job's own resources; part of the job may be charged
-    already by its admission hold)."""
+    ``resources`` (the job's own resources; part of the job may be charged already by its
+    admission hold) that some quota of the tree names.  A resource absent from ``min``
+    is guaranteed nothing, whether or not this quota names it elsewhere: asking for any
+    of it is borrowing (GPUs, for a quota naming only cpu and memory, when another quota
+    names GPUs).  A resource no quota names is outside quota accounting: it makes no job
+    a borrower."""
     spec = ledger.tree[quota]
     usage = ledger[quota]
+    accounted = ledger.tree.governed
     return any(
         usage.used.get(name, 0) + request.get(name, 0) > spec.min.get(name, 0)
         for name in resources
-        if name in spec.governed and name != PODS
+        if name in accounted and name != PODS
     )
 
 
 def is_borrowing(ledger: QuotaLedger, quota: str, resources: Iterable[str]) -> bool:
-    """Whether ``quota`` uses more than its ``min`` of any of ``resources``."""
+    """Whether ``quota`` uses more than its ``min`` of any of ``resources`` some quota of
+    the tree names (as in :func:`would_borrow`)."""
     spec = ledger.tree[quota]
     usage = ledger[quota].subtree_used
-    return any(usage.get(name, 0) > spec.min.get(name, 0) for name in resources if name != PODS)
+    accounted = ledger.tree.governed
+    return any(
+        usage.get(name, 0) > spec.min.get(name, 0)
+        for name in resources
+        if name in accounted and name != PODS
+    )
 
 
 def reclaimable(ledger: QuotaLedger, victim: str, preemptor: str, resources: Iterable[str]) -> bool:

@@ -202,6 +202,12 @@ class QuotaTree:
         self.parents = frozenset(
             spec.parent for spec in self.specs.values() if spec.parent is not None
         ) | frozenset(spec.name for spec in self.specs.values() if spec.is_parent)
+        #: The resources some quota names (in ``min`` or ``max``): those quota accounting
+        #: is about.  One no quota names (cpu, where quotas name only GPUs) is nobody's
+        #: guarantee and nobody's limit.
+        self.governed: frozenset[str] = frozenset().union(
+            *(spec.governed for spec in self.specs.values())
+        )
 
     def __getitem__(self, name: str) -> QuotaSpec:
         return self.specs[name]

@@ -72,13 +72,21 @@ def parse_pod_disruption_budget(obj: Mapping[str, Any]) -> DisruptionBudget:
 
 
 class BudgetUse:
-    """The disruptions a plan has used so far, per budget: victims taken out and put back."""
+    """The disruptions a plan has used so far, per budget: victims taken out and put back.
 
-    def __init__(self, budgets: Iterable[DisruptionBudget]) -> None:
+    ``spent``: earlier plans' victims not evicted yet (marked, or promised), which
+    ``disruptionsAllowed`` does not count yet though their eviction will: the disruption
+    controller lowers it only once a pod is terminating or gone.
+    """
+
+    def __init__(self, budgets: Iterable[DisruptionBudget], spent: Iterable[PodInfo] = ()) -> None:
         self._by_namespace: dict[str, list[DisruptionBudget]] = {}
         for budget in budgets:
             self._by_namespace.setdefault(budget.namespace, []).append(budget)
         self._used: dict[str, int] = {}
+        self._spent: dict[str, int] = {}
+        for budget, count in self._count(spent):
+            self._spent[budget.key] = count
 
     def violations(self, pods: Iterable[PodInfo]) -> list[str]:
         """The budgets evicting ``pods`` as well would break, in words (empty: none)."""
@@ -86,11 +94,15 @@ class BudgetUse:
         broken = []
         for budget, count in wanted:
             used = self._used.get(budget.key, 0)
-            if used + count > budget.disruptions_allowed:
+            spent = self._spent.get(budget.key, 0)
+            if spent + used + count > budget.disruptions_allowed:
+                notes = [f"{used} used by this plan"] if used else []
+                if spent:
+                    notes.append(f"{spent} by victims of plans in flight")
                 broken.append(
                     f"PodDisruptionBudget {budget.key} allows "
                     f"{budget.disruptions_allowed} disruptions"
-                    + (f" ({used} used by this plan)" if used else "")
+                    + (f" ({', '.join(notes)})" if notes else "")
                 )
         return broken
 
@@ -102,7 +114,8 @@ class BudgetUse:
         """How many of ``pods``, evicted together, their budgets do not allow."""
         over = 0
         for budget, count in self._count(pods):
-            over += max(0, count - budget.disruptions_allowed)
+            allowed = budget.disruptions_allowed - self._spent.get(budget.key, 0)
+            over += max(0, count - max(allowed, 0))
         return over
 
     def _count(self, pods: Iterable[PodInfo]) -> list[tuple[DisruptionBudget, int]]:

@@ -276,13 +276,15 @@ def test_a_job_is_in_flight_while_pods_marked_for_it_are_present() -> None:
     assert snap.pods["team-a/low"].marked_for == "team-a/new"
     refusal = plan_job_preemption(snap, "team-a/new", NOW)
     assert isinstance(refusal, Refusal) and "team-a/low" in refusal.reasons[0]
-    # A mark for another job, or a drain's (no preemptor), does not hold this one back;
-    # the marked pod is not a candidate any more, so the victim is the priority-50 one.
+    # A mark for another job, or a drain's (no preemptor), does not hold this one back.
+    # DESIGN.md: pods already marked for another job "are gone for every rule here": the
+    # marked pod is no candidate, and its 8 GPUs on n0 count as free (no reservation
+    # holds them here), so the job fits once it is gone and nothing more is evicted.
     for other in ("team-a/someone-else", None):
         snap.upsert_pod(parse_pod(marked(other)))
-        plan = plan_job_preemption(snap, "team-a/new", NOW)
-        assert isinstance(plan, PreemptionPlan), plan
-        assert [v.pod.key for v in plan.victims] == ["team-a/mid"]
+        decided = plan_job_preemption(snap, "team-a/new", NOW)
+        assert isinstance(decided, Refusal), decided
+        assert decided.reasons == ("the job fits without evicting anything",)
     # Once the marked victim is gone, the job may be planned again.
     snap.upsert_pod(parse_pod(marked("team-a/new")))
     snap.remove_pod("team-a/low")

@@ -42,6 +42,7 @@ from typing import Protocol
 from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.state import SCATTERED, ClusterState, UnitEntry, UnitPlace
+from quota.accounting import QuotaLedger
 from quota.admission import reclaimable
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
 
@@ -141,7 +142,7 @@ class Wanted(Protocol):
 
 
 def find_victim_groups(
-    snapshot: ClusterState, preemptor: Preemptor, wanted: Wanted
+    snapshot: ClusterState, preemptor: Preemptor, wanted: Wanted, ledger: QuotaLedger
 ) -> Iterator[VictimGroup]:
     """Every victim group the policies allow and ``wanted(pods, quota)`` accepts, in
     preemption order, built lazily.
@@ -161,6 +162,9 @@ def find_victim_groups(
     passed over, at C speed, unless ``wanted.lacking`` names their node and one of
     their resources; and a unit that is its whole job is asked about (a group holds
     some of its pods) before the group is built.
+
+    Which quotas borrow is read from ``ledger``: the plan's settled view, in which
+    earlier plans' victims still leaving are gone.
     """
     policy = snapshot.tree[preemptor.quota].policy
     # Per phase: its units, the same split by what they ask for (or None), its quotas and
@@ -179,7 +183,7 @@ def find_victim_groups(
             quota
             for quota in snapshot.tree.specs
             if quota != preemptor.quota
-            and reclaimable(snapshot.ledger, quota, preemptor.quota, preemptor.contested)
+            and reclaimable(ledger, quota, preemptor.quota, preemptor.contested)
         )
         if borrowing:
             victims = snapshot.victims

@@ -60,7 +60,7 @@ def eligible_nodes(snapshot: ClusterState, pod: PodInfo) -> frozenset[str]:
 
 
 def _count_copies(
-    snapshot: ClusterState, shape: _Shape, released: Collection[str]
+    snapshot: ClusterState, shape: _Shape, released: Collection[str], overlay: Overlay
 ) -> dict[str, frozenset[str]]:
     """Fill ``shape.capacity``: the copies that fit in each eligible node's free room
     (:meth:`~extender.core.state.ClusterState.free_on`), where any do.
@@ -72,7 +72,8 @@ def _count_copies(
 
     Both depend only on the shape and the node's totals, so they are memoised per node
     (``snapshot.node_usage.copies``, dropped whenever the node's totals change), except
-    when some reserved pods' room counts as free (``released``).
+    when some reserved pods' room counts as free (``released``), and on the nodes of pods
+    a settled overlay counts as gone (``overlay.left``), read from the overlay.
     """
     usage = snapshot.node_usage
     nodes = snapshot.nodes
@@ -81,7 +82,16 @@ def _count_copies(
     capacity = shape.capacity
     lacking: dict[str, frozenset[str]] = {}
     shared: dict[int, frozenset[str]] = {}  # one set per bit mask over needs
+    left = overlay.left
     for node in shape.eligible:
+        if left and node in left:
+            entry = _copies_on(shape, overlay.room(node), overlay.evictable(node), shared)
+            now, short = entry
+            if now:
+                capacity[node] = now
+            if short is not None:
+                lacking[node] = short
+            continue
         known = memo.get(node) if memo is not None else None
         entry = known.get(key) if known is not None else None
         if entry is None:
@@ -163,13 +173,11 @@ def _short(
     return short
 
 
-def _short_on(
-    snapshot: ClusterState, shape: _Shape, node: str, released: Collection[str]
-) -> frozenset[str]:
+def _short_on(shape: _Shape, node: str, overlay: Overlay) -> frozenset[str]:
     """:func:`_short` for ``node``, where evicting could not fit more of ``shape`` (but could
     of another shape)."""
-    free = snapshot.node_usage.free_on(node, snapshot.nodes[node].allocatable, released=released)
-    evictable = snapshot.preemptible_on(node)
+    free = overlay.free(node)
+    evictable = overlay.evictable(node)
     most = shape.size
     for name, amount in shape.needs:
         most = min(most, (free.get(name, 0) + evictable.get(name, 0)) // amount)
@@ -198,10 +206,12 @@ class JobFit:
         *,
         excluded: Collection[str] = (),
         released: Collection[str] = (),
+        settled: bool = False,
     ) -> None:
         """``excluded``: nodes none of the pods may use (kube-scheduler refused them);
         ``released``: reserved pods whose held room counts as free (the job's own
-        reservation, when it is planned again in its place)."""
+        reservation, when it is planned again in its place); ``settled``: the pods in
+        flight out of the cluster count as gone (a plan's view, :meth:`Overlay.settled`)."""
         self.snapshot = snapshot
         self.job = job
         shapes: dict[object, _Shape] = {}
@@ -217,7 +227,9 @@ class JobFit:
             shape.pods.append(pod)
         #: The node copies (free room) and the quota ledger copy,
         #: with the removed victims taken out.
-        self.overlay = Overlay(snapshot, released)
+        self.overlay = (
+            Overlay.settled(snapshot, released) if settled else Overlay(snapshot, released)
+        )
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
@@ -232,7 +244,7 @@ class JobFit:
                     key=lambda need: need[0] in COMMON_RESOURCES,
                 )
             )
-            shorts = _count_copies(snapshot, shape, released)
+            shorts = _count_copies(snapshot, shape, released, self.overlay)
             counted.append(shorts)
             for node, short in shorts.items():
                 lacking[node] = lacking[node] | short if node in lacking else short
@@ -241,7 +253,7 @@ class JobFit:
         for shape, shorts in zip(self.shapes, counted, strict=True):
             for node in lacking.keys() - shorts.keys():
                 if node in shape.eligible:
-                    lacking[node] = lacking[node] | _short_on(snapshot, shape, node, released)
+                    lacking[node] = lacking[node] | _short_on(shape, node, self.overlay)
         #: Every resource the job asks for (with an amount).
         self._needed = frozenset(name for shape in self.shapes for name, _ in shape.needs)
         #: Pods of several shapes: a node may hold each shape's share on its own and

@@ -28,7 +28,7 @@ Pure and deterministic: the same snapshot and time give the same answer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.core.authority import nominated_elsewhere, scheduler_preemption
@@ -45,7 +45,8 @@ from extender.core.preemption.candidates import (
 from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.scheduling import JobDemand, job_demand
-from extender.core.state import ClusterState, Reservation, UnknownQuotaError
+from extender.core.state import ClusterState, Overlay, Reservation, UnknownQuotaError
+from quota.accounting import QuotaLedger
 from quota.admission import job_admission_failures, unevictable_failures, would_borrow
 
 
@@ -89,16 +90,28 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
         return Refusal(job, (f"pod names quota {error.args[0]!r}, which does not exist",))
     except IndexError:
         return Refusal(job, ("the job has no pods",))
-    refusal = _ineligibility(snapshot, demand, now)
+    # Earlier plans' victims still leaving (and terminating pods) count as gone for every
+    # rule: the plan decides what it would once they are gone.
+    settled = Overlay.settled(snapshot)
+    refusal = _ineligibility(snapshot, demand, now, settled.ledger)
     if refusal:
         return Refusal(job, tuple(refusal))
 
-    preemptor = _preemptor(snapshot, demand)
+    preemptor = _preemptor(snapshot, demand, settled.ledger)
+    spent = [pod for pod in snapshot.leaving() if not pod.terminating]
     # Victims that break a guarantee in a resource the job does not ask for, or a
     # PodDisruptionBudget (under pdbPolicy BestEffort), are chosen only when no plan
     # exists without them: the search runs again allowing them, budgets first.
     best_effort = snapshot.args.pdb_policy == "BestEffort"
-    found = _search(snapshot, demand, preemptor, spare_guaranteed=True, spare_budgets=True)
+    found = _search(
+        snapshot,
+        demand,
+        preemptor,
+        settled.ledger,
+        spent,
+        spare_guaranteed=True,
+        spare_budgets=True,
+    )
     for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
         if isinstance(found, _Found):
             break
@@ -110,6 +123,8 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
             snapshot,
             demand,
             preemptor,
+            settled.ledger,
+            spent,
             spare_guaranteed=spare_guaranteed,
             spare_budgets=spare_budgets,
         )
@@ -123,7 +138,7 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
     if isinstance(found, _NotFound):
         return Refusal(job, tuple(found.reasons))
     victims: list[Victim] = []
-    budgets = BudgetUse(snapshot.budgets.values())
+    budgets = BudgetUse(snapshot.budgets.values(), spent)
     for group in found.kept:
         reason = describe(group, preemptor, snapshot.tree[group.quota].governed)
         if group.job in found.below_min:
@@ -154,6 +169,8 @@ def _search(
     snapshot: ClusterState,
     demand: JobDemand,
     preemptor: Preemptor,
+    ledger: QuotaLedger,
+    spent: Sequence[PodInfo],
     *,
     spare_guaranteed: bool,
     spare_budgets: bool,
@@ -162,22 +179,23 @@ def _search(
     every group not needed.  Never a group that takes a quota below its ``min`` in a
     resource the job asks for; with ``spare_guaranteed``, none that takes one below its
     ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
-    Strict), none whose eviction, with the victims taken before it, a
-    PodDisruptionBudget does not allow."""
+    Strict), none whose eviction, with the victims taken before it and those of plans in
+    flight not evicted yet (``spent``), a PodDisruptionBudget does not allow.  ``ledger``:
+    the settled quota usage the candidates' borrowing is judged on."""
     simulation = Simulation(snapshot, demand, within_min=preemptor.within_min_by_own_work)
     fit = simulation.fit
     wants = Wants(simulation)
     if wants.nodes_ok and wants.quota_ok:
         return _NotFound(["the job fits without evicting anything"])
     spare_budgets = spare_budgets or snapshot.args.pdb_policy == "Strict"
-    budgets = BudgetUse(snapshot.budgets.values())
+    budgets = BudgetUse(snapshot.budgets.values(), spent)
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
     skipped_for_budgets: list[str] = []
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
     refused = snapshot.book.refused_victims.get(demand.job, ())
-    for group in find_victim_groups(snapshot, preemptor, wants):
+    for group in find_victim_groups(snapshot, preemptor, wants, ledger):
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
@@ -240,7 +258,9 @@ def _search(
     return _Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
 
 
-def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> list[str]:
+def _ineligibility(
+    snapshot: ClusterState, demand: JobDemand, now: float, ledger: QuotaLedger
+) -> list[str]:
     job = demand.job
     # In flight is a fact of the cluster: the job holds a reservation, or its pods carry
     # the one Muster wrote, until it is released, whether or not its time is up.
@@ -299,7 +319,7 @@ def _ineligibility(snapshot: ClusterState, demand: JobDemand, now: float) -> lis
         ]
     if demand.quota in snapshot.tree.parents:
         return [f"quota {demand.quota} is a parent quota; pods must use a leaf quota"]
-    return unevictable_failures(snapshot.ledger, demand.quota, demand.np_request)
+    return unevictable_failures(ledger, demand.quota, demand.np_request)
 
 
 def pods_missing(snapshot: ClusterState, job: str) -> int:
@@ -324,10 +344,11 @@ def ready_to_plan(snapshot: ClusterState, job: str) -> bool:
     return pods_missing(snapshot, job) == 0 and not nominated_elsewhere(snapshot, job)
 
 
-def _preemptor(snapshot: ClusterState, demand: JobDemand) -> Preemptor:
-    """The job as the policies see it.  Whether it borrows is judged after its own
-    quota's pods it may evict are gone: a job that fits its ``min`` once its own
-    lower-priority work is evicted reclaims from borrowers; it does not borrow."""
+def _preemptor(snapshot: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:
+    """The job as the policies see it.  Whether it borrows is judged on the settled
+    ``ledger``, after its own quota's pods it may evict are gone: a job that fits its
+    ``min`` once its own lower-priority work is evicted reclaims from borrowers; it does
+    not borrow."""
     preemptor = Preemptor(
         job=demand.job,
         quota=demand.quota,
@@ -336,12 +357,12 @@ def _preemptor(snapshot: ClusterState, demand: JobDemand) -> Preemptor:
         borrows=False,
         contested=demand.asks,
     )
-    if not would_borrow(snapshot.ledger, demand.quota, demand.request, demand.asks):
+    if not would_borrow(ledger, demand.quota, demand.request, demand.asks):
         return preemptor
     request = dict(demand.request)
     for name, amount in own_evictable_requests(snapshot, preemptor).items():
         request[name] = request.get(name, 0) - amount
-    borrows = would_borrow(snapshot.ledger, demand.quota, request, demand.asks)
+    borrows = would_borrow(ledger, demand.quota, request, demand.asks)
     return dataclasses.replace(preemptor, borrows=borrows, within_min_by_own_work=not borrows)
 
 

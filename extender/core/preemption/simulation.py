@@ -73,8 +73,9 @@ class Simulation:
         self.demand = demand
         self.within_min = within_min
         self._others_taken = 0  # victim groups of other quotas taken out now
-        self.fit = JobFit(snapshot, demand.job, demand.unplaced)
-        #: The quota ledger copy of the fit's overlay: victims' usage taken out.
+        self.fit = JobFit(snapshot, demand.job, demand.unplaced, settled=True)
+        #: The quota ledger copy of the fit's overlay: victims' usage taken out (those of
+        #: earlier plans still leaving too: the overlay is settled).
         self.ledger = self.fit.overlay.ledger
         self._counts: dict[str, bool] = {}
         self._guards: dict[str, tuple[str, ...]] = {}

@@ -73,6 +73,7 @@ class ClusterState:
         self._unknown_quota: dict[str, str] = {}
         self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
         self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
+        self._departing: set[str] = set()  # bound pods on their way out (see leaving())
 
     # ---- feeding -------------------------------------------------------------------
 
@@ -337,6 +338,20 @@ class ClusterState:
         """The jobs some present pod's soft-eviction mark names."""
         return self._marked_for.keys()
 
+    def leaving(self) -> list[PodInfo]:
+        """The bound pods in flight out of the cluster, by key: marked for soft eviction,
+        terminating, preempted by kube-scheduler, or promised as victims to a job's
+        reservation.  A plan counts them as gone for every rule it keeps (quota usage,
+        guarantees, budgets, node room: :meth:`Overlay.settled
+        <extender.core.state.overlay.Overlay>`), so two plans in a row decide what they
+        would after the first one's victims left."""
+        keys_ = set(self._departing)
+        for key in self.book.promised_victims():
+            pod = self.pods.get(key)
+            if pod is not None and pod.node_name is not None and not pod.finished:
+                keys_.add(key)
+        return [self.pods[key] for key in sorted(keys_)]
+
     def nominated_to(self, node: str) -> Collection[str]:
         """Keys of the pending pods whose ``status.nominatedNodeName`` is ``node``."""
         return self._nominated.get(node, ())
@@ -458,6 +473,11 @@ class ClusterState:
             _member(self._marked_for, pod.marked_for, key, sign)
         if pod.nominated_node_name is not None and pod.node_name is None and live:
             _member(self._nominated, pod.nominated_node_name, key, sign)
+        if pod.departing and pod.node_name is not None and live:
+            if sign > 0:
+                self._departing.add(key)
+            else:
+                self._departing.discard(key)
         if sign > 0:
             try:
                 self._pod_quota[key] = self._resolve_quota(pod)

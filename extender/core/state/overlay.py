@@ -6,6 +6,13 @@ node or a quota is touched (copy-on-write), so a what-if over 5,000 nodes costs 
 what it touches.  The planner simulates evictions on one; the ``preempt`` verb checks
 kube-scheduler's proposed victims on one.  The state underneath must not change while
 an overlay is in use (decisions hold the state's lock).
+
+A *settled* overlay (:meth:`Overlay.settled`) starts from the cluster as it will be once
+the pods in flight out of it are gone (:meth:`ClusterState.leaving`: earlier plans'
+victims, marked or promised, and terminating pods): their room is free on the node
+copies and their requests are out of the ledger copy.  Every rule a plan keeps reads
+that one, so a plan made while earlier victims are still leaving decides what it would
+after they left.
 """
 
 from __future__ import annotations
@@ -33,6 +40,36 @@ class Overlay:
         #: The quota ledger, copied entry by entry as charges touch it.
         self.ledger: QuotaLedger = state.ledger.overlay()
         self._rooms: dict[str, Resources] = {}
+        #: Pods counted as gone from the start (a settled overlay's), by node.
+        self.left: dict[str, list[PodInfo]] = {}
+
+    @classmethod
+    def settled(cls, state: ClusterState, released: Collection[str] = ()) -> Overlay:
+        """An overlay of the cluster once the pods :meth:`ClusterState.leaving` lists are
+        gone: off their node copies (when first read) and out of the ledger copy."""
+        overlay = cls(state, released)
+        for pod in state.leaving():
+            assert pod.node_name is not None
+            overlay.left.setdefault(pod.node_name, []).append(pod)
+            quota = state.quota_name(pod)
+            if quota is not None:
+                overlay.ledger.charge(
+                    quota, pod.requests, preemptible=state.preemptible(pod), used=True, sign=-1
+                )
+        return overlay
+
+    def evictable(self, node: str) -> Mapping[str, int]:
+        """Requests of the preemptible pods bound to ``node`` and not counted as gone."""
+        evictable = self.state.preemptible_on(node)
+        left = self.left.get(node)
+        if not left:
+            return evictable
+        rest = dict(evictable)
+        for pod in left:
+            if self.state.preemptible(pod):
+                for name, amount in pod.requests.items():
+                    rest[name] = rest.get(name, 0) - amount
+        return rest
 
     def free(self, node: str) -> Resources:
         """The node copy's free room (a copy of it, to keep)."""
@@ -69,7 +106,8 @@ class Overlay:
         self.ledger.charge(quota, requests, preemptible=True, used=True, sign=sign)
 
     def forget_rooms(self) -> None:
-        """Drop every node copy: the nodes are the state's again (the ledger copy stays)."""
+        """Drop every node copy: the nodes are the state's again, but for the pods counted
+        as gone from the start (the ledger copy stays)."""
         self._rooms = {}
 
     def _shift(
@@ -90,6 +128,10 @@ class Overlay:
         return touched
 
     def _room_now(self, node: str) -> Resources:
-        """The state's free room on ``node``."""
+        """The state's free room on ``node`` (with the room of pods counted as gone)."""
         allocatable = self.state.nodes[node].allocatable
-        return self.state.node_usage.free_on(node, allocatable, released=self._released)
+        room = self.state.node_usage.free_on(node, allocatable, released=self._released)
+        for pod in self.left.get(node, ()):
+            for name, amount in pod.requests.items():
+                room[name] = room.get(name, 0) + amount
+        return room
