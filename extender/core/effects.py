@@ -5,8 +5,11 @@ with the effects it asks for; the front door applies them with :func:`apply` whi
 still holds the state (the same exclusive hold as the decision, so nothing comes
 between them).  Decisions themselves never change the state.
 
-- :class:`HoldQuota`: the filter admitted a gang whole; its pending pods keep their
-  quota for a while, as kube-scheduler binds them one at a time.
+- :class:`HoldQuota`: the filter admitted a pod (and its job, whole): the pod and its
+  job's pending pods keep their quota until they are seen bound, as kube-scheduler
+  binds them one at a time and Muster sees each binding only later.
+- :class:`ReleaseQuotaHold`: a held pod of no gang was turned away by a later filter
+  call: its hold ends.
 - :class:`HoldRoom`: a plan freed room for a job (the PostFilter's, ``simulate``'s), or
   kube-scheduler is preempting for it (seen by the informer): hold it for the job.
 - :class:`ReleaseRoom`: a gang's placement no longer fits whole: its room is let go.
@@ -31,6 +34,16 @@ class HoldQuota:
     job: str
     pods: tuple[str, ...]  # pending pod keys
     until: float
+    #: Pods the state has not seen yet (kube-scheduler asked before the informer
+    #: delivered them): added as pending, so their hold charges the quota at once.
+    unseen: tuple[PodInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseQuotaHold:
+    """A held pod was turned away by a later filter call: it is not about to bind."""
+
+    pod: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +78,19 @@ class AbandonPlan:
     refused: frozenset[str]
 
 
-Effect = HoldQuota | HoldRoom | ReleaseRoom | BackOff | AssumeBound | AbandonPlan
+Effect = HoldQuota | ReleaseQuotaHold | HoldRoom | ReleaseRoom | BackOff | AssumeBound | AbandonPlan
 
 
 def apply(state: ClusterState, effect: Effect) -> None:
     """Apply one decision's effect to the state (the caller holds it exclusively)."""
     match effect:
-        case HoldQuota(job=job, pods=pods, until=until):
+        case HoldQuota(job=job, pods=pods, until=until, unseen=unseen):
+            for pod in unseen:
+                if pod.key not in state.pods and not state.was_removed(pod.uid):
+                    state.upsert_pod(pod)  # the informer's copy replaces it when it comes
             state.hold_quota(job, pods, until)
+        case ReleaseQuotaHold(pod=key):
+            state.release_quota_hold(key)
         case HoldRoom(reservation=reservation):
             state.add_reservation(reservation)
         case ReleaseRoom(job=job):

@@ -42,7 +42,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from base.errors import ManifestError
-from extender.core.effects import Effect, HoldRoom, ReleaseRoom
+from extender.core.effects import Effect, HoldRoom, ReleaseQuotaHold, ReleaseRoom
 from extender.core.jobs import min_available_annotation
 from extender.core.objects import PodInfo, format_time
 from extender.core.preemption.fit import JobFit, shape_of
@@ -324,10 +324,14 @@ def filter_pod(
     """The filter for one pod: :func:`~extender.core.scheduling.filter_nodes`, and for a
     pod of a gang the whole job's placement (see the module docstring).  The effects
     the front door must apply are in ``FilterResult.effects``, with the admission hold
-    (``quotaHoldSeconds``) of a job admitted whole that holds no reserved room: the
-    live filter and ``simulate`` apply the same ones."""
+    (:func:`~extender.core.scheduling.admission_hold`, at most ``quotaHoldSeconds``) of
+    every pod admitted whose job holds no reserved room: the live filter and
+    ``simulate`` apply the same ones."""
     result = _filter_pod(snapshot, pod, node_names, as_extender=as_extender, now=now)
     if result.quota_failures or not result.passed:
+        if pod.group is None and snapshot.quota_held(pod.key):
+            # Admitted before, turned away now: it is not about to bind.
+            return dataclasses.replace(result, effects=(*result.effects, ReleaseQuotaHold(pod.key)))
         return result
     if pod.job in snapshot.reservations or any(isinstance(e, HoldRoom) for e in result.effects):
         return result  # room reserved for the job charges its quota already

@@ -199,11 +199,16 @@ def added_pods_admission_failures(
 
 
 def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQuota | None:
-    """After ``pod`` passed admission, the hold that charges its job's other pending pods
-    to the quota until ``until``: the job was admitted whole, and kube-scheduler places
-    its pods one at a time (Muster's cache sees each binding only later)."""
+    """After ``pod`` passed admission, the hold that charges it, and its job's other
+    pending pods, to the quota until ``until`` (or until each is seen bound, deleted, or
+    turned away): kube-scheduler assumes the pod and binds it a moment later, and
+    Muster's cache sees the binding only then, so a pod filtered meanwhile must not be
+    admitted against the same room (kube-scheduler's own cache assumes a pod the same
+    way).  The job was admitted whole: its other pods are held with it.  ``pod`` itself
+    may not have reached the state yet: the hold carries it."""
+    unseen = () if pod.key in snapshot.pods else (pod,)
     if pod.group is None:
-        return None
+        return HoldQuota(pod.job, (pod.key,), until, unseen)
     # A pod admitted before (held) extends its job's hold over the pods it held then: pods
     # created since were never checked against the quota.
     readmitted = snapshot.quota_held(pod.key)
@@ -214,8 +219,8 @@ def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQu
         and not other.finished
         and not other.terminating
         and (not readmitted or snapshot.quota_held(other.key))
-    )
-    return HoldQuota(pod.job, pending, until) if pending else None
+    ) + tuple(p.key for p in unseen)
+    return HoldQuota(pod.job, pending, until, unseen) if pending else None
 
 
 def filter_nodes(

@@ -512,21 +512,24 @@ def test_a_pod_in_no_gang_is_filtered_exactly_as_filter_nodes_does(
     name: str, as_extender: bool
 ) -> None:
     # No pod-group label, a pod group of one, or min-available 1: not a gang, so the
-    # gang rules add nothing.  A pod of a pod group that passes gets its job's admission
-    # hold (quotaHoldSeconds, 60 s by default) over the job's pending pods: solo-0's own
-    # job is just itself; m-0's and m-1's is both of them.
+    # gang rules add nothing.  Every pod that passes gets its job's admission hold
+    # (quotaHoldSeconds, 60 s by default; issue 23: what the filter admitted counts at
+    # once, for every pod) over the job's pending pods: a lone pod's job and solo-0's
+    # are just the pod itself; m-0's and m-1's is both of them.
     snap = build_mixed()
     candidate: PodInfo = snap.pods[key(name)]
     assert not gang.is_gang(snap, candidate)
     names = ["n1", "n2", "n3", "gone"]
     result = gang.filter_pod(snap, candidate, names, as_extender=as_extender, now=NOW)
     held = {
+        "lone": HoldQuota(candidate.job, (key("lone"),), NOW + 60),
+        "big": HoldQuota(candidate.job, (key("big"),), NOW + 60),
         "solo-0": HoldQuota("team-a/solo", (key("solo-0"),), NOW + 60),
         "m-0": HoldQuota("team-a/m", (key("m-0"), key("m-1")), NOW + 60),
         "m-1": HoldQuota("team-a/m", (key("m-0"), key("m-1")), NOW + 60),
     }
     expected = filter_nodes(snap, candidate, names, as_extender=as_extender)
-    hold = (held[name],) if name in held else ()
+    hold = (held[name],) if expected.passed and not expected.quota_failures else ()
     assert result == dataclasses.replace(expected, effects=hold)
     assert result.gang_waiting is None and not result.gang_placed
 

@@ -275,6 +275,13 @@ class ClusterState:
             with self._reindexing(key):
                 self.book.hold(key, job)
 
+    def release_quota_hold(self, key: str) -> None:
+        """End one pod's admission hold (turned away since it was admitted)."""
+        if self.book.is_held(key):
+            self.room_epoch += 1
+            with self._reindexing(key):
+                self.book.unhold(key)
+
     def release_quota_holds(self, now: float) -> list[str]:
         """End the holds whose time is up; return their jobs."""
         ended = self.book.end_holds(now)
