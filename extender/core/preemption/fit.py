@@ -84,16 +84,12 @@ def _count_copies(
     shared: dict[int, frozenset[str]] = {}  # one set per bit mask over needs
     left = overlay.left
     for node in shape.eligible:
-        if left and node in left:
+        entry: Copies | None
+        if left and node in left:  # pods counted as gone: not the memo's node
             entry = _copies_on(shape, overlay.room(node), overlay.evictable(node), shared)
-            now, short = entry
-            if now:
-                capacity[node] = now
-            if short is not None:
-                lacking[node] = short
-            continue
-        known = memo.get(node) if memo is not None else None
-        entry = known.get(key) if known is not None else None
+        else:
+            known = memo.get(node) if memo is not None else None
+            entry = known.get(key) if known is not None else None
         if entry is None:
             allocatable = nodes[node].allocatable
             free = (
