@@ -191,7 +191,7 @@ class Extender:
                     pods = [snapshot.pods.get(key, pod) for key in reservation.placements]
                     writes.append((reservation, pods))
             if (result.quota_failures or not result.passed) and self.on_unschedulable is not None:
-                plan_at_once = postfilter_trigger(snapshot, pod)
+                plan_at_once = postfilter_trigger(snapshot, pod, now)
         if self.room_keeper is not None:
             for held, written in writes:
                 if held is None:
@@ -237,10 +237,11 @@ class Extender:
         :mod:`extender.core.preemption.guard`); for a pod Muster governs, none, and its
         job goes to the PostFilter: this call is the earliest sign it needs room."""
         plan_at_once: bool | None = None
+        now = self.clock()
         with self.source.exclusive() as snapshot:
             result = guard_scheduler_preemption(snapshot, pod, proposed)
             if result.hand_to_postfilter:
-                plan_at_once = postfilter_trigger(snapshot, pod)
+                plan_at_once = postfilter_trigger(snapshot, pod, now)
         kept = sum(len(uids) for uids in result.victims.values())
         outcome = f"kept {kept} victims on {len(result.victims)} of {len(proposed)} nodes"
         self._record(pod, "preempt", outcome, result.notes)
@@ -288,10 +289,10 @@ class Extender:
             self.on_unschedulable(job, reason, plan_at_once)
 
 
-def postfilter_trigger(snapshot: ClusterState, pod: PodInfo) -> bool | None:
+def postfilter_trigger(snapshot: ClusterState, pod: PodInfo, now: float) -> bool | None:
     """For a pod that cannot be placed: ``None`` when its job is not Muster's to preempt
     for (kube-scheduler governs it), else whether the PostFilter should plan for the job
     at once (see :func:`extender.core.preemption.planner.ready_to_plan`)."""
     if governing_reason(snapshot, pod) is None:
         return None
-    return ready_to_plan(snapshot, pod.job)
+    return ready_to_plan(snapshot, pod.job, now)

@@ -31,6 +31,10 @@ class MusterArgs(BaseModel):
     vacated_room_seconds: float = Field(60.0, alias="vacatedRoomSeconds", gt=0)
     #: How long a gang admitted whole keeps its pending pods' quota while they bind.
     quota_hold_seconds: float = Field(60.0, alias="quotaHoldSeconds", gt=0)
+    #: A gang whose size nobody declared (no PodGroup ``minMember``, no min-available
+    #: annotation) is a job of the pods that exist once none has joined it for this long:
+    #: until then its pods are turned away, so no part of it binds alone.
+    gang_settle_seconds: float = Field(1.0, alias="gangSettleSeconds", ge=0)
     #: How long a gang may have fewer than its min-available pods bound before Muster
     #: gives it up (a PodGroup's ``spec.scheduleTimeoutSeconds`` wins when set).
     gang_timeout_seconds: float = Field(300.0, alias="gangTimeoutSeconds", gt=0)

@@ -41,6 +41,7 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from base import keys
 from base.errors import ManifestError
 from extender.core.effects import Effect, HoldRoom, ReleaseQuotaHold, ReleaseRoom
 from extender.core.jobs import min_available_annotation
@@ -91,7 +92,9 @@ class GangWait:
 def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
     """The min-available of ``pod``'s job, counting ``pod`` itself: kube-scheduler can
     ask about a pod before Muster's informer has seen it (its own annotation may be the
-    only declaration, or it may be one pod more of a job of all its pods)."""
+    only declaration, or it may be one pod more of a job of all its pods).  Undeclared,
+    it is the pods that exist, which the filter trusts only once they stopped arriving
+    (:func:`still_arriving`)."""
     declared = snapshot.declared_min_available(pod.job)
     if declared is None:
         try:
@@ -102,6 +105,57 @@ def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
         return declared
     members = snapshot.job_members(pod.job)
     return len(members) + (0 if pod.key in members else 1)
+
+
+def size_declared(snapshot: ClusterState, pod: PodInfo) -> bool:
+    """Does a PodGroup ``minMember`` or a min-available annotation say how many pods
+    ``pod``'s job has?"""
+    if snapshot.declared_min_available(pod.job) is not None:
+        return True
+    try:
+        return min_available_annotation(pod) is not None
+    except ManifestError:
+        return False
+
+
+def still_arriving(snapshot: ClusterState, pod: PodInfo, now: float) -> bool:
+    """Is ``pod``'s job a pod group of undeclared size whose pods may still be arriving?
+
+    Without a declared size, a gang is the pods that exist, and kube-scheduler asks about
+    the first one before its siblings are created (a Job controller creates them one
+    after another): so until no pod has joined it for ``gangSettleSeconds``, and while
+    nothing of it is bound, reserved or held, the job is not decided.  A pod the state
+    has not seen yet has just joined."""
+    if pod.group is None or size_declared(snapshot, pod):
+        return False
+    settle = snapshot.args.gang_settle_seconds
+    if pod.key in snapshot.pods:
+        joined = snapshot.last_joined(pod.job)
+        if joined is None or now - joined >= settle:
+            return False
+    elif settle <= 0:
+        return False
+    job = pod.job
+    if job in snapshot.reservations or bound_count(snapshot, job):
+        return False  # placed already: pods joining later are checked as they come
+    return not any(snapshot.quota_held(key) for key in snapshot.job_members(job))
+
+
+def arriving_reason(snapshot: ClusterState, job: str) -> str:
+    """Why the pods of a gang of undeclared size wait (one stable sentence per job)."""
+    return (
+        f"{_waiting_for_pods(job)}its pods to stop arriving: its size is not declared "
+        f"(PodGroup minMember, or annotation {keys.GANG_MIN_AVAILABLE_ANNOTATION}), so it "
+        f"is the pods that exist once none has joined for "
+        f"{snapshot.args.gang_settle_seconds:g}s"
+    )
+
+
+def settled_gangs(snapshot: ClusterState, now: float) -> int:
+    """How many pod-group jobs have had no pod join for ``gangSettleSeconds``: a count
+    that grows as gangs of undeclared size settle (the leader's cue to nudge)."""
+    settle = snapshot.args.gang_settle_seconds
+    return sum(1 for joined in snapshot.joined().values() if now - joined >= settle)
 
 
 def is_gang(snapshot: ClusterState, pod: PodInfo) -> bool:
@@ -215,20 +269,24 @@ def _waiting_for_pods(job: str) -> str:
     return f"gang {job}: waiting for "
 
 
-def parked_too_early(snapshot: ClusterState, parked: Mapping[str, str]) -> list[str]:
+def parked_too_early(snapshot: ClusterState, parked: Mapping[str, str], now: float) -> list[str]:
     """Of the pods kube-scheduler parked (pod key → its Unschedulable message), those
-    turned away because their gang had too few pods, whose gang now has enough: the
+    turned away because their gang had too few pods, whose gang now has enough, or
+    because their gang of undeclared size was still growing, which has settled: the
     front door nudges them (kube-scheduler does not retry a parked pod when another
-    pending pod is created).  Sorted, oldest pod first."""
+    pending pod is created, nor when time passes).  Sorted, oldest pod first."""
     early = []
     for key, message in parked.items():
         pod = snapshot.pods.get(key)
         if pod is None or pod.group is None or pod.node_name is not None:
             continue
         prefix = _waiting_for_pods(pod.job)
-        if prefix not in message or " more pods (" not in message:
+        if prefix not in message:
             continue
-        if len(live_pods(snapshot, pod.job)) >= snapshot.min_available(pod.job):
+        if " more pods (" in message:
+            if len(live_pods(snapshot, pod.job)) >= snapshot.min_available(pod.job):
+                early.append(pod)
+        elif "to stop arriving" in message and not still_arriving(snapshot, pod, now):
             early.append(pod)
     return [pod.key for pod in sorted(early, key=lambda pod: (pod.created, pod.key))]
 
@@ -350,7 +408,11 @@ def _filter_pod(
     now: float,
 ) -> FilterResult:
     result = filter_nodes(snapshot, pod, node_names, as_extender=as_extender)
-    if result.quota_failures or not is_gang(snapshot, pod):
+    if result.quota_failures:
+        return result
+    if still_arriving(snapshot, pod, now):
+        return _turned_away(node_names, arriving_reason(snapshot, pod.job), resolvable=False)
+    if not is_gang(snapshot, pod):
         return result
     job = pod.job
     backoff = snapshot.book.backoffs.get(job)

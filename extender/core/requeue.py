@@ -37,7 +37,7 @@ def pods_to_requeue(snapshot: ClusterState, parked: Mapping[str, str], now: floa
     Muster's filter now passes on some node; and those parked while their gang was
     short, now complete.  Oldest pod first."""
     chosen: dict[str, PodInfo] = {
-        key: snapshot.pods[key] for key in parked_too_early(snapshot, parked)
+        key: snapshot.pods[key] for key in parked_too_early(snapshot, parked, now)
     }
     by_job: dict[str, list[PodInfo]] = {}
     for key, message in parked.items():

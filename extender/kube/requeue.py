@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from base import keys
+from extender.core.gang import settled_gangs
 from extender.core.objects import format_time
 from extender.core.requeue import pods_to_requeue
 from extender.kube.source import KubeSource
@@ -50,7 +51,7 @@ class Requeuer(LeaderWorker):
         self.recheck_seconds = recheck_seconds
         self.again_seconds = again_seconds
         self._nudged: dict[str, tuple[str, float]] = {}  # pod → (message, when)
-        self._checked: tuple[tuple[int, int], frozenset[tuple[str, str]], float] | None = None
+        self._checked: tuple[tuple[int, int, int], frozenset[tuple[str, str]], float] | None = None
         self.nudges = 0
 
     def chores(self) -> Sequence[Callable[[float], object]]:
@@ -62,8 +63,9 @@ class Requeuer(LeaderWorker):
         seen = frozenset(parked.items())
         with self.source.exclusive() as snapshot:
             snapshot.release_quota_holds(now)
-            # Room only Muster sees, or a pod more (a gang completing): worth a look now.
-            epoch = (snapshot.room_epoch, len(snapshot.pods))
+            # Room only Muster sees, a pod more (a gang completing), or a gang of
+            # undeclared size that stopped growing: worth a look now.
+            epoch = (snapshot.room_epoch, len(snapshot.pods), settled_gangs(snapshot, now))
             if self._checked is not None:
                 last_epoch, last_seen, at = self._checked
                 if epoch == last_epoch and seen == last_seen and now - at < self.recheck_seconds:

@@ -161,7 +161,7 @@ class KubeSource:
             except ManifestError as error:
                 self._reject(obj, error)
                 return
-            self.snapshot.upsert_pod(pod)
+            self.snapshot.upsert_pod(pod, now=self.clock())
             self._parked.pop(pod.key, None)
             if pod.node_name is None and not pod.finished:
                 self._restore_reservation(pod)
@@ -170,7 +170,9 @@ class KubeSource:
                 reason = _unschedulable_reason(obj)
                 if reason is not None:
                     self._parked[pod.key] = reason
-                    plan_at_once = postfilter_trigger(self.snapshot, pod)  # None: not Muster's
+                    plan_at_once = postfilter_trigger(
+                        self.snapshot, pod, self.clock()
+                    )  # None: not Muster's
                     if plan_at_once is not None:
                         trigger = (pod.job, reason, plan_at_once)
             elif pod.node_name is not None and preempted_by_scheduler(pod):

@@ -127,7 +127,7 @@ def test_a_governed_preemptor_gets_no_victims_and_goes_to_the_postfilter() -> No
     assert result.notes[0].startswith("Muster preempts for team-a/new itself")
     # The PostFilter plans at once (a job of one is complete), and picks the same one
     # victim kube-scheduler would have: withinQuota LowerPriority, lowest priority first.
-    assert ready_to_plan(snap, preemptor.job)
+    assert ready_to_plan(snap, preemptor.job, NOW)
     plan = plan_job_preemption(snap, preemptor.job, NOW)
     assert isinstance(plan, PreemptionPlan)
     assert [v.pod.key for v in plan.victims] == ["team-a/low"]
@@ -230,22 +230,26 @@ def test_muster_marks_and_higher_priority_victims_are_not_kube_schedulers_preemp
     )
     assert scheduler_preemption(snap, "team-a/new") is None
     # a nomination Muster did not make delays planning, and so does a growing gang
-    assert not ready_to_plan(snap, "team-a/new")
+    assert not ready_to_plan(snap, "team-a/new", NOW)
 
 
 def test_a_growing_gang_is_not_planned_at_once() -> None:
     snap = snapshot([node("n0")], [], [quota("team-a", max={GPU: "16"})])
     # Undeclared size: with only its first pod seen, the gang looks complete ("all of
-    # its pods" is one); planning it at once would plan for one pod of two.
-    snap.upsert_pod(parse_pod(pod("u-0", group="u", gpu=8)))
+    # its pods" is one); planning it at once would plan for one pod of two.  It is
+    # planned once no pod has joined it for gangSettleSeconds (1 s by default).
+    snap.upsert_pod(parse_pod(pod("u-0", group="u", gpu=8)), now=NOW)
     assert snap.min_available("team-a/u") == 1
-    assert not ready_to_plan(snap, "team-a/u")
+    assert not ready_to_plan(snap, "team-a/u", NOW + 0.5)
+    snap.upsert_pod(parse_pod(pod("u-1", group="u", gpu=8)), now=NOW + 0.5)
+    assert not ready_to_plan(snap, "team-a/u", NOW + 1.2)
+    assert ready_to_plan(snap, "team-a/u", NOW + 1.5)
     # Declared size (the annotation, as a PodGroup's minMember would): at once when met.
     annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"}
     snap.upsert_pod(parse_pod(pod("g-0", group="g", gpu=8, annotations=annotations)))
-    assert not ready_to_plan(snap, "team-a/g")
+    assert not ready_to_plan(snap, "team-a/g", NOW)
     snap.upsert_pod(parse_pod(pod("g-1", group="g", gpu=8, annotations=annotations)))
-    assert ready_to_plan(snap, "team-a/g")
+    assert ready_to_plan(snap, "team-a/g", NOW)
 
 
 def test_preempted_by_reads_the_disruption_target_condition() -> None:

@@ -180,11 +180,11 @@ def test_pods_parked_while_their_gang_was_short_are_nudged_once_it_is_complete()
     annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "3"}
     snap = snapshot([node("n1")], gang_pods(1, annotations=annotations))
     parked = {key("g-0"): short}
-    assert gang.parked_too_early(snap, parked) == []
+    assert gang.parked_too_early(snap, parked, NOW) == []
     for other in gang_pods(3, annotations=annotations)[1:]:
         snap.upsert_pod(parse_pod(other))
     parked[key("g-1")] = "0/2 nodes are available: gang team-a/g: 2 of 3 pods fit; ..."
-    assert gang.parked_too_early(snap, parked) == [key("g-0")]
+    assert gang.parked_too_early(snap, parked, NOW) == [key("g-0")]
 
 
 # ---- fewer pods than min-available -----------------------------------------------------

@@ -108,7 +108,7 @@ def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() 
     extra = [pod(f"a-{i}", gpu=8, group="big", preemptible=False) for i in (0, 1, 2)]
     with extender.source.exclusive() as snap:
         for item in extra:
-            snap.upsert_pod(parse_pod(item))
+            snap.upsert_pod(parse_pod(item), now=extender.clock())  # seen just now
     result = client.post("/filter", json={"Pod": pods[0], "NodeNames": ["n0", "n3"]}).json()
     reason = (
         "quota team-a: non-preemptible nvidia.com/gpu 24 would exceed min 16; "
@@ -116,8 +116,8 @@ def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() 
     )
     assert result["NodeNames"] == []
     assert result["FailedAndUnresolvableNodes"] == {"n0": reason, "n3": reason}
-    # A gang of undeclared size (no PodGroup, no min-available) may still be growing:
-    # handed on, to be planned after the quiet period, not at once.
+    # A gang of undeclared size (no PodGroup, no min-available) whose pods joined just now
+    # may still be growing: handed on, to be planned once it settles, not at once.
     assert handed == [("team-a/big", reason, False)]
     explained = client.get("/debug/pods/team-a/a-0").json()
     assert explained["decisions"][-1]["outcome"] == "rejected by quota"

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from extender.core.authority import nominated_elsewhere, scheduler_preemption
 from extender.core.budgets import BudgetUse
+from extender.core.gang import arriving_reason, still_arriving
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo, format_time
 from extender.core.preemption.candidates import (
@@ -307,6 +308,9 @@ def _ineligibility(
             "kube-scheduler's own preemption is in flight for this job (it is deleting "
             f"{', '.join(foreign.victims)}); Muster does not preempt for it a second time"
         ]
+    arriving = next((p for p in demand.unplaced if still_arriving(snapshot, p, now)), None)
+    if arriving is not None:
+        return [arriving_reason(snapshot, job)]
     missing = pods_missing(snapshot, job)
     if missing:
         needed = snapshot.min_available(job)
@@ -328,18 +332,17 @@ def pods_missing(snapshot: ClusterState, job: str) -> int:
     return max(0, snapshot.min_available(job) - created)
 
 
-def ready_to_plan(snapshot: ClusterState, job: str) -> bool:
+def ready_to_plan(snapshot: ClusterState, job: str, now: float) -> bool:
     """Should the PostFilter plan for ``job`` at once rather than after a short quiet
-    period?  Yes when waiting could gather nothing: a pod of no gang, or a gang whose
+    period?  Yes when waiting could gather nothing: a pod of no gang, a gang whose
     declared size (PodGroup ``minMember`` or the min-available annotation) its pods
-    reach; and no pod of it carries a nomination Muster did not make
-    (kube-scheduler's own preemption, whose victims may reach Muster a moment after the
-    nomination).  A gang of undeclared size may still be growing: it waits."""
+    reach, or a gang of undeclared size that stopped growing (``gangSettleSeconds``);
+    and no pod of it carries a nomination Muster did not make (kube-scheduler's own
+    preemption, whose victims may reach Muster a moment after the nomination)."""
     members = snapshot.job_members(job)
     if not members:
         return False
-    gang = any(snapshot.pods[key].group is not None for key in members)
-    if gang and snapshot.declared_min_available(job) is None:
+    if any(still_arriving(snapshot, snapshot.pods[key], now) for key in members):
         return False
     return pods_missing(snapshot, job) == 0 and not nominated_elsewhere(snapshot, job)
 

@@ -74,6 +74,7 @@ class ClusterState:
         self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
         self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
         self._departing: set[str] = set()  # bound pods on their way out (see leaving())
+        self._joined: dict[str, float] = {}  # pod-group job → when its newest pod was seen
 
     # ---- feeding -------------------------------------------------------------------
 
@@ -93,10 +94,15 @@ class ClusterState:
         self.node_usage.remove_node(name)
         self.node_memo.clear()
 
-    def upsert_pod(self, pod: PodInfo) -> None:
+    def upsert_pod(self, pod: PodInfo, now: float | None = None) -> None:
+        """Add or replace a pod.  ``now``: when it is seen (live); a new pod of a pod group
+        marks when its job last grew (:meth:`last_joined`), else its creation time does."""
         old = self.pods.get(pod.key)
         if old is not None:
             self._unindex(old)
+        elif pod.group is not None:
+            seen = now if now is not None else pod.created
+            self._joined[pod.job] = max(seen, self._joined.get(pod.job, seen))
         self.pods[pod.key] = pod
         if old is None and pod.node_name is None and not pod.finished:
             # A reservation made before this pod reached the state (the filter can place a
@@ -149,6 +155,8 @@ class ClusterState:
             else:
                 self._drop_reserved_pod(key)
         self.book.unhold(key)
+        if pod.job not in self._jobs:
+            self._joined.pop(pod.job, None)
         if pod.job not in self._jobs and not self.book.vacancies_of(pod.job):
             # Its job's last pod, and no room kept for a replacement: nothing remains.
             self.book.released.pop(pod.job, None)
@@ -399,6 +407,14 @@ class ClusterState:
             if declared is not None:
                 return declared
         return None
+
+    def last_joined(self, job: str) -> float | None:
+        """When the newest pod of a pod-group job was first seen (live), or created."""
+        return self._joined.get(job)
+
+    def joined(self) -> Mapping[str, float]:
+        """:meth:`last_joined` of every pod-group job."""
+        return self._joined
 
     def pod_group(self, job: str) -> PodGroupInfo | None:
         """The job's PodGroup, if it has one."""
