@@ -8,7 +8,8 @@ preempt for the pod, and is given no victims: Muster is the one authority),
 and from pods whose ``PodScheduled`` condition turns ``False/Unschedulable``
 (the pod informer) (all through :meth:`PostFilterLoop.request`).  A job that cannot
 grow any more (see :func:`~extender.core.preemption.planner.ready_to_plan`) is planned at
-once; one that may still be growing after a short quiet period.
+once; any other after a short quiet period (a gang of undeclared size is planned only once
+its pods stopped arriving, ``gangSettleSeconds``: the planner refuses it until then).
 
 A committed plan holds its room in memory first (so the very next filter
 keeps other pods off it), then is written to the cluster: victims get the
