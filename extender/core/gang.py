@@ -141,6 +141,16 @@ def still_arriving(snapshot: ClusterState, pod: PodInfo, now: float) -> bool:
     return not any(snapshot.quota_held(key) for key in snapshot.job_members(job))
 
 
+def settles_at(snapshot: ClusterState, job: str, now: float) -> float | None:
+    """When ``job``, a gang of undeclared size still arriving, will have had no pod join
+    it for ``gangSettleSeconds`` (if none joins meanwhile); ``None`` if it is not one."""
+    members = [snapshot.pods[key] for key in snapshot.job_members(job)]
+    if not any(still_arriving(snapshot, pod, now) for pod in members):
+        return None
+    joined = snapshot.last_joined(job)
+    return (now if joined is None else joined) + snapshot.args.gang_settle_seconds
+
+
 def arriving_reason(snapshot: ClusterState, job: str) -> str:
     """Why the pods of a gang of undeclared size wait (one stable sentence per job)."""
     return (

@@ -36,6 +36,7 @@ from prometheus_client import Histogram
 from extender.core.budgets import refused_victims
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
+from extender.core.gang import settles_at
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, Victim, plan_job_preemption
 from extender.core.reservations import (
@@ -285,6 +286,10 @@ class PostFilterLoop(Watched):
             decision = plan_job_preemption(snapshot, job, now)
             if not isinstance(decision, PreemptionPlan):
                 pending = [p.key for p in snapshot.job_pods(job) if p.node_name is None]
+                # A gang still arriving is planned once it settles: nothing else may ask
+                # again (when kube-scheduler's own filters reject every node, its pods'
+                # messages are not Muster's, and no nudge comes).
+                settled = settles_at(snapshot, job, now)
             else:
                 timeout = snapshot.args.reservation_timeout_seconds
                 reservation = decision.reservation(now, timeout)
@@ -293,6 +298,9 @@ class PostFilterLoop(Watched):
                 preemptor_pods = [snapshot.pods[key] for key in decision.placements]
                 last_created = max(p.created for p in snapshot.job_pods(job))
         if not isinstance(decision, PreemptionPlan):
+            if settled is not None:
+                with self._lock:
+                    self._due[job] = min(settled, self._due.get(job, settled))
             self.refused += 1
             for key in pending:
                 self.decisions.record(

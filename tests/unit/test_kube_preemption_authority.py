@@ -262,3 +262,22 @@ def test_pod_priorities_follow_priority_class_changes() -> None:
     assert (priority_of("p3", "gold"), priority_of("p4", None)) == (2000, 2000)
     priority_class("DELETED", 2000, default=True)
     assert priority_of("p5", None) == 0
+
+
+def test_a_gang_still_arriving_is_planned_again_once_it_settles() -> None:
+    # An undeclared gang's first pod, which kube-scheduler's own filters rejected (its
+    # message is kube-scheduler's, so no nudge of Muster's will come): the PostFilter,
+    # asked at once, refuses while the gang may still grow (gangSettleSeconds, 1 s) and
+    # asks itself again for the moment it settles: 1 s after the pod was seen (NOW).
+    source, handed = live_source()
+    gang_pod = pod("g-0", "team-a", gpu=8, group="g", preemptible=True, can_preempt=True)
+    gang_pod["spec"]["priority"] = 100
+    source._on_pod("ADDED", unschedulable(gang_pod))
+    assert handed == [("team-a/g", "no", False)]  # not at once: still arriving
+    loop = PostFilterLoop(source, cast(ClusterWriter, None), DecisionLog(), clock=lambda: NOW)
+    assert loop.decide("team-a/g", NOW + 0.5) is None
+    assert loop._due == {"team-a/g": NOW + 1.0}
+    with source.exclusive() as snap:
+        settled = plan_job_preemption(snap, "team-a/g", NOW + 1.0)
+    assert isinstance(settled, PreemptionPlan)
+    assert [v.pod.key for v in settled.victims] == ["team-a/low"]
