@@ -211,15 +211,23 @@ def test_no_partial_eviction(cluster: Cluster, muster_and_evictor: MusterProcess
             labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "big"}
             teams.create(teams.a, f"big-{i}", requests={GPU: 8}, labels=labels)
 
-        # Muster looks, refuses, and says why; nothing is marked.
-        def refused() -> bool | None:
+        # Muster looks, refuses, and says why; nothing is marked.  The gang declares no
+        # size, so Muster first waits gangSettleSeconds for its pods to stop arriving
+        # (a refusal of its own); then it plans the three pods and refuses for want of
+        # room: 2 nodes of 8 GPUs hold 2 of the 3 pods even with both borrowers gone.
+        def refused_for_room() -> bool | None:
             decisions = muster_and_evictor.debug(f"pods/{teams.a}/big-0").get("decisions", [])
-            return any(d["outcome"] == "no preemption" for d in decisions) or None
+            return (
+                any(
+                    d["verb"] == "postfilter"
+                    and d["outcome"] == "no preemption"
+                    and "room for 2 of its 3 unplaced pods" in json.dumps(d["reasons"])
+                    for d in decisions
+                )
+                or None
+            )
 
-        lc.wait_until(refused, timeout=60, what="Muster to refuse the preemption")
-        decisions = muster_and_evictor.debug(f"pods/{teams.a}/big-0")["decisions"]
-        reasons = json.dumps([d["reasons"] for d in decisions if d["verb"] == "postfilter"])
-        assert "room for 2 of its 3 unplaced pods" in reasons
+        lc.wait_until(refused_for_room, timeout=60, what="Muster to refuse the preemption")
         for name in ("b-0", "b-1"):
             pod = teams.get(teams.b, name)
             assert pod is not None and pod["status"]["phase"] == "Running"
