@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Build the upstream control-plane binaries Muster's e2e tests and demo run against:
-# etcd, kube-apiserver and kube-scheduler, with `go build` from the Go modules in
-# hack/k8s/ (Kubernetes) and hack/k8s/etcd/ (etcd), whose go.mod/go.sum pin every
-# dependency. The binaries go to
+# etcd, kube-apiserver, kube-scheduler and kube-controller-manager (the job, replicaset,
+# disruption, garbage-collector ... controllers a batch cluster relies on), with
+# `go build` from the Go modules in hack/k8s/ (Kubernetes) and hack/k8s/etcd/ (etcd),
+# whose go.mod/go.sum pin every dependency. The binaries go to
 #
 #     $MUSTER_K8S_CACHE/<kubernetes-version>-etcd<etcd-version>/bin/
 #
 # (MUSTER_K8S_CACHE defaults to ~/.cache/muster/k8s) and are reused on later runs when
-# all three exist and the stamp file there matches the pinned modules and Go version.
+# all four exist and the stamp file there matches the pinned modules and Go version.
 #
 # Trying another version: the versions live in ONE place, the two lines below
 # (or, without editing, the environment variables MUSTER_K8S_VERSION and
@@ -41,7 +42,7 @@ CACHE_ROOT="${MUSTER_K8S_CACHE:-$HOME/.cache/muster/k8s}"
 OUT_DIR="$CACHE_ROOT/${K8S_VERSION}-etcd${ETCD_VERSION#v}"
 BIN_DIR="$OUT_DIR/bin"
 STAMP="$BIN_DIR/.stamp"
-BINARIES=(etcd kube-apiserver kube-scheduler)
+BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager)
 
 log() { printf 'build-k8s: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -97,6 +98,7 @@ repin_k8s() {
         echo
         echo "tool ("
         echo "	k8s.io/kubernetes/cmd/kube-apiserver"
+        echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
         echo "	k8s.io/kubernetes/cmd/kube-scheduler"
         echo ")"
         echo
@@ -184,10 +186,11 @@ TMP_BIN="$(mktemp -d "$OUT_DIR/.build.XXXXXX")"
 trap 'rm -rf "$TMP_BIN"' EXIT
 
 t0=$EPOCHREALTIME
-log "go build kube-apiserver kube-scheduler ..."
+log "go build kube-apiserver kube-scheduler kube-controller-manager ..."
 (cd "$K8S_MOD" && go build $GO_BUILD_FLAGS -ldflags "-s -w$version_ldflags" -o "$TMP_BIN/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler) \
-    || die "building kube-apiserver/kube-scheduler failed (see the go output above)"
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kube-controller-manager) \
+    || die "building the Kubernetes binaries failed (see the go output above)"
 log "  done in $(since "$t0")"
 
 t0=$EPOCHREALTIME
@@ -197,6 +200,8 @@ log "go build etcd ..."
 log "  done in $(since "$t0")"
 
 "$TMP_BIN/kube-apiserver" --version >&2 || die "the built kube-apiserver does not run"
+"$TMP_BIN/kube-controller-manager" --version >&2 \
+    || die "the built kube-controller-manager does not run"
 "$TMP_BIN/etcd" --version >&2 || die "the built etcd does not run"
 
 mkdir -p "$BIN_DIR"

@@ -1,7 +1,7 @@
 """Where the control-plane binaries come from.
 
 ``ensure_binaries`` runs ``hack/build-k8s.sh`` (pinned Go modules, cached builds) and
-returns the directory holding etcd, kube-apiserver and kube-scheduler for ``ControlPlane``.
+returns the directory holding the control-plane binaries for ``ControlPlane``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import IO
 from .common import REPO_ROOT
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-k8s.sh"
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
 
 class BuildError(RuntimeError):
@@ -38,12 +38,12 @@ def default_bin_dir() -> Path:
 
 
 def ensure_binaries(*, build: bool = True, output: IO[str] | None = None) -> Path:
-    """Return the directory holding etcd, kube-apiserver and kube-scheduler.
+    """Return the directory holding the control-plane binaries (``BINARIES``).
 
     With ``build`` (the default) this runs ``hack/build-k8s.sh``, which reuses cached
     binaries and builds them otherwise (minutes, the first time). Its progress goes to
     ``output`` (default: inherited stderr). Raises ``BuildError`` when the build fails or
-    a binary is missing, never returns a directory without all three.
+    a binary is missing, never returns a directory without all of them.
     """
     if build and not os.environ.get("MUSTER_K8S_BIN_DIR"):
         result = subprocess.run(

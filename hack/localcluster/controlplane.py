@@ -1,7 +1,9 @@
-"""``ControlPlane``: etcd, kube-apiserver and kube-scheduler on loopback, plus a kubelet emulator.
+"""``ControlPlane``: etcd, kube-apiserver, kube-scheduler and kube-controller-manager on
+loopback, plus a kubelet emulator.
 
 It owns the lifecycle (start, stop, restarts, logs, clients); kube-scheduler's part lives
-in ``scheduler.SchedulerMixin`` and object creation in ``objects.ObjectsMixin``.
+in ``scheduler.SchedulerMixin``, kube-controller-manager's in
+``controllers.ControllerManagerMixin`` and object creation in ``objects.ObjectsMixin``.
 
 The components run from the binaries built by ``hack/build-k8s.sh``, on 127.0.0.1, on free
 ports, in a temporary directory:
@@ -13,17 +15,19 @@ ports, in a temporary directory:
   The admin kubeconfig is written to ``<workdir>/admin.kubeconfig``;
 * kube-scheduler with a ``KubeSchedulerConfiguration`` (v1), leader election off and,
   optionally, an ``extenders`` entry (see ``ExtenderConfig``). It can be restarted with
-  another extender configuration, and kube-apiserver can be restarted on the same port.
+  another extender configuration, and kube-apiserver can be restarted on the same port;
+* kube-controller-manager with the controllers in ``controllers.CONTROLLERS`` (Jobs,
+  ReplicaSets, Deployments, StatefulSets, disruption budgets, garbage collection,
+  namespaces, pod GC, service accounts), or none (``controllers=()``).
 
-There is no kubelet and no kube-controller-manager. Nodes are plain Node objects whose
-status the harness writes (``create_node``), and ``KubeletEmulator`` plays the kubelet's
-part: pods bound to an existing node become Running, and a pod being deleted gracefully
-is removed (a delete with grace period 0) once its grace period has elapsed. Without a
-controller manager nothing garbage-collects, namespaces never finish terminating (use a
-fresh namespace per test), and nothing removes the ``not-ready`` taint, so kube-apiserver
-runs with the ``TaintNodesByCondition`` admission plugin off. The ``ServiceAccount``
-admission plugin is off too (no controller creates the ``default`` service accounts), so
-pods can be created in a namespace as soon as it exists.
+There is no kubelet. Nodes are plain Node objects whose status the harness writes
+(``create_node``), and ``KubeletEmulator`` plays the kubelet's part: pods bound to an
+existing node become Running (and Succeeded after the run time they ask for), and a pod
+being deleted gracefully ends Failed and is removed once its grace period has elapsed.
+The node-lifecycle controller does not run (no heartbeats) and nothing removes the
+``not-ready`` taint, so kube-apiserver runs with the ``TaintNodesByCondition`` admission
+plugin off. The ``ServiceAccount`` admission plugin is off too, so pods can be created in
+a namespace as soon as it exists, before the ``default`` service account does.
 
 Each component logs to ``<workdir>/logs/<component>.log``; ``log_tail()`` returns the end
 of every log for failure reports. ``stop()`` sends SIGTERM, then SIGKILL after a
@@ -48,6 +52,7 @@ import yaml
 from kubernetes import client as k8s
 
 from .binaries import BINARIES, ensure_binaries
+from .controllers import CONTROLLERS, ControllerManagerMixin, controller_manager_argv
 from .kubelet import KubeletEmulator
 from .objects import DEFAULT_CRDS_DIR, ObjectsMixin
 from .pki import SERVICE_CLUSTER_IP_RANGE, Pki, make_pki, write_kubeconfig
@@ -61,11 +66,12 @@ ADMIN_USER = "muster-admin"
 SCHEDULER_USER = "system:kube-scheduler"
 
 
-class ControlPlane(SchedulerMixin, ObjectsMixin):
-    """etcd + kube-apiserver + kube-scheduler on loopback, plus a kubelet emulator.
+class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
+    """etcd, kube-apiserver, kube-scheduler, kube-controller-manager on loopback, plus a
+    kubelet emulator.
 
     Arguments:
-        bin_dir: directory with the three binaries (default: ``ensure_binaries()``,
+        bin_dir: directory with the binaries (default: ``ensure_binaries()``,
             which builds them if needed).
         workdir: where certificates, kubeconfigs, etcd data and logs go (default: a new
             temporary directory, removed by ``stop()`` unless ``keep_workdir``).
@@ -73,6 +79,8 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
         scheduler_config: extra top-level KubeSchedulerConfiguration fields, e.g.
             ``{"podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 2}``.
         kubelet: run the ``KubeletEmulator``.
+        controllers: the kube-controller-manager controllers to run (default
+            ``CONTROLLERS``); empty: no kube-controller-manager.
         kubelet_max_grace_seconds: cap on how long the emulator honours grace periods.
         crds_dir: CRDs to install at start (``None``: none).
         start_timeout: deadline for each component to become ready.
@@ -89,6 +97,7 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
         extender: ExtenderConfig | str | None = None,
         scheduler_config: Mapping[str, Any] | None = None,
         kubelet: bool = True,
+        controllers: Sequence[str] = CONTROLLERS,
         kubelet_max_grace_seconds: float | None = None,
         crds_dir: Path | None = DEFAULT_CRDS_DIR,
         start_timeout: float = 90.0,
@@ -106,13 +115,15 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
         self.start_timeout = start_timeout
         self.verbosity = verbosity
         self._want_kubelet = kubelet
+        self.controllers = tuple(controllers)
         self._kubelet_max_grace = kubelet_max_grace_seconds
 
-        etcd_client, etcd_peer, apiserver, scheduler = free_ports(4)
+        etcd_client, etcd_peer, apiserver, scheduler, controller_manager = free_ports(5)
         self.etcd_client_port = etcd_client
         self.etcd_peer_port = etcd_peer
         self.apiserver_port = apiserver
         self.scheduler_port = scheduler
+        self.controller_manager_port = controller_manager
         self.server = f"https://127.0.0.1:{apiserver}"
         self.etcd_url = f"http://127.0.0.1:{etcd_client}"
 
@@ -160,11 +171,26 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
                     "kube-scheduler", self._scheduler_argv(), self.logs_dir / "kube-scheduler.log"
                 ),
             }
+            if self.controllers:
+                self._processes["kube-controller-manager"] = Process(
+                    "kube-controller-manager",
+                    controller_manager_argv(
+                        self._binary("kube-controller-manager"),
+                        kubeconfig=self.kubeconfig,
+                        port=self.controller_manager_port,
+                        workdir=self.workdir,
+                        controllers=self.controllers,
+                        verbosity=self.verbosity,
+                    ),
+                    self.logs_dir / "kube-controller-manager.log",
+                )
             self._start_etcd()
             self._start_apiserver()
             if self.crds_dir is not None:
                 self.install_crds(self.crds_dir)
             self.start_scheduler()
+            if self.controllers:
+                self.start_controller_manager()
             if self._want_kubelet:
                 self.kubelet = KubeletEmulator(self.rest, max_grace_seconds=self._kubelet_max_grace)
                 self.kubelet.start()
@@ -177,11 +203,12 @@ class ControlPlane(SchedulerMixin, ObjectsMixin):
         return self
 
     def stop(self) -> None:
-        """Stop everything (kubelet emulator, scheduler, apiserver, etcd); idempotent."""
+        """Stop everything (kubelet emulator, controllers, scheduler, apiserver, etcd);
+        idempotent."""
         if self.kubelet is not None:
             self.kubelet.stop()
             self.kubelet = None
-        for name in ("kube-scheduler", "kube-apiserver", "etcd"):
+        for name in ("kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"):
             process = self._processes.get(name)
             if process is not None:
                 process.stop()

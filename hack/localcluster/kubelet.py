@@ -1,7 +1,8 @@
 """The kubelet's part, emulated: there are no kubelets in the local cluster.
 
 ``KubeletEmulator`` watches all pods through a ``RestClient`` (with the harness's
-``Watcher``), marks pods bound to a node ``Running`` and finishes graceful deletions;
+``Watcher``), marks pods bound to a node ``Running``, ``Succeeded`` once the run time
+they ask for (``RUN_SECONDS``) has passed, and finishes graceful deletions;
 ``ControlPlane`` starts one by default.
 """
 
@@ -17,10 +18,14 @@ from .common import Json, parse_time, timestamp
 from .rest import ApiError, RestClient
 from .watch import Watcher
 
+# A pod (or a Job's pod template) carrying this annotation runs for that many seconds and
+# then succeeds, so Jobs complete; without it a pod runs until it is deleted.
+RUN_SECONDS = "kubelet.muster.dev/run-seconds"
+
 
 @dataclass
 class _Task:
-    kind: str  # "start" or "delete"
+    kind: str  # "start", "finish" or "delete"
     namespace: str
     name: str
     uid: str
@@ -39,10 +44,14 @@ class KubeletEmulator:
       becomes ``Running``: its status subresource gets ``startTime``, pod/host IPs,
       the Initialized, PodReadyToStartContainers, ContainersReady, Ready (and
       PodScheduled) conditions and running ``containerStatuses``;
+    * a running pod annotated ``RUN_SECONDS`` becomes ``Succeeded`` (containers
+      terminated with exit code 0, not Ready) that many seconds after its ``startTime``;
     * a pod with a ``deletionTimestamp`` (kube-apiserver deletes a pod bound to a node
-      gracefully: it only sets ``deletionTimestamp`` = now + grace period) is deleted
-      with grace period 0 (and a UID precondition) once ``deletionTimestamp`` has passed,
-      or after ``max_grace_seconds`` if that is set and shorter.
+      gracefully: it only sets ``deletionTimestamp`` = now + grace period) is, once
+      ``deletionTimestamp`` has passed (or after ``max_grace_seconds`` if that is set and
+      shorter), first given a terminal phase as the kubelet does (``Failed``, containers
+      killed with exit code 137, unless it already ended), so a Job's pod failure policy
+      can judge it, and then deleted with grace period 0 (and a UID precondition).
     """
 
     def __init__(self, rest: RestClient, *, max_grace_seconds: float | None = None) -> None:
@@ -64,6 +73,7 @@ class KubeletEmulator:
         self._next_pod_ip = 1
         self.pods_started = 0
         self.pods_deleted = 0
+        self.pods_ended = 0
         self.errors: list[str] = []
 
     @property
@@ -135,17 +145,39 @@ class KubeletEmulator:
                 when = min(when, time.time() + self.max_grace_seconds)
             existing = self._tasks.get(uid)
             if existing is None or existing.kind != "delete":
-                self._tasks[uid] = _Task("delete", namespace, name, uid, when)
+                self._tasks[uid] = _Task("delete", namespace, name, uid, when, pod)
             return
         phase = pod.get("status", {}).get("phase", "Pending")
         if phase == "Pending" and uid not in self._started and uid not in self._tasks:
             self._tasks[uid] = _Task("start", namespace, name, uid, 0.0, pod)
+        elif phase == "Running" and uid not in self._tasks:
+            self._schedule_finish(pod)
+
+    def _schedule_finish(self, pod: Json) -> None:
+        """Plan the end of a running pod that asks for a run time (``RUN_SECONDS``)."""
+        meta = pod["metadata"]
+        run = (meta.get("annotations") or {}).get(RUN_SECONDS)
+        started = pod.get("status", {}).get("startTime")
+        if run is None or not started:
+            return
+        try:
+            seconds = float(run)
+        except ValueError:
+            self._note_error(f"pod {meta['namespace']}/{meta['name']}: bad {RUN_SECONDS} {run!r}")
+            return
+        uid = str(meta["uid"])
+        when = parse_time(str(started)) + max(0.0, seconds)
+        self._tasks[uid] = _Task("finish", meta["namespace"], meta["name"], uid, when, pod)
 
     def _run(self, task: _Task) -> None:
         try:
             if task.kind == "start":
                 self._start_pod(task)
+            elif task.kind == "finish":
+                self._end_pod(task, succeeded=True)
             else:
+                if task.pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+                    self._end_pod(task, succeeded=False)
                 self._delete_pod(task)
         except ApiError as exc:
             if exc.status in (404, 409):  # gone, or replaced by another pod of that name
@@ -240,6 +272,45 @@ class KubeletEmulator:
         )
         self._started.add(task.uid)
         self.pods_started += 1
+
+    def _end_pod(self, task: _Task, *, succeeded: bool) -> None:
+        """Give a pod its terminal phase: ``Succeeded`` (every container exited 0) or
+        ``Failed`` (its containers were killed), not ready; other conditions are kept
+        (the status patch merges conditions by type)."""
+        now = timestamp()
+        started = task.pod.get("status", {}).get("startTime", now)
+        terminated = (
+            {"exitCode": 0, "reason": "Completed"}
+            if succeeded
+            else {"exitCode": 137, "reason": "Error"}
+        )
+        statuses = [
+            {
+                "name": container["name"],
+                "image": container.get("image", ""),
+                "imageID": "",
+                "containerID": f"emulated://{task.uid}/{container['name']}",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                "state": {"terminated": {**terminated, "startedAt": started, "finishedAt": now}},
+            }
+            for container in task.pod.get("spec", {}).get("containers", [])
+        ]
+        status: Json = {
+            "phase": "Succeeded" if succeeded else "Failed",
+            "conditions": [
+                {"type": t, "status": "False", "lastTransitionTime": now, "reason": "PodCompleted"}
+                for t in ("ContainersReady", "Ready")
+            ],
+            "containerStatuses": statuses,
+        }
+        path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}/status"
+        patch = {"metadata": {"uid": task.uid}, "status": status}
+        self._rest.request(
+            "PATCH", path, patch, content_type="application/strategic-merge-patch+json"
+        )
+        self.pods_ended += 1
 
     def _delete_pod(self, task: _Task) -> None:
         path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}"

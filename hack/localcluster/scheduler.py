@@ -161,7 +161,7 @@ class SchedulerMixin:
             )
             return response.status == 200
 
-        with _quiet_insecure_warnings():
+        with quiet_insecure_warnings():
             wait_until(
                 ready,
                 timeout=self.start_timeout,
@@ -210,7 +210,7 @@ class SchedulerMixin:
 
 
 @contextlib.contextmanager
-def _quiet_insecure_warnings() -> Iterator[None]:
+def quiet_insecure_warnings() -> Iterator[None]:
     import warnings
 
     with warnings.catch_warnings():

@@ -1,8 +1,8 @@
 """PodDisruptionBudgets through a stock kube-scheduler (issue #13, rule 7).
 
-The harness runs no kube-controller-manager, so the test plays the disruption
-controller: it writes each budget's ``status.disruptionsAllowed`` itself, through the
-status subresource, as that controller would.
+Each budget's status (``disruptionsAllowed``) is kept by the real disruption controller
+of the control plane's kube-controller-manager; the tests wait until it has counted the
+pods a budget covers before they rely on it.
 """
 
 from __future__ import annotations
@@ -76,11 +76,18 @@ def protect(cluster: Cluster, muster: MusterProcess, namespace: str, app: str) -
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
     }
     cluster.rest.request("POST", path, body)
-    status = {"status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}}
-    status["status"].update(expectedPods=1, observedGeneration=1)
-    cluster.rest.request(
-        "PATCH", f"{path}/{app}/status", status, content_type="application/merge-patch+json"
+
+    # The disruption controller counts the one healthy pod the budget covers: with
+    # minAvailable 1, it allows 0 disruptions (1 healthy - 1 desired).
+    def counted() -> dict[str, Any] | None:
+        status: dict[str, Any] = cluster.rest.request("GET", f"{path}/{app}").get("status", {})
+        done = status.get("observedGeneration") == 1 and status.get("currentHealthy") == 1
+        return status if done else None
+
+    status = lc.wait_until(
+        counted, timeout=30, what=f"the disruption controller counting {namespace}/{app}"
     )
+    assert status["disruptionsAllowed"] == 0 and status["desiredHealthy"] == 1
     key = f"{namespace}/{app}"
     lc.wait_until(
         lambda: (muster.debug("budgets").get(key) or {}).get("pods") or None,
