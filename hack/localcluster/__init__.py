@@ -1,11 +1,13 @@
 """A real, local Kubernetes control plane for Muster's e2e tests, demo and benchmarks.
 
-``ControlPlane`` runs etcd, kube-apiserver and kube-scheduler (upstream binaries built by
-``hack/build-k8s.sh``) on 127.0.0.1 in a temporary directory, and ``KubeletEmulator``
-plays the kubelet. Callers put ``hack/`` on ``sys.path`` and ``import localcluster as lc``.
+``ControlPlane`` runs etcd, kube-apiserver, kube-scheduler and kube-controller-manager
+(upstream binaries built by ``hack/build-k8s.sh``) on 127.0.0.1 in a temporary directory,
+and ``KubeletEmulator`` plays the kubelet. Callers put ``hack/`` on ``sys.path`` and
+``import localcluster as lc``.
 
 Modules: ``controlplane`` (``ControlPlane``: lifecycle, components, logs, clients),
 ``scheduler`` (``ExtenderConfig``, kube-scheduler's configuration and restarts),
+``controllers`` (kube-controller-manager: which controllers, how it runs),
 ``objects`` (namespaces, nodes, CRDs, service accounts), ``kubelet`` (``KubeletEmulator``),
 ``watch`` (``Watcher``: list, then watch, a collection), ``rest`` (``RestClient``,
 ``ApiError``), ``processes`` (component processes; ``free_port``, ``free_ports``),
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from .binaries import BuildError, default_bin_dir, ensure_binaries
 from .controlplane import ControlPlane
-from .kubelet import KubeletEmulator
+from .kubelet import RUN_SECONDS, KubeletEmulator
 from .processes import ComponentError, free_port, free_ports
 from .rest import ApiError, RestClient
 from .scheduler import KEEP, ExtenderConfig, ManagedResource
@@ -36,6 +38,7 @@ from .watch import Watcher
 
 __all__ = [
     "KEEP",
+    "RUN_SECONDS",
     "ApiError",
     "BuildError",
     "ComponentError",

@@ -85,6 +85,35 @@ def make_pod(
     }
 
 
+def make_job(
+    name: str,
+    template: Json,
+    *,
+    parallelism: int = 1,
+    completions: int | None = None,
+    run_seconds: float | None = None,
+    **spec: Any,
+) -> Json:
+    """A batch/v1 Job whose pods are ``template`` (a pod from ``make_pod``; its name is
+    dropped, the Job controller names them), ``restartPolicy: Never``; ``run_seconds``:
+    each pod runs that long on the kubelet stand-in, then succeeds. ``spec``: more Job
+    spec fields (``backoffLimit``, ``podFailurePolicy``, ...)."""
+    metadata = {k: v for k, v in template["metadata"].items() if k != "name"}
+    if run_seconds is not None:
+        annotations = {**metadata.get("annotations", {}), lc.RUN_SECONDS: str(run_seconds)}
+        metadata["annotations"] = annotations
+    job_spec: Json = {
+        "parallelism": parallelism,
+        "completions": parallelism if completions is None else completions,
+        "template": {
+            "metadata": metadata,
+            "spec": {**template["spec"], "restartPolicy": "Never"},
+        },
+        **spec,
+    }
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": job_spec}
+
+
 class Cluster:
     """Test helpers on the shared control plane, bound to one namespace."""
 
@@ -190,8 +219,15 @@ QUOTA_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
 
 
 def delete_namespaced(rest: lc.RestClient, namespace: str) -> None:
-    """Force-delete a namespace's pods, ElasticQuotas and PodGroups (namespaces themselves
-    never finish terminating here: no controller manager), so later tests do not see them."""
+    """Delete a namespace's Jobs (their pods with them), force-delete its pods, and delete
+    its ElasticQuotas and PodGroups, so later tests do not see them.  The namespace itself
+    stays (a test may use its name again)."""
+    with contextlib.suppress(lc.ApiError):
+        rest.request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{namespace}/jobs",
+            query={"propagationPolicy": "Background"},
+        )
     with contextlib.suppress(lc.ApiError):
         rest.request(
             "DELETE", f"/api/v1/namespaces/{namespace}/pods", query={"gracePeriodSeconds": 0}

@@ -14,7 +14,7 @@ from typing import Any
 import localcluster as lc
 import pytest
 import yaml
-from e2e_support import Cluster, condition, make_pod
+from e2e_support import Cluster, condition, make_job, make_pod
 from muster_process import MusterProcess
 from test_muster_extender import GPU
 from test_preemption_story import PREEMPTIBLE, TRAINER, Teams, tokens  # noqa: F401
@@ -113,11 +113,12 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
     tmp_path: Path,
     tokens: dict[str, Path],  # noqa: F811
 ) -> None:
-    """train-0 (owned by the Job ``train``) preempts b-0 for n0's 8 GPUs; before b-0 goes,
-    train-0 is deleted and its controller creates train-1 (same job, shape and owner), and
-    team B's c-0 (8 GPUs) waits for room too.  Derived from the rule: the reservation
-    passes to train-1 (Muster's /debug/jobs says so before b-0 goes), no second victim is
-    marked, and when b-0 goes train-1 binds to n0 while c-0 stays pending."""
+    """The Job ``train`` (one 8-GPU pod) preempts b-0 for n0's 8 GPUs; before b-0 goes,
+    its pod is deleted and the real Job controller creates another (same job, shape and
+    owner), and team B's c-0 (8 GPUs) waits for room too.  Derived from the rule: the
+    reservation passes to the new pod (Muster's /debug/jobs says so before b-0 goes), no
+    second victim is marked, and when b-0 goes the new pod binds to n0 while c-0 stays
+    pending."""
     with muster_without_evictor(control_plane, tmp_path, tokens, 120) as muster:
         n0 = cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
         teams = Teams(
@@ -130,47 +131,43 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
             teams.wait(teams.b, "b-0", "Running")
             labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
             shape = {"cpu": "4", GPU: 8}
-            # The pods' controller: a real Job object (no job controller runs here, so
-            # the test plays its part and re-creates the pod itself).
-            owner = cluster.rest.request(
-                "POST", f"/apis/batch/v1/namespaces/{teams.a}/jobs", suspended_job("train")
+            template = make_pod("train", requests=shape, labels=labels)
+            cluster.rest.request(
+                "POST", f"/apis/batch/v1/namespaces/{teams.a}/jobs", make_job("train", template)
             )
-            owned = {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": "train",
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-            }
-
-            def create_trainer(name: str) -> None:
-                made = make_pod(name, requests=shape, labels=labels)
-                made["metadata"]["ownerReferences"] = [owned]
-                cluster.rest.request("POST", f"/api/v1/namespaces/{teams.a}/pods", made)
-
-            create_trainer("train-0")
+            first = lc.wait_until(
+                lambda: job_pods(cluster, teams.a, "train") or None,
+                timeout=30,
+                what="the Job controller creating train's pod",
+            )[0]
             lc.wait_until(
                 lambda: (
                     SOFT_EVICTION in (teams.get(teams.b, "b-0") or {})["metadata"]["labels"] or None
                 ),
                 timeout=30,
-                what="b-0 marked for train-0",
+                what=f"b-0 marked for {first}",
             )
             job = f"{teams.a}/train"
-            cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.a}/pods/train-0")
-            create_trainer("train-1")
+            cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.a}/pods/{first}")
             teams.create(teams.b, "c-0", requests=shape)
+            # The Job controller counts the deleted pod as failed and creates another
+            # after its back-off (10 s for a first failure).
+            second = lc.wait_until(
+                lambda: [p for p in job_pods(cluster, teams.a, "train") if p != first] or None,
+                timeout=60,
+                what="the Job controller replacing train's pod",
+            )[0]
 
             seen: list[Any] = []
 
-            def reserved_for_train_1() -> dict[str, Any] | None:
+            def reserved_for_the_new_pod() -> dict[str, Any] | None:
                 seen[:] = [muster.debug("jobs").get(job)]
                 reservation = (seen[0] or {}).get("reservation")
                 placements = (reservation or {}).get("placements", {})
-                return reservation if placements == {f"{teams.a}/train-1": n0} else None
+                return reservation if placements == {f"{teams.a}/{second}": n0} else None
 
             try:
-                held = lc.wait_until(reserved_for_train_1, timeout=15, what="train-1 reserved")
+                held = lc.wait_until(reserved_for_the_new_pod, timeout=15, what="reserved")
             except TimeoutError as error:
                 raise AssertionError(f"{error}; Muster's last view of the job: {seen}") from None
             assert held["victims"] == [f"{teams.b}/b-0"] and held["vacated"] == {}
@@ -180,8 +177,8 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
                 f"/api/v1/namespaces/{teams.b}/pods/b-0",
                 query={"gracePeriodSeconds": 0},
             )
-            teams.wait(teams.a, "train-1", "Running", timeout=30)
-            assert (teams.get(teams.a, "train-1") or {})["spec"]["nodeName"] == n0
+            teams.wait(teams.a, second, "Running", timeout=30)
+            assert (teams.get(teams.a, second) or {})["spec"]["nodeName"] == n0
             c_0 = teams.get(teams.b, "c-0") or {}
             assert not c_0["spec"].get("nodeName")
             # One victim only: nothing else of team B was marked for the job.
@@ -190,19 +187,11 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
             teams.cleanup()
 
 
-def suspended_job(name: str) -> dict[str, Any]:
-    """A batch/v1 Job that never runs (suspended): an owner for hand-made pods."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-                }
-            },
-        },
-    }
+def job_pods(cluster: Cluster, namespace: str, job: str) -> list[str]:
+    """The names of the Job's pods that are not being deleted, oldest first."""
+    items = cluster.rest.request(
+        "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"job-name={job}"}
+    )["items"]
+    alive = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    alive.sort(key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+    return [p["metadata"]["name"] for p in alive]

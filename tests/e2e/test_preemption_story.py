@@ -80,10 +80,12 @@ def muster_and_evictor(
 class Teams:
     """Two team namespaces with their quotas, inside one test."""
 
-    def __init__(self, cluster: Cluster, a: dict[str, Any], b: dict[str, Any]) -> None:
+    def __init__(
+        self, cluster: Cluster, a: dict[str, Any], b: dict[str, Any], suffix: str = ""
+    ) -> None:
         self.cluster = cluster
-        self.a = f"{cluster.namespace}-a"
-        self.b = f"{cluster.namespace}-b"
+        self.a = f"{cluster.namespace}-a{suffix}"
+        self.b = f"{cluster.namespace}-b{suffix}"
         for namespace, spec in ((self.a, a), (self.b, b)):
             cluster.plane.create_namespace(namespace)
             create_quota(cluster, namespace, namespace, spec)

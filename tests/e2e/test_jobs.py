@@ -1,0 +1,258 @@
+"""Real workloads on real controllers (issue 24): batch/v1 Jobs submitted by label, their
+victims replaced by the Job controller, through a stock kube-scheduler.
+
+The control plane runs kube-controller-manager (Job, disruption, garbage-collector ...
+controllers); the kubelet stand-in runs each pod for the time its template asks
+(``kubelet.muster.dev/run-seconds``), then the pod succeeds.  Muster and the reference
+evictor run on the manifests' ServiceAccounts.
+
+Every story: four 8-GPU nodes; team A (min 32 = max 32 GPUs) and team B (min 0, max 32).
+Team B's filler Job runs four preemptible 8-GPU pods, one per node, borrowing all of it.
+Team A's training Job is a gang of four 8-GPU pods (pod-group label and min-available 4).
+Derived from DESIGN.md: team A is within its min (0 + 32 <= 32), so it reclaims from the
+borrower; the gang needs every node, so all four filler pods are the victims, the gang
+binds whole, and the filler's replacements (the Job controller re-creates evicted pods)
+are pending while the gang runs: the room is the gang's, and team B's borrowing cannot
+preempt team A's pods (they are not preemptible).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import localcluster as lc
+import pytest
+from e2e_support import Cluster, condition, make_job, make_pod
+from localcluster.common import parse_time
+from muster_process import MusterProcess
+from test_muster_extender import GPU
+from test_preemption_story import (  # noqa: F401 (fixtures)
+    PREEMPTIBLE,
+    TRAINER,
+    Teams,
+    muster_and_evictor,
+    tokens,
+)
+
+pytestmark = pytest.mark.e2e
+
+NODES = 4
+GANG_LABEL = "pod-group.scheduling.sigs.k8s.io"
+MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
+#: The recommended Job shape (README): an eviction, which sets DisruptionTarget, is not
+#: counted against backoffLimit; the pod is replaced.
+IGNORE_DISRUPTIONS = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+}
+
+
+def filler_job(run_seconds: float, **spec: Any) -> dict[str, Any]:
+    """Team B's filler: four preemptible 8-GPU pods at once."""
+    template = make_pod("filler", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE)
+    return make_job("filler", template, parallelism=NODES, run_seconds=run_seconds, **spec)
+
+
+def training_job(group: str, run_seconds: float, size: int = NODES) -> dict[str, Any]:
+    """Team A's gang: ``size`` 8-GPU pods, all or nothing."""
+    template = make_pod(
+        "train",
+        requests={"cpu": "4", GPU: 8},
+        labels={**TRAINER, GANG_LABEL: group},
+        annotations={MIN_AVAILABLE: str(size)},
+    )
+    return make_job(group, template, parallelism=size, run_seconds=run_seconds)
+
+
+def submit(cluster: Cluster, namespace: str, job: dict[str, Any]) -> None:
+    cluster.rest.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
+
+
+def job_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    job = cluster.rest.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+    status: dict[str, Any] = job.get("status", {})
+    return status
+
+
+def pods_by_node(cluster: Cluster, namespace: str, job: str) -> dict[str, str | None]:
+    """The Job's pods (not being deleted) → the node each is bound to."""
+    items = cluster.rest.request(
+        "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"job-name={job}"}
+    )["items"]
+    return {
+        p["metadata"]["name"]: p["spec"].get("nodeName")
+        for p in items
+        if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") != "Succeeded"
+    }
+
+
+def running(cluster: Cluster, namespace: str, job: str, count: int) -> list[str] | None:
+    """The Job's pods once ``count`` of them are Running."""
+    items = cluster.rest.request(
+        "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"job-name={job}"}
+    )["items"]
+    names = [p["metadata"]["name"] for p in items if p["status"].get("phase") == "Running"]
+    return names if len(names) == count else None
+
+
+def describe(cluster: Cluster, namespace: str) -> list[tuple[Any, ...]]:
+    """Every pod of ``namespace``: name, phase, node, being deleted (failure reports)."""
+    items = cluster.rest.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+    return [
+        (
+            p["metadata"]["name"],
+            p["status"].get("phase"),
+            p["spec"].get("nodeName"),
+            bool(p["metadata"].get("deletionTimestamp")),
+        )
+        for p in items
+    ]
+
+
+def replaced(
+    cluster: Cluster, namespace: str, evicted: list[str], count: int
+) -> dict[str, str | None] | None:
+    """The filler's pods created after ``evicted`` were → their nodes, once there are
+    ``count``."""
+    fresh = {
+        name: node
+        for name, node in pods_by_node(cluster, namespace, "filler").items()
+        if name not in evicted
+    }
+    return fresh if len(fresh) == count else None
+
+
+@pytest.mark.parametrize("trials", [10])
+def test_a_job_gang_preempts_a_job_filler_whose_replacements_wait(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+    trials: int,
+) -> None:
+    """(a) 10 seeded trials with varied arrival gaps.  The filler Job runs four pods, one
+    per node; team A (min 16 = max 16) submits a 2-pod gang.  Derived from DESIGN.md:
+    team A is within its min, so it reclaims from the borrower; the gang needs two whole
+    nodes, so the victims are two filler pods (the most recently started, ties by name
+    — start times have a one-second resolution, so the test checks the victims are two
+    of those started last), the gang binds whole on their nodes, and the Job controller's
+    two replacements (after its back-off: 10 s, then 20 s for a second failure) stay
+    unbound while the gang runs: its room and team B's borrowing are both spent."""
+    for i in range(NODES):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    for seed in range(trials):
+        rng = random.Random(seed)
+        group = f"train-{seed}"
+        teams = Teams(
+            cluster,
+            {"min": {GPU: "16"}, "max": {GPU: "16"}},
+            {"min": {GPU: "0"}, "max": {GPU: "32"}},
+            suffix=f"-t{seed}",
+        )
+        try:
+            submit(cluster, teams.b, filler_job(600, podFailurePolicy=IGNORE_DISRUPTIONS))
+            fillers = lc.wait_until(
+                lambda teams=teams: running(cluster, teams.b, "filler", NODES),
+                timeout=60,
+                what=f"trial {seed}: the filler's four pods Running",
+            )
+            started = {
+                n: parse_time(teams.get(teams.b, n)["status"]["startTime"])  # type: ignore[index]
+                for n in fillers
+            }
+            time.sleep(rng.uniform(0.0, 1.5))  # the arrival gap this trial plays, not a wait
+            submit(cluster, teams.a, training_job(group, run_seconds=600, size=2))
+            lc.wait_until(
+                lambda teams=teams, group=group: running(cluster, teams.a, group, 2),
+                timeout=90,
+                what=f"trial {seed}: the gang Running whole",
+            )
+            preempted = sorted(
+                e["involvedObject"]["name"] for e in teams.events(teams.b, "Preempted")
+            )
+            assert len(preempted) == 2, (seed, preempted)
+            # The victims are among the latest started: none started before a survivor.
+            survivors = [n for n in fillers if n not in preempted]
+            assert min(started[n] for n in preempted) >= max(started[n] for n in survivors)
+            # Nothing of team A was ever a victim.
+            assert teams.events(teams.a, "Preempted") == []
+            try:
+                replacements = lc.wait_until(
+                    lambda teams=teams, fillers=fillers: replaced(cluster, teams.b, fillers, 2),
+                    timeout=60,
+                    what=f"trial {seed}: the filler's two replacements",
+                )
+            except TimeoutError as error:
+                raise AssertionError(f"{error}: {describe(cluster, teams.b)}") from None
+            # The Job controller has created them; they stay unbound while the gang runs
+            # (checked once more after kube-scheduler has had them for a scheduling cycle).
+            lc.wait_until(
+                lambda teams=teams, names=list(replacements): (
+                    all(condition(teams.get(teams.b, n) or {}, "PodScheduled") for n in names)
+                    or None
+                ),
+                timeout=30,
+                what=f"trial {seed}: kube-scheduler's verdict on the replacements",
+            )
+            again = replaced(cluster, teams.b, fillers, 2) or {}
+            assert all(node is None for node in again.values()), (seed, again)
+            assert job_status(cluster, teams.b, "filler").get("failed", 0) == 0
+        finally:
+            teams.cleanup()
+
+
+def test_an_evicted_job_with_the_recommended_failure_policy_completes(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    """(b) The filler Job has ``podFailurePolicy`` Ignore on ``DisruptionTarget`` and
+    ``backoffLimit: 0``: its four evicted pods do not count as failures (``status.failed``
+    stays 0); its replacements run once the gang (10 s) completes, and the filler Job
+    completes with four successes (each filler pod runs 20 s: long enough that the gang
+    evicts the first four before they finish)."""
+    for i in range(NODES):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "32"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        filler = filler_job(20, podFailurePolicy=IGNORE_DISRUPTIONS, backoffLimit=0)
+        submit(cluster, teams.b, filler)
+        lc.wait_until(
+            lambda: running(cluster, teams.b, "filler", NODES),
+            timeout=60,
+            what="the filler's four pods Running",
+        )
+        submit(cluster, teams.a, training_job("train", run_seconds=10))
+        lc.wait_until(
+            lambda: running(cluster, teams.a, "train", NODES), timeout=90, what="gang Running"
+        )
+        assert job_status(cluster, teams.b, "filler").get("failed", 0) == 0
+
+        def complete(name: str, namespace: str) -> dict[str, Any] | None:
+            status = job_status(cluster, namespace, name)
+            done = any(
+                c["type"] == "Complete" and c["status"] == "True"
+                for c in status.get("conditions", [])
+            )
+            return status if done else None
+
+        trained = lc.wait_until(
+            lambda: complete("train", teams.a), timeout=90, what="the gang's Job complete"
+        )
+        assert trained.get("succeeded") == NODES
+        filled = lc.wait_until(
+            lambda: complete("filler", teams.b), timeout=120, what="the filler Job complete"
+        )
+        assert filled.get("succeeded") == NODES and filled.get("failed", 0) == 0, filled
+        # The pods that completed the filler are the replacements, and each started only
+        # once the gang had ended (start times have a resolution of one second).
+        assert len(teams.events(teams.b, "Preempted")) == NODES
+        items = cluster.rest.request(
+            "GET", f"/api/v1/namespaces/{teams.b}/pods", query={"labelSelector": "job-name=filler"}
+        )["items"]
+        done = [p for p in items if p["status"].get("phase") == "Succeeded"]
+        assert len(done) == NODES
+        ended = parse_time(trained["completionTime"])
+        assert all(parse_time(p["status"]["startTime"]) >= ended - 1 for p in done), done
+    finally:
+        teams.cleanup()
