@@ -1,10 +1,10 @@
 """The live cluster as a :class:`extender.service.ClusterSource`: informers feed a snapshot.
 
-Pods, Nodes, PriorityClasses, PodDisruptionBudgets, ElasticQuotas and PodGroups (both
-``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are
-installed) are listed and watched; every event is translated by the core's
-parsers and applied to one :class:`ClusterState` under a lock, which decisions
-hold while they read.  Ready once every informer has listed once.  An object
+Pods, Nodes, PriorityClasses, PodDisruptionBudgets, ElasticQuotas, PodGroups (both
+``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are installed) and
+batch/v1 Jobs (whether they still exist) are listed and watched; every event is
+translated by the core's parsers and applied to one :class:`ClusterState` under a lock,
+which decisions hold while they read.  Ready once every informer has listed once.  An object
 the parsers reject is skipped and counted, never fatal.
 """
 
@@ -87,6 +87,7 @@ class KubeSource:
                 for group in QUOTA_GROUPS
             ),
             Informer(client, "/apis/policy/v1/poddisruptionbudgets", self._on_budget),
+            Informer(client, "/apis/batch/v1/jobs", self._on_job, keep_objects=False),
             Informer(client, "/api/v1/pods", self._on_pod, keep_objects=False),
         ]
         #: The health of the informers and of every background thread registered with it.
@@ -297,6 +298,18 @@ class KubeSource:
                     self.snapshot.set_pod_group(group)
 
         return handle
+
+    def _on_job(self, kind: str, obj: Json) -> None:
+        """A batch/v1 Job deleted, or being deleted, re-creates no pod: the room its
+        pods left for replacements is let go (see ``ClusterState.forget_owner``)."""
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "default")
+        controller = f"Job/{metadata.get('name')}"
+        with self.state_lock:
+            if kind == "DELETED" or metadata.get("deletionTimestamp"):
+                self.snapshot.forget_owner(namespace, controller)
+            else:
+                self.snapshot.owner_present(namespace, controller)
 
     def _on_budget(self, kind: str, obj: Json) -> None:
         with self.state_lock:

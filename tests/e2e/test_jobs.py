@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import localcluster as lc
@@ -27,9 +28,11 @@ import pytest
 from e2e_support import Cluster, condition, make_job, make_pod
 from localcluster.common import parse_time
 from muster_process import MusterProcess
+from test_lifecycle import job_pods, muster_without_evictor
 from test_muster_extender import GPU
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
+    SOFT_EVICTION,
     TRAINER,
     Teams,
     muster_and_evictor,
@@ -256,3 +259,87 @@ def test_an_evicted_job_with_the_recommended_failure_policy_completes(
         assert all(parse_time(p["status"]["startTime"]) >= ended - 1 for p in done), done
     finally:
         teams.cleanup()
+
+
+def test_deleting_the_preemptor_job_releases_its_room_and_takes_back_its_marks(
+    cluster: Cluster,
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811
+) -> None:
+    """(d) Garbage collection.  Two nodes, the filler Job on both (60 s grace period);
+    team A (min 16 = max 16) submits a 2-pod gang Job, so both filler pods are marked (no
+    evictor runs: the test plays one, for one victim only).  One victim starts
+    terminating; then the gang's Job is deleted and the garbage collector deletes its
+    pods.  Derived from DESIGN.md (a plan whose job is gone is undone): Muster releases
+    the job's reservation, takes back the mark of the victim not yet leaving (label gone,
+    ``DisruptionTarget`` False), and the terminating one goes on terminating."""
+    with muster_without_evictor(control_plane, tmp_path, tokens, 300) as muster:
+        for i in range(2):
+            cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+        teams = Teams(
+            cluster,
+            {"min": {GPU: "16"}, "max": {GPU: "16"}},
+            {"min": {GPU: "0"}, "max": {GPU: "32"}},
+        )
+        try:
+            template = make_pod(
+                "filler", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE, grace_seconds=60
+            )
+            submit(cluster, teams.b, make_job("filler", template, parallelism=2))
+            fillers = lc.wait_until(
+                lambda: running(cluster, teams.b, "filler", 2), timeout=60, what="filler Running"
+            )
+            submit(cluster, teams.a, training_job("train", run_seconds=600, size=2))
+
+            def marked() -> list[str] | None:
+                pods = [teams.get(teams.b, n) or {} for n in fillers]
+                return (
+                    fillers if all(SOFT_EVICTION in p["metadata"]["labels"] for p in pods) else None
+                )
+
+            lc.wait_until(marked, timeout=30, what="both filler pods marked for the gang")
+            job = f"{teams.a}/train"
+            lc.wait_until(
+                lambda: (muster.debug("jobs").get(job) or {}).get("reservation") or None,
+                timeout=15,
+                what="the gang's reservation",
+            )
+            leaving, kept = sorted(fillers)
+            cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.b}/pods/{leaving}")
+            cluster.rest.request(
+                "DELETE",
+                f"/apis/batch/v1/namespaces/{teams.a}/jobs/train",
+                query={"propagationPolicy": "Background"},
+            )
+            lc.wait_until(
+                lambda: not job_pods(cluster, teams.a, "train") or None,
+                timeout=30,
+                what="the garbage collector deleting the gang's pods",
+            )
+            try:
+                lc.wait_until(
+                    lambda: (
+                        (muster.debug("jobs").get(job) or {}).get("reservation") is None or None
+                    ),
+                    timeout=30,
+                    what="the gang's reservation released",
+                )
+            except TimeoutError as error:
+                seen = muster.debug("jobs").get(job)
+                raise AssertionError(f"{error}: {seen}; {describe(cluster, teams.a)}") from None
+
+            def taken_back() -> dict[str, Any] | None:
+                pod = teams.get(teams.b, kept) or {}
+                target = condition(pod, "DisruptionTarget") or {}
+                unmarked = SOFT_EVICTION not in (pod.get("metadata", {}).get("labels") or {})
+                return pod if unmarked and target.get("status") == "False" else None
+
+            pod = lc.wait_until(taken_back, timeout=30, what=f"{kept}'s mark taken back")
+            assert pod["status"]["phase"] == "Running" and not pod["metadata"].get(
+                "deletionTimestamp"
+            )
+            still = teams.get(teams.b, leaving) or {}
+            assert still.get("metadata", {}).get("deletionTimestamp"), still
+        finally:
+            teams.cleanup()

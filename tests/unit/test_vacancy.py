@@ -256,3 +256,45 @@ def test_extending_the_reservation_keeps_its_vacancies() -> None:
     snap.add_reservation(longer)
     assert snap.book.vacancies_of(JOB) == ["team-a/t-1#vacated"]
     assert free_gpus(snap, "n1") == 0 and used_gpus(snap) == "16"
+
+
+def test_a_deleted_job_lets_its_vacated_room_go_and_its_plan_ends() -> None:
+    # t-0 (owned by the Job "train") is deleted: its room is kept for a replacement.  Then
+    # the Job itself is seen deleted: nothing will replace t-0, so the room goes at once
+    # (no need to wait the 60 s), the reservation holding nothing ends, and the plan is
+    # undone as for any job that is gone (b-0's mark taken back).
+    snap = state({"team-a/t-0": "n0"}, marked_victim())
+    snap.remove_pod("team-a/t-0", now=T0 + 5)
+    assert snap.forget_owner("team-a", "Job/train")
+    assert snap.book.vacancies == {}
+    assert free_gpus(snap, "n0") == 8 and used_gpus(snap) == "0"
+    assert JOB not in snap.reservations
+    extended, ended = settle_reservations(snap, T0 + 6)
+    assert extended == []
+    assert [(p.why, [v.key for v in p.unmark]) for p in ended] == [
+        ("the job is gone", ["team-b/b-0"])
+    ]
+
+
+def test_a_pod_of_a_deleted_job_leaves_no_vacancy() -> None:
+    # The Job is seen deleted first (a background deletion removes the owner, then the
+    # garbage collector its pods): the pod deleted after it is not coming back.
+    snap = state(TWO)
+    assert not snap.forget_owner("team-a", "Job/train")  # no room was vacated yet
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    assert snap.book.vacancies == {}
+    assert free_gpus(snap, "n1") == 8 and used_gpus(snap) == "8"
+
+
+def test_only_the_deleted_jobs_room_goes() -> None:
+    # Another namespace's Job of the same name, and another Job of this namespace, are
+    # not the deleted one; a Job created again under the deleted name re-creates pods.
+    snap = state(TWO)
+    snap.remove_pod("team-a/t-1", now=T0 + 5)
+    assert not snap.forget_owner("team-b", "Job/train")
+    assert not snap.forget_owner("team-a", "Job/other")
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-1#vacated"]
+    snap.forget_owner("team-a", "Job/train")
+    snap.owner_present("team-a", "Job/train")
+    snap.remove_pod("team-a/t-0", now=T0 + 6)
+    assert snap.book.vacancies_of(JOB) == ["team-a/t-0#vacated"]

@@ -63,6 +63,8 @@ class ClusterState:
         self.node_memo: NodeMemo = {}
         self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group")
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
+        #: Controllers seen deleted, ``namespace/Kind/name``: their pods do not come back.
+        self._gone_owners: OrderedDict[str, None] = OrderedDict()
         #: Counts changes that free room only Muster sees (quotas replaced, reservations
         #: and admission holds let go): what makes parked pods worth a nudge.
         self.room_epoch = 0
@@ -137,7 +139,11 @@ class ClusterState:
         reserved = self.book.reserved(key)
         if reserved is not None:
             # Only a pod a controller owns comes back: a bare pod's room goes with it.
-            replaced = pod.controller is not None and pod.node_name is None
+            replaced = (
+                pod.controller is not None
+                and pod.node_name is None
+                and f"{pod.namespace}/{pod.controller}" not in self._gone_owners
+            )
             if now is not None and quota is not None and replaced:
                 until = now + self.args.vacated_room_seconds
                 vacancy = Vacancy(
@@ -203,6 +209,28 @@ class ClusterState:
         """The PodGroup is gone (or unreadable): its pods are a job of all of them."""
         self._pod_groups.pop(f"{namespace}/{name}", None)
 
+    def forget_owner(self, namespace: str, controller: str) -> bool:
+        """The controller ``Kind/name`` in ``namespace`` is deleted (or being deleted):
+        it re-creates no pod.  The room its deleted pods left for their replacements is
+        let go now, and its pods removed later leave none; a reservation left holding
+        nothing then ends as its job is gone.  Returns whether any room was let go."""
+        key = f"{namespace}/{controller}"
+        self._gone_owners[key] = None
+        self._gone_owners.move_to_end(key)
+        if len(self._gone_owners) > REMOVED_PODS_REMEMBERED:
+            self._gone_owners.popitem(last=False)
+        gone = sorted(
+            holder
+            for holder, vacancy in self.book.vacancies.items()
+            if vacancy.controller == controller and vacancy.job.startswith(f"{namespace}/")
+        )
+        self._let_vacancies_go(gone)
+        return bool(gone)
+
+    def owner_present(self, namespace: str, controller: str) -> None:
+        """The controller ``Kind/name`` exists (again, under a name once deleted)."""
+        self._gone_owners.pop(f"{namespace}/{controller}", None)
+
     def set_budget(self, budget: DisruptionBudget) -> None:
         """Record a PodDisruptionBudget (its selector and ``disruptionsAllowed``)."""
         self.budgets[budget.key] = budget
@@ -258,12 +286,16 @@ class ClusterState:
         """Let go the vacated room no new pod took in time; return the vacated keys.  A
         reservation left holding nothing ends with it."""
         expired = sorted(key for key, v in self.book.vacancies.items() if v.until <= now)
-        for key in expired:
-            job = self._release_vacancy(key).job
+        self._let_vacancies_go(expired)
+        return expired
+
+    def _let_vacancies_go(self, holders: Iterable[str]) -> None:
+        """Release vacated room; a reservation left holding nothing ends with it."""
+        for holder in holders:
+            job = self._release_vacancy(holder).job
             self.room_epoch += 1
             if job in self.book.reservations and not self.book.holds_room(job):
                 self.remove_reservation(job)  # with its tombstone
-        return expired
 
     def expire_reservations(self, now: float) -> list[Reservation]:
         """End the reservations whose time is up; return them."""
