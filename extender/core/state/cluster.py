@@ -5,7 +5,8 @@ it keeps what decisions read without walking the whole cluster: the objects (nod
 pods, the quota tree, pod groups, disruption budgets); per job its pods, the pods
 marked for it, per node the pods nominated to it; and the indexes of their own modules: node usage
 (:mod:`.nodes`), the quota ledger (:mod:`quota.accounting`), victim units
-(:mod:`.victims`), reservations and admission holds (:mod:`.book`).
+(:mod:`.victims`), reservations and admission holds (:mod:`.book`); its mixins :mod:`.room`
+(held room added, ended, expired) and :mod:`.jobview` (what it knows per job).
 
 Every change to a pod reaches every index through one path, :meth:`ClusterState._count`
 (the old version out, the new one in).  A pod *counts as used* when it is bound, or
@@ -22,14 +23,16 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from base import keys
-from base.errors import ManifestError
 from base.resources import Resources
 from extender.core.budgets import DisruptionBudget
 from extender.core.config import MusterArgs
-from extender.core.jobs import PodGroupInfo, is_preemptible, min_available_annotation
+from extender.core.jobs import PodGroupInfo, is_preemptible
 from extender.core.objects import NodeInfo, PodInfo
 from extender.core.state.book import Reservation, ReservationBook, Vacancy
+from extender.core.state.errors import UnknownQuotaError
+from extender.core.state.jobview import JobsMixin
 from extender.core.state.nodes import NodeUsage
+from extender.core.state.room import RoomMixin
 from extender.core.state.victims import VictimIndex
 from quota.accounting import QuotaLedger
 from quota.tree import QuotaSpec, QuotaTree
@@ -42,11 +45,7 @@ NodeMemo = dict[tuple[object, ...], frozenset[str]]
 REMOVED_PODS_REMEMBERED = 10_000
 
 
-class UnknownQuotaError(LookupError):
-    """A pod names a quota that does not exist."""
-
-
-class ClusterState:
+class ClusterState(RoomMixin, JobsMixin):
     """Nodes, pods, quotas, pod groups and reservations, with the indexes decisions need."""
 
     def __init__(self, args: MusterArgs | None = None, quotas: Iterable[QuotaSpec] = ()) -> None:
@@ -201,137 +200,12 @@ class ClusterState:
             else:
                 self._forget_if_empty(vacancy.job)
 
-    def set_pod_group(self, group: PodGroupInfo) -> None:
-        """Record a PodGroup (its ``minMember`` and schedule timeout)."""
-        self._pod_groups[group.job] = group
-
-    def forget_pod_group(self, namespace: str, name: str) -> None:
-        """The PodGroup is gone (or unreadable): its pods are a job of all of them."""
-        self._pod_groups.pop(f"{namespace}/{name}", None)
-
-    def forget_owner(self, namespace: str, controller: str) -> bool:
-        """The controller ``Kind/name`` in ``namespace`` is deleted (or being deleted):
-        it re-creates no pod.  The room its deleted pods left for their replacements is
-        let go now, and its pods removed later leave none; a reservation left holding
-        nothing then ends as its job is gone.  Returns whether any room was let go."""
-        key = f"{namespace}/{controller}"
-        self._gone_owners[key] = None
-        self._gone_owners.move_to_end(key)
-        if len(self._gone_owners) > REMOVED_PODS_REMEMBERED:
-            self._gone_owners.popitem(last=False)
-        gone = sorted(
-            holder
-            for holder, vacancy in self.book.vacancies.items()
-            if vacancy.controller == controller and vacancy.job.startswith(f"{namespace}/")
-        )
-        self._let_vacancies_go(gone)
-        return bool(gone)
-
-    def owner_present(self, namespace: str, controller: str) -> None:
-        """The controller ``Kind/name`` exists (again, under a name once deleted)."""
-        self._gone_owners.pop(f"{namespace}/{controller}", None)
-
     def set_budget(self, budget: DisruptionBudget) -> None:
         """Record a PodDisruptionBudget (its selector and ``disruptionsAllowed``)."""
         self.budgets[budget.key] = budget
 
     def forget_budget(self, namespace: str, name: str) -> None:
         self.budgets.pop(f"{namespace}/{name}", None)
-
-    def add_reservation(self, reservation: Reservation) -> None:
-        """Hold room for a job's pending pods on the nodes the plan chose (a reserved pod's
-        admission hold, if any, ends: the reservation charges its quota now)."""
-        old = self.book.reservations.get(reservation.job)
-        # The same room held longer (settling extends it): room kept for pods being
-        # re-created stays; a new plan (placements changed) counted it as the job's own.
-        same_room = old is not None and old.placements == reservation.placements
-        vacancies = [self.book.vacancies[h] for h in self.book.vacancies_of(reservation.job)]
-        self._drop_reservation(reservation.job)
-        self.book.reservations[reservation.job] = reservation
-        if same_room:
-            for vacancy in vacancies:
-                self._hold_vacancy(vacancy)
-        for pod_key, node in reservation.placements.items():
-            pod = self.pods.get(pod_key)
-            if pod is None or pod.node_name is not None:
-                continue
-            with self._reindexing(pod_key):
-                self.book.reserve(pod_key, reservation.job, node)
-                self.book.unhold(pod_key)
-
-    def remove_reservation(self, job: str) -> Reservation | None:
-        """Let the job's reservation go (ended, released): a persisted copy of it read back
-        later is stale (see :attr:`ReservationBook.released`)."""
-        reservation = self._drop_reservation(job)
-        if reservation is not None:
-            released = self.book.released.get(job, reservation.created)
-            self.book.released[job] = max(released, reservation.created)
-        return reservation
-
-    def _drop_reservation(self, job: str) -> Reservation | None:
-        reservation = self.book.reservations.pop(job, None)
-        if reservation is None:
-            return None
-        self.room_epoch += 1
-        for pod_key in reservation.placements:
-            reserved = self.book.reserved(pod_key)
-            if reserved is not None and reserved[0] == job:
-                with self._reindexing(pod_key):
-                    self.book.unreserve(pod_key)
-        for vacated in self.book.vacancies_of(job):
-            self._release_vacancy(vacated)
-        return reservation
-
-    def expire_vacancies(self, now: float) -> list[str]:
-        """Let go the vacated room no new pod took in time; return the vacated keys.  A
-        reservation left holding nothing ends with it."""
-        expired = sorted(key for key, v in self.book.vacancies.items() if v.until <= now)
-        self._let_vacancies_go(expired)
-        return expired
-
-    def _let_vacancies_go(self, holders: Iterable[str]) -> None:
-        """Release vacated room; a reservation left holding nothing ends with it."""
-        for holder in holders:
-            job = self._release_vacancy(holder).job
-            self.room_epoch += 1
-            if job in self.book.reservations and not self.book.holds_room(job):
-                self.remove_reservation(job)  # with its tombstone
-
-    def expire_reservations(self, now: float) -> list[Reservation]:
-        """End the reservations whose time is up; return them."""
-        expired = [r for r in self.book.reservations.values() if r.expires <= now]
-        for reservation in expired:
-            self.remove_reservation(reservation.job)
-        return expired
-
-    def hold_quota(self, job: str, pod_keys: Iterable[str], until: float) -> None:
-        """Charge these pending pods of an admitted job to its quota until ``until``, so a
-        job admitted whole cannot lose the rest of its room to a job admitted meanwhile."""
-        self.book.extend_hold(job, until)
-        for key in pod_keys:
-            pod = self.pods.get(key)
-            if pod is None or self.book.is_held(key) or self.counts_as_used(pod):
-                continue
-            with self._reindexing(key):
-                self.book.hold(key, job)
-
-    def release_quota_hold(self, key: str) -> None:
-        """End one pod's admission hold (turned away since it was admitted)."""
-        if self.book.is_held(key):
-            self.room_epoch += 1
-            with self._reindexing(key):
-                self.book.unhold(key)
-
-    def release_quota_holds(self, now: float) -> list[str]:
-        """End the holds whose time is up; return their jobs."""
-        ended = self.book.end_holds(now)
-        if ended:
-            self.room_epoch += 1
-        for _job, held in ended:
-            for key in held:
-                with self._reindexing(key):
-                    self.book.unhold(key)
-        return [job for job, _held in ended]
 
     # ---- reading: pods, jobs, quotas -----------------------------------------------
 
@@ -372,33 +246,6 @@ class ClusterState:
     def quota_held(self, pod_key: str) -> bool:
         return self.book.is_held(pod_key)
 
-    def marked_victims(self, job: str) -> Collection[str]:
-        """Keys of the pods still present whose soft-eviction mark names ``job``: its
-        victims on their way out (the job is in flight while there are any)."""
-        return self._marked_for.get(job, ())
-
-    def marked_pods(self, job: str) -> list[PodInfo]:
-        """The pods of :meth:`marked_victims`, by key."""
-        return [self.pods[key] for key in sorted(self._marked_for.get(job, ()))]
-
-    def jobs_with_marked_victims(self) -> Collection[str]:
-        """The jobs some present pod's soft-eviction mark names."""
-        return self._marked_for.keys()
-
-    def leaving(self) -> list[PodInfo]:
-        """The bound pods in flight out of the cluster, by key: marked for soft eviction,
-        terminating, preempted by kube-scheduler, or promised as victims to a job's
-        reservation.  A plan counts them as gone for every rule it keeps (quota usage,
-        guarantees, budgets, node room: :meth:`Overlay.settled
-        <extender.core.state.overlay.Overlay>`), so two plans in a row decide what they
-        would after the first one's victims left."""
-        keys_ = set(self._departing)
-        for key in self.book.promised_victims():
-            pod = self.pods.get(key)
-            if pod is not None and pod.node_name is not None and not pod.finished:
-                keys_.add(key)
-        return [self.pods[key] for key in sorted(keys_)]
-
     def nominated_to(self, node: str) -> Collection[str]:
         """Keys of the pending pods whose ``status.nominatedNodeName`` is ``node``."""
         return self._nominated.get(node, ())
@@ -411,54 +258,6 @@ class ClusterState:
         """The job a reserved pod belongs to."""
         reserved = self.book.reserved(pod_key)
         return reserved[0] if reserved is not None else None
-
-    def job_pods(self, job: str) -> list[PodInfo]:
-        """The job's pods, in a stable order (by name)."""
-        return [self.pods[key] for key in sorted(self._jobs.get(job, ()))]
-
-    def job_members(self, job: str) -> Collection[str]:
-        """The keys of the job's pods, unordered (cheaper than :meth:`job_pods`)."""
-        return self._jobs.get(job, ())
-
-    def min_available(self, job: str) -> int:
-        """How many of the job's pods must run together (default: all of them)."""
-        declared = self.declared_min_available(job)
-        return declared if declared is not None else len(self._jobs.get(job, ()))
-
-    def declared_min_available(self, job: str) -> int | None:
-        """The job's size as declared (PodGroup ``minMember``, else the min-available
-        annotation); ``None`` when it is not, and only the pods seen so far tell."""
-        group = self._pod_groups.get(job)
-        if group is not None and group.min_member is not None:
-            return group.min_member
-        for pod in self.job_pods(job):
-            try:
-                declared = min_available_annotation(pod)
-            except ManifestError:
-                continue  # not a number: ignored here (simulate rejects it outright)
-            if declared is not None:
-                return declared
-        return None
-
-    def last_joined(self, job: str) -> float | None:
-        """When the newest pod of a pod-group job was first seen (live), or created."""
-        return self._joined.get(job)
-
-    def joined(self) -> Mapping[str, float]:
-        """:meth:`last_joined` of every pod-group job."""
-        return self._joined
-
-    def pod_group(self, job: str) -> PodGroupInfo | None:
-        """The job's PodGroup, if it has one."""
-        return self._pod_groups.get(job)
-
-    def gang_timeout_seconds(self, job: str) -> float:
-        """How long the job may have fewer than min-available pods bound: its PodGroup's
-        ``scheduleTimeoutSeconds``, else ``gangTimeoutSeconds``."""
-        group = self._pod_groups.get(job)
-        if group is not None and group.schedule_timeout_seconds is not None:
-            return float(group.schedule_timeout_seconds)
-        return self.args.gang_timeout_seconds
 
     # ---- reading: nodes and victims ------------------------------------------------
 
@@ -587,64 +386,6 @@ class ClusterState:
         quota = self._pod_quota[members[0]] if members else ""
         whole = len(members) == len(self._jobs.get(job, ()))
         self.victims.update(job, quota, [self.pods[key] for key in members], whole)
-
-    def _drop_reserved_pod(self, key: str) -> None:
-        """A reserved pod bound or went away: it no longer holds reserved room."""
-        self._forget_if_empty(self.book.unreserve(key))
-
-    def _forget_if_empty(self, job: str) -> None:
-        """A reservation no pod or vacancy holds room for any more is done."""
-        if job in self.book.reservations and not self.book.holds_room(job):
-            del self.book.reservations[job]
-
-    def _hold_vacancy(self, vacancy: Vacancy) -> None:
-        """Keep a deleted pod's reserved room under the vacancy's own holder key: on its
-        node, and charged to its quota as used, as the pod was."""
-        holder = vacancy.holder
-        self.book.vacancies[holder] = vacancy
-        self.book.reserve(holder, vacancy.job, vacancy.node)
-        self.node_usage.hold(vacancy.node, holder, vacancy.requests)
-        self.ledger.charge(
-            vacancy.quota, vacancy.requests, preemptible=vacancy.preemptible, used=True, sign=1
-        )
-
-    def _release_vacancy(self, holder: str) -> Vacancy:
-        vacancy = self.book.vacancies.pop(holder)
-        self.book.unreserve(holder)
-        self.node_usage.release(vacancy.node, holder)
-        self.ledger.charge(
-            vacancy.quota, vacancy.requests, preemptible=vacancy.preemptible, used=True, sign=-1
-        )
-        return vacancy
-
-    def _fill_vacancy(self, pod: PodInfo, reservation: Reservation) -> None:
-        """A new pending pod of a job with vacated room takes a vacancy of its shape, quota
-        and controller (its own name's first: a StatefulSet re-creates a pod under it)."""
-        vacated = self.book.vacancies_of(pod.job)
-        if not vacated:
-            return
-        try:
-            quota = self._resolve_quota(pod)
-        except UnknownQuotaError:
-            return
-        vacancies = sorted(
-            (self.book.vacancies[holder] for holder in vacated),
-            key=lambda v: (v.pod_key != pod.key, v.pod_key),
-        )
-        for vacancy in vacancies:
-            if (
-                vacancy.quota == quota
-                and vacancy.controller == pod.controller
-                and dict(vacancy.requests) == dict(pod.requests)
-            ):
-                self._release_vacancy(vacancy.holder)
-                placements = {**reservation.placements, pod.key: vacancy.node}
-                self.book.reservations[pod.job] = dataclasses.replace(
-                    reservation, placements=placements
-                )
-                self.book.reserve(pod.key, pod.job, vacancy.node)
-                self.room_epoch += 1  # a pod parked before this may fit now
-                return
 
 
 def _member(index: dict[str, set[str]], at: str, key: str, sign: int) -> None:

@@ -1,0 +1,114 @@
+"""What the state knows per job: the part of :class:`~extender.core.state.ClusterState`
+that answers for a job (its pods, its declared size and pod group, when its newest pod
+joined, the pods marked for it) and which pods are leaving.
+
+A mixin of ``ClusterState``, reading the indexes ``ClusterState`` keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
+
+from base.errors import ManifestError
+from extender.core.config import MusterArgs
+from extender.core.jobs import PodGroupInfo, min_available_annotation
+from extender.core.objects import PodInfo
+from extender.core.state.book import ReservationBook
+
+
+class JobsMixin:
+    """Per-job reads of :class:`ClusterState`, and its pod groups."""
+
+    if TYPE_CHECKING:
+        args: MusterArgs
+        pods: dict[str, PodInfo]
+        book: ReservationBook
+        _pod_groups: dict[str, PodGroupInfo]
+        _jobs: dict[str, set[str]]
+        _marked_for: dict[str, set[str]]
+        _departing: set[str]
+        _joined: dict[str, float]
+
+    def set_pod_group(self, group: PodGroupInfo) -> None:
+        """Record a PodGroup (its ``minMember`` and schedule timeout)."""
+        self._pod_groups[group.job] = group
+
+    def forget_pod_group(self, namespace: str, name: str) -> None:
+        """The PodGroup is gone (or unreadable): its pods are a job of all of them."""
+        self._pod_groups.pop(f"{namespace}/{name}", None)
+
+    def marked_victims(self, job: str) -> Collection[str]:
+        """Keys of the pods still present whose soft-eviction mark names ``job``: its
+        victims on their way out (the job is in flight while there are any)."""
+        return self._marked_for.get(job, ())
+
+    def marked_pods(self, job: str) -> list[PodInfo]:
+        """The pods of :meth:`marked_victims`, by key."""
+        return [self.pods[key] for key in sorted(self._marked_for.get(job, ()))]
+
+    def jobs_with_marked_victims(self) -> Collection[str]:
+        """The jobs some present pod's soft-eviction mark names."""
+        return self._marked_for.keys()
+
+    def leaving(self) -> list[PodInfo]:
+        """The bound pods in flight out of the cluster, by key: marked for soft eviction,
+        terminating, preempted by kube-scheduler, or promised as victims to a job's
+        reservation.  A plan counts them as gone for every rule it keeps (quota usage,
+        guarantees, budgets, node room: :meth:`Overlay.settled
+        <extender.core.state.overlay.Overlay>`), so two plans in a row decide what they
+        would after the first one's victims left."""
+        keys_ = set(self._departing)
+        for key in self.book.promised_victims():
+            pod = self.pods.get(key)
+            if pod is not None and pod.node_name is not None and not pod.finished:
+                keys_.add(key)
+        return [self.pods[key] for key in sorted(keys_)]
+
+    def job_pods(self, job: str) -> list[PodInfo]:
+        """The job's pods, in a stable order (by name)."""
+        return [self.pods[key] for key in sorted(self._jobs.get(job, ()))]
+
+    def job_members(self, job: str) -> Collection[str]:
+        """The keys of the job's pods, unordered (cheaper than :meth:`job_pods`)."""
+        return self._jobs.get(job, ())
+
+    def min_available(self, job: str) -> int:
+        """How many of the job's pods must run together (default: all of them)."""
+        declared = self.declared_min_available(job)
+        return declared if declared is not None else len(self._jobs.get(job, ()))
+
+    def declared_min_available(self, job: str) -> int | None:
+        """The job's size as declared (PodGroup ``minMember``, else the min-available
+        annotation); ``None`` when it is not, and only the pods seen so far tell."""
+        group = self._pod_groups.get(job)
+        if group is not None and group.min_member is not None:
+            return group.min_member
+        for pod in self.job_pods(job):
+            try:
+                declared = min_available_annotation(pod)
+            except ManifestError:
+                continue  # not a number: ignored here (simulate rejects it outright)
+            if declared is not None:
+                return declared
+        return None
+
+    def last_joined(self, job: str) -> float | None:
+        """When the newest pod of a pod-group job was first seen (live), or created."""
+        return self._joined.get(job)
+
+    def joined(self) -> Mapping[str, float]:
+        """:meth:`last_joined` of every pod-group job."""
+        return self._joined
+
+    def pod_group(self, job: str) -> PodGroupInfo | None:
+        """The job's PodGroup, if it has one."""
+        return self._pod_groups.get(job)
+
+    def gang_timeout_seconds(self, job: str) -> float:
+        """How long the job may have fewer than min-available pods bound: its PodGroup's
+        ``scheduleTimeoutSeconds``, else ``gangTimeoutSeconds``."""
+        group = self._pod_groups.get(job)
+        if group is not None and group.schedule_timeout_seconds is not None:
+            return float(group.schedule_timeout_seconds)
+        return self.args.gang_timeout_seconds
