@@ -32,7 +32,9 @@ first time one of its pods asks:
   strategy: ``backoffBaseSeconds`` doubling per attempt up to ``backoffMaxSeconds``;
   past ``backoffLimitCount`` attempts, for good).
 
-Pure: decisions read the state and return effects (:mod:`extender.core.effects`).
+A gang's size and arrival live in :mod:`extender.core.gangsize`, its backoff and status in
+:mod:`extender.core.gangstatus`.  Pure: decisions read the state and return effects
+(:mod:`extender.core.effects`).
 """
 
 from __future__ import annotations
@@ -41,11 +43,18 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from base import keys
-from base.errors import ManifestError
 from extender.core.effects import Effect, HoldRoom, ReleaseQuotaHold, ReleaseRoom
-from extender.core.jobs import min_available_annotation
-from extender.core.objects import PodInfo, format_time
+from extender.core.gangsize import (
+    arriving_reason,
+    bound_count,
+    gang_size,
+    is_gang,
+    live_pods,
+    still_arriving,
+    waiting_for_pods,
+)
+from extender.core.gangstatus import backoff_reason
+from extender.core.objects import PodInfo
 from extender.core.preemption.fit import JobFit, shape_of
 from extender.core.scheduling import (
     FilterResult,
@@ -53,7 +62,7 @@ from extender.core.scheduling import (
     admission_hold,
     filter_nodes,
 )
-from extender.core.state import ClusterState, GangBackoff, Reservation
+from extender.core.state import ClusterState, Reservation
 
 #: How many times a plan is redone when kube-scheduler refuses the node it gave the pod.
 _REPLANS = 3
@@ -87,229 +96,6 @@ class GangWait:
     job: str
     reason: str
     resolvable: bool
-
-
-def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
-    """The min-available of ``pod``'s job, counting ``pod`` itself: kube-scheduler can
-    ask about a pod before Muster's informer has seen it (its own annotation may be the
-    only declaration, or it may be one pod more of a job of all its pods).  Undeclared,
-    it is the pods that exist, which the filter trusts only once they stopped arriving
-    (:func:`still_arriving`)."""
-    declared = snapshot.declared_min_available(pod.job)
-    if declared is None:
-        try:
-            declared = min_available_annotation(pod)
-        except ManifestError:
-            declared = None
-    if declared is not None:
-        return declared
-    members = snapshot.job_members(pod.job)
-    return len(members) + (0 if pod.key in members else 1)
-
-
-def size_declared(snapshot: ClusterState, pod: PodInfo) -> bool:
-    """Does a PodGroup ``minMember`` or a min-available annotation say how many pods
-    ``pod``'s job has?"""
-    if snapshot.declared_min_available(pod.job) is not None:
-        return True
-    try:
-        return min_available_annotation(pod) is not None
-    except ManifestError:
-        return False
-
-
-def still_arriving(snapshot: ClusterState, pod: PodInfo, now: float) -> bool:
-    """Is ``pod``'s job a pod group of undeclared size whose pods may still be arriving?
-
-    Without a declared size, a gang is the pods that exist, and kube-scheduler asks about
-    the first one before its siblings are created (a Job controller creates them one
-    after another): so until no pod has joined it for ``gangSettleSeconds``, and while
-    nothing of it is bound, reserved or held, the job is not decided.  A pod the state
-    has not seen yet has just joined."""
-    if pod.group is None or size_declared(snapshot, pod):
-        return False
-    settle = snapshot.args.gang_settle_seconds
-    if pod.key in snapshot.pods:
-        joined = snapshot.last_joined(pod.job)
-        if joined is None or now - joined >= settle:
-            return False
-    elif settle <= 0:
-        return False
-    job = pod.job
-    if job in snapshot.reservations or bound_count(snapshot, job):
-        return False  # placed already: pods joining later are checked as they come
-    return not any(snapshot.quota_held(key) for key in snapshot.job_members(job))
-
-
-def settles_at(snapshot: ClusterState, job: str, now: float) -> float | None:
-    """When ``job``, a gang of undeclared size still arriving, will have had no pod join
-    it for ``gangSettleSeconds`` (if none joins meanwhile); ``None`` if it is not one."""
-    members = [snapshot.pods[key] for key in snapshot.job_members(job)]
-    if not any(still_arriving(snapshot, pod, now) for pod in members):
-        return None
-    joined = snapshot.last_joined(job)
-    return (now if joined is None else joined) + snapshot.args.gang_settle_seconds
-
-
-def arriving_reason(snapshot: ClusterState, job: str) -> str:
-    """Why the pods of a gang of undeclared size wait (one stable sentence per job)."""
-    return (
-        f"{_waiting_for_pods(job)}its pods to stop arriving: its size is not declared "
-        f"(PodGroup minMember, or annotation {keys.GANG_MIN_AVAILABLE_ANNOTATION}), so it "
-        f"is the pods that exist once none has joined for "
-        f"{snapshot.args.gang_settle_seconds:g}s"
-    )
-
-
-def settled_gangs(snapshot: ClusterState, now: float) -> int:
-    """How many pod-group jobs have had no pod join for ``gangSettleSeconds``: a count
-    that grows as gangs of undeclared size settle (the leader's cue to nudge)."""
-    settle = snapshot.args.gang_settle_seconds
-    return sum(1 for joined in snapshot.joined().values() if now - joined >= settle)
-
-
-def is_gang(snapshot: ClusterState, pod: PodInfo) -> bool:
-    """Is ``pod`` part of a job whose pods must be placed together?"""
-    return pod.group is not None and gang_size(snapshot, pod) > 1
-
-
-def live_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
-    """The job's pods that are neither finished nor on their way out."""
-    return [pod for pod in snapshot.job_pods(job) if not pod.finished and not pod.terminating]
-
-
-def bound_count(snapshot: ClusterState, job: str) -> int:
-    """How many of the job's pods are bound to a node and staying (not marked, preempted
-    or terminating: a gang whose bound pods are evicted as victims must be placed again)."""
-    return sum(
-        1
-        for key in snapshot.job_members(job)
-        if (pod := snapshot.pods[key]).node_name is not None
-        and not pod.finished
-        and not pod.departing
-    )
-
-
-def backoff_seconds(snapshot: ClusterState, attempts: int) -> float:
-    """How long a gang given up for the ``attempts``-th time waits before it is retried."""
-    args = snapshot.args
-    return float(min(args.backoff_max_seconds, args.backoff_base_seconds * 2 ** (attempts - 1)))
-
-
-def give_up(snapshot: ClusterState, job: str, now: float) -> GangBackoff:
-    """The backoff of ``job`` given up now (one attempt more than before)."""
-    previous = snapshot.book.backoffs.get(job)
-    attempts = (previous.attempts if previous is not None else 0) + 1
-    limit = snapshot.args.backoff_limit_count
-    exhausted = limit is not None and attempts > limit
-    until = None if exhausted else now + backoff_seconds(snapshot, attempts)
-    return GangBackoff(attempts=attempts, given_up=now, until=until)
-
-
-def backoff_reason(job: str, backoff: GangBackoff, now: float) -> str | None:
-    """Why the filter turns the job away while it backs off; ``None`` once it may retry.
-    Stable from call to call (kube-scheduler rewrites a pod's condition when the
-    message changes): it names the time of the retry, not the seconds left."""
-    if backoff.until is None:
-        return (
-            f"gang {job} was given up {backoff.attempts} times after its timeout and the "
-            "backoff limit (backoffLimitCount) is reached: it is not retried"
-        )
-    if now < backoff.until:
-        return (
-            f"gang {job} was given up after its timeout (attempt {backoff.attempts}); "
-            f"it is retried at {format_time(backoff.until)}"
-        )
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class GangStatus:
-    """Where a gang stands, as its PodGroup's status and ``/debug/jobs`` show it."""
-
-    job: str
-    min_available: int
-    created: int  # live pods
-    scheduled: int  # bound
-    running: int
-    succeeded: int
-    failed: int
-    reserved: int  # pending pods holding reserved room
-    phase: str
-    backoff: GangBackoff | None
-
-
-def gang_status(snapshot: ClusterState, job: str) -> GangStatus:
-    """The gang's phase, in scheduler-plugins' PodGroup terms: ``Pending`` (fewer pods
-    than min-available), ``PreScheduling`` (enough pods, none bound), ``Scheduling``
-    (some bound), ``Scheduled`` (min-available bound), ``Running`` (min-available
-    running), ``Failed`` (given up past the backoff limit)."""
-    pods = snapshot.job_pods(job)
-    live = [pod for pod in pods if not pod.finished and not pod.terminating]
-    bound = [pod for pod in live if pod.node_name is not None]
-    running = sum(1 for pod in bound if pod.phase == "Running")
-    succeeded = sum(1 for pod in pods if pod.phase == "Succeeded")
-    failed = sum(1 for pod in pods if pod.phase == "Failed")
-    needed = snapshot.min_available(job)
-    backoff = snapshot.book.backoffs.get(job)
-    if backoff is not None and backoff.until is None:
-        phase = "Failed"
-    elif running + succeeded >= needed:
-        phase = "Running"
-    elif len(bound) + succeeded >= needed:
-        phase = "Scheduled"
-    elif len(live) < needed:
-        phase = "Pending"
-    elif bound:
-        phase = "Scheduling"
-    else:
-        phase = "PreScheduling"
-    reserved = sum(1 for pod in live if snapshot.reservation_holder(pod.key) == job)
-    return GangStatus(
-        job, needed, len(live), len(bound), running, succeeded, failed, reserved, phase, backoff
-    )
-
-
-def gang_jobs(snapshot: ClusterState) -> set[str]:
-    """The jobs with a pod of a pod group."""
-    return {pod.job for pod in snapshot.pods.values() if pod.group is not None}
-
-
-def _waiting_for_pods(job: str) -> str:
-    return f"gang {job}: waiting for "
-
-
-def parked_too_early(snapshot: ClusterState, parked: Mapping[str, str], now: float) -> list[str]:
-    """Of the pods kube-scheduler parked (pod key → its Unschedulable message), those
-    turned away because their gang had too few pods, whose gang now has enough, or
-    because their gang of undeclared size was still growing, which has settled: the
-    front door nudges them (kube-scheduler does not retry a parked pod when another
-    pending pod is created, nor when time passes).  Sorted, oldest pod first."""
-    early = []
-    for key, message in parked.items():
-        pod = snapshot.pods.get(key)
-        if pod is None or pod.group is None or pod.node_name is not None:
-            continue
-        prefix = _waiting_for_pods(pod.job)
-        if prefix not in message:
-            continue
-        if " more pods (" in message:
-            if len(live_pods(snapshot, pod.job)) >= snapshot.min_available(pod.job):
-                early.append(pod)
-        elif "to stop arriving" in message and not still_arriving(snapshot, pod, now):
-            early.append(pod)
-    return [pod.key for pod in sorted(early, key=lambda pod: (pod.created, pod.key))]
-
-
-def partially_bound(snapshot: ClusterState, gangs: set[str]) -> list[str]:
-    """Of ``gangs``, those with some, but fewer than min-available, pods bound and
-    staying (:func:`bound_count`): the ones a timeout may give up."""
-    partial = []
-    for job in sorted(gangs):
-        needed = snapshot.min_available(job)
-        if needed > 1 and 0 < bound_count(snapshot, job) < needed:
-            partial.append(job)
-    return partial
 
 
 def plan_gang_placement(
@@ -435,7 +221,7 @@ def _filter_pod(
     if created < needed:  # a terminating pod is one its controller will replace
         turned = _turned_away(
             node_names,
-            f"{_waiting_for_pods(job)}{needed - created} more pods "
+            f"{waiting_for_pods(job)}{needed - created} more pods "
             f"({created} of min-available {needed} exist)",
             resolvable=False,
         )

@@ -36,7 +36,7 @@ from prometheus_client import Histogram
 from extender.core.budgets import refused_victims
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
-from extender.core.gang import settles_at
+from extender.core.gangsize import settles_at
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, Victim, plan_job_preemption
 from extender.core.reservations import (

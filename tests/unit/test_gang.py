@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from base import keys
-from extender.core import gang
+from extender.core import gang, gangsize, gangstatus
 from extender.core.config import parse_args
 from extender.core.effects import AssumeBound, HoldQuota, HoldRoom, ReleaseRoom, apply
 from extender.core.jobs import PodGroupInfo
@@ -180,11 +180,11 @@ def test_pods_parked_while_their_gang_was_short_are_nudged_once_it_is_complete()
     annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "3"}
     snap = snapshot([node("n1")], gang_pods(1, annotations=annotations))
     parked = {key("g-0"): short}
-    assert gang.parked_too_early(snap, parked, NOW) == []
+    assert gangstatus.parked_too_early(snap, parked, NOW) == []
     for other in gang_pods(3, annotations=annotations)[1:]:
         snap.upsert_pod(parse_pod(other))
     parked[key("g-1")] = "0/2 nodes are available: gang team-a/g: 2 of 3 pods fit; ..."
-    assert gang.parked_too_early(snap, parked, NOW) == [key("g-0")]
+    assert gangstatus.parked_too_early(snap, parked, NOW) == [key("g-0")]
 
 
 # ---- fewer pods than min-available -----------------------------------------------------
@@ -389,7 +389,7 @@ def test_give_up_doubles_the_backoff_up_to_its_max_and_stops_past_the_limit() ->
     waits = []
     for attempt in range(1, 6):
         now = NOW + 1000 * attempt
-        backoff = gang.give_up(snap, JOB, now)
+        backoff = gangstatus.give_up(snap, JOB, now)
         assert backoff.attempts == attempt and backoff.given_up == now
         waits.append(None if backoff.until is None else backoff.until - now)
         snap.book.backoffs[JOB] = backoff
@@ -402,7 +402,7 @@ def test_give_up_without_a_limit_always_retries() -> None:
     snap = snapshot([node("n1")], gang_pods(2))
     waits = []
     for _ in range(10):
-        backoff = gang.give_up(snap, JOB, NOW)
+        backoff = gangstatus.give_up(snap, JOB, NOW)
         assert backoff.until is not None
         waits.append(backoff.until - NOW)
         snap.book.backoffs[JOB] = backoff
@@ -411,7 +411,7 @@ def test_give_up_without_a_limit_always_retries() -> None:
 
 def test_give_up_with_a_limit_of_zero_gives_up_for_good_at_once() -> None:
     snap = snapshot([node("n1")], gang_pods(2), args=parse_args({"backoffLimitCount": 0}))
-    backoff = gang.give_up(snap, JOB, NOW)
+    backoff = gangstatus.give_up(snap, JOB, NOW)
     assert backoff == GangBackoff(attempts=1, given_up=NOW, until=None)
 
 
@@ -518,7 +518,7 @@ def test_a_pod_in_no_gang_is_filtered_exactly_as_filter_nodes_does(
     # are just the pod itself; m-0's and m-1's is both of them.
     snap = build_mixed()
     candidate: PodInfo = snap.pods[key(name)]
-    assert not gang.is_gang(snap, candidate)
+    assert not gangsize.is_gang(snap, candidate)
     names = ["n1", "n2", "n3", "gone"]
     result = gang.filter_pod(snap, candidate, names, as_extender=as_extender, now=NOW)
     held = {

@@ -9,7 +9,7 @@ joined it for ``gangSettleSeconds`` (1 s by default); then it is decided whole.
 
 from __future__ import annotations
 
-from extender.core import gang
+from extender.core import gang, gangsize, gangstatus
 from extender.core.effects import apply
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import Refusal, plan_job_preemption
@@ -52,7 +52,7 @@ def test_the_first_pod_waits_while_its_siblings_arrive() -> None:
     arrive(snap, 0, T)
     first = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 0.05)
     assert not first.passed and first.unresolvable  # no eviction helps: unresolvable
-    assert first.gang_waiting == gang.arriving_reason(snap, JOB)
+    assert first.gang_waiting == gangsize.arriving_reason(snap, JOB)
     arrive(snap, 1, T + 0.2)
     arrive(snap, 2, T + 0.4)
     # 1.0 s after the first pod, but only 0.6 s after the last: still arriving, and the
@@ -84,7 +84,7 @@ def test_a_pod_not_seen_yet_has_just_joined() -> None:
     arrive(snap, 0, T)
     unseen = parse_pod(pod("g-1", gpu=8, group="g", preemptible=True))
     result = gang.filter_pod(snap, unseen, NODES, as_extender=True, now=T + 5)
-    assert result.gang_waiting == gang.arriving_reason(snap, JOB)
+    assert result.gang_waiting == gangsize.arriving_reason(snap, JOB)
 
 
 def test_a_declared_size_needs_no_settling() -> None:
@@ -120,12 +120,12 @@ def test_parked_pods_are_nudged_once_the_gang_settled() -> None:
     snap = cluster()
     for index in range(3):
         arrive(snap, index, T + 0.2 * index)
-    reason = gang.arriving_reason(snap, JOB)
+    reason = gangsize.arriving_reason(snap, JOB)
     parked = {f"team-a/g-{i}": f"0/1 nodes are available: {reason}" for i in range(3)}
-    assert gang.parked_too_early(snap, parked, T + 1.0) == []
-    assert gang.parked_too_early(snap, parked, T + 1.5) == [f"team-a/g-{i}" for i in range(3)]
-    assert gang.settled_gangs(snap, T + 1.0) == 0
-    assert gang.settled_gangs(snap, T + 1.5) == 1
+    assert gangstatus.parked_too_early(snap, parked, T + 1.0) == []
+    assert gangstatus.parked_too_early(snap, parked, T + 1.5) == [f"team-a/g-{i}" for i in range(3)]
+    assert gangsize.settled_gangs(snap, T + 1.0) == 0
+    assert gangsize.settled_gangs(snap, T + 1.5) == 1
 
 
 def test_the_planner_does_not_preempt_for_a_gang_still_arriving() -> None:
@@ -133,4 +133,4 @@ def test_the_planner_does_not_preempt_for_a_gang_still_arriving() -> None:
     arrive(snap, 0, T, can_preempt=True)
     decided = plan_job_preemption(snap, JOB, T + 0.5)
     assert isinstance(decided, Refusal)
-    assert decided.reasons == (gang.arriving_reason(snap, JOB),)
+    assert decided.reasons == (gangsize.arriving_reason(snap, JOB),)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from extender.core.authority import nominated_elsewhere, scheduler_preemption
 from extender.core.budgets import BudgetUse
-from extender.core.gang import arriving_reason, still_arriving
+from extender.core.gangsize import arriving_reason, still_arriving
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo, format_time
 from extender.core.preemption.candidates import (

@@ -1,0 +1,120 @@
+"""How many pods a gang has, and whether they are still arriving.
+
+A gang's size is declared (PodGroup ``minMember``, else the min-available annotation) or,
+undeclared, the pods that exist, trusted only once none has joined for
+``gangSettleSeconds`` (:func:`still_arriving`).  The filter, the planner and the
+PostFilter loop all ask here; :mod:`extender.core.gang` places gangs whole.
+"""
+
+from __future__ import annotations
+
+from base import keys
+from base.errors import ManifestError
+from extender.core.jobs import min_available_annotation
+from extender.core.objects import PodInfo
+from extender.core.state import ClusterState
+
+
+def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
+    """The min-available of ``pod``'s job, counting ``pod`` itself: kube-scheduler can
+    ask about a pod before Muster's informer has seen it (its own annotation may be the
+    only declaration, or it may be one pod more of a job of all its pods).  Undeclared,
+    it is the pods that exist, which the filter trusts only once they stopped arriving
+    (:func:`still_arriving`)."""
+    declared = snapshot.declared_min_available(pod.job)
+    if declared is None:
+        try:
+            declared = min_available_annotation(pod)
+        except ManifestError:
+            declared = None
+    if declared is not None:
+        return declared
+    members = snapshot.job_members(pod.job)
+    return len(members) + (0 if pod.key in members else 1)
+
+
+def size_declared(snapshot: ClusterState, pod: PodInfo) -> bool:
+    """Does a PodGroup ``minMember`` or a min-available annotation say how many pods
+    ``pod``'s job has?"""
+    if snapshot.declared_min_available(pod.job) is not None:
+        return True
+    try:
+        return min_available_annotation(pod) is not None
+    except ManifestError:
+        return False
+
+
+def still_arriving(snapshot: ClusterState, pod: PodInfo, now: float) -> bool:
+    """Is ``pod``'s job a pod group of undeclared size whose pods may still be arriving?
+
+    Without a declared size, a gang is the pods that exist, and kube-scheduler asks about
+    the first one before its siblings are created (a Job controller creates them one
+    after another): so until no pod has joined it for ``gangSettleSeconds``, and while
+    nothing of it is bound, reserved or held, the job is not decided.  A pod the state
+    has not seen yet has just joined."""
+    if pod.group is None or size_declared(snapshot, pod):
+        return False
+    settle = snapshot.args.gang_settle_seconds
+    if pod.key in snapshot.pods:
+        joined = snapshot.last_joined(pod.job)
+        if joined is None or now - joined >= settle:
+            return False
+    elif settle <= 0:
+        return False
+    job = pod.job
+    if job in snapshot.reservations or bound_count(snapshot, job):
+        return False  # placed already: pods joining later are checked as they come
+    return not any(snapshot.quota_held(key) for key in snapshot.job_members(job))
+
+
+def settles_at(snapshot: ClusterState, job: str, now: float) -> float | None:
+    """When ``job``, a gang of undeclared size still arriving, will have had no pod join
+    it for ``gangSettleSeconds`` (if none joins meanwhile); ``None`` if it is not one."""
+    members = [snapshot.pods[key] for key in snapshot.job_members(job)]
+    if not any(still_arriving(snapshot, pod, now) for pod in members):
+        return None
+    joined = snapshot.last_joined(job)
+    return (now if joined is None else joined) + snapshot.args.gang_settle_seconds
+
+
+def arriving_reason(snapshot: ClusterState, job: str) -> str:
+    """Why the pods of a gang of undeclared size wait (one stable sentence per job)."""
+    return (
+        f"{waiting_for_pods(job)}its pods to stop arriving: its size is not declared "
+        f"(PodGroup minMember, or annotation {keys.GANG_MIN_AVAILABLE_ANNOTATION}), so it "
+        f"is the pods that exist once none has joined for "
+        f"{snapshot.args.gang_settle_seconds:g}s"
+    )
+
+
+def settled_gangs(snapshot: ClusterState, now: float) -> int:
+    """How many pod-group jobs have had no pod join for ``gangSettleSeconds``: a count
+    that grows as gangs of undeclared size settle (the leader's cue to nudge)."""
+    settle = snapshot.args.gang_settle_seconds
+    return sum(1 for joined in snapshot.joined().values() if now - joined >= settle)
+
+
+def is_gang(snapshot: ClusterState, pod: PodInfo) -> bool:
+    """Is ``pod`` part of a job whose pods must be placed together?"""
+    return pod.group is not None and gang_size(snapshot, pod) > 1
+
+
+def live_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
+    """The job's pods that are neither finished nor on their way out."""
+    return [pod for pod in snapshot.job_pods(job) if not pod.finished and not pod.terminating]
+
+
+def bound_count(snapshot: ClusterState, job: str) -> int:
+    """How many of the job's pods are bound to a node and staying (not marked, preempted
+    or terminating: a gang whose bound pods are evicted as victims must be placed again)."""
+    return sum(
+        1
+        for key in snapshot.job_members(job)
+        if (pod := snapshot.pods[key]).node_name is not None
+        and not pod.finished
+        and not pod.departing
+    )
+
+
+def waiting_for_pods(job: str) -> str:
+    return f"gang {job}: waiting for "
