@@ -55,7 +55,8 @@ from extender.core.gangsize import (
 )
 from extender.core.gangstatus import backoff_reason
 from extender.core.objects import PodInfo
-from extender.core.preemption.fit import JobFit, shape_of
+from extender.core.preemption.fit import JobFit
+from extender.core.preemption.shapes import shape_of
 from extender.core.scheduling import (
     FilterResult,
     added_pods_admission_failures,

@@ -11,7 +11,8 @@ holds its copies independently.  A job of several shapes also needs every
 shape's sum to suffice, and then a real greedy placement (:meth:`JobFit.place`,
 the same one that produces the plan's reservation) decides.
 
-Node copies are an :class:`~extender.core.state.Overlay` (copy-on-write):
+Shapes and their per-node copy counts are :mod:`.shapes`.  Node copies are an
+:class:`~extender.core.state.Overlay` (copy-on-write):
 capacities come straight from the state's running totals, and a node's free room is
 copied only when the planner first reads or changes it.
 """
@@ -19,166 +20,19 @@ copied only when the planner first reads or changes it.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from base.resources import Resources, add_into, copies_that_fit, fits
-from extender.core.nodefit import constraint_signature, static_misfit
 from extender.core.objects import PodInfo
+from extender.core.preemption.shapes import (
+    Shape,
+    copies_in,
+    count_copies,
+    eligible_nodes,
+    shape_of,
+    short_on,
+)
 from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
-from extender.core.state import ClusterState, Copies, Overlay, memoise_on_node
-
-
-@dataclass(slots=True)
-class _Shape:
-    request: Resources
-    pods: list[PodInfo]
-    eligible: frozenset[str]
-    capacity: dict[str, int]  # node → copies that fit (at most len(pods))
-    total: int
-    size: int = 0  # len(pods)
-    needs: tuple[tuple[str, int], ...] = ()  # the request's positive amounts
-
-
-def shape_of(pod: PodInfo) -> tuple[object, ...]:
-    """What makes two pods interchangeable in a placement: requests and node constraints."""
-    return (tuple(sorted(pod.requests.items())), constraint_signature(pod))
-
-
-def eligible_nodes(snapshot: ClusterState, pod: PodInfo) -> frozenset[str]:
-    """Nodes that pass the pod's static constraints and could hold it when empty (memoised)."""
-    key = ("eligible", constraint_signature(pod), tuple(sorted(pod.requests.items())))
-    cached = snapshot.node_memo.get(key)
-    if cached is not None:
-        return cached
-    eligible = frozenset(
-        name
-        for name, node in snapshot.nodes.items()
-        if copies_that_fit(pod.requests, node.allocatable, 1) and static_misfit(pod, node) is None
-    )
-    snapshot.node_memo[key] = eligible
-    return eligible
-
-
-def _count_copies(
-    snapshot: ClusterState, shape: _Shape, released: Collection[str], overlay: Overlay
-) -> dict[str, frozenset[str]]:
-    """Fill ``shape.capacity``: the copies that fit in each eligible node's free room
-    (:meth:`~extender.core.state.ClusterState.free_on`), where any do.
-
-    Returns the nodes where more copies would fit with every preemptible pod
-    bound to them gone (:meth:`~extender.core.state.ClusterState.preemptible_on`),
-    each with the resources in which it may lack room for one copy more than it
-    holds, at any point of the search (see :func:`_copies_on`).
-
-    Both depend only on the shape and the node's totals, so they are memoised per node
-    (``snapshot.node_usage.copies``, dropped whenever the node's totals change), except
-    when some reserved pods' room counts as free (``released``), and on the nodes of pods
-    a settled overlay counts as gone (``overlay.left``), read from the overlay.
-    """
-    usage = snapshot.node_usage
-    nodes = snapshot.nodes
-    key = (shape.needs, shape.size)
-    memo = None if released else usage.copies
-    capacity = shape.capacity
-    lacking: dict[str, frozenset[str]] = {}
-    shared: dict[int, frozenset[str]] = {}  # one set per bit mask over needs
-    left = overlay.left
-    for node in shape.eligible:
-        entry: Copies | None
-        if left and node in left:  # pods counted as gone: not the memo's node
-            entry = _copies_on(shape, overlay.room(node), overlay.evictable(node), shared)
-        else:
-            known = memo.get(node) if memo is not None else None
-            entry = known.get(key) if known is not None else None
-        if entry is None:
-            allocatable = nodes[node].allocatable
-            free = (
-                usage.free_on(node, allocatable, released=released)
-                if released
-                else usage.free_room(node, allocatable)
-            )
-            entry = _copies_on(shape, free, snapshot.preemptible_on(node), shared)
-            if memo is not None:
-                memoise_on_node(memo, node, key, entry)
-        now, short = entry
-        if now:
-            capacity[node] = now
-        if short is not None:
-            lacking[node] = short
-    return lacking
-
-
-def _copies_in(shape: _Shape, room: Mapping[str, int]) -> int:
-    """How many copies of ``shape`` fit in ``room``, at most its pod count: the same number
-    as :func:`~base.resources.copies_that_fit`, with ``shape.needs`` scarcest first, so
-    most rooms are settled by their first resource."""
-    count = shape.size
-    for name, amount in shape.needs:
-        available = room.get(name, 0)
-        if available < amount:
-            return 0
-        if available // amount < count:
-            count = available // amount
-    return count
-
-
-def _copies_on(
-    shape: _Shape,
-    free: Mapping[str, int],
-    evictable: Mapping[str, int],
-    shared: dict[int, frozenset[str]],
-) -> Copies:
-    """The copies of ``shape`` that fit in a node's ``free`` room now, and, if more would
-    fit with every preemptible pod bound to it gone (``evictable``), the resources in which
-    it may lack room for one copy more than it holds (see :func:`_short`; else ``None``)."""
-    now = _copies_in(shape, free)
-    if now == shape.size:
-        return now, None
-    most = shape.size
-    for name, amount in shape.needs:
-        copies = (free.get(name, 0) + evictable.get(name, 0)) // amount
-        if copies <= now:  # evicting could not fit more
-            return now, None
-        if copies < most:
-            most = copies
-    return now, _short(shape, free, most, shared)
-
-
-def _short(
-    shape: _Shape, free: Mapping[str, int], most: int, shared: dict[int, frozenset[str]]
-) -> frozenset[str]:
-    """The resources in which a node with ``free`` room may lack room for one more copy of
-    ``shape`` as victims go, when it holds at most ``most`` copies with every preemptible
-    pod gone.
-
-    Victims only add room, and never more than the preemptible pods hold, so the node
-    never holds more than ``most`` copies and its room never falls below ``free``: a
-    resource can be short only if its free room now is below ``min(most + 1, size)``
-    copies.  ``shared`` holds one set per bit mask over the needs, for every node.
-    """
-    wanted_at_most = min(max(most, 0) + 1, shape.size)
-    mask = 0
-    for bit, (name, amount) in enumerate(shape.needs):
-        if free.get(name, 0) < wanted_at_most * amount:
-            mask |= 1 << bit
-    short = shared.get(mask)
-    if short is None:
-        short = shared[mask] = frozenset(
-            name for bit, (name, _amount) in enumerate(shape.needs) if mask >> bit & 1
-        )
-    return short
-
-
-def _short_on(shape: _Shape, node: str, overlay: Overlay) -> frozenset[str]:
-    """:func:`_short` for ``node``, where evicting could not fit more of ``shape`` (but could
-    of another shape)."""
-    free = overlay.free(node)
-    evictable = overlay.evictable(node)
-    most = shape.size
-    for name, amount in shape.needs:
-        most = min(most, (free.get(name, 0) + evictable.get(name, 0)) // amount)
-    return _short(shape, free, most, {})
-
+from extender.core.state import ClusterState, Overlay
 
 #: Node trials the exhaustive placement may spend, and the most pods it searches for (see
 #: :meth:`JobFit._search_placement`).
@@ -210,7 +64,7 @@ class JobFit:
         flight out of the cluster count as gone (a plan's view, :meth:`Overlay.settled`)."""
         self.snapshot = snapshot
         self.job = job
-        shapes: dict[object, _Shape] = {}
+        shapes: dict[object, Shape] = {}
         for pod in pods:
             key = shape_of(pod)
             shape = shapes.get(key)
@@ -218,7 +72,7 @@ class JobFit:
                 eligible = eligible_nodes(snapshot, pod)
                 if excluded:
                     eligible = eligible.difference(excluded)
-                shape = _Shape(dict(pod.requests), [], eligible, {}, 0)
+                shape = Shape(dict(pod.requests), [], eligible, {}, 0)
                 shapes[key] = shape
             shape.pods.append(pod)
         #: The node copies (free room) and the quota ledger copy,
@@ -240,7 +94,7 @@ class JobFit:
                     key=lambda need: need[0] in COMMON_RESOURCES,
                 )
             )
-            shorts = _count_copies(snapshot, shape, released, self.overlay)
+            shorts = count_copies(snapshot, shape, released, self.overlay)
             counted.append(shorts)
             for node, short in shorts.items():
                 lacking[node] = lacking[node] | short if node in lacking else short
@@ -249,7 +103,7 @@ class JobFit:
         for shape, shorts in zip(self.shapes, counted, strict=True):
             for node in lacking.keys() - shorts.keys():
                 if node in shape.eligible:
-                    lacking[node] = lacking[node] | _short_on(shape, node, self.overlay)
+                    lacking[node] = lacking[node] | short_on(shape, node, self.overlay)
         #: Every resource the job asks for (with an amount).
         self._needed = frozenset(name for shape in self.shapes for name, _ in shape.needs)
         #: Pods of several shapes: a node may hold each shape's share on its own and
@@ -305,7 +159,7 @@ class JobFit:
             for shape in self.shapes:
                 if node not in shape.eligible:
                     continue
-                after = _copies_in(shape, room)
+                after = copies_in(shape, room)
                 capacity = shape.capacity
                 before = capacity.get(node, 0)
                 if after != before:
