@@ -9,7 +9,8 @@ with ``pdbPolicy: Strict`` it never picks a victim a budget forbids.  The
 preempt verb reports the violations of the victims it keeps.
 
 A plan whose victim a budget still refuses ``victimEvictionDeadlineSeconds``
-after it was marked is abandoned (:func:`refused_victims`).
+after it was marked is abandoned
+(:func:`extender.core.reservations.refused_victims`).
 
 Parsed by one function for the informer and ``simulate``
 (:func:`parse_pod_disruption_budget`); a bad selector is a
@@ -20,16 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from base.errors import ManifestError
 from base.fields import mapping, string
 from extender.core.constraints import LabelSelector, parse_label_selector
 from extender.core.nodefit import selects
 from extender.core.objects import PodInfo
-
-if TYPE_CHECKING:
-    from extender.core.state import ClusterState
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,26 +124,3 @@ class BudgetUse:
                     _, count = counts.get(budget.key, (budget, 0))
                     counts[budget.key] = (budget, count + 1)
         return [counts[key] for key in sorted(counts)]
-
-
-def refused_victims(snapshot: ClusterState, now: float) -> dict[str, list[PodInfo]]:
-    """Per preempting job, its victims still bound and not terminating
-    ``victimEvictionDeadlineSeconds`` after they were marked, that a budget allowing no
-    more disruptions covers (the Eviction API refuses them): their plan is stuck."""
-    deadline = snapshot.args.victim_eviction_deadline_seconds
-    blocked = [b for b in snapshot.budgets.values() if b.disruptions_allowed <= 0]
-    if not blocked:
-        return {}
-    refused: dict[str, list[PodInfo]] = {}
-    for job in sorted(snapshot.jobs_with_marked_victims()):
-        for pod in snapshot.marked_pods(job):
-            if (
-                pod.node_name is None
-                or pod.terminating
-                or pod.marked_at is None
-                or now - pod.marked_at < deadline
-            ):
-                continue
-            if any(budget.covers(pod) for budget in blocked):
-                refused.setdefault(job, []).append(pod)
-    return refused

@@ -9,6 +9,9 @@ Muster rebuilds its in-flight state from these, so it never plans a job in
 flight again, and the victims carry their own soft-eviction marks.  The
 core reads them too (:func:`reserved_by_muster`): a nomination that matches
 the pod's own annotation is Muster's, any other is kube-scheduler's.
+
+When a plan ends: :func:`settle_reservations` (time up, job gone, victims still
+terminating) and :func:`refused_victims` (a budget stalls a victim past its deadline).
 """
 
 from __future__ import annotations
@@ -270,3 +273,26 @@ def ended_plan(snapshot: ClusterState, job: str, why: str) -> EndedPlan:
         tuple(pod for pod in snapshot.marked_pods(job) if not pod.terminating),
         tuple(persisted_pods(snapshot, job)),
     )
+
+
+def refused_victims(snapshot: ClusterState, now: float) -> dict[str, list[PodInfo]]:
+    """Per preempting job, its victims still bound and not terminating
+    ``victimEvictionDeadlineSeconds`` after they were marked, that a budget allowing no
+    more disruptions covers (the Eviction API refuses them): their plan is stuck."""
+    deadline = snapshot.args.victim_eviction_deadline_seconds
+    blocked = [b for b in snapshot.budgets.values() if b.disruptions_allowed <= 0]
+    if not blocked:
+        return {}
+    refused: dict[str, list[PodInfo]] = {}
+    for job in sorted(snapshot.jobs_with_marked_victims()):
+        for pod in snapshot.marked_pods(job):
+            if (
+                pod.node_name is None
+                or pod.terminating
+                or pod.marked_at is None
+                or now - pod.marked_at < deadline
+            ):
+                continue
+            if any(budget.covers(pod) for budget in blocked):
+                refused.setdefault(job, []).append(pod)
+    return refused

@@ -33,7 +33,6 @@ from typing import TypeVar
 import httpx
 from prometheus_client import Histogram
 
-from extender.core.budgets import refused_victims
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
@@ -43,6 +42,7 @@ from extender.core.reservations import (
     EndedPlan,
     ended_plan,
     persisted_reservation,
+    refused_victims,
     reserved_by_muster,
     settle_reservations,
 )

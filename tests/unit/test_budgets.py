@@ -13,12 +13,13 @@ import pytest
 
 from base import keys
 from base.errors import ManifestError
-from extender.core.budgets import BudgetUse, parse_pod_disruption_budget, refused_victims
+from extender.core.budgets import BudgetUse, parse_pod_disruption_budget
 from extender.core.config import parse_args
 from extender.core.effects import AbandonPlan, apply
 from extender.core.objects import parse_pod, parse_time
 from extender.core.preemption.guard import guard_scheduler_preemption
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
+from extender.core.reservations import refused_victims
 from extender.core.state import ClusterState
 from tests.builders import node, pod, quota, snapshot
 
