@@ -24,7 +24,7 @@ from base.errors import ManifestError
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
-from extender.core.jobs import min_available_annotation, parse_pod_group
+from extender.core.jobs import min_available_annotation, parse_job_size, parse_pod_group
 from extender.core.objects import (
     PriorityClasses,
     parse_node,
@@ -94,6 +94,7 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         "PodGroup": [],
         "PriorityClass": [],
         "PodDisruptionBudget": [],
+        "Job": [],
     }
     for document in _documents(paths):
         if document.kind in by_kind:
@@ -112,6 +113,12 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
                 notes.append(
                     f"{document.path} document {document.index}: ignored PodDisruptionBudget "
                     f"of apiVersion {document.obj.get('apiVersion')!r} (policy/v1 is read)"
+                )
+                continue
+            if document.kind == "Job" and document.obj.get("apiVersion") != "batch/v1":
+                notes.append(
+                    f"{document.path} document {document.index}: ignored Job of apiVersion "
+                    f"{document.obj.get('apiVersion')!r} (batch/v1 is read)"
                 )
                 continue
             by_kind[document.kind].append(document)
@@ -144,6 +151,8 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
     for document in by_kind["PodGroup"]:
         group = _parse(document, parse_pod_group)
         snapshot.set_pod_group(group)
+    for document in by_kind["Job"]:
+        snapshot.set_owner_size(_parse(document, parse_job_size))
     for document in by_kind["PodDisruptionBudget"]:
         budget = _parse(document, parse_pod_disruption_budget)
         if budget.key in snapshot.budgets:

@@ -21,27 +21,31 @@ def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
     only declaration, or it may be one pod more of a job of all its pods).  Undeclared,
     it is the pods that exist, which the filter trusts only once they stopped arriving
     (:func:`still_arriving`)."""
-    declared = snapshot.declared_min_available(pod.job)
-    if declared is None:
-        try:
-            declared = min_available_annotation(pod)
-        except ManifestError:
-            declared = None
+    declared = declared_size(snapshot, pod)
     if declared is not None:
         return declared
     members = snapshot.job_members(pod.job)
     return len(members) + (0 if pod.key in members else 1)
 
 
-def size_declared(snapshot: ClusterState, pod: PodInfo) -> bool:
-    """Does a PodGroup ``minMember`` or a min-available annotation say how many pods
-    ``pod``'s job has?"""
-    if snapshot.declared_min_available(pod.job) is not None:
-        return True
+def declared_size(snapshot: ClusterState, pod: PodInfo) -> int | None:
+    """The size of ``pod``'s job as declared, in order: its PodGroup's ``minMember``, a
+    min-available annotation (of the job's pods, or of ``pod`` itself, which the state
+    may not have seen yet), the size of the controller that owns its pods (a Job's
+    ``parallelism``, capped by the completions still to go); ``None``: undeclared."""
+    declared = snapshot.declared_min_available(pod.job)
+    if declared is not None:
+        return declared
     try:
-        return min_available_annotation(pod) is not None
+        declared = min_available_annotation(pod)
     except ManifestError:
-        return False
+        declared = None
+    return declared if declared is not None else snapshot.owner_size(pod)
+
+
+def size_declared(snapshot: ClusterState, pod: PodInfo) -> bool:
+    """Does anything (:func:`declared_size`) say how many pods ``pod``'s job has?"""
+    return declared_size(snapshot, pod) is not None
 
 
 def still_arriving(snapshot: ClusterState, pod: PodInfo, now: float) -> bool:
@@ -81,7 +85,8 @@ def arriving_reason(snapshot: ClusterState, job: str) -> str:
     """Why the pods of a gang of undeclared size wait (one stable sentence per job)."""
     return (
         f"{waiting_for_pods(job)}its pods to stop arriving: its size is not declared "
-        f"(PodGroup minMember, or annotation {keys.GANG_MIN_AVAILABLE_ANNOTATION}), so it "
+        f"(PodGroup minMember, annotation {keys.GANG_MIN_AVAILABLE_ANNOTATION}, or the "
+        f"parallelism of a Job owning its pods), so it "
         f"is the pods that exist once none has joined for "
         f"{snapshot.args.gang_settle_seconds:g}s"
     )

@@ -74,6 +74,45 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
     return PodGroupInfo(str(namespace), metadata["name"], min_member, timeout)
 
 
+@dataclass(frozen=True, slots=True)
+class OwnerSize:
+    """How many pods a controller runs at once, as a gang size for the pod group its pods
+    form: for a batch/v1 Job, ``parallelism`` capped by the completions still to go
+    (``None``: nothing left to run, or a size Muster cannot tell)."""
+
+    namespace: str
+    controller: str  # "Kind/name", as ``PodInfo.controller``
+    size: int | None
+
+
+def parse_job_size(obj: Mapping[str, Any]) -> OwnerSize:
+    """A batch/v1 Job → its :class:`OwnerSize`: ``spec.parallelism`` (default 1), capped by
+    ``spec.completions`` minus ``status.succeeded`` when ``completions`` is set; a field
+    that is not a non-negative integer is a :class:`ManifestError` naming it."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+        raise ManifestError("metadata.name", "expected a non-empty string")
+    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+        raise ManifestError("spec", "expected an object")
+
+    def count(value: object, field: str, default: int | None) -> int | None:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ManifestError(field, f"{value!r} is not a non-negative integer")
+        return value
+
+    parallelism = count(spec.get("parallelism"), "spec.parallelism", 1)
+    completions = count(spec.get("completions"), "spec.completions", None)
+    succeeded = count(status.get("succeeded"), "status.succeeded", 0)
+    assert parallelism is not None and succeeded is not None
+    size = parallelism if completions is None else min(parallelism, completions - succeeded)
+    namespace = str(metadata.get("namespace") or "default")
+    return OwnerSize(namespace, f"Job/{metadata['name']}", size if size > 0 else None)
+
+
 def is_preemptible(pod: PodInfo, args: MusterArgs) -> bool:
     """May this pod be a victim?  Its label, else the ``disableDefaultPreemptible`` default."""
     label = pod.labels.get(keys.PREEMPTIBLE_LABEL)

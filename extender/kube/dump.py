@@ -20,6 +20,7 @@ RESOURCES: tuple[tuple[str, str, str], ...] = (
         for plural, kind in (("elasticquotas", "ElasticQuota"), ("podgroups", "PodGroup"))
     ),
     ("/apis/policy/v1/poddisruptionbudgets", "policy/v1", "PodDisruptionBudget"),
+    ("/apis/batch/v1/jobs", "batch/v1", "Job"),
     ("/api/v1/pods", "v1", "Pod"),
 )
 

@@ -343,3 +343,48 @@ def test_deleting_the_preemptor_job_releases_its_room_and_takes_back_its_marks(
             assert still.get("metadata", {}).get("deletionTimestamp"), still
         finally:
             teams.cleanup()
+
+
+def test_a_job_gang_of_undeclared_size_takes_its_size_from_the_job(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    """A Job of four 8-GPU pods with the pod-group label and nothing else (no PodGroup, no
+    min-available annotation), on three free 8-GPU nodes.  Derived from the rule (a Job
+    owning a pod group's pods declares its size: ``parallelism`` 4): the gang is four,
+    three fit, so no pod binds (never in part); once a fourth node appears, all four
+    bind."""
+    for i in range(3):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "32"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        template = make_pod(
+            "train", requests={"cpu": "4", GPU: 8}, labels={**TRAINER, GANG_LABEL: "train"}
+        )
+        submit(cluster, teams.a, make_job("train", template, parallelism=NODES, run_seconds=600))
+
+        def all_refused() -> dict[str, str | None] | None:
+            items = cluster.rest.request(
+                "GET",
+                f"/api/v1/namespaces/{teams.a}/pods",
+                query={"labelSelector": "job-name=train"},
+            )["items"]
+            refused = [p for p in items if (condition(p, "PodScheduled") or {}).get("status")]
+            if len(items) == NODES and len(refused) == NODES:
+                return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items}
+            return None
+
+        seen = lc.wait_until(all_refused, timeout=60, what="kube-scheduler's verdict on all four")
+        assert all(node is None for node in seen.values()), seen
+        job = muster_and_evictor.debug("jobs").get(f"{teams.a}/train") or {}
+        assert job.get("minAvailable") == NODES, job
+        cluster.create_node("n3", {"cpu": "32", "memory": "128Gi", GPU: 8})
+        lc.wait_until(
+            lambda: running(cluster, teams.a, "train", NODES), timeout=60, what="all four Running"
+        )
+        nodes = pods_by_node(cluster, teams.a, "train")
+        assert sorted(node or "" for node in nodes.values()) == sorted(cluster.nodes), nodes
+    finally:
+        teams.cleanup()

@@ -11,6 +11,14 @@ API, not a copy of it.  It flags, as they happen:
 * a pod binding while its quota, or an ancestor, has more bound than its ``max``
   (unless that quota's bounds were edited within ``edit_grace`` seconds: room admitted
   before a lowered ``max`` may still bind; those binds are counted apart);
+* a quota taken below its ``min`` by reclaim: when a pod of quota Q is marked for a job of
+  another quota, Q's usage with every pod marked for a job gone (the victims in flight,
+  this one included) is below Q's ``min`` in a resource its ``min`` names (a resource it
+  does not name is guaranteed nothing).  Q's own pods finishing or deleted by the soak
+  count as still there: the check is of what Muster's evictions take away.  Checked for
+  Q and each ancestor not holding the preemptor's quota (a reclaim between siblings
+  leaves their parent's usage as it was); a quota edited within ``edit_grace`` is
+  skipped (counted apart);
 * (``scan``) a victim gang partly marked: a pod of the gang marked for a job and still
   running while another bound pod of the gang is unmarked, for ``partial_grace``
   seconds (marks are written one pod at a time, so an instant of it is normal).
@@ -60,6 +68,10 @@ class Figures:
     remarked: int = 0
     #: binds over a ``max`` edited within ``edit_grace`` seconds (not violations).
     over_max_after_edit: int = 0
+    #: reclaim marks checked against their victim quota's ``min``, and those skipped for an
+    #: edit within ``edit_grace`` seconds.
+    reclaims_checked: int = 0
+    below_min_after_edit: int = 0
     #: pod key → when it was first seen bound (seconds on the soak's clock).
     bound_at: dict[str, float] = field(default_factory=dict)
 
@@ -117,8 +129,10 @@ class Observer:
         if old is not None and old.uid != pod.uid:
             self.state.remove_pod(pod.key)
             old = None
-        self._check_mark(old, pod, at)
+        new_mark = self._check_mark(old, pod, at)
         self.state.upsert_pod(pod)
+        if new_mark and pod.node_name is not None and not pod.finished:
+            self._check_reclaim_keeps_min(pod, at)
         if pod.node_name is not None and (old is None or old.node_name is None):
             self.figures.bound_at.setdefault(pod.key, at)
             if not pod.finished:
@@ -137,15 +151,16 @@ class Observer:
 
     # ---- continuous checks
 
-    def _check_mark(self, old: PodInfo | None, pod: PodInfo, at: float) -> None:
+    def _check_mark(self, old: PodInfo | None, pod: PodInfo, at: float) -> bool:
+        """Check a mark; return whether it is a new mark naming a preemptor job."""
         if not pod.soft_evicted:
-            return
+            return False
         if pod.marked_for is None:
             if old is None or not old.soft_evicted:
                 self.figures.other_marks += 1
-            return
+            return False
         if old is not None and old.soft_evicted and old.marked_for == pod.marked_for:
-            return  # the same mark, another version of the pod
+            return False  # the same mark, another version of the pod
         if old is not None and old.soft_evicted and old.marked_for is not None:
             self._violate(
                 "pod marked by two jobs",
@@ -158,6 +173,46 @@ class Observer:
         history.append(pod.marked_for)
         if not is_preemptible(pod, self.args):
             self._violate("non-preemptible victim", at, f"{pod.key} marked for {pod.marked_for}")
+        return True
+
+    def _check_reclaim_keeps_min(self, victim: PodInfo, at: float) -> None:
+        quota = self.state.quota_name(victim)
+        preemptor = self._preemptor_quota(victim)
+        if quota is None or preemptor is None:
+            return
+        reclaimed = [
+            p
+            for p in self.state.pods.values()
+            if p.node_name is not None and not p.finished and p.marked_for is not None
+        ]
+        for name in (quota, *self.state.tree.ancestors(quota)):
+            if name == preemptor or name in self.state.tree.ancestors(preemptor):
+                break  # the preemptor's own quota or an ancestor of it: usage stays inside
+            self.figures.reclaims_checked += 1
+            if at - self._edited.get(name, -math.inf) < self.edit_grace:
+                self.figures.below_min_after_edit += 1
+                continue
+            spec = self.state.tree[name]
+            left = dict(self.state.ledger[name].subtree_used)
+            gone = [p for p in reclaimed if self._in_subtree(p, name)]
+            for p in gone:
+                for resource, amount in p.requests.items():
+                    left[resource] = left.get(resource, 0) - amount
+            below = {r: left.get(r, 0) for r, least in spec.min.items() if left.get(r, 0) < least}
+            if below:
+                self._violate(
+                    "quota taken below its min by reclaim",
+                    at,
+                    f"{victim.key} marked for {victim.marked_for} (quota {preemptor}): quota "
+                    f"{name} keeps {below} of min {dict(spec.min)} once its marked pods "
+                    f"{sorted((p.key, p.marked_for) for p in gone)} are gone",
+                )
+
+    def _preemptor_quota(self, victim: PodInfo) -> str | None:
+        """The quota of the job a mark names: that of a pod of it the observer has seen."""
+        assert victim.marked_for is not None
+        pods = self.state.job_pods(victim.marked_for)
+        return self.state.quota_name(pods[0]) if pods else None
 
     def _check_bind(self, pod: PodInfo, at: float) -> None:
         quota = self.state.quota_name(pod)

@@ -10,6 +10,9 @@ tree, the parent's ``max`` bounding them all); jobs are gangs of 1 to 8 pods in 
 leaf quota, with a random priority class, preemptible or not, allowed to trigger
 preemption or not, sometimes a PodDisruptionBudget over the job, a victim grace period
 of 0 to 20 s, and a run time after which the soak deletes them (their work is done);
+one job in ``BURST_SHARE`` is a *burst* instead (issue 23): 5 to 20 single pods of
+1, 2 or 4 GPUs each, no pod group, created back to back (as a Job with ``parallelism``
+does), often more than their quota's ``max`` holds;
 faults at random times: kill -9 of the leader Muster, kill -9 of the evictor, a
 kube-apiserver restart, an ElasticQuota edit.
 """
@@ -28,6 +31,8 @@ NODES = 6
 GPUS_PER_NODE = 8
 #: Mean time between two jobs' submissions, seconds.
 MEAN_ARRIVAL_SECONDS = 4.0
+#: The share of jobs that are bursts of single pods.
+BURST_SHARE = 0.15
 #: Faults keep this far from each other and from the start and end of the stream.
 FAULT_SPACING_SECONDS = 15.0
 
@@ -61,6 +66,16 @@ class JobPlan:
     pdb_min_available: int | None
     grace_seconds: int
     runtime: float
+    #: A burst: ``pods`` single pods (no pod group), pod ``i`` asking ``sizes[i]`` GPUs.
+    sizes: tuple[int, ...] = ()
+
+    @property
+    def burst(self) -> bool:
+        return bool(self.sizes)
+
+    def gpus(self, index: int) -> int:
+        """The GPUs pod ``index`` asks for."""
+        return self.sizes[index] if self.sizes else self.gpus_per_pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +141,10 @@ def _jobs(
     jobs: list[JobPlan] = []
     at = rng.expovariate(1 / MEAN_ARRIVAL_SECONDS)
     while at < seconds:
+        if rng.random() < BURST_SHARE:
+            jobs.append(_burst(rng, f"{prefix}-j{len(jobs):04d}", rng.choice(leaves), at))
+            at += rng.expovariate(1 / MEAN_ARRIVAL_SECONDS)
+            continue
         pods = rng.randint(1, 8)
         preemptible = rng.random() < 0.6
         jobs.append(
@@ -147,6 +166,26 @@ def _jobs(
         )
         at += rng.expovariate(1 / MEAN_ARRIVAL_SECONDS)
     return tuple(jobs)
+
+
+def _burst(rng: random.Random, name: str, leaf: QuotaPlan, at: float) -> JobPlan:
+    """5 to 20 single pods of 1, 2 or 4 GPUs, created back to back."""
+    count = rng.randint(5, 20)
+    sizes = tuple(rng.choice((1, 2, 4)) for _ in range(count))
+    return JobPlan(
+        name=name,
+        quota=leaf.name,
+        at=round(at, 3),
+        pods=count,
+        gpus_per_pod=max(sizes),
+        priority_class=rng.choice(sorted(PRIORITY_CLASSES)),
+        preemptible=rng.random() < 0.6,
+        can_preempt=False,
+        pdb_min_available=None,
+        grace_seconds=rng.randint(0, 20),
+        runtime=round(rng.uniform(20.0, 90.0), 3),
+        sizes=sizes,
+    )
 
 
 def _faults(rng: random.Random, seconds: float, quotas: list[QuotaPlan]) -> tuple[FaultPlan, ...]:

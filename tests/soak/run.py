@@ -9,9 +9,9 @@ tokens, and then, on the main thread, plays the plan's agenda: submit each job (
 PodDisruptionBudget first), delete each job ``runtime`` seconds after all its pods are
 bound (its work is done) or ``PATIENCE_SECONDS`` after it was submitted if it is still
 not bound (its user gave up), and inject each fault.  Two background threads watch the
-soak's pods into the ``Observer`` and, every ``SCAN_SECONDS``, scan it, read the
-quotas, and play the disruption controller (there is none): each budget's
-``status.disruptionsAllowed`` = running pods it covers - ``minAvailable``.
+soak's pods into the ``Observer`` and, every ``SCAN_SECONDS``, scan it and read the
+quotas.  Each budget's ``status.disruptionsAllowed`` is kept by the control plane's real
+disruption controller (kube-controller-manager).
 
 When the stream ends, the cluster is left to settle (no terminating pod, no mark left
 on a running pod, no reservation without a pending pod) for up to ``SETTLE_SECONDS``,
@@ -322,7 +322,6 @@ class Soak:
                 self._read_quotas()
                 with self.lock:
                     self.observer.scan(self.now())
-                self._write_budget_status()
             except Exception as error:  # the API is down during its restart; go on
                 self._note_error("scan", repr(error))
 
@@ -330,28 +329,6 @@ class Soak:
         items = self.plane.rest.request("GET", f"{QUOTA_API}/elasticquotas")["items"]
         with self.lock:
             self.observer.set_quotas(items, self.now())
-
-    def _write_budget_status(self) -> None:
-        """The disruption controller's part: each budget's disruptionsAllowed."""
-        for job in [j for j in self.plan.jobs if j.pdb_min_available is not None]:
-            if job.name not in self.submitted or job.name in self.deleted:
-                continue
-            with self.lock:
-                pods = self.observer.state.job_pods(f"{job.quota}/{job.name}")
-                healthy = sum(1 for p in pods if p.phase == "Running" and not p.terminating)
-            assert job.pdb_min_available is not None
-            status = {
-                "disruptionsAllowed": max(0, healthy - job.pdb_min_available),
-                "currentHealthy": healthy,
-                "desiredHealthy": job.pdb_min_available,
-                "expectedPods": job.pods,
-                "observedGeneration": 1,
-            }
-            path = f"/apis/policy/v1/namespaces/{job.quota}/poddisruptionbudgets/{job.name}/status"
-            with contextlib.suppress(lc.ApiError):
-                self.plane.rest.request(
-                    "PATCH", path, {"status": status}, content_type="application/merge-patch+json"
-                )
 
     # ---- the agenda
 
@@ -565,6 +542,12 @@ class Soak:
             "victims evicted (audit log)": sum(evicted.values()),
             "faults injected": dict(sorted(self.faults.items())),
             "binds over a max edited < grace ago": figures.over_max_after_edit,
+            "bursts submitted (pods)": (
+                sum(1 for j in self.submitted if self._job(j).burst),
+                sum(self._job(j).pods for j in self.submitted if self._job(j).burst),
+            ),
+            "reclaim marks checked against min": figures.reclaims_checked,
+            "reclaim marks within an edit's grace": figures.below_min_after_edit,
             "time to bound p50 (s)": None if p50 is None else round(p50, 2),
             "time to bound p99 (s)": None if p99 is None else round(p99, 2),
             "settled": settled,
@@ -576,19 +559,19 @@ class Soak:
 
 
 def _pod(job: JobPlan, index: int) -> dict[str, Any]:
-    requests = {"cpu": "1", "memory": "1Gi", GPU: str(job.gpus_per_pod)}
+    gpus = str(job.gpus(index))
+    requests = {"cpu": "1", "memory": "1Gi", GPU: gpus}
+    labels = {
+        JOB_LABEL: job.name,
+        PREEMPTIBLE_LABEL: str(job.preemptible).lower(),
+        CAN_PREEMPT_LABEL: str(job.can_preempt).lower(),
+    }
+    if not job.burst:  # a burst's pods are single pods: each a job of its own to Muster
+        labels[GROUP_LABEL] = job.name
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": f"{job.name}-{index}",
-            "labels": {
-                JOB_LABEL: job.name,
-                GROUP_LABEL: job.name,
-                PREEMPTIBLE_LABEL: str(job.preemptible).lower(),
-                CAN_PREEMPT_LABEL: str(job.can_preempt).lower(),
-            },
-        },
+        "metadata": {"name": f"{job.name}-{index}", "labels": labels},
         "spec": {
             "terminationGracePeriodSeconds": job.grace_seconds,
             "priorityClassName": job.priority_class,
@@ -596,7 +579,7 @@ def _pod(job: JobPlan, index: int) -> dict[str, Any]:
                 {
                     "name": "main",
                     "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": requests, "limits": {GPU: str(job.gpus_per_pod)}},
+                    "resources": {"requests": requests, "limits": {GPU: gpus}},
                 }
             ],
         },

@@ -98,9 +98,16 @@ def test_the_stream_keeps_the_issue_s_ranges(seed: int) -> None:
     assert all(q.parent == parents[0].name for q in plan.leaves)
     assert all(0 <= q.min_gpus <= q.max_gpus for q in plan.quotas)
     for job in plan.jobs:
-        assert 1 <= job.pods <= 8 and 0 <= job.grace_seconds <= 20
+        assert 0 <= job.grace_seconds <= 20 and 0 < job.at < 600
         assert job.pdb_min_available is None or 1 <= job.pdb_min_available <= job.pods
-        assert 0 < job.at < 600
+        if job.burst:  # 5-20 single pods of 1, 2 or 4 GPUs, no budget, no preempting
+            assert 5 <= job.pods <= 20 and len(job.sizes) == job.pods
+            assert set(job.sizes) <= {1, 2, 4} and job.pdb_min_available is None
+            assert not job.can_preempt
+        else:
+            assert 1 <= job.pods <= 8
+    # About 150 jobs of which 15% are bursts: some in every 600 s stream.
+    assert any(job.burst for job in plan.jobs)
     # 600 s: 600 // 15 - 1 = 39 slots; 4 kinds + 600 // 60 = 14 faults, every kind.
     assert len(plan.faults) == 14
     assert {f.kind for f in plan.faults} == set(FAULT_KINDS)
@@ -292,3 +299,50 @@ def test_percentile_is_nearest_rank() -> None:
     values = [float(v) for v in range(10, 0, -1)]
     assert percentile(values, 0.5) == 5.0 and percentile(values, 0.99) == 10.0
     assert percentile([], 0.5) is None
+
+
+def two_teams() -> Observer:
+    # A parent of 16 GPUs over two leaves: a (min 8, max 16) and b (min 4, max 16).
+    watch = Observer(nodes=[node("n0"), node("n1")], partial_grace=20.0, edit_grace=70.0)
+    quotas = [quota("org", 16, 16), quota("a", 8, 16, "org"), quota("b", 4, 16, "org")]
+    watch.set_quotas(quotas, 0.0)
+    return watch
+
+
+def test_a_second_reclaim_that_takes_a_quota_below_its_min_is_caught() -> None:
+    watch = two_teams()
+    # b borrows 8 GPUs with b0 and b1 (4 each; min 4); a's jobs a/hi and a/lo are pending.
+    watch.pod_event("ADDED", pod("b", "b0", gpus=4, node_name="n0"), 1.0)
+    watch.pod_event("ADDED", pod("b", "b1", gpus=4, node_name="n0"), 1.0)
+    watch.pod_event("ADDED", pod("a", "hi", gpus=4, group="hi"), 2.0)
+    watch.pod_event("ADDED", pod("a", "lo", gpus=4, group="lo"), 2.0)
+    # b1 marked for a/hi: once it is gone, b keeps 4 = its min.  Fine.
+    watch.pod_event("MODIFIED", pod("b", "b1", gpus=4, node_name="n0", mark_for="a/hi"), 3.0)
+    assert watch.violations == []
+    # b0 marked for a/lo while b1 is still there (marked): with both gone b keeps 0 < 4.
+    # The parent org holds both a and b: a reclaim between them leaves it as it was.
+    watch.pod_event("MODIFIED", pod("b", "b0", gpus=4, node_name="n0", mark_for="a/lo"), 4.0)
+    assert [v.kind for v in watch.violations] == ["quota taken below its min by reclaim"]
+    assert "quota b keeps {'nvidia.com/gpu': 0}" in watch.violations[0].detail
+    assert watch.figures.reclaims_checked == 2
+
+
+def test_reclaims_within_min_within_a_quota_and_after_an_edit_are_not_violations() -> None:
+    watch = two_teams()
+    watch.pod_event("ADDED", pod("b", "b0", gpus=4, node_name="n0"), 1.0)
+    watch.pod_event("ADDED", pod("b", "b1", gpus=8, node_name="n1"), 1.0)
+    watch.pod_event("ADDED", pod("b", "own", gpus=8, group="own"), 2.0)
+    watch.pod_event("ADDED", pod("a", "j", gpus=8, group="j"), 2.0)
+    # b's own job preempts b1 inside b: b's usage is not reclaimed (the check is skipped).
+    watch.pod_event("MODIFIED", pod("b", "b1", gpus=8, node_name="n1", mark_for="b/own"), 3.0)
+    assert watch.violations == [] and watch.figures.reclaims_checked == 0
+    # A gang given up (a mark naming no job) is not a reclaim either.
+    watch.pod_event("ADDED", pod("b", "b2", gpus=1, node_name="n0"), 3.0)
+    watch.pod_event("MODIFIED", pod("b", "b2", gpus=1, node_name="n0", mark_for=""), 3.5)
+    assert watch.violations == []
+    # b's min raised to 16 just now (an edit): b0 marked for a/j leaves b at 1 (b2 counts:
+    # its mark names no job), below 16, but within the edit's grace: counted, not failed.
+    quotas = [quota("org", 16, 16), quota("a", 8, 16, "org"), quota("b", 16, 16, "org")]
+    watch.set_quotas(quotas, 4.0)
+    watch.pod_event("MODIFIED", pod("b", "b0", gpus=4, node_name="n0", mark_for="a/j"), 5.0)
+    assert watch.violations == [] and watch.figures.below_min_after_edit == 1

@@ -61,6 +61,7 @@ class ClusterState(RoomMixin, JobsMixin):
         #: Memo for planners: facts derived from nodes only.
         self.node_memo: NodeMemo = {}
         self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group")
+        self._owner_sizes: dict[str, int] = {}  # "ns/Kind/name" → pods it runs at once
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
         #: Controllers seen deleted, ``namespace/Kind/name``: their pods do not come back.
         self._gone_owners: OrderedDict[str, None] = OrderedDict()

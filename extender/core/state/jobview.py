@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
-from extender.core.jobs import PodGroupInfo, min_available_annotation
+from extender.core.jobs import OwnerSize, PodGroupInfo, min_available_annotation
 from extender.core.objects import PodInfo
 from extender.core.state.book import ReservationBook
 
@@ -29,6 +29,7 @@ class JobsMixin:
         _marked_for: dict[str, set[str]]
         _departing: set[str]
         _joined: dict[str, float]
+        _owner_sizes: dict[str, int]
 
     def set_pod_group(self, group: PodGroupInfo) -> None:
         """Record a PodGroup (its ``minMember`` and schedule timeout)."""
@@ -80,18 +81,38 @@ class JobsMixin:
 
     def declared_min_available(self, job: str) -> int | None:
         """The job's size as declared (PodGroup ``minMember``, else the min-available
-        annotation); ``None`` when it is not, and only the pods seen so far tell."""
+        annotation, else the size of the controller that owns its pods, such as a Job's
+        ``parallelism``); ``None`` when it is not, and only the pods seen so far tell."""
         group = self._pod_groups.get(job)
         if group is not None and group.min_member is not None:
             return group.min_member
-        for pod in self.job_pods(job):
+        pods = self.job_pods(job)
+        for pod in pods:
             try:
                 declared = min_available_annotation(pod)
             except ManifestError:
                 continue  # not a number: ignored here (simulate rejects it outright)
             if declared is not None:
                 return declared
+        for pod in pods:
+            size = self.owner_size(pod)
+            if size is not None:
+                return size
         return None
+
+    def set_owner_size(self, size: OwnerSize) -> None:
+        """Record how many pods a controller runs at once (``None``: unknown)."""
+        key = f"{size.namespace}/{size.controller}"
+        if size.size is None:
+            self._owner_sizes.pop(key, None)
+        else:
+            self._owner_sizes[key] = size.size
+
+    def owner_size(self, pod: PodInfo) -> int | None:
+        """The size of the controller owning ``pod``, for a pod of a pod group."""
+        if pod.group is None or pod.controller is None:
+            return None
+        return self._owner_sizes.get(f"{pod.namespace}/{pod.controller}")
 
     def last_joined(self, job: str) -> float | None:
         """When the newest pod of a pod-group job was first seen (live), or created."""

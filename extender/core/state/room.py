@@ -36,6 +36,7 @@ class RoomMixin:
         node_usage: NodeUsage
         room_epoch: int
         _gone_owners: OrderedDict[str, None]
+        _owner_sizes: dict[str, int]
 
         def _reindexing(self, key: str) -> AbstractContextManager[None]: ...
         def _resolve_quota(self, pod: PodInfo) -> str: ...
@@ -47,6 +48,7 @@ class RoomMixin:
         let go now, and its pods removed later leave none; a reservation left holding
         nothing then ends as its job is gone.  Returns whether any room was let go."""
         key = f"{namespace}/{controller}"
+        self._owner_sizes.pop(key, None)
         self._gone_owners[key] = None
         self._gone_owners.move_to_end(key)
         if len(self._gone_owners) > GONE_OWNERS_REMEMBERED:

@@ -1,0 +1,127 @@
+"""A Job's pods that form a pod group take their gang size from the Job (issue 24, item 2).
+
+When no PodGroup ``minMember`` and no min-available annotation declares a gang's size,
+the batch/v1 Job owning its pods does: ``parallelism``, capped by the completions still
+to go (``completions - status.succeeded``).  Derived by hand from that rule: a 4-pod Job
+gang whose first pod is seen alone is "waiting for 3 more pods" at once (no settle wait,
+the size is known), and binds only once four exist.  One 32-GPU node; pods of 8 GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from base.errors import ManifestError
+from extender.core import gang, gangsize
+from extender.core.jobs import OwnerSize, parse_job_size
+from extender.core.objects import parse_pod
+from extender.core.state import ClusterState
+from tests.builders import node, pod, quota, snapshot
+
+T = 1_800_000_000.0
+NODES = ["n1"]
+JOB = "team-a/train"
+
+
+def job(spec: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": spec,
+        "status": status or {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "size"),
+    [
+        ({"parallelism": 4, "completions": 4}, {}, 4),
+        ({"parallelism": 4, "completions": 10}, {"succeeded": 8}, 2),  # 2 still to go
+        ({"parallelism": 4}, {"succeeded": 3}, 4),  # no completions: every pod at once
+        ({}, {}, 1),  # parallelism defaults to 1
+        ({"parallelism": 4, "completions": 4}, {"succeeded": 4}, None),  # done
+        ({"parallelism": 0}, {}, None),  # paused
+    ],
+)
+def test_a_jobs_size_is_parallelism_capped_by_the_completions_to_go(
+    spec: dict[str, Any], status: dict[str, Any], size: int | None
+) -> None:
+    assert parse_job_size(job(spec, status)) == OwnerSize("team-a", "Job/train", size)
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "field"),
+    [
+        ({"parallelism": "4"}, {}, "spec.parallelism"),
+        ({"parallelism": 2, "completions": -1}, {}, "spec.completions"),
+        ({"parallelism": True}, {}, "spec.parallelism"),
+        ({"parallelism": 2}, {"succeeded": 1.5}, "status.succeeded"),
+    ],
+)
+def test_a_malformed_job_is_refused_naming_the_field(
+    spec: dict[str, Any], status: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ManifestError) as error:
+        parse_job_size(job(spec, status))
+    assert error.value.field == field
+
+
+def trainer(index: int, *, owner: str | None = "train", group: str | None = "train") -> Any:
+    made = pod(f"train-{index}", gpu=8, group=group, preemptible=True, can_preempt=True)
+    if owner is not None:
+        made["metadata"]["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": owner, "uid": "j", "controller": True}
+        ]
+    return parse_pod(made)
+
+
+def cluster(parallelism: int = 4) -> ClusterState:
+    snap = snapshot([node("n1", gpu=32)], [], [quota("team-a", max={"nvidia.com/gpu": "64"})])
+    snap.set_owner_size(parse_job_size(job({"parallelism": parallelism})))
+    return snap
+
+
+def test_the_first_pod_of_a_job_gang_waits_for_the_jobs_parallelism_not_a_settle() -> None:
+    snap = cluster()
+    first = trainer(0)
+    snap.upsert_pod(first, now=T)
+    assert gangsize.size_declared(snap, first) and gangsize.gang_size(snap, first) == 4
+    assert not gangsize.still_arriving(snap, first, T + 0.01)
+    result = gang.filter_pod(snap, first, NODES, as_extender=True, now=T + 0.01)
+    assert not result.passed
+    assert result.gang_waiting is not None and "waiting for 3 more pods" in result.gang_waiting
+    for index in (1, 2, 3):
+        snap.upsert_pod(trainer(index), now=T + 0.1 * index)
+    # Four 8-GPU pods on one 32-GPU node: the whole gang fits, decided at once.
+    whole = gang.filter_pod(snap, snap.pods["team-a/train-0"], NODES, as_extender=True, now=T + 0.5)
+    assert whole.passed == ["n1"]
+    assert snap.min_available(JOB) == 4
+
+
+def test_an_annotation_or_pod_group_declares_before_the_job_and_bare_pods_are_unaffected() -> None:
+    snap = cluster(parallelism=4)
+    annotated = pod(
+        "train-0",
+        gpu=8,
+        group="train",
+        annotations={"gang.scheduling.koordinator.sh/min-available": "2"},
+    )
+    annotated["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j", "controller": True}
+    ]
+    first = parse_pod(annotated)
+    assert gangsize.gang_size(snap, first) == 2  # the annotation comes first
+    # A Job's pod with no pod-group name is a job of its own: the Job's size is not its.
+    lone = trainer(5, group=None)
+    assert snap.owner_size(lone) is None and gangsize.gang_size(snap, lone) == 1
+
+
+def test_a_deleted_job_no_longer_declares_a_size() -> None:
+    snap = cluster()
+    first = trainer(0)
+    snap.upsert_pod(first, now=T)
+    snap.forget_owner("team-a", "Job/train")
+    assert not gangsize.size_declared(snap, first)
