@@ -26,7 +26,9 @@ Properties:
 4. a job that reclaims ends within its own ``min``.
 
 Every expectation is DESIGN.md's, computed from the pods and quota specs, not read from
-Muster's ledger.
+Muster's ledger.  The last tests pin down a case the property found (and that the
+generator now avoids): a gang's pods with different priorities or starts, one of them
+leaving alone.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from base.resources import PODS, add_into
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import (
+    PreemptionPlan,
     Refusal,
     Victim,
     plan_job_preemption,
@@ -137,7 +141,9 @@ def cases(draw: st.DrawFn) -> Case:
         group = f"g{index}" if members > 1 else None
         namespace = draw(st.sampled_from(running))
         minute = draw(st.integers(0, 59))
-        # A gang's pods share a priority and a start.
+        # A gang's pods share a priority and a start: with them, a victim unit's priority
+        # and start do not change as some of its pods leave (they do otherwise: see
+        # test_a_gang_member_leaving_alone_still_counts_in_its_units_priority_and_start).
         priority = draw(st.sampled_from([0, 0, 5, 10]))
         for member in range(members):
             gpu, cpu = draw(st.sampled_from(RUNNING_SHAPES))
@@ -329,3 +335,94 @@ def test_a_plan_made_while_earlier_victims_leave_decides_what_it_would_once_they
                     decision,
                 )
     event(f"plans in the sequence: {plans}")
+
+
+# ---- a gang member leaving alone ------------------------------------------------------
+#
+# One pod of a running gang is terminating (deleted by someone, in its grace period); the
+# gang's other pod stays.  DESIGN.md step 2: a pod leaving is gone for every rule, so the
+# gang is, for the plan, its staying pod alone: the victim order (step 3, "lower priority
+# first, most recently started first") and the policies' priority bounds read that pod's
+# priority and start, not the leaving one's.  The planner reads them off its victim unit,
+# which still holds the leaving pod, so a plan made while the pod terminates differs from
+# the plan made a moment later, once it is gone.
+
+T10 = "2026-01-01T10:00:00Z"
+GANG_MEMBER_LEAVING = (
+    "the victim unit's priority and start (extender/core/state/victims.py) are the highest "
+    "and latest over all its bound preemptible pods, those already leaving included; the "
+    "walk (candidates.find_victim_groups) cuts and orders units by them"
+)
+
+
+def _gang_member_leaving(
+    *, leaving_priority: int, leaving_start: str, others: list[dict[str, Any]], gpus: int
+) -> tuple[ClusterState, ClusterState]:
+    """The cluster with g-0 terminating, and the same once g-0 is gone."""
+    team = [quota("team-a", min={GPU: "8"}, max={GPU: "8"})]
+    g0 = pod(
+        "g-0",
+        gpu=2,
+        node="n0",
+        group="g",
+        preemptible=True,
+        priority=leaving_priority,
+        created="2026-01-01T10:00:00Z",
+        started=leaving_start,
+    )
+    g0["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    g1 = pod("g-1", gpu=2, node="n0", group="g", preemptible=True, priority=0, started=T10)
+    job = pod("t-0", gpu=4, preemptible=False, can_preempt=True, priority=5)
+    cluster = [node("n0", gpu=gpus)]
+    return (
+        snapshot(cluster, [g0, g1, *others, job], team),
+        snapshot(cluster, [g1, *others, job], team),
+    )
+
+
+def _priority_case() -> tuple[ClusterState, ClusterState]:
+    # n0 (4 GPUs) holds g-0 (priority 9, terminating) and g-1 (priority 0), 2 GPUs each.
+    # team-a/t-0 (priority 5, 4 GPUs, non-preemptible) needs n0 whole.  team-a's quota
+    # (min = max = 8) admits it: non-preemptible 0 + 4 <= min 8, used 2 + 4 <= max 8.
+    # Once g-0 is gone, g is g-1 alone, priority 0 < 5: withinQuota LowerPriority (the
+    # default) allows it, and evicting it frees n0 whole.  So the plan: evict g-1, place
+    # t-0 on n0.
+    return _gang_member_leaving(leaving_priority=9, leaving_start=T10, others=[], gpus=4)
+
+
+def _order_case() -> tuple[ClusterState, ClusterState]:
+    # n0 (6 GPUs) holds g-0 (started 10:30, terminating), g-1 (started 10:00) and a lone
+    # pod s (started 10:15), 2 GPUs each, priority 0.  t-0 needs 4 GPUs: g-0's 2 and 2
+    # more.  Once g-0 is gone, g's latest start is g-1's, 10:00, so s (10:15) is the
+    # most recently started (step 3) and goes first; it suffices, and minimising keeps it
+    # (the last group taken is needed).  So the plan: evict s.
+    lone = pod("s", gpu=2, node="n0", preemptible=True, priority=0, started="2026-01-01T10:15:00Z")
+    return _gang_member_leaving(
+        leaving_priority=0, leaving_start="2026-01-01T10:30:00Z", others=[lone], gpus=6
+    )
+
+
+CASES = {"priority bound": (_priority_case, ["team-a/g-1"]), "order": (_order_case, ["team-a/s"])}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_gang_member_once_gone_leaves_the_rest_of_its_gang_judged_alone(name: str) -> None:
+    build, expected = CASES[name]
+    _, gone = build()
+    decision = plan_job_preemption(gone, "team-a/t-0", NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert [v.pod.key for v in decision.victims] == expected
+    assert decision.placements == {"team-a/t-0": "n0"}
+
+
+@pytest.mark.xfail(strict=True, reason=GANG_MEMBER_LEAVING)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_gang_member_leaving_alone_still_counts_in_its_units_priority_and_start(
+    name: str,
+) -> None:
+    build, expected = CASES[name]
+    in_flight, gone = build()
+    decision = plan_job_preemption(in_flight, "team-a/t-0", NOW)
+    assert decision == plan_job_preemption(gone, "team-a/t-0", NOW), decision
+    assert isinstance(decision, PreemptionPlan)
+    assert [v.pod.key for v in decision.victims] == expected
