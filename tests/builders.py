@@ -1,16 +1,20 @@
-"""Small builders of Kubernetes objects (camelCase dicts) and snapshots for tests, and
-the arbitrary-JSON strategy the fuzz tests share."""
+"""Small builders of Kubernetes objects (camelCase dicts) and snapshots for tests, the
+arbitrary-JSON strategy the fuzz tests share, and a committed plan's marks on a state."""
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import strategies as st
 
 from base import keys
 from extender.core.config import MusterArgs
+from extender.core.effects import HoldRoom, apply
 from extender.core.objects import parse_node, parse_pod
+from extender.core.preemption.planner import PreemptionPlan
 from extender.core.state import ClusterState
 from quota.tree import parse_elastic_quota
 
@@ -152,3 +156,30 @@ def snapshot(
     for item in pods:
         snap.upsert_pod(parse_pod(item))
     return snap
+
+
+#: How a committed plan's victim stands while it leaves (DESIGN.md, Job-level preemption,
+#: step 6): named only by the job's reservation (its mark not written or not seen yet),
+#: marked for soft eviction, or marked and being deleted (the evictor's grace period).
+Leaving = Literal["promised", "marked", "terminating"]
+LEAVING: tuple[Leaving, ...] = ("promised", "marked", "terminating")
+
+
+def leaving(manifest: Mapping[str, Any], preemptor: str | None, how: Leaving) -> dict[str, Any]:
+    """A copy of a victim's ``manifest`` as it stands while leaving for ``preemptor``
+    (``None``: a mark for no job, such as a ``HoldAndDrain`` drain's)."""
+    made = copy.deepcopy(dict(manifest))
+    if how == "promised":
+        return made
+    made["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    mark = {"initiator": "muster", "preemptor": preemptor, "reason": "test", "timestamp": T0}
+    made["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps(mark)
+    if how == "terminating":
+        made["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    return made
+
+
+def hold_plan(snap: ClusterState, plan: PreemptionPlan, now: float) -> None:
+    """Commit ``plan``'s reservation to ``snap`` as the PostFilter does (its victims are the
+    caller's: mark them with :func:`leaving`, or remove them once gone)."""
+    apply(snap, HoldRoom(plan.reservation(now, snap.args.reservation_timeout_seconds)))

@@ -11,21 +11,27 @@ oracle decides by trying every subset of groups and every placement of the job's
 Properties: whenever the oracle finds a plan, the planner finds one; the planner's
 plan is itself valid (its placement fits); and no victim group of it can be spared
 (with that group back, no placement of the job fits).
+
+The same for a second job planned while the first job's plan is in flight (issue 23,
+item 4): the oracle's answer with the first plan's victims still there (leaving) is its
+answer once they are deleted, and the planner's.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from base.resources import add_into, fits
+from extender.core.objects import PodInfo, parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.state import ClusterState
-from tests.builders import node, pod, quota, snapshot
+from tests.builders import LEAVING, hold_plan, leaving, node, pod, quota, snapshot
 
 NOW = 1_800_000_000.0
 GPU = "nvidia.com/gpu"
@@ -92,11 +98,14 @@ def cases(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
     return nodes, pods
 
 
-def _free_after(snap: ClusterState, evicted: set[str]) -> dict[str, dict[str, int]]:
-    """Each node's free room once the pods of ``evicted`` (job names) are gone."""
+def _free_after(
+    snap: ClusterState, evicted: AbstractSet[str], gone: AbstractSet[str] = frozenset()
+) -> dict[str, dict[str, int]]:
+    """Each node's free room once the pods of ``evicted`` (job names) are gone, and the
+    pods ``gone`` (keys: earlier plans' victims, still there but leaving)."""
     free = {name: dict(snap.free_on(name)) for name in snap.nodes}
     for victim in snap.pods.values():
-        if victim.node_name is not None and victim.job in evicted:
+        if victim.node_name is not None and (victim.job in evicted or victim.key in gone):
             add_into(free[victim.node_name], victim.requests)
     return free
 
@@ -115,8 +124,27 @@ def _placeable(
     return False
 
 
-def _groups(snap: ClusterState) -> list[str]:
-    return sorted({p.job for p in snap.pods.values() if p.node_name is not None})
+def _groups(snap: ClusterState, gone: AbstractSet[str] = frozenset()) -> list[str]:
+    """The victim groups: the jobs of the running pods, but those ``gone``."""
+    return sorted(
+        {p.job for p in snap.pods.values() if p.node_name is not None}
+        - {p.job for p in snap.pods.values() if p.key in gone}
+    )
+
+
+def _oracle(
+    snap: ClusterState, requests: Sequence[Mapping[str, int]], gone: AbstractSet[str] = frozenset()
+) -> tuple[bool, bool]:
+    """Does the job fit with nothing evicted; does it once some set of victim groups is
+    evicted (every subset tried)?  The pods ``gone`` count as gone, and are no victims."""
+    fits_already = _placeable(requests, _free_after(snap, set(), gone))
+    groups = _groups(snap, gone)
+    found = any(
+        _placeable(requests, _free_after(snap, set(subset), gone))
+        for size in range(len(groups) + 1)
+        for subset in itertools.combinations(groups, size)
+    )
+    return fits_already, found
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,28 +156,107 @@ def test_the_planner_finds_a_plan_whenever_one_exists_and_spares_every_group_it_
     snap = snapshot(nodes, pods, QUOTAS)
     job = [p for p in snap.job_pods(JOB) if p.node_name is None]
     requests = [p.requests for p in job]
-    groups = _groups(snap)
-    oracle = any(
-        _placeable(requests, _free_after(snap, set(subset)))
-        for size in range(len(groups) + 1)
-        for subset in itertools.combinations(groups, size)
-    )
+    fits_already, oracle = _oracle(snap, requests)
     decision = plan_job_preemption(snap, JOB, NOW)
     planned = isinstance(decision, PreemptionPlan)
-    fits_already = _placeable(requests, _free_after(snap, set()))
     event("fits already" if fits_already else f"oracle {oracle}, planner {planned}")
     if fits_already:
         return  # nothing to plan: the planner refuses ("fits without evicting")
     assert planned == oracle, (oracle, decision)
     if not isinstance(decision, PreemptionPlan):
         return
+    _assert_valid_and_minimal(snap, job, decision)
+
+
+def _assert_valid_and_minimal(
+    snap: ClusterState, job: Sequence[PodInfo], decision: PreemptionPlan
+) -> None:
+    """Valid: with its victims gone, the placement the plan names fits.  Minimal: no
+    victim group can be spared (with it back, no placement of the job fits)."""
     evicted = {v.job for v in decision.victims}
-    # Valid: with its victims gone, the placement it names fits.
     free = _free_after(snap, evicted)
     used: dict[str, dict[str, int]] = {}
     for p in job:
         add_into(used.setdefault(decision.placements[p.key], {}), p.requests)
     assert all(fits(room, free[name]) for name, room in used.items())
-    # Minimal: no victim group can be spared.
+    requests = [p.requests for p in job]
     for group in evicted:
         assert not _placeable(requests, _free_after(snap, evicted - {group})), group
+
+
+# ---- a second job, planned while the first one's victims leave ------------------------
+#
+# DESIGN.md, Job-level preemption, step 2: pods "already marked, or leaving, for another
+# job are gone for every rule here: they are never candidates, and their quota is judged
+# as it will be without them".  So once the first job's plan is committed (its room
+# reserved: step 6), the oracle for a second job counts the first plan's victims as gone,
+# and the first job's reserved room as taken; it must answer what it answers once those
+# victims are deleted, and the planner with it.  The quotas still never limit either job:
+# team-a's min (64 GPUs, 256 CPUs) holds both (4 and 3 pods at most, of at most 8 GPUs
+# and 16 CPUs each), and team-b guarantees nothing.
+
+SECOND = "team-a/second"
+
+
+@st.composite
+def two_job_cases(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
+    nodes, pods = draw(cases())
+    for index in range(draw(st.integers(1, 3))):
+        gpu, cpu = draw(st.sampled_from(SHAPES))
+        pods.append(
+            pod(
+                f"s-{index}",
+                "team-a",
+                gpu=gpu,
+                cpu=str(cpu),
+                group="second",
+                preemptible=False,
+                can_preempt=True,
+                created="2026-01-01T11:00:00Z",
+            )
+        )
+    return nodes, pods
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(two_job_cases(), st.data())
+def test_a_second_job_planned_while_the_first_ones_victims_leave_is_planned_as_after(
+    case: tuple[list[Any], list[Any]], data: st.DataObject
+) -> None:
+    nodes, pods = case
+    manifests = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
+    in_flight = snapshot(nodes, pods, QUOTAS)
+    gone = snapshot(nodes, pods, QUOTAS)
+    first = plan_job_preemption(in_flight, JOB, NOW)
+    assume(isinstance(first, PreemptionPlan))  # nothing in flight otherwise: the test above
+    assert isinstance(first, PreemptionPlan)
+    # Committed (step 6): room reserved for the first job on both; its victims leaving (as
+    # drawn) on one, deleted on the other.
+    for state in (in_flight, gone):
+        hold_plan(state, first, NOW)
+    for victim in first.victims:
+        how = data.draw(st.sampled_from(LEAVING), label=f"{victim.pod.key} leaving")
+        if how != "promised":
+            in_flight.upsert_pod(parse_pod(leaving(manifests[victim.pod.key], JOB, how)))
+        gone.remove_pod(victim.pod.key)
+    first_victims = {v.pod.key for v in first.victims}
+
+    # The room the in-flight cluster offers, the first plan's victims counted as gone, is
+    # the room once they are gone, node by node; and so is every answer the oracle gives.
+    assert _free_after(in_flight, set(), first_victims) == _free_after(gone, set())
+    requests = [p.requests for p in in_flight.job_pods(SECOND)]
+    fits_already, oracle = _oracle(in_flight, requests, first_victims)
+    assert (fits_already, oracle) == _oracle(gone, requests)
+
+    decision = plan_job_preemption(in_flight, SECOND, NOW)
+    assert decision == plan_job_preemption(gone, SECOND, NOW), decision
+    planned = isinstance(decision, PreemptionPlan)
+    event("fits already" if fits_already else f"oracle {oracle}, planner {planned}")
+    if fits_already:
+        return  # nothing to plan: the planner refuses ("fits without evicting")
+    assert planned == oracle, (oracle, decision)
+    if not isinstance(decision, PreemptionPlan):
+        return
+    # Never one of the first plan's victims again; valid and minimal where they are gone.
+    assert first_victims.isdisjoint(v.pod.key for v in decision.victims)
+    _assert_valid_and_minimal(gone, gone.job_pods(SECOND), decision)
