@@ -29,25 +29,28 @@ are checked against the policies.
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import math
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
-from operator import itemgetter
 from typing import Protocol
 
 from base.resources import add_into
 from extender.core.objects import PodInfo
-from extender.core.state import SCATTERED, ClusterState, UnitEntry, UnitPlace
+from extender.core.preemption.walk import (
+    asking_for,
+    by_priority,
+    places_wanted,
+    screened,
+    settled_units,
+    with_settled,
+)
+from extender.core.state import ClusterState, UnitEntry
 from quota.accounting import QuotaLedger
 from quota.admission import reclaimable
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
-
-_priority = itemgetter(0)  # of a unit entry
-_place = itemgetter(4)
 
 
 class Rule(Enum):
@@ -194,21 +197,24 @@ def find_victim_groups(
     promised = snapshot.book.promised_victims()
     unit_pods = snapshot.victims.unit_pods()
     own_quota = preemptor.quota
+    settled = settled_units(snapshot, promised)
     for units, asking, quotas, admission in phases:
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
         entries: Iterator[UnitEntry]
         lacking = wanted.lacking(quotas)
         if lacking is None:
-            entries = itertools.islice(units, bisect.bisect_right(units, last, key=_priority))
+            entries = itertools.islice(units, bisect.bisect_right(units, last, key=by_priority))
         else:  # pass over the units that cannot help, at C speed
             sources = (
                 [units]
                 if asking is None
-                else _asking_for(asking, snapshot.victims.asks_of_scattered(), lacking)
+                else asking_for(asking, snapshot.victims.asks_of_scattered(), lacking)
             )
-            screen = _places_wanted(lacking, snapshot.victims.unit_resources())
-            entries = _screened(sources, last, screen)
+            screen = places_wanted(lacking, snapshot.victims.unit_resources())
+            entries = screened(sources, last, screen)
+        if settled:
+            entries = with_settled(entries, settled, quotas, last)
         for priority, negative_start, job, quota, place in entries:
             if quota not in quotas or job == preemptor.job:
                 continue
@@ -271,9 +277,13 @@ def own_evictable_requests(snapshot: ClusterState, preemptor: Preemptor) -> dict
     units = snapshot.victims.units(preemptor.quota)
     promised = snapshot.book.promised_victims()
     freed: dict[str, int] = {}
-    for _unit_priority, _start, job, _quota, _place in itertools.islice(
-        units, bisect.bisect_right(units, last, key=_priority)
-    ):
+    entries: Iterator[UnitEntry] = itertools.islice(
+        units, bisect.bisect_right(units, last, key=by_priority)
+    )
+    settled = settled_units(snapshot, promised)
+    if settled:
+        entries = with_settled(entries, settled, {preemptor.quota}, last)
+    for _unit_priority, _start, job, _quota, _place in entries:
         if job == preemptor.job:
             continue
         members = tuple(
@@ -286,54 +296,6 @@ def own_evictable_requests(snapshot: ClusterState, preemptor: Preemptor) -> dict
             for pod in members:
                 add_into(freed, pod.requests)
     return freed
-
-
-def _asking_for(
-    asking: Mapping[frozenset[str], Sequence[UnitEntry]],
-    scattered: Collection[frozenset[str]],
-    lacking: Mapping[str, AbstractSet[str]],
-) -> list[Sequence[UnitEntry]]:
-    """The lists of ``asking`` whose units ask for a resource some node of ``lacking``
-    lacks, and those holding scattered units (keys in ``scattered``): the screen by place
-    would pass over every unit of the others."""
-    short = set(map(frozenset, lacking.values()))
-    return [
-        units
-        for resources, units in asking.items()
-        if resources in scattered or any(not resources.isdisjoint(lacks) for lacks in short)
-    ]
-
-
-def _screened(
-    sources: Sequence[Sequence[UnitEntry]], last: float, screen: AbstractSet[UnitPlace]
-) -> Iterator[UnitEntry]:
-    """The units of ``sources`` (each in the victim order) of priority up to ``last`` whose
-    place is in ``screen``, in the victim order."""
-    streams = []
-    for units in sources:
-        end = bisect.bisect_right(units, last, key=_priority)
-        places = map(_place, itertools.islice(units, end))
-        streams.append(
-            itertools.compress(itertools.islice(units, end), map(screen.__contains__, places))
-        )
-    return streams[0] if len(streams) == 1 else heapq.merge(*streams)
-
-
-def _places_wanted(
-    lacking: Mapping[str, AbstractSet[str]], resource_sets: Iterable[frozenset[str]]
-) -> set[UnitPlace]:
-    """The unit places (see :data:`~extender.core.state.UnitPlace`) of units that may
-    be wanted: on a node of ``lacking`` and asking for one of its resources; or
-    scattered, to be looked at."""
-    places = {SCATTERED}
-    asking: dict[frozenset[str], list[frozenset[str]]] = {}
-    for node, resources in lacking.items():
-        key = frozenset(resources)
-        matching = asking.get(key)
-        if matching is None:
-            matching = asking[key] = [r for r in resource_sets if not key.isdisjoint(r)]
-        places.update((node, r) for r in matching)
-    return places
 
 
 def _allowed(

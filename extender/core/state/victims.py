@@ -133,5 +133,9 @@ class VictimIndex:
     def unit_pods(self) -> Mapping[str, tuple[PodInfo, ...]]:
         return self._unit_pods
 
+    def quota_of(self, job: str) -> str:
+        """The quota of ``job``'s unit."""
+        return self._unit_of[job][3]
+
     def unit_resources(self) -> Collection[frozenset[str]]:
         return self._resources.keys()
