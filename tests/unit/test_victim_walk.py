@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.core.objects import parse_node, parse_pod
-from extender.core.preemption.candidates import _asking_for, _places_wanted, _screened
+from extender.core.preemption.walk import asking_for, places_wanted, screened
 from extender.core.state import ClusterState
 from tests.builders import node, pod
 
@@ -66,8 +66,8 @@ def test_reading_the_lists_asking_for_what_nodes_lack_yields_what_the_place_scre
 ) -> None:
     snap, lacking = case
     victims = snap.victims
-    screen = _places_wanted(lacking, victims.unit_resources())
-    every_unit: list[Any] = list(_screened([victims.units()], last, screen))
-    lists = _asking_for(victims.units_asking(), victims.asks_of_scattered(), lacking)
-    through_lists = list(_screened(lists, last, screen))
+    screen = places_wanted(lacking, victims.unit_resources())
+    every_unit: list[Any] = list(screened([victims.units()], last, screen))
+    lists = asking_for(victims.units_asking(), victims.asks_of_scattered(), lacking)
+    through_lists = list(screened(lists, last, screen))
     assert through_lists == every_unit
