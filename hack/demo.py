@@ -1,18 +1,21 @@
 """``make demo``: Muster on a real, local control plane, told as a timeline.
 
-Starts etcd, kube-apiserver and kube-scheduler (``hack/localcluster/``),
-Muster as the scheduler's extender (``muster serve --kubeconfig``) and the
-reference evictor (``muster evictor``); the harness plays the kubelet.
-Then the showcase:
+Starts etcd, kube-apiserver, kube-scheduler and kube-controller-manager
+(``hack/localcluster/``), Muster as the scheduler's extender (``muster serve
+--kubeconfig``) and the reference evictor (``muster evictor``); the harness plays the
+kubelet.  Then the showcase, submitting the kubectl-style YAML in ``examples/``:
 
 1. four 8-GPU nodes; team A is guaranteed 16 GPUs, team B none, both may
-   borrow up to the whole cluster;
-2. team B's preemptible filler job borrows every GPU;
-3. ``muster simulate`` predicts what will happen when team A submits a
-   two-pod training gang (same core as the live decision);
-4. team A submits the gang; Muster's PostFilter picks the victims, marks them
-   for soft eviction and holds their room; the evictor evicts them; the gang
-   binds to the held room.
+   borrow up to the whole cluster (``examples/quotas.yaml``);
+2. team B's preemptible filler Job borrows every GPU (``examples/filler-job.yaml``);
+3. ``muster simulate`` predicts what will happen when team A submits its two-pod
+   training Job (same core as the live decision);
+4. team A submits it (``examples/training-job.yaml``); Muster's PostFilter picks the
+   victims, marks them for soft eviction and holds their room; the evictor evicts
+   them; the Job controller replaces them, and the replacements wait; the gang binds
+   to the held room;
+5. the training Job completes and the filler's replacements run on the room it gave
+   back.
 
 It prints every change it observes, with the time since the gang was
 submitted and the reason Muster gave.
@@ -30,34 +33,30 @@ from pathlib import Path
 from typing import Any
 
 import localcluster as lc
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
 GPU = "nvidia.com/gpu"
 SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 
 
-def pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    resources = {"requests": {"cpu": "4", GPU: "8"}, "limits": {GPU: "8"}}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}
-            ],
-        },
-    }
+def example(name: str) -> list[dict[str, Any]]:
+    """The objects of ``examples/<name>``, as ``kubectl apply -f`` would read them."""
+    return [doc for doc in yaml.safe_load_all((EXAMPLES / name).read_text()) if doc]
 
 
-def quota(name: str, minimum: str, maximum: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "ElasticQuota",
-        "metadata": {"name": name, "namespace": name},
-        "spec": {"min": {GPU: minimum}, "max": {GPU: maximum}},
-    }
+def apply(rest: lc.RestClient, obj: dict[str, Any]) -> None:
+    """Create one object of ``examples/`` (a Job or an ElasticQuota)."""
+    namespace = obj["metadata"]["namespace"]
+    group, _, version = obj["apiVersion"].rpartition("/")
+    plural = {"Job": "jobs", "ElasticQuota": "elasticquotas"}[obj["kind"]]
+    rest.request("POST", f"/apis/{group}/{version}/namespaces/{namespace}/{plural}", obj)
+
+
+def phases(pods: dict[str, dict[str, Any]], prefix: str) -> list[str]:
+    """The phases of the pods whose key starts with ``prefix``."""
+    return [p.get("status", {}).get("phase", "") for k, p in pods.items() if k.startswith(prefix)]
 
 
 class Timeline:
@@ -174,56 +173,40 @@ def showcase(plane: lc.ControlPlane, url: str) -> int:
     print("1. Four nodes with 8 GPUs each; team-a is guaranteed 16 GPUs, team-b none.")
     for i in range(4):
         plane.create_node(f"gpu-{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    for name, minimum in (("team-a", "16"), ("team-b", "0")):
+    for name in ("team-a", "team-b"):
         plane.create_namespace(name)
-        rest.request(
-            "POST",
-            f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{name}/elasticquotas",
-            quota(name, minimum, "32"),
-        )
+    for obj in example("quotas.yaml"):
+        apply(rest, obj)
     timeline = Timeline(rest, ["team-a", "team-b"])
 
-    print("\n2. team-b's preemptible filler job borrows the whole cluster.")
-    filler = {"app": "filler", "quota.scheduling.koordinator.sh/preemptible": "true"}
-    for i in range(4):
-        rest.request("POST", "/api/v1/namespaces/team-b/pods", pod(f"filler-{i}", filler))
-        lc.wait_until(
-            lambda i=i: (
-                timeline.poll()[f"team-b/filler-{i}"]["status"].get("phase") == "Running" or None
-            ),
-            timeout=60,
-            what=f"filler-{i} running",
-        )
-
-    gang_labels = {
-        "pod-group.scheduling.sigs.k8s.io": "train",
-        "quota.scheduling.koordinator.sh/preemptible": "false",
-        "quota.scheduling.koordinator.sh/can-preempt": "true",
-    }
-    gang = [pod(f"train-{i}", gang_labels) for i in range(2)]
-    print("\n3. What does Muster predict for team-a's two-pod training gang? (muster simulate)")
-    print_prediction(rest, gang)
-
-    print("\n4. team-a submits the gang. What happens, live:")
-    timeline.start = time.monotonic()
-    for item in gang:
-        rest.request("POST", "/api/v1/namespaces/team-a/pods", item)
+    print(
+        "\n2. team-b's preemptible filler Job borrows the whole cluster (examples/filler-job.yaml)."
+    )
+    for obj in example("filler-job.yaml"):
+        apply(rest, obj)
     lc.wait_until(
-        lambda: (
-            all(
-                timeline.poll().get(f"team-a/train-{i}", {}).get("status", {}).get("phase")
-                == "Running"
-                for i in range(2)
-            )
-            or None
-        ),
+        lambda: phases(timeline.poll(), "team-b/filler-").count("Running") == 4 or None,
+        timeout=60,
+        what="the filler's four pods running",
+    )
+
+    (training,) = example("training-job.yaml")
+    print("\n3. What does Muster predict for team-a's two-pod training Job? (muster simulate)")
+    print_prediction(rest, training)
+
+    print("\n4. team-a submits it (examples/training-job.yaml). What happens, live:")
+    timeline.start = time.monotonic()
+    apply(rest, training)
+    lc.wait_until(
+        lambda: phases(timeline.poll(), "team-a/train-").count("Running") == 2 or None,
         timeout=120,
         interval=0.2,
         what="the gang to run",
     )
     timeline.poll()
-    explained = _get_json(f"{url}/debug/pods/team-a/train-0")
-    print("\n5. Why, in Muster's words (GET /debug/pods/team-a/train-0):")
+    train_0 = sorted(k for k in timeline.seen if k.startswith("team-a/train-"))[0]
+    explained = _get_json(f"{url}/debug/pods/{train_0}")
+    print(f"\n5. Why, in Muster's words (GET /debug/pods/{train_0}):")
     for decision in explained.get("decisions", []):
         print(f"  {decision['verb']}: {decision['outcome']}")
         for reason in decision["reasons"][:4]:
@@ -236,11 +219,23 @@ def showcase(plane: lc.ControlPlane, url: str) -> int:
             f"  {name}: uses {q['used'].get(GPU, '0')} GPUs (min {q['min'][GPU]}, "
             f"max {q['max'][GPU]})"
         )
+    print(
+        "\n7. The training Job completes; the filler's replacements run on the room it gave back:"
+    )
+
+    def filler_runs_again() -> bool | None:
+        pods = timeline.poll()
+        trained = phases(pods, "team-a/train-").count("Succeeded") == 2
+        filler = phases(pods, "team-b/filler-")  # the evicted pods are gone
+        return (trained and len(filler) == 4 and "Pending" not in filler) or None
+
+    lc.wait_until(filler_runs_again, timeout=180, interval=0.5, what="the filler running again")
     return 0
 
 
-def print_prediction(rest: lc.RestClient, gang: list[dict[str, Any]]) -> None:
-    """Dump the cluster as `kubectl get -o yaml` would, add the gang, and simulate."""
+def print_prediction(rest: lc.RestClient, training: dict[str, Any]) -> None:
+    """Dump the cluster as `kubectl get -o yaml` would, add the training Job and the pods
+    its controller will create, and simulate."""
     items: list[dict[str, Any]] = []
 
     def listed(path: str, kind: str, api_version: str) -> None:
@@ -255,10 +250,14 @@ def print_prediction(rest: lc.RestClient, gang: list[dict[str, Any]]) -> None:
             "ElasticQuota",
             "scheduling.x-k8s.io/v1alpha1",
         )
-    for item in gang:
-        item = json.loads(json.dumps(item))
-        item["metadata"]["namespace"] = "team-a"
-        items.append(item)
+    items.append(training)
+    template = training["spec"]["template"]
+    for i in range(training["spec"]["parallelism"]):
+        metadata = json.loads(json.dumps(template["metadata"]))
+        metadata.update(name=f"train-{i}", namespace="team-a")
+        items.append(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, **{"spec": template["spec"]}}
+        )
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump({"apiVersion": "v1", "kind": "List", "items": items}, handle)
     completed = subprocess.run(

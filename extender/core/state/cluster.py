@@ -37,8 +37,7 @@ from extender.core.state.victims import VictimIndex
 from quota.accounting import QuotaLedger
 from quota.tree import QuotaSpec, QuotaTree
 
-#: Node facts the planner memoises (which nodes could ever hold a pod shape), by key;
-#: cleared whenever a node changes.
+#: Node facts the planner memoises (nodes that could hold a pod shape); cleared on change.
 NodeMemo = dict[tuple[object, ...], frozenset[str]]
 
 #: How many removed pods' UIDs the state remembers (see :meth:`ClusterState.was_removed`).
