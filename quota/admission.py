@@ -136,6 +136,20 @@ def is_borrowing(ledger: QuotaLedger, quota: str, resources: Iterable[str]) -> b
     )
 
 
+def over_max_on_path(ledger: QuotaLedger, quota: str) -> str | None:
+    """The first of ``quota`` (its own usage) and its ancestors (their subtrees' usage)
+    that uses more than its ``max`` of a resource the ``max`` names, as the ledger stands;
+    ``None`` when none does.  Room already charged (a reservation) is counted, so a job
+    whose room is charged may bind only when this is ``None``: binding moves its charge,
+    it does not add one, and would otherwise keep the quota over its ``max``."""
+    for name in (quota, *ledger.tree.ancestors(quota)):
+        usage = ledger[name]
+        used = usage.used if name == quota else usage.subtree_used
+        if any(used.get(r, 0) > limit for r, limit in ledger.tree[name].max.items()):
+            return name
+    return None
+
+
 def reclaimable(ledger: QuotaLedger, victim: str, preemptor: str, resources: Iterable[str]) -> bool:
     """May ``preemptor``'s job reclaim from pods of quota ``victim`` (the path rule)?
 

@@ -31,7 +31,7 @@ from extender.core.effects import Effect, HoldQuota
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState, UnknownQuotaError, memoise_on_node
-from quota.admission import job_admission_failures
+from quota.admission import job_admission_failures, over_max_on_path
 
 #: Resources every pod asks for; a pod asking for anything else is packed by that alone.
 COMMON_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", PODS})
@@ -152,21 +152,47 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
         return [f"pod names quota {error.args[0]!r}, which does not exist"]
     if quota in snapshot.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
-    if pod.node_name is None and victims_still_there(snapshot, pod.job):
-        # Every pending pod of a job whose preemption victims are still there waits for
-        # them to go: the room its plan freed is still theirs, and binding now would put
-        # the quota (or an ancestor) above its max until they leave.  (One message while
-        # they leave: a changing one would requeue the pod at every victim.)
-        return [
-            f"quota room reserved for job {pod.job} is not free yet: its preemption's "
-            "victims are still there"
-        ]
+    waiting = room_not_free_yet(snapshot, pod)
+    if waiting is not None:
+        return [waiting]
     if snapshot.counts_as_used(pod):
         return []  # its room is already charged (bound, reserved, or its job's hold)
     demand = job_demand(snapshot, pod.job, including=pod)
     if not demand.unplaced:
         return []
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
+
+
+def room_not_free_yet(snapshot: ClusterState, pod: PodInfo) -> str | None:
+    """Why pending ``pod`` waits for room its job's preemption freed to be free in fact;
+    ``None`` when it need not.  A wait, not a refusal: the room comes once pods on their
+    way out have left (kube-scheduler waits the same way for its own nominated node's
+    terminating victims)."""
+    if pod.node_name is not None:
+        return None
+    if victims_still_there(snapshot, pod.job):
+        # Every pending pod of a job whose preemption victims are still there waits for
+        # them to go: the room its plan freed is still theirs, and binding now would put
+        # the quota (or an ancestor) above its max until they leave.  (One message while
+        # they leave: a changing one would requeue the pod at every victim.)
+        return (
+            f"quota room reserved for job {pod.job} is not free yet: its preemption's "
+            "victims are still there"
+        )
+    quota = snapshot.quota_name(pod) if pod.job in snapshot.reservations else None
+    if quota is not None:
+        over = over_max_on_path(snapshot.ledger, quota)
+        if over is not None:
+            # Its plan counted every pod on its way out as gone, its own victims and
+            # others (terminating, marked for other jobs), and saw only what its replica
+            # had seen: until those pods have left (or what another replica admitted
+            # meanwhile), the ledger, which counts them and the job's reserved room, is
+            # over a max on the job's path, and binding would keep it there.
+            return (
+                f"quota room reserved for job {pod.job} is not free yet: quota {over} is "
+                "over its max until pods on their way out have left"
+            )
+    return None
 
 
 def victims_still_there(snapshot: ClusterState, job: str) -> bool:
@@ -228,14 +254,15 @@ def filter_nodes(
 ) -> FilterResult:
     """Sort ``node_names`` into passed, failed and unresolvable for ``pod``."""
     names = list(node_names)
+    waiting = room_not_free_yet(snapshot, pod)
+    if waiting is not None:
+        # Resolvable, as kube-scheduler's own wait for a nominated node's terminating
+        # victims is.  Unresolvable would make kube-scheduler preempt on another node
+        # (when it preempts by itself).
+        return FilterResult(failed=dict.fromkeys(names, waiting), quota_failures=(waiting,))
     failures = admission_failures(snapshot, pod)
     if failures:
         reason = "; ".join(failures)
-        if pod.node_name is None and victims_still_there(snapshot, pod.job):
-            # Waiting for victims on their way out: resolvable, as kube-scheduler's own
-            # wait for a nominated node's terminating victims is.  Unresolvable would
-            # make kube-scheduler preempt on another node (when it preempts by itself).
-            return FilterResult(failed=dict.fromkeys(names, reason), quota_failures=(reason,))
         return FilterResult(
             unresolvable=dict.fromkeys(names, reason), quota_failures=tuple(failures)
         )

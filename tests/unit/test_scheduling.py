@@ -13,7 +13,7 @@ from extender.core.objects import parse_node, parse_pod
 from extender.core.preemption.fit import JobFit
 from extender.core.scheduling import filter_nodes, packing_score, score_nodes, scored_resources
 from extender.core.state import Reservation
-from tests.builders import T0, node, pod, snapshot
+from tests.builders import T0, node, pod, quota, snapshot
 
 
 def test_packing_score_prefers_fuller_nodes_and_the_fast_path_agrees() -> None:
@@ -182,6 +182,36 @@ def test_a_reserved_pod_waits_for_victims_its_reservation_names_before_their_mar
     snap.remove_pod("team-b/v")
     after = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
     assert after.passed == ["n2"]
+
+
+def test_a_reserved_pod_waits_while_pods_its_plan_counted_as_gone_keep_a_parent_over_max() -> None:
+    # Found by the 600 s soak (seed 1505737427, 119.6 s and 550.1 s): team-a's job x was
+    # planned while team-b's pod t was terminating (its job had finished), and the plan,
+    # counting every pod on its way out as gone, took x's victims only.  Once they were
+    # gone x bound at once, beside t: the parent quota went over its max until t left.
+    # Derived by hand: org's max is 4 GPUs; u (2, running) + t (2, terminating) + x's
+    # reserved room (2) = 6 > 4, so p waits with a quota reason naming org; once t is
+    # gone, 2 + 2 = 4 <= 4 and p passes, pinned to its reserved node n2.
+    quotas = [
+        quota("org", max={"nvidia.com/gpu": "4"}, is_parent=True),
+        quota("team-a", min={"nvidia.com/gpu": "2"}, max={"nvidia.com/gpu": "4"}, parent="org"),
+        quota("team-b", min={"nvidia.com/gpu": "2"}, max={"nvidia.com/gpu": "4"}, parent="org"),
+    ]
+    running = pod("u", "team-b", gpu=2, node="n1", preemptible=True)
+    finished = pod("t", "team-b", gpu=2, node="n1", preemptible=True)
+    finished["metadata"]["deletionTimestamp"] = T0
+    snap = snapshot(
+        [node("n1"), node("n2")], [pod("p", group="x", gpu=2), running, finished], quotas
+    )
+    snap.add_reservation(Reservation("team-a/x", "x", {"team-a/p": "n2"}, (), 0.0, 300.0))
+    candidate = snap.pods["team-a/p"]
+    result = filter_nodes(snap, candidate, ["n1", "n2"], as_extender=True)
+    assert result.passed == [] and result.unresolvable == {}
+    (reason,) = result.quota_failures
+    assert "quota org is over its max" in reason
+    snap.remove_pod("team-b/t")
+    after = filter_nodes(snap, candidate, ["n1", "n2"], as_extender=True)
+    assert after.passed == ["n2"] and after.pinned_to == "n2"
 
 
 def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
