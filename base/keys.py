@@ -13,6 +13,9 @@ POD_GROUP_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
 POD_GROUP_X_K8S_LABEL = "scheduling.x-k8s.io/pod-group"
 GANG_NAME_ANNOTATION = "gang.scheduling.koordinator.sh/name"
 GANG_MIN_AVAILABLE_ANNOTATION = "gang.scheduling.koordinator.sh/min-available"
+#: ``"true"`` on the pods of a controller (a Job's pod template): with no pod-group name,
+#: the controller's pods form one gang named after it, placed all or nothing.
+ALL_OR_NOTHING_LABEL = "muster.dev/all-or-nothing"
 
 # Quota membership and the pod's role in preemption.
 QUOTA_NAME_LABEL = "quota.scheduling.koordinator.sh/name"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +25,12 @@ from base.errors import ManifestError
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
-from extender.core.jobs import min_available_annotation, parse_job_size, parse_pod_group
+from extender.core.jobs import (
+    OWNER_KINDS,
+    min_available_annotation,
+    parse_owner_size,
+    parse_pod_group,
+)
 from extender.core.objects import (
     PriorityClasses,
     parse_node,
@@ -94,7 +100,7 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         "PodGroup": [],
         "PriorityClass": [],
         "PodDisruptionBudget": [],
-        "Job": [],
+        **{kind: [] for kind in OWNER_KINDS},
     }
     for document in _documents(paths):
         if document.kind in by_kind:
@@ -115,10 +121,11 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
                     f"of apiVersion {document.obj.get('apiVersion')!r} (policy/v1 is read)"
                 )
                 continue
-            if document.kind == "Job" and document.obj.get("apiVersion") != "batch/v1":
+            owner_api = OWNER_KINDS.get(document.kind, (None,))[0]
+            if owner_api is not None and document.obj.get("apiVersion") != owner_api:
                 notes.append(
-                    f"{document.path} document {document.index}: ignored Job of apiVersion "
-                    f"{document.obj.get('apiVersion')!r} (batch/v1 is read)"
+                    f"{document.path} document {document.index}: ignored {document.kind} of "
+                    f"apiVersion {document.obj.get('apiVersion')!r} ({owner_api} is read)"
                 )
                 continue
             by_kind[document.kind].append(document)
@@ -151,8 +158,9 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
     for document in by_kind["PodGroup"]:
         group = _parse(document, parse_pod_group)
         snapshot.set_pod_group(group)
-    for document in by_kind["Job"]:
-        snapshot.set_owner_size(_parse(document, parse_job_size))
+    for kind in OWNER_KINDS:
+        for document in by_kind[kind]:
+            snapshot.set_owner_size(_parse(document, partial(parse_owner_size, kind)))
     for document in by_kind["PodDisruptionBudget"]:
         budget = _parse(document, parse_pod_disruption_budget)
         if budget.key in snapshot.budgets:

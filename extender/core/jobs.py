@@ -1,8 +1,10 @@
 """Which job a pod belongs to, and the pod's role in preemption.
 
-A job (gang) is the set of pods sharing a pod-group name in a namespace; a
-pod with none is a job of one, keyed by its own name (``PodInfo.job``, read
-from the first of the keys DESIGN.md lists).  Whether a pod may be a victim and
+A job (gang) is the set of pods sharing a pod-group name in a namespace (the
+pods of an all-or-nothing controller share its name); a pod with none is a job
+of one, keyed by its own name (``PodInfo.job``, read from the first of the keys
+DESIGN.md lists).  A controller's size (:func:`parse_owner_size`) is the gang
+size of its pods' group when nothing else declares one.  Whether a pod may be a victim and
 whether it may trigger preemption follow its labels and Muster's arguments.
 """
 
@@ -77,40 +79,55 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
 @dataclass(frozen=True, slots=True)
 class OwnerSize:
     """How many pods a controller runs at once, as a gang size for the pod group its pods
-    form: for a batch/v1 Job, ``parallelism`` capped by the completions still to go
-    (``None``: nothing left to run, or a size Muster cannot tell)."""
+    form (``None``: nothing left to run, or a size Muster cannot tell)."""
 
     namespace: str
     controller: str  # "Kind/name", as ``PodInfo.controller``
     size: int | None
 
 
-def parse_job_size(obj: Mapping[str, Any]) -> OwnerSize:
-    """A batch/v1 Job → its :class:`OwnerSize`: ``spec.parallelism`` (default 1), capped by
-    ``spec.completions`` minus ``status.succeeded`` when ``completions`` is set; a field
-    that is not a non-negative integer is a :class:`ManifestError` naming it."""
+#: The controllers whose size Muster reads: kind → (apiVersion, plural).  A batch/v1 Job
+#: runs ``parallelism`` pods, capped by the completions still to go; a ReplicaSet (a
+#: Deployment's pods are a ReplicaSet's) and a StatefulSet run ``replicas``.
+OWNER_KINDS: Mapping[str, tuple[str, str]] = {
+    "Job": ("batch/v1", "jobs"),
+    "ReplicaSet": ("apps/v1", "replicasets"),
+    "StatefulSet": ("apps/v1", "statefulsets"),
+}
+
+
+def parse_owner_size(kind: str, obj: Mapping[str, Any]) -> OwnerSize:
+    """A controller of one of :data:`OWNER_KINDS` → its :class:`OwnerSize`; a field that
+    is not a non-negative integer is a :class:`ManifestError` naming it."""
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
         raise ManifestError("metadata.name", "expected a non-empty string")
-    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+    if not isinstance(spec, Mapping):
         raise ManifestError("spec", "expected an object")
-
-    def count(value: object, field: str, default: int | None) -> int | None:
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ManifestError(field, f"{value!r} is not a non-negative integer")
-        return value
-
-    parallelism = count(spec.get("parallelism"), "spec.parallelism", 1)
-    completions = count(spec.get("completions"), "spec.completions", None)
-    succeeded = count(status.get("succeeded"), "status.succeeded", 0)
-    assert parallelism is not None and succeeded is not None
-    size = parallelism if completions is None else min(parallelism, completions - succeeded)
+    if not isinstance(status, Mapping):
+        raise ManifestError("status", "expected an object")
+    if kind == "Job":
+        parallelism = _count(spec.get("parallelism"), "spec.parallelism", 1)
+        completions = _count(spec.get("completions"), "spec.completions", None)
+        succeeded = _count(status.get("succeeded"), "status.succeeded", 0)
+        assert parallelism is not None and succeeded is not None
+        size = parallelism if completions is None else min(parallelism, completions - succeeded)
+    elif kind in OWNER_KINDS:
+        size = _count(spec.get("replicas"), "spec.replicas", 1) or 0
+    else:
+        raise ManifestError("kind", f"{kind!r} is not one of {', '.join(OWNER_KINDS)}")
     namespace = str(metadata.get("namespace") or "default")
-    return OwnerSize(namespace, f"Job/{metadata['name']}", size if size > 0 else None)
+    return OwnerSize(namespace, f"{kind}/{metadata['name']}", size if size > 0 else None)
+
+
+def _count(value: object, field: str, default: int | None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ManifestError(field, f"{value!r} is not a non-negative integer")
+    return value
 
 
 def is_preemptible(pod: PodInfo, args: MusterArgs) -> bool:

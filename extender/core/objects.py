@@ -72,7 +72,8 @@ class PodInfo:
     controller: str | None = None
     #: ``namespace/name``.
     key: str = field(init=False)
-    #: The pod-group name, or ``None`` for a pod that is a job of its own.
+    #: The pod-group name (for an all-or-nothing controller's pods with none, the
+    #: controller's name), or ``None`` for a pod that is a job of its own.
     group: str | None = field(init=False)
     #: ``namespace/job``: the pod group's name, else the pod's own name.
     job: str = field(init=False)
@@ -87,7 +88,7 @@ class PodInfo:
     start_or_created: float = field(init=False)
 
     def __post_init__(self) -> None:
-        group = _group_name(self.labels, self.annotations)
+        group = _group_name(self.labels, self.annotations, self.controller)
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
         object.__setattr__(self, "group", group)
         object.__setattr__(self, "job", f"{self.namespace}/{group or self.name}")
@@ -158,12 +159,22 @@ def _read_mark(text: str) -> tuple[str | None, float | None]:
     return (preemptor if isinstance(preemptor, str) and preemptor else None), stamp
 
 
-def _group_name(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+def _group_name(
+    labels: Mapping[str, str], annotations: Mapping[str, str], controller: str | None
+) -> str | None:
+    """The pod group a pod names (labels, then the gang annotation, as DESIGN.md lists
+    them); else, for the pod of a controller whose template says all-or-nothing, the
+    controller's name (its pods are one gang); else ``None``."""
     for label in (keys.POD_GROUP_LABEL, keys.POD_GROUP_NAME_LABEL, keys.POD_GROUP_X_K8S_LABEL):
         name = labels.get(label)
         if name:
             return name
-    return annotations.get(keys.GANG_NAME_ANNOTATION) or None
+    named = annotations.get(keys.GANG_NAME_ANNOTATION)
+    if named:
+        return named
+    if controller is not None and labels.get(keys.ALL_OR_NOTHING_LABEL) == "true":
+        return controller.split("/", 1)[1]
+    return None
 
 
 def parse_time(value: object, field: str) -> float | None:

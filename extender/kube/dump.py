@@ -7,6 +7,7 @@ comes from the same loader and core as a ``kubectl get -o yaml`` dump would.
 
 from __future__ import annotations
 
+from extender.core.jobs import OWNER_KINDS
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.source import QUOTA_GROUPS
 
@@ -20,7 +21,7 @@ RESOURCES: tuple[tuple[str, str, str], ...] = (
         for plural, kind in (("elasticquotas", "ElasticQuota"), ("podgroups", "PodGroup"))
     ),
     ("/apis/policy/v1/poddisruptionbudgets", "policy/v1", "PodDisruptionBudget"),
-    ("/apis/batch/v1/jobs", "batch/v1", "Job"),
+    *((f"/apis/{api}/{plural}", api, kind) for kind, (api, plural) in OWNER_KINDS.items()),
     ("/api/v1/pods", "v1", "Pod"),
 )
 

@@ -1,11 +1,11 @@
 """The live cluster as a :class:`extender.service.ClusterSource`: informers feed a snapshot.
 
 Pods, Nodes, PriorityClasses, PodDisruptionBudgets, ElasticQuotas, PodGroups (both
-``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are installed) and
-batch/v1 Jobs (their size, and whether they still exist) are listed and watched; every event is
-translated by the core's parsers and applied to one :class:`ClusterState` under a lock,
-which decisions hold while they read.  Ready once every informer has listed once.  An object
-the parsers reject is skipped and counted, never fatal.
+``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are installed) and Jobs,
+ReplicaSets and StatefulSets (their size, and whether they still exist) are listed and
+watched; every event is translated by the core's parsers and applied to one
+:class:`ClusterState` under a lock, which decisions hold while they read.  Ready once every
+informer has listed once.  An object the parsers reject is skipped and counted, never fatal.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from extender.core.authority import (
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
-from extender.core.jobs import OwnerSize, parse_job_size, parse_pod_group
+from extender.core.jobs import OWNER_KINDS, OwnerSize, parse_owner_size, parse_pod_group
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
@@ -87,7 +87,10 @@ class KubeSource:
                 for group in QUOTA_GROUPS
             ),
             Informer(client, "/apis/policy/v1/poddisruptionbudgets", self._on_budget),
-            Informer(client, "/apis/batch/v1/jobs", self._on_job),
+            *(
+                Informer(client, f"/apis/{api}/{plural}", self._owner_handler(kind))
+                for kind, (api, plural) in OWNER_KINDS.items()
+            ),
             Informer(client, "/api/v1/pods", self._on_pod, keep_objects=False),
         ]
         #: The health of the informers and of every background thread registered with it.
@@ -299,24 +302,28 @@ class KubeSource:
 
         return handle
 
-    def _on_job(self, kind: str, obj: Json) -> None:
-        """A batch/v1 Job: how many pods it runs at once (the gang size of the pod group
-        its pods form, when nothing else declares one).  Deleted, or being deleted, it
-        re-creates no pod: the room its pods left for replacements is let go (see
-        ``ClusterState.forget_owner``)."""
-        metadata = obj.get("metadata") or {}
-        namespace = str(metadata.get("namespace") or "default")
-        controller = f"Job/{metadata.get('name')}"
-        with self.state_lock:
-            if kind == "DELETED" or metadata.get("deletionTimestamp"):
-                self.snapshot.forget_owner(namespace, controller)
-                return
-            self.snapshot.owner_present(namespace, controller)
-            try:
-                self.snapshot.set_owner_size(parse_job_size(obj))
-            except ManifestError as error:
-                self._reject(obj, error)  # its pods' gang size is what arrives
-                self.snapshot.set_owner_size(OwnerSize(namespace, controller, None))
+    def _owner_handler(self, owner_kind: str) -> Callable[[str, Json], None]:
+        def handle(kind: str, obj: Json) -> None:
+            """A Job, ReplicaSet or StatefulSet: how many pods it runs at once (the gang
+            size of the pod group its pods form, when nothing else declares one).
+            Deleted, or being deleted, it re-creates no pod: the room its pods left for
+            replacements is let go (see ``ClusterState.forget_owner``)."""
+            metadata = obj.get("metadata") or {}
+            namespace = str(metadata.get("namespace") or "default")
+            controller = f"{owner_kind}/{metadata.get('name')}"
+            with self.state_lock:
+                if kind == "DELETED" or metadata.get("deletionTimestamp"):
+                    self.snapshot.forget_owner(namespace, controller)
+                    return
+                self.snapshot.owner_present(namespace, controller)
+                try:
+                    self.snapshot.set_owner_size(parse_owner_size(owner_kind, obj))
+                except ManifestError as error:
+                    # its pods' gang size is what arrives
+                    self._reject({"kind": owner_kind, **obj}, error)
+                    self.snapshot.set_owner_size(OwnerSize(namespace, controller, None))
+
+        return handle
 
     def _on_budget(self, kind: str, obj: Json) -> None:
         with self.state_lock:

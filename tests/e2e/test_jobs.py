@@ -45,6 +45,7 @@ pytestmark = pytest.mark.e2e
 NODES = 4
 GANG_LABEL = "pod-group.scheduling.sigs.k8s.io"
 MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
+ALL_OR_NOTHING = "muster.dev/all-or-nothing"
 #: The recommended Job shape (README): an eviction, which sets DisruptionTarget, is not
 #: counted against backoffLimit; the pod is replaced.
 IGNORE_DISRUPTIONS = {
@@ -346,14 +347,21 @@ def test_deleting_the_preemptor_job_releases_its_room_and_takes_back_its_marks(
             teams.cleanup()
 
 
+@pytest.mark.parametrize(
+    "gang_label",
+    [{GANG_LABEL: "train"}, {ALL_OR_NOTHING: "true"}],
+    ids=["pod-group", "all-or-nothing"],
+)
 def test_a_job_gang_of_undeclared_size_takes_its_size_from_the_job(
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811
+    gang_label: dict[str, str],
 ) -> None:
-    """A Job of four 8-GPU pods with the pod-group label and nothing else (no PodGroup, no
-    min-available annotation), on three free 8-GPU nodes.  Derived from the rule (a Job
-    owning a pod group's pods declares its size: ``parallelism`` 4): the gang is four,
-    three fit, so no pod binds (never in part); once a fourth node appears, all four
+    """A Job of four 8-GPU pods with the pod-group label (or, with no pod-group name, the
+    all-or-nothing label: the gang is named after the Job) and nothing else (no PodGroup,
+    no min-available annotation), on three free 8-GPU nodes.  Derived from the rule (a
+    Job owning a pod group's pods declares its size: ``parallelism`` 4): the gang is
+    four, three fit, so no pod binds (never in part); once a fourth node appears, all four
     bind."""
     for i in range(3):
         cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
@@ -362,7 +370,7 @@ def test_a_job_gang_of_undeclared_size_takes_its_size_from_the_job(
     )
     try:
         template = make_pod(
-            "train", requests={"cpu": "4", GPU: 8}, labels={**TRAINER, GANG_LABEL: "train"}
+            "train", requests={"cpu": "4", GPU: 8}, labels={**TRAINER, **gang_label}
         )
         submit(cluster, teams.a, make_job("train", template, parallelism=NODES, run_seconds=600))
 
@@ -387,6 +395,49 @@ def test_a_job_gang_of_undeclared_size_takes_its_size_from_the_job(
         )
         nodes = pods_by_node(cluster, teams.a, "train")
         assert sorted(node or "" for node in nodes.values()) == sorted(cluster.nodes), nodes
+    finally:
+        teams.cleanup()
+
+
+def test_a_plain_jobs_pods_are_independent_under_one_quota(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    """A Job of five 8-GPU pods, no gang label, five free nodes, quota max 24 GPUs, each
+    pod running 8 s.  Derived from the rule (a plain Job's pods are each a job of their
+    own, checked against the quota as they come): three run at once (3 x 8 = 24 <= 24;
+    a fourth would make 32), never more, and the other two run as the first finish, so
+    the Job completes (5 succeeded, none failed).  Gang admission would have refused all
+    five (40 > 24) for ever."""
+    for i in range(5):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "0"}, "max": {GPU: "24"}}, {"min": {GPU: "0"}, "max": {GPU: "8"}}
+    )
+    try:
+        template = make_pod("sweep", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE)
+        submit(cluster, teams.a, make_job("sweep", template, parallelism=5, run_seconds=8))
+        most = 0
+
+        def completed() -> dict[str, Any] | None:
+            nonlocal most
+            items = cluster.rest.request(
+                "GET",
+                f"/api/v1/namespaces/{teams.a}/pods",
+                query={"labelSelector": "job-name=sweep"},
+            )["items"]
+            holding = [
+                p
+                for p in items
+                if p["spec"].get("nodeName") and p["status"].get("phase") != "Succeeded"
+            ]
+            most = max(most, len(holding))
+            status = job_status(cluster, teams.a, "sweep")
+            return status if status.get("succeeded") == 5 else None
+
+        status = lc.wait_until(completed, timeout=120, interval=0.05, what="the Job completes")
+        assert most == 3, most
+        assert not status.get("failed"), status
     finally:
         teams.cleanup()
 

@@ -15,7 +15,7 @@ import pytest
 
 from base.errors import ManifestError
 from extender.core import gang, gangsize
-from extender.core.jobs import OwnerSize, parse_job_size
+from extender.core.jobs import OwnerSize, parse_owner_size
 from extender.core.objects import parse_pod
 from extender.core.state import ClusterState
 from tests.builders import node, pod, quota, snapshot
@@ -49,7 +49,7 @@ def job(spec: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str,
 def test_a_jobs_size_is_parallelism_capped_by_the_completions_to_go(
     spec: dict[str, Any], status: dict[str, Any], size: int | None
 ) -> None:
-    assert parse_job_size(job(spec, status)) == OwnerSize("team-a", "Job/train", size)
+    assert parse_owner_size("Job", job(spec, status)) == OwnerSize("team-a", "Job/train", size)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_a_malformed_job_is_refused_naming_the_field(
     spec: dict[str, Any], status: dict[str, Any], field: str
 ) -> None:
     with pytest.raises(ManifestError) as error:
-        parse_job_size(job(spec, status))
+        parse_owner_size("Job", job(spec, status))
     assert error.value.field == field
 
 
@@ -80,7 +80,7 @@ def trainer(index: int, *, owner: str | None = "train", group: str | None = "tra
 
 def cluster(parallelism: int = 4) -> ClusterState:
     snap = snapshot([node("n1", gpu=32)], [], [quota("team-a", max={"nvidia.com/gpu": "64"})])
-    snap.set_owner_size(parse_job_size(job({"parallelism": parallelism})))
+    snap.set_owner_size(parse_owner_size("Job", job({"parallelism": parallelism})))
     return snap
 
 
@@ -125,3 +125,75 @@ def test_a_deleted_job_no_longer_declares_a_size() -> None:
     snap.upsert_pod(first, now=T)
     snap.forget_owner("team-a", "Job/train")
     assert not gangsize.size_declared(snap, first)
+
+
+def owned(name: str, kind: str, owner: str, labels: dict[str, str] | None = None) -> Any:
+    made = pod(name, gpu=8, preemptible=True, labels=labels)
+    made["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": "u", "controller": True}
+    ]
+    return parse_pod(made)
+
+
+ALL_OR_NOTHING = {"muster.dev/all-or-nothing": "true"}
+
+
+def test_an_all_or_nothing_controllers_pods_are_one_gang_named_after_it() -> None:
+    # DESIGN.md via the README's "Jobs and other controllers": with no pod-group name, the
+    # all-or-nothing label makes a controller's pods one job named after the controller.
+    a = owned("train-0", "Job", "train", ALL_OR_NOTHING)
+    b = owned("train-1", "Job", "train", ALL_OR_NOTHING)
+    assert a.group == b.group == "train" and a.job == b.job == JOB
+    # Without the label: each pod is a job of its own (a plain Job's pods bind one by one).
+    plain = owned("train-2", "Job", "train")
+    assert plain.group is None and plain.job == "team-a/train-2"
+    # On a pod no controller owns, the label names no group.
+    bare = parse_pod(pod("solo", labels=ALL_OR_NOTHING))
+    assert bare.group is None and bare.job == "team-a/solo"
+    # A pod-group name says otherwise, and wins.
+    named = owned(
+        "train-3", "Job", "train", {**ALL_OR_NOTHING, "scheduling.x-k8s.io/pod-group": "g"}
+    )
+    assert named.job == "team-a/g"
+    # Any other value is not a yes.
+    assert owned("train-4", "Job", "train", {"muster.dev/all-or-nothing": "yes"}).group is None
+
+
+def replica_set(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"name": "web", "namespace": "team-a"}, "spec": spec}
+
+
+@pytest.mark.parametrize("kind", ["ReplicaSet", "StatefulSet"])
+def test_a_replica_sets_and_a_stateful_sets_size_is_replicas(kind: str) -> None:
+    assert parse_owner_size(kind, replica_set(kind, {"replicas": 3})).size == 3
+    assert parse_owner_size(kind, replica_set(kind, {})).size == 1  # replicas defaults to 1
+    assert parse_owner_size(kind, replica_set(kind, {"replicas": 0})).size is None  # scaled down
+    with pytest.raises(ManifestError) as error:
+        parse_owner_size(kind, replica_set(kind, {"replicas": "3"}))
+    assert error.value.field == "spec.replicas"
+
+
+def test_an_unknown_owner_kind_is_refused_naming_the_kind() -> None:
+    with pytest.raises(ManifestError) as error:
+        parse_owner_size("DaemonSet", replica_set("DaemonSet", {}))
+    assert error.value.field == "kind"
+
+
+def test_an_all_or_nothing_stateful_set_waits_for_all_its_replicas() -> None:
+    # Three replicas of 8 GPUs on one 16-GPU node: never all at once.  Sized by replicas
+    # (3), the first pod waits for the two others, and with all three there, the whole
+    # gang does not fit one 16-GPU node: no pod passes (none is bound in part).
+    snap = snapshot([node("n1", gpu=16)], [], [quota("team-a", max={"nvidia.com/gpu": "64"})])
+    snap.set_owner_size(
+        parse_owner_size("StatefulSet", replica_set("StatefulSet", {"replicas": 3}))
+    )
+    first = owned("web-0", "StatefulSet", "web", ALL_OR_NOTHING)
+    snap.upsert_pod(first, now=T)
+    assert gangsize.gang_size(snap, first) == 3
+    waiting = gang.filter_pod(snap, first, NODES, as_extender=True, now=T + 0.01)
+    assert not waiting.passed and waiting.gang_waiting is not None
+    assert "waiting for 2 more pods" in waiting.gang_waiting
+    for index in (1, 2):
+        snap.upsert_pod(owned(f"web-{index}", "StatefulSet", "web", ALL_OR_NOTHING), now=T + index)
+    whole = gang.filter_pod(snap, snap.pods["team-a/web-0"], NODES, as_extender=True, now=T + 3)
+    assert whole.passed == []
