@@ -9,10 +9,13 @@ The stream (issue #14, item 7): 2 to 4 leaf quotas under one parent quota (a two
 tree, the parent's ``max`` bounding them all); jobs are gangs of 1 to 8 pods in one
 leaf quota, with a random priority class, preemptible or not, allowed to trigger
 preemption or not, sometimes a PodDisruptionBudget over the job, a victim grace period
-of 0 to 20 s, and a run time after which the soak deletes them (their work is done);
+of 0 to 20 s, and a run time; the driver submits each as a batch/v1 Job (issue 24:
+``parallelism`` = its pods, the gang's size; each pod runs the run time on the kubelet
+stand-in and succeeds; evicted pods are replaced by the Job controller);
 one job in ``BURST_SHARE`` is a *burst* instead (issue 23): 5 to 20 single pods of
 1, 2 or 4 GPUs each, no pod group, created back to back (as a Job with ``parallelism``
-does), often more than their quota's ``max`` holds;
+does), often more than their quota's ``max`` holds, deleted by the soak after the run
+time;
 faults at random times: kill -9 of the leader Muster, kill -9 of the evictor, a
 kube-apiserver restart, an ElasticQuota edit.
 """
@@ -52,7 +55,8 @@ class QuotaPlan:
 @dataclass(frozen=True, slots=True)
 class JobPlan:
     """One job: ``pods`` pods of ``gpus_per_pod`` GPUs in ``quota``'s namespace, submitted
-    ``at`` seconds into the stream and deleted ``runtime`` seconds after it is bound."""
+    ``at`` seconds into the stream; each pod runs ``runtime`` seconds (a burst's are
+    deleted ``runtime`` seconds after all are bound)."""
 
     name: str
     quota: str

@@ -38,6 +38,13 @@ import localcluster as lc
 import yaml
 from localcluster.processes import wait_port_released
 
+from tests.soak.figures import (
+    GpuSeconds,
+    completed_jobs,
+    holds_gpus,
+    job_completion_figures,
+    pod_gpus,
+)
 from tests.soak.invariants import (
     Observer,
     Violation,
@@ -141,6 +148,8 @@ class Soak:
         self.keys: dict[str, Path] = {}
         self.submitted: dict[str, float] = {}  # job → when submitted
         self.bound: dict[str, float] = {}  # job → when all its pods were first bound
+        self._bound_pods: dict[str, set[str]] = {}  # job → its pods seen bound so far
+        self.gpu_seconds = GpuSeconds()
         self.deleted: dict[str, str] = {}  # job → "finished" | "cancelled"
         self.faults: Counter[str] = Counter()
         self.notes: list[str] = []
@@ -262,16 +271,28 @@ class Soak:
             self.observer.pod_event(kind, obj, self.now())
             if len(self.observer.violations) > before:
                 threading.Thread(target=self._evidence, args=(self.now(),), daemon=True).start()
-            if kind != "DELETED":
-                self._note_bound(obj["metadata"]["labels"][JOB_LABEL])
+            self._account(kind, obj)
 
     def _on_list(self, items: list[dict[str, Any]]) -> None:
         for item in items:
             self._record("SYNC", item)
         with self.lock:
             self.observer.relist(items, self.now())
-            for job in {item["metadata"]["labels"][JOB_LABEL] for item in items}:
-                self._note_bound(job)
+            listed = {_key(item) for item in items}
+            for key in [k for k in self.gpu_seconds.holding if k not in listed]:
+                self.gpu_seconds.observe(key, 0, False, self.now())
+            for item in items:
+                self._account("SYNC", item)
+
+    def _account(self, kind: str, obj: dict[str, Any]) -> None:
+        """GPU-seconds held, and whether the pod's job has had all its pods bound."""
+        key = _key(obj)
+        holds = kind != "DELETED" and holds_gpus(obj)
+        self.gpu_seconds.observe(key, pod_gpus(obj, GPU), holds, self.now())
+        job = obj["metadata"]["labels"][JOB_LABEL]
+        if kind != "DELETED" and (obj.get("spec") or {}).get("nodeName"):
+            self._bound_pods.setdefault(job, set()).add(key)
+            self._note_bound(job)
 
     def _record(self, kind: str, obj: dict[str, Any]) -> None:
         """One line per pod version in ``pods.jsonl``: the evidence behind a violation."""
@@ -307,11 +328,8 @@ class Soak:
     def _note_bound(self, job: str) -> None:
         if job in self.bound or job not in self.submitted:
             return
-        plan = self._job(job)
-        keys = [f"{plan.quota}/{job}-{i}" for i in range(plan.pods)]
-        times = [self.observer.figures.bound_at.get(key) for key in keys]
-        if all(t is not None for t in times):
-            self.bound[job] = max(t for t in times if t is not None)
+        if len(self._bound_pods.get(job, ())) >= self._job(job).pods:
+            self.bound[job] = self.now()
 
     def _note_error(self, where: str, message: str) -> None:
         self.errors[where] += 1
@@ -353,7 +371,7 @@ class Soak:
             with self.lock:
                 bound = dict(self.bound)
             for name, at in bound.items():
-                if name not in scheduled_finish:
+                if name not in scheduled_finish and self._job(name).burst:
                     scheduled_finish.add(name)
                     heapq.heappush(
                         agenda, (at + self._job(name).runtime, serial := serial + 1, "finish", name)
@@ -391,19 +409,29 @@ class Soak:
             }
             rest.request("POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", body)
         self.submitted[job.name] = self.now()
-        for i in range(job.pods):
-            rest.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(job, i))
+        if job.burst:  # single pods created back to back, deleted by the soak when done
+            for i in range(job.pods):
+                rest.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(job, i))
+        else:  # a gang: a Job whose pods run for the job's run time and succeed
+            rest.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", _job_object(job))
 
     def _delete_job(self, name: str, why: str) -> None:
         job = self._job(name)
         self.deleted[name] = why
         rest = self.plane.rest
         with contextlib.suppress(lc.ApiError):
-            rest.request(
-                "DELETE",
-                f"/api/v1/namespaces/{job.quota}/pods",
-                query={"labelSelector": f"{JOB_LABEL}={name}"},
-            )
+            if job.burst:
+                rest.request(
+                    "DELETE",
+                    f"/api/v1/namespaces/{job.quota}/pods",
+                    query={"labelSelector": f"{JOB_LABEL}={name}"},
+                )
+            else:  # the garbage collector deletes its pods
+                rest.request(
+                    "DELETE",
+                    f"/apis/batch/v1/namespaces/{job.quota}/jobs/{name}",
+                    query={"propagationPolicy": "Background"},
+                )
         if job.pdb_min_available is not None:
             with contextlib.suppress(lc.ApiError):
                 rest.request(
@@ -522,6 +550,11 @@ class Soak:
         evicted = evictions_in_audit(self.plane.audit_log.read_text(errors="replace").splitlines())
         violations += double_evictions(evicted, at)
         waits = [self.bound[j] - self.submitted[j] for j in self.bound]
+        job_objects = self.plane.rest.request(
+            "GET", "/apis/batch/v1/jobs", query={"labelSelector": JOB_LABEL}
+        )["items"]
+        done = completed_jobs(job_objects, {j.name: j.priority_class for j in self.plan.jobs})
+        capacity = self.plan.nodes * self.plan.gpus_per_node * self.plan.seconds
         pending_jobs = sorted(
             {p["metadata"]["labels"][JOB_LABEL] for p in pods if not p["spec"].get("nodeName")}
         )
@@ -550,12 +583,50 @@ class Soak:
             "reclaim marks within an edit's grace": figures.below_min_after_edit,
             "time to bound p50 (s)": None if p50 is None else round(p50, 2),
             "time to bound p99 (s)": None if p99 is None else round(p99, 2),
+            "jobs submitted as batch/v1 Jobs": sum(
+                1 for j in self.submitted if not self._job(j).burst
+            ),
+            **job_completion_figures(done, sum(evicted.values())),
+            "GPU-seconds allocated / capacity (stream)": round(
+                self.gpu_seconds.total(self.plan.seconds) / capacity, 3
+            ),
             "settled": settled,
             "harness errors (API down during faults)": dict(self.errors),
         }
         return SoakResult(
             self.plan.seed, self.plan.seconds, result, violations, self.workdir, self.notes
         )
+
+
+def _key(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def _job_object(job: JobPlan) -> dict[str, Any]:
+    """A gang as a batch/v1 Job: ``pods`` pods at once (its ``parallelism``, which Muster
+    reads as the gang's size), each running ``runtime`` seconds on the kubelet stand-in;
+    an eviction is not a failure (the recommended Job shape, README)."""
+    template = _pod(job, 0)
+    metadata = {k: v for k, v in template["metadata"].items() if k != "name"}
+    metadata["annotations"] = {lc.RUN_SECONDS: str(job.runtime)}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job.name, "labels": {JOB_LABEL: job.name}},
+        "spec": {
+            "parallelism": job.pods,
+            "completions": job.pods,
+            "backoffLimit": 6,
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            },
+            "template": {
+                "metadata": metadata,
+                "spec": {**template["spec"], "restartPolicy": "Never"},
+            },
+        },
+    }
 
 
 def _pod(job: JobPlan, index: int) -> dict[str, Any]:

@@ -22,5 +22,6 @@ def test_soak_slice(tmp_path: Path) -> None:
     result = run_soak(seed, seconds, tmp_path / "soak", say=print)
     print(result.report())
     assert result.figures["jobs submitted"] > 0
+    assert result.figures["jobs completed"] > 0  # Jobs run to completion on the controllers
     assert sum(result.figures["faults injected"].values()) > 0
     assert result.passed, result.report()

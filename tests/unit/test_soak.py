@@ -9,6 +9,13 @@ from typing import Any
 
 import pytest
 
+from tests.soak.figures import (
+    GpuSeconds,
+    completed_jobs,
+    holds_gpus,
+    job_completion_figures,
+    pod_gpus,
+)
 from tests.soak.invariants import (
     Observer,
     double_evictions,
@@ -346,3 +353,52 @@ def test_reclaims_within_min_within_a_quota_and_after_an_edit_are_not_violations
     watch.set_quotas(quotas, 4.0)
     watch.pod_event("MODIFIED", pod("b", "b0", gpus=4, node_name="n0", mark_for="a/j"), 5.0)
     assert watch.violations == [] and watch.figures.below_min_after_edit == 1
+
+
+def test_gpu_seconds_count_each_hold_from_bind_to_finish_or_gone() -> None:
+    # Derived by hand: a holds 2 GPUs from 10 to 30 s (40), b 1 GPU from 20 s on (until
+    # 50 s: 30); a second sighting of a bound pod starts nothing new; a pending pod holds
+    # nothing.  40 + 30 = 70.
+    held = GpuSeconds()
+    held.observe("a", 2, True, 10.0)
+    held.observe("a", 2, True, 15.0)
+    held.observe("b", 1, True, 20.0)
+    held.observe("c", 4, False, 20.0)
+    held.observe("a", 2, False, 30.0)
+    assert held.total(50.0) == 70.0
+
+
+def test_a_terminating_pod_still_holds_its_gpus_and_a_finished_one_does_not() -> None:
+    bound = {"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    assert holds_gpus(bound)
+    assert not holds_gpus({"spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}})
+    assert not holds_gpus({"spec": {}, "status": {"phase": "Pending"}})
+    requests = {"requests": {"nvidia.com/gpu": "2"}}
+    two = {"spec": {"containers": [{"resources": requests}, {"resources": requests}]}}
+    assert pod_gpus(two, "nvidia.com/gpu") == 4
+
+
+def test_job_completion_figures_per_priority_class() -> None:
+    # Three Jobs complete (60, 120 and 30 s from creation), one does not; 3 evictions.
+    # By hand: soak-high has [60, 120] (nearest rank: p50 60, p95 120), soak-low [30].
+    def job(name: str, seconds: int | None) -> dict[str, Any]:
+        status: dict[str, Any] = {}
+        if seconds is not None:
+            status = {
+                "completionTime": f"2026-01-01T10:{seconds // 60:02d}:{seconds % 60:02d}Z",
+                "conditions": [{"type": "Complete", "status": "True"}],
+            }
+        return {
+            "metadata": {"name": name, "creationTimestamp": "2026-01-01T10:00:00Z"},
+            "status": status,
+        }
+
+    priority = {"a": "soak-high", "b": "soak-high", "c": "soak-low", "d": "soak-low"}
+    done = completed_jobs([job("a", 60), job("b", 120), job("c", 30), job("d", None)], priority)
+    figures = job_completion_figures(done, evictions=3)
+    assert figures["jobs completed"] == 3
+    assert figures["job completion time p50/p95 (s), count, by priority class"] == {
+        "soak-high": (60.0, 120.0, 2),
+        "soak-low": (30.0, 30.0, 1),
+    }
+    assert figures["evictions per completed job"] == 1.0
