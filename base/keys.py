@@ -13,6 +13,12 @@ POD_GROUP_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
 POD_GROUP_X_K8S_LABEL = "scheduling.x-k8s.io/pod-group"
 GANG_NAME_ANNOTATION = "gang.scheduling.koordinator.sh/name"
 GANG_MIN_AVAILABLE_ANNOTATION = "gang.scheduling.koordinator.sh/min-available"
+#: Volcano's pod-group annotations (Kubeflow Trainer, training-operator, LeaderWorkerSet,
+#: KubeRay and the Spark operator write them).
+VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+#: Kueue's plain-pod groups: the group's name (label) and its size (annotation).
+KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 #: ``"true"`` on the pods of a controller (a Job's pod template): with no pod-group name,
 #: the controller's pods form one gang named after it, placed all or nothing.
 ALL_OR_NOTHING_LABEL = "muster.dev/all-or-nothing"

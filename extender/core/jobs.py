@@ -21,20 +21,22 @@ from extender.core.objects import PodInfo
 
 
 def min_available_annotation(pod: PodInfo) -> int | None:
-    """The Koordinator min-available annotation, if the pod has one."""
-    text = pod.annotations.get(keys.GANG_MIN_AVAILABLE_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 1:
-        raise ManifestError(
-            f"metadata.annotations.{keys.GANG_MIN_AVAILABLE_ANNOTATION}",
-            f"{text!r} is not a positive integer",
-        )
-    return value
+    """The gang size a pod's annotation declares, if any: Koordinator's min-available,
+    else Kueue's pod-group total count."""
+    for key in (keys.GANG_MIN_AVAILABLE_ANNOTATION, keys.KUEUE_TOTAL_COUNT_ANNOTATION):
+        text = pod.annotations.get(key)
+        if text is None:
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 1:
+            raise ManifestError(
+                f"metadata.annotations.{key}", f"{text!r} is not a positive integer"
+            )
+        return value
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,9 @@ class PodInfo:
     #: ``Kind/name`` of the controller that owns the pod (its ``ownerReferences`` entry
     #: with ``controller: true``): one that re-creates the pod if it is deleted.
     controller: str | None = None
+    #: The pod group the pod's spec names (Kubernetes' own gang API, KEP-4671):
+    #: ``schedulingGroup.podGroupName`` (v1.36+), else ``workloadRef`` (v1.35).
+    spec_group: str | None = None
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name (for an all-or-nothing controller's pods with none, the
@@ -88,7 +91,7 @@ class PodInfo:
     start_or_created: float = field(init=False)
 
     def __post_init__(self) -> None:
-        group = _group_name(self.labels, self.annotations, self.controller)
+        group = self.spec_group or _group_name(self.labels, self.annotations, self.controller)
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
         object.__setattr__(self, "group", group)
         object.__setattr__(self, "job", f"{self.namespace}/{group or self.name}")
@@ -162,13 +165,19 @@ def _read_mark(text: str) -> tuple[str | None, float | None]:
 def _group_name(
     labels: Mapping[str, str], annotations: Mapping[str, str], controller: str | None
 ) -> str | None:
-    """The pod group a pod names (labels, then the gang annotation, as DESIGN.md lists
-    them); else, for the pod of a controller whose template says all-or-nothing, the
+    """The pod group a pod's labels and annotations name, in this order: the
+    scheduler-plugins labels, Volcano's annotations, Kueue's label, Koordinator's
+    annotation; else, for the pod of a controller whose template says all-or-nothing, the
     controller's name (its pods are one gang); else ``None``."""
     for label in (keys.POD_GROUP_LABEL, keys.POD_GROUP_NAME_LABEL, keys.POD_GROUP_X_K8S_LABEL):
         name = labels.get(label)
         if name:
             return name
+    for annotation in keys.VOLCANO_GROUP_ANNOTATIONS:
+        if annotations.get(annotation):
+            return annotations[annotation]
+    if labels.get(keys.KUEUE_POD_GROUP_LABEL):
+        return labels[keys.KUEUE_POD_GROUP_LABEL]
     named = annotations.get(keys.GANG_NAME_ANNOTATION)
     if named:
         return named
@@ -270,7 +279,23 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         resource_version=string(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
         preempted_by=_preempted_by(status),
         controller=_controller(metadata),
+        spec_group=_spec_group(spec),
     )
+
+
+def _spec_group(spec: Mapping[str, Any]) -> str | None:
+    """The pod group ``spec`` names through Kubernetes' own gang API, read leniently (an
+    alpha field whose shape changes between releases is ignored, never an error):
+    ``schedulingGroup.podGroupName`` (v1.36+), else ``workloadRef`` (v1.35:
+    ``name``, ``podGroup`` and ``podGroupReplicaKey`` joined by ``-``)."""
+    group = spec.get("schedulingGroup")
+    if isinstance(group, Mapping) and isinstance(group.get("podGroupName"), str):
+        return group["podGroupName"] or None
+    ref = spec.get("workloadRef")
+    if isinstance(ref, Mapping) and isinstance(ref.get("name"), str) and ref["name"]:
+        parts = (ref.get("name"), ref.get("podGroup"), ref.get("podGroupReplicaKey"))
+        return "-".join(part for part in parts if isinstance(part, str) and part)
+    return None
 
 
 #: :attr:`PodInfo.preempted_by` when the condition's message names no component.

@@ -348,17 +348,24 @@ def test_deleting_the_preemptor_job_releases_its_room_and_takes_back_its_marks(
 
 
 @pytest.mark.parametrize(
-    "gang_label",
-    [{GANG_LABEL: "train"}, {ALL_OR_NOTHING: "true"}],
-    ids=["pod-group", "all-or-nothing"],
+    ("gang_label", "gang_annotation"),
+    [
+        ({GANG_LABEL: "train"}, {}),
+        ({ALL_OR_NOTHING: "true"}, {}),
+        ({}, {"scheduling.k8s.io/group-name": "train"}),  # Volcano's
+        ({"kueue.x-k8s.io/pod-group-name": "train"}, {}),  # Kueue's plain-pod group
+    ],
+    ids=["pod-group", "all-or-nothing", "volcano", "kueue"],
 )
 def test_a_job_gang_of_undeclared_size_takes_its_size_from_the_job(
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811
     gang_label: dict[str, str],
+    gang_annotation: dict[str, str],
 ) -> None:
-    """A Job of four 8-GPU pods with the pod-group label (or, with no pod-group name, the
-    all-or-nothing label: the gang is named after the Job) and nothing else (no PodGroup,
+    """A Job of four 8-GPU pods with the pod-group label (or Volcano's annotation, or
+    Kueue's label; or, with no pod-group name, the all-or-nothing label: the gang is named
+    after the Job) and nothing else (no PodGroup,
     no min-available annotation), on three free 8-GPU nodes.  Derived from the rule (a
     Job owning a pod group's pods declares its size: ``parallelism`` 4): the gang is
     four, three fit, so no pod binds (never in part); once a fourth node appears, all four
@@ -370,7 +377,10 @@ def test_a_job_gang_of_undeclared_size_takes_its_size_from_the_job(
     )
     try:
         template = make_pod(
-            "train", requests={"cpu": "4", GPU: 8}, labels={**TRAINER, **gang_label}
+            "train",
+            requests={"cpu": "4", GPU: 8},
+            labels={**TRAINER, **gang_label},
+            annotations=gang_annotation,
         )
         submit(cluster, teams.a, make_job("train", template, parallelism=NODES, run_seconds=600))
 
