@@ -121,11 +121,13 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
                     f"of apiVersion {document.obj.get('apiVersion')!r} (policy/v1 is read)"
                 )
                 continue
-            owner_api = OWNER_KINDS.get(document.kind, (None,))[0]
-            if owner_api is not None and document.obj.get("apiVersion") != owner_api:
+            if document.kind in OWNER_KINDS and (
+                document.obj.get("apiVersion") != OWNER_KINDS[document.kind][0]
+            ):
                 notes.append(
                     f"{document.path} document {document.index}: ignored {document.kind} of "
-                    f"apiVersion {document.obj.get('apiVersion')!r} ({owner_api} is read)"
+                    f"apiVersion {document.obj.get('apiVersion')!r} "
+                    f"({OWNER_KINDS[document.kind][0]} is read)"
                 )
                 continue
             by_kind[document.kind].append(document)

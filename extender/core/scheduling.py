@@ -254,15 +254,14 @@ def filter_nodes(
 ) -> FilterResult:
     """Sort ``node_names`` into passed, failed and unresolvable for ``pod``."""
     names = list(node_names)
-    waiting = room_not_free_yet(snapshot, pod)
-    if waiting is not None:
-        # Resolvable, as kube-scheduler's own wait for a nominated node's terminating
-        # victims is.  Unresolvable would make kube-scheduler preempt on another node
-        # (when it preempts by itself).
-        return FilterResult(failed=dict.fromkeys(names, waiting), quota_failures=(waiting,))
     failures = admission_failures(snapshot, pod)
     if failures:
         reason = "; ".join(failures)
+        if room_not_free_yet(snapshot, pod) is not None:
+            # Waiting for room on its way out: resolvable, as kube-scheduler's own wait
+            # for a nominated node's terminating victims is.  Unresolvable would make
+            # kube-scheduler preempt on another node (when it preempts by itself).
+            return FilterResult(failed=dict.fromkeys(names, reason), quota_failures=(reason,))
         return FilterResult(
             unresolvable=dict.fromkeys(names, reason), quota_failures=tuple(failures)
         )

@@ -147,6 +147,16 @@ class Cluster:
         """Create ``make_pod(name, **kwargs)`` in this namespace; return the stored pod."""
         return self.rest.request("POST", self.pods_path(), make_pod(name, **kwargs))
 
+    def job_pods(self, namespace: str, job: str) -> list[Json]:
+        """The pods of the batch/v1 Job ``job`` in ``namespace`` (the Job controller labels
+        them ``job-name``), as the API lists them."""
+        items: list[Json] = self.rest.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods",
+            query={"labelSelector": f"job-name={job}"},
+        )["items"]
+        return items
+
     def get_pod(self, name: str) -> Json | None:
         try:
             return self.rest.request("GET", self.pods_path(name))

@@ -82,9 +82,7 @@ def job_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 
 def pods_by_node(cluster: Cluster, namespace: str, job: str) -> dict[str, str | None]:
     """The Job's pods (not being deleted) → the node each is bound to."""
-    items = cluster.rest.request(
-        "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"job-name={job}"}
-    )["items"]
+    items = cluster.job_pods(namespace, job)
     return {
         p["metadata"]["name"]: p["spec"].get("nodeName")
         for p in items
@@ -94,9 +92,7 @@ def pods_by_node(cluster: Cluster, namespace: str, job: str) -> dict[str, str | 
 
 def running(cluster: Cluster, namespace: str, job: str, count: int) -> list[str] | None:
     """The Job's pods once ``count`` of them are Running."""
-    items = cluster.rest.request(
-        "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"job-name={job}"}
-    )["items"]
+    items = cluster.job_pods(namespace, job)
     names = [p["metadata"]["name"] for p in items if p["status"].get("phase") == "Running"]
     return names if len(names) == count else None
 
@@ -252,9 +248,7 @@ def test_an_evicted_job_with_the_recommended_failure_policy_completes(
         # The pods that completed the filler are the replacements, and each started only
         # once the gang had ended (start times have a resolution of one second).
         assert len(teams.events(teams.b, "Preempted")) == NODES
-        items = cluster.rest.request(
-            "GET", f"/api/v1/namespaces/{teams.b}/pods", query={"labelSelector": "job-name=filler"}
-        )["items"]
+        items = cluster.job_pods(teams.b, "filler")
         done = [p for p in items if p["status"].get("phase") == "Succeeded"]
         assert len(done) == NODES
         ended = parse_time(trained["completionTime"])
@@ -385,11 +379,7 @@ def test_a_job_gang_of_undeclared_size_takes_its_size_from_the_job(
         submit(cluster, teams.a, make_job("train", template, parallelism=NODES, run_seconds=600))
 
         def all_refused() -> dict[str, str | None] | None:
-            items = cluster.rest.request(
-                "GET",
-                f"/api/v1/namespaces/{teams.a}/pods",
-                query={"labelSelector": "job-name=train"},
-            )["items"]
+            items = cluster.job_pods(teams.a, "train")
             refused = [p for p in items if (condition(p, "PodScheduled") or {}).get("status")]
             if len(items) == NODES and len(refused) == NODES:
                 return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items}
@@ -431,11 +421,7 @@ def test_a_plain_jobs_pods_are_independent_under_one_quota(
 
         def completed() -> dict[str, Any] | None:
             nonlocal most
-            items = cluster.rest.request(
-                "GET",
-                f"/api/v1/namespaces/{teams.a}/pods",
-                query={"labelSelector": "job-name=sweep"},
-            )["items"]
+            items = cluster.job_pods(teams.a, "sweep")
             holding = [
                 p
                 for p in items

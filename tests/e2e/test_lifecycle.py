@@ -189,9 +189,8 @@ def test_a_re_created_preemptor_pod_keeps_its_jobs_room(
 
 def job_pods(cluster: Cluster, namespace: str, job: str) -> list[str]:
     """The names of the Job's pods that are not being deleted, oldest first."""
-    items = cluster.rest.request(
-        "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"job-name={job}"}
-    )["items"]
-    alive = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    alive = [
+        p for p in cluster.job_pods(namespace, job) if not p["metadata"].get("deletionTimestamp")
+    ]
     alive.sort(key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
     return [p["metadata"]["name"] for p in alive]

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from base.resources import pod_requests
 from extender.core.objects import parse_time
 from tests.soak.invariants import percentile
 
@@ -27,11 +28,11 @@ class GpuSeconds:
     finished or gone."""
 
     #: pod key → (GPUs, held since) for the pods holding GPUs now.
-    holding: dict[str, tuple[int, float]] = field(default_factory=dict)
+    holding: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: GPU-seconds of holds that ended.
     ended: float = 0.0
 
-    def observe(self, key: str, gpus: int, holds: bool, at: float) -> None:
+    def observe(self, key: str, gpus: float, holds: bool, at: float) -> None:
         """The pod ``key`` is seen at ``at``: holding ``gpus`` GPUs (bound, not finished)
         or not (pending, finished, deleted)."""
         current = self.holding.get(key)
@@ -47,13 +48,9 @@ class GpuSeconds:
         return self.ended + going
 
 
-def pod_gpus(obj: Mapping[str, Any], resource: str) -> int:
-    """Whole GPUs a pod manifest requests (the soak asks integers)."""
-    total = 0
-    for container in (obj.get("spec") or {}).get("containers") or []:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        total += int(str(requests.get(resource, "0")))
-    return total
+def pod_gpus(obj: Mapping[str, Any], resource: str) -> float:
+    """The GPUs a pod manifest requests, by the Kubernetes rules (``pod_requests``)."""
+    return pod_requests(obj.get("spec") or {}).get(resource, 0) / 1000
 
 
 def holds_gpus(obj: Mapping[str, Any]) -> bool:

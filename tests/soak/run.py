@@ -38,6 +38,7 @@ import localcluster as lc
 import yaml
 from localcluster.processes import wait_port_released
 
+from extender.kube.informer import object_key
 from tests.soak.figures import (
     GpuSeconds,
     completed_jobs,
@@ -278,7 +279,7 @@ class Soak:
             self._record("SYNC", item)
         with self.lock:
             self.observer.relist(items, self.now())
-            listed = {_key(item) for item in items}
+            listed = {object_key(item) for item in items}
             for key in [k for k in self.gpu_seconds.holding if k not in listed]:
                 self.gpu_seconds.observe(key, 0, False, self.now())
             for item in items:
@@ -286,7 +287,7 @@ class Soak:
 
     def _account(self, kind: str, obj: dict[str, Any]) -> None:
         """GPU-seconds held, and whether the pod's job has had all its pods bound."""
-        key = _key(obj)
+        key = object_key(obj)
         holds = kind != "DELETED" and holds_gpus(obj)
         self.gpu_seconds.observe(key, pod_gpus(obj, GPU), holds, self.now())
         job = obj["metadata"]["labels"][JOB_LABEL]
@@ -301,7 +302,7 @@ class Soak:
         line = {
             "at": round(self.now(), 3),
             "event": kind,
-            "pod": f"{metadata.get('namespace')}/{metadata.get('name')}",
+            "pod": object_key(obj),
             "rv": metadata.get("resourceVersion"),
             "node": (obj.get("spec") or {}).get("nodeName"),
             "phase": (obj.get("status") or {}).get("phase"),
@@ -596,11 +597,6 @@ class Soak:
         return SoakResult(
             self.plan.seed, self.plan.seconds, result, violations, self.workdir, self.notes
         )
-
-
-def _key(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    return f"{metadata.get('namespace')}/{metadata.get('name')}"
 
 
 def _job_object(job: JobPlan) -> dict[str, Any]:
