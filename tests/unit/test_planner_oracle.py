@@ -168,6 +168,40 @@ def test_the_planner_finds_a_plan_whenever_one_exists_and_spares_every_group_it_
     _assert_valid_and_minimal(snap, job, decision)
 
 
+def test_a_victim_freeing_what_another_resource_limits_today_is_not_passed_over() -> None:
+    """Found by the oracle above.  One node (8 GPUs, 32 CPUs) runs v0 (8 CPUs) and v1 (8
+    GPUs, 4 CPUs): 0 GPUs and 20 CPUs are free.  The gang needs two pods of 2 GPUs and
+    16 CPUs: 4 GPUs and 32 CPUs, the whole node's CPUs, so both victims must go (v1 alone
+    frees 24 CPUs: one pod; v0 alone frees no GPU: none).  Today the node holds no copy
+    for want of GPUs, and its 20 free CPUs are room for one copy: judged against "one
+    copy more than it holds", v0 (CPUs only) looked useless and was passed over."""
+    nodes = [node("n0", gpu=8, cpu="32")]
+    started = "2026-01-01T10:00:00Z"
+    victims = [
+        pod(
+            "v0-0", "team-b", cpu="8", node="n0", preemptible=True, created=started, started=started
+        ),
+        pod(
+            "v1-0",
+            "team-b",
+            gpu=8,
+            cpu="4",
+            node="n0",
+            preemptible=True,
+            created=started,
+            started=started,
+        ),
+    ]
+    gang = [
+        pod(f"t-{i}", "team-a", gpu=2, cpu="16", group="train", preemptible=False, can_preempt=True)
+        for i in range(2)
+    ]
+    snap = snapshot(nodes, victims + gang, QUOTAS)
+    decision = plan_job_preemption(snap, JOB, NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert sorted(v.pod.name for v in decision.victims) == ["v0-0", "v1-0"]
+
+
 def _assert_valid_and_minimal(
     snap: ClusterState, job: Sequence[PodInfo], decision: PreemptionPlan
 ) -> None:

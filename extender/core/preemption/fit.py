@@ -114,6 +114,8 @@ class JobFit:
             lacking = dict.fromkeys(self.eligible, self._needed)
         #: Nodes where evicting preemptible pods could add room for the job.
         self.useful_nodes = frozenset(lacking)
+        #: For each useful node, the resources it may lack at some point of the search.
+        self._short: Mapping[str, frozenset[str]] = lacking
         #: For each useful node, the only resources it may lack for one more copy of a
         #: shape as victims go (see :meth:`frees_what_is_missing`); ``None`` when a
         #: victim could free room the snapshot's node totals do not count, which
@@ -167,10 +169,14 @@ class JobFit:
                     shape.total += after - before
 
     def frees_what_is_missing(self, pods: Iterable[PodInfo]) -> bool:
-        """Would removing ``pods`` free a resource that one of their nodes lacks for one
-        more copy of a shape it can hold more of?  (A pod that frees only what is
-        plentiful there gains the job nothing.)  For a job of several shapes: does it
-        free anything the job asks for on a node the job may use?"""
+        """Would removing ``pods`` free a resource that one of their nodes may lack for a
+        copy of a shape it can hold more of?  (A pod that frees only what is plentiful
+        there gains the job nothing.)  "May lack" is judged against the most copies the
+        node could hold with every victim gone (``_short``), not against one copy
+        more than it holds now: where another resource limits the node today, freeing
+        this one helps only once that one is freed too, and the walk meets the pods in
+        either order.  For a job of several shapes: does it free anything the job asks
+        for on a node the job may use?"""
         useful = self.useful_nodes
         for pod in pods:
             node = pod.node_name
@@ -180,14 +186,18 @@ class JobFit:
                 if any(pod.requests.get(name, 0) > 0 for name in self._needed):
                     return True
                 continue
+            short = self._short[node]
             room = self.overlay.room(node)
             requests = pod.requests
             for shape in self.shapes:
-                wanted = shape.capacity.get(node, 0) + 1
-                if wanted > shape.size or node not in shape.eligible:
+                if node not in shape.eligible or shape.capacity.get(node, 0) >= shape.size:
                     continue
                 for name, amount in shape.needs:
-                    if requests.get(name, 0) > 0 and room.get(name, 0) < wanted * amount:
+                    if (
+                        name in short
+                        and requests.get(name, 0) > 0
+                        and room.get(name, 0) < shape.size * amount
+                    ):
                         return True
         return False
 
