@@ -5,8 +5,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Pinned Kubernetes binaries are built once into this cache (see hack/build-k8s.sh).
 export MUSTER_K8S_CACHE ?= $(HOME)/.cache/muster/k8s
+# Which Kubernetes the control plane runs: a minor release pinned in hack/k8s/versions
+# (`make e2e K8S_VERSION=1.35`) or an exact one; unset, the newest pinned.
+ifdef K8S_VERSION
+export MUSTER_K8S_VERSION := $(K8S_VERSION)
+endif
 
-.PHONY: venv lint unit e2e test soak demo bench bench-e2e k8s helm manifests image clean
+.PHONY: venv lint unit e2e test test-matrix soak demo bench bench-e2e k8s helm manifests image clean
 
 venv: $(VENV)/.installed
 
@@ -38,6 +43,11 @@ manifests: venv helm
 
 e2e: venv k8s
 	$(PY) -m pytest tests/e2e
+
+# The e2e tier on every Kubernetes minor release pinned (each built once), with a
+# summary line per release: passed or failed, and how long it took.
+test-matrix: venv helm
+	hack/test-matrix.sh $(PY)
 
 # The whole suite: lint, unit tests and the e2e tier against real binaries.
 test: venv lint k8s helm
