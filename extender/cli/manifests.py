@@ -25,18 +25,14 @@ from base.errors import ManifestError
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
-from extender.core.jobs import (
-    OWNER_KINDS,
-    min_available_annotation,
-    parse_owner_size,
-    parse_pod_group,
-)
+from extender.core.jobs import OWNER_KINDS, min_available_annotation, parse_owner_size
 from extender.core.objects import (
     PriorityClasses,
     parse_node,
     parse_pod,
     parse_priority_class,
 )
+from extender.core.podgroups import GANG_OBJECT_KINDS, gang_object_kind
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
@@ -97,15 +93,19 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         "Node": [],
         "Pod": [],
         "ElasticQuota": [],
-        "PodGroup": [],
+        **{kind.kind: [] for kind in GANG_OBJECT_KINDS},
         "PriorityClass": [],
         "PodDisruptionBudget": [],
         **{kind: [] for kind in OWNER_KINDS},
     }
     for document in _documents(paths):
         if document.kind in by_kind:
+            gang_kind = document.kind in ("PodGroup", "Workload")
             if (
-                document.kind in ("ElasticQuota", "PodGroup")
+                gang_kind
+                and gang_object_kind(document.obj.get("apiVersion"), document.kind) is None
+            ) or (
+                document.kind == "ElasticQuota"
                 and document.obj.get("apiVersion") not in QUOTA_GROUPS
             ):
                 notes.append(
@@ -157,9 +157,12 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         if node.name in snapshot.nodes:
             raise document.error("metadata.name", f"duplicate Node name {node.name!r}")
         snapshot.upsert_node(node)
-    for document in by_kind["PodGroup"]:
-        group = _parse(document, parse_pod_group)
-        snapshot.set_pod_group(group)
+    for kind in ("PodGroup", "Workload"):
+        for document in by_kind[kind]:
+            entry = gang_object_kind(document.obj.get("apiVersion"), kind)
+            assert entry is not None  # checked as the documents were sorted
+            for group in _parse(document, entry.read):
+                snapshot.set_pod_group(group)
     for kind in OWNER_KINDS:
         for document in by_kind[kind]:
             snapshot.set_owner_size(_parse(document, partial(parse_owner_size, kind)))

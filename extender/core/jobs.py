@@ -40,45 +40,6 @@ def min_available_annotation(pod: PodInfo) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PodGroupInfo:
-    """A PodGroup (scheduler-plugins, either API group): its job, ``spec.minMember``
-    (``None``: not set, so every pod of the job) and ``spec.scheduleTimeoutSeconds``
-    (``None``: Muster's ``gangTimeoutSeconds``)."""
-
-    namespace: str
-    name: str
-    min_member: int | None
-    schedule_timeout_seconds: int | None = None
-
-    @property
-    def job(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
-    """A PodGroup object → :class:`PodGroupInfo`; a ``minMember`` that is not a positive
-    integer is a :class:`ManifestError`."""
-    metadata = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
-        raise ManifestError("metadata.name", "expected a non-empty string")
-    if not isinstance(spec, Mapping):
-        raise ManifestError("spec", f"expected an object, got {type(spec).__name__}")
-    min_member = spec.get("minMember")
-    if min_member is not None and (
-        isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1
-    ):
-        raise ManifestError("spec.minMember", f"{min_member!r} is not a positive integer")
-    timeout = spec.get("scheduleTimeoutSeconds")
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1
-    ):
-        raise ManifestError("spec.scheduleTimeoutSeconds", f"{timeout!r} is not a positive integer")
-    namespace = metadata.get("namespace") or "default"
-    return PodGroupInfo(str(namespace), metadata["name"], min_member, timeout)
-
-
-@dataclass(frozen=True, slots=True)
 class OwnerSize:
     """How many pods a controller runs at once, as a gang size for the pod group its pods
     form (``None``: nothing left to run, or a size Muster cannot tell)."""

@@ -73,6 +73,9 @@ class PodInfo:
     #: The pod group the pod's spec names (Kubernetes' own gang API, KEP-4671):
     #: ``schedulingGroup.podGroupName`` (v1.36+), else ``workloadRef`` (v1.35).
     spec_group: str | None = None
+    #: For a 1.35 ``workloadRef`` with a replica key: ``<workload>-<podGroup>``, the name
+    #: the Workload declares the size under (every replica's pods are a gang of that size).
+    declared_by: str | None = None
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name (for an all-or-nothing controller's pods with none, the
@@ -279,23 +282,31 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         resource_version=string(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
         preempted_by=_preempted_by(status),
         controller=_controller(metadata),
-        spec_group=_spec_group(spec),
+        **_spec_group(spec),
     )
 
 
-def _spec_group(spec: Mapping[str, Any]) -> str | None:
-    """The pod group ``spec`` names through Kubernetes' own gang API, read leniently (an
-    alpha field whose shape changes between releases is ignored, never an error):
-    ``schedulingGroup.podGroupName`` (v1.36+), else ``workloadRef`` (v1.35:
-    ``name``, ``podGroup`` and ``podGroupReplicaKey`` joined by ``-``)."""
+def _spec_group(spec: Mapping[str, Any]) -> dict[str, str | None]:
+    """The pod group ``spec`` names through Kubernetes' own gang API (``spec_group``,
+    and ``declared_by``), read leniently (an alpha field whose shape changes between
+    releases is ignored, never an error): ``schedulingGroup.podGroupName`` (v1.36+: a
+    PodGroup object of that name), else ``workloadRef`` (v1.35: ``name``, ``podGroup``
+    and ``podGroupReplicaKey`` joined by ``-``; the Workload declares the size of
+    ``name-podGroup``, which is every replica's)."""
     group = spec.get("schedulingGroup")
     if isinstance(group, Mapping) and isinstance(group.get("podGroupName"), str):
-        return group["podGroupName"] or None
+        return {"spec_group": group["podGroupName"] or None}
     ref = spec.get("workloadRef")
     if isinstance(ref, Mapping) and isinstance(ref.get("name"), str) and ref["name"]:
-        parts = (ref.get("name"), ref.get("podGroup"), ref.get("podGroupReplicaKey"))
-        return "-".join(part for part in parts if isinstance(part, str) and part)
-    return None
+        parts = [ref["name"]]
+        if isinstance(ref.get("podGroup"), str) and ref["podGroup"]:
+            parts.append(ref["podGroup"])
+        declared = "-".join(parts)
+        replica = ref.get("podGroupReplicaKey")
+        if isinstance(replica, str) and replica:
+            return {"spec_group": f"{declared}-{replica}", "declared_by": declared}
+        return {"spec_group": declared}
+    return {}
 
 
 #: :attr:`PodInfo.preempted_by` when the condition's message names no component.

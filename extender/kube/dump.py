@@ -8,6 +8,7 @@ comes from the same loader and core as a ``kubectl get -o yaml`` dump would.
 from __future__ import annotations
 
 from extender.core.jobs import OWNER_KINDS
+from extender.core.podgroups import GANG_OBJECT_KINDS
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.source import QUOTA_GROUPS
 
@@ -16,10 +17,10 @@ RESOURCES: tuple[tuple[str, str, str], ...] = (
     ("/apis/scheduling.k8s.io/v1/priorityclasses", "scheduling.k8s.io/v1", "PriorityClass"),
     ("/api/v1/nodes", "v1", "Node"),
     *(
-        (f"/apis/{group}/v1alpha1/{plural}", f"{group}/v1alpha1", kind)
+        (f"/apis/{group}/v1alpha1/elasticquotas", f"{group}/v1alpha1", "ElasticQuota")
         for group in QUOTA_GROUPS
-        for plural, kind in (("elasticquotas", "ElasticQuota"), ("podgroups", "PodGroup"))
     ),
+    *((kind.path, kind.api_version, kind.kind) for kind in GANG_OBJECT_KINDS),
     ("/apis/policy/v1/poddisruptionbudgets", "policy/v1", "PodDisruptionBudget"),
     *((f"/apis/{api}/{plural}", api, kind) for kind, (api, plural) in OWNER_KINDS.items()),
     ("/api/v1/pods", "v1", "Pod"),

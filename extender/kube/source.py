@@ -28,8 +28,9 @@ from extender.core.authority import (
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
-from extender.core.jobs import OWNER_KINDS, OwnerSize, parse_owner_size, parse_pod_group
+from extender.core.jobs import OWNER_KINDS, OwnerSize, parse_owner_size
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
+from extender.core.podgroups import GANG_OBJECT_KINDS, GangObjectKind, PodGroupInfo
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
 from extender.kube.client import Json, KubeClient
@@ -56,7 +57,9 @@ class KubeSource:
         self._applied: dict[str, QuotaSpec] = {}  # what the snapshot has, by quota name
         self._priorities: dict[str, tuple[int, bool]] = {}
         self._priority_view: PriorityClasses | None = None  # of _priorities, built on use
-        self._pod_group_apis: dict[str, str] = {}  # job → its PodGroup's API group
+        self._pod_group_apis: dict[str, str] = {}  # job → its status-written PodGroup's API
+        #: "apiVersion/kind/ns/name" of each gang-declaring object → the jobs it declares.
+        self._declared: dict[str, tuple[str, ...]] = {}
         self._parked: dict[str, str] = {}  # pending pod → kube-scheduler's Unschedulable message
         #: Called with (job, reason, plan at once) when a pod of a job Muster governs turns
         #: PodScheduled=False/Unschedulable.
@@ -81,10 +84,8 @@ class KubeSource:
                 for group in QUOTA_GROUPS
             ),
             *(
-                Informer(
-                    client, f"/apis/{group}/v1alpha1/podgroups", self._pod_group_handler(group)
-                )
-                for group in QUOTA_GROUPS
+                Informer(client, kind.path, self._gang_object_handler(kind))
+                for kind in GANG_OBJECT_KINDS
             ),
             Informer(client, "/apis/policy/v1/poddisruptionbudgets", self._on_budget),
             *(
@@ -280,24 +281,36 @@ class KubeSource:
             self.rejected[f"quota/{error.quota}"] = str(error)
             log.warning("quota tree: %s; keeping the previous quotas", error)
 
-    def _pod_group_handler(self, api: str) -> Handler:
-        def handle(kind: str, obj: Json) -> None:
+    def _gang_object_handler(self, kind: GangObjectKind) -> Handler:
+        """Record the gangs an object of ``kind`` declares; an update forgets what it no
+        longer declares, a deletion (or an unreadable object) all of it."""
+
+        def handle(event: str, obj: Json) -> None:
             metadata = obj.get("metadata") or {}
-            job = f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
-            try:
-                group = parse_pod_group(obj)
-            except ManifestError as error:
-                with self.state_lock:
-                    self._reject(obj, error)  # its pods count as a job of all of them
-                    self._pod_group_apis.pop(job, None)
-                    self.snapshot.forget_pod_group(*job.split("/", 1))
-                return
+            namespace = str(metadata.get("namespace") or "default")
+            key = f"{kind.api_version}/{kind.kind}/{namespace}/{metadata.get('name')}"
+            groups: tuple[PodGroupInfo, ...] = ()
+            if event != "DELETED":
+                try:
+                    groups = kind.read(obj)
+                except ManifestError as error:
+                    with self.state_lock:
+                        self._reject(
+                            {"apiVersion": kind.api_version, "kind": kind.kind, **obj}, error
+                        )
             with self.state_lock:
-                if kind == "DELETED":
-                    self._pod_group_apis.pop(job, None)
-                    self.snapshot.forget_pod_group(group.namespace, group.name)
-                else:
-                    self._pod_group_apis[job] = api
+                jobs = tuple(group.job for group in groups)
+                for job in self._declared.pop(key, ()):
+                    if job not in jobs:
+                        if kind.writes_status:
+                            self._pod_group_apis.pop(job, None)
+                        group_namespace, group_name = job.split("/", 1)
+                        self.snapshot.forget_pod_group(group_namespace, group_name, kind.rank)
+                if groups:
+                    self._declared[key] = jobs
+                for group in groups:
+                    if kind.writes_status:
+                        self._pod_group_apis[group.job] = kind.group
                     self.snapshot.set_pod_group(group)
 
         return handle

@@ -20,8 +20,8 @@ from base import keys
 from extender.core import gang, gangsize, gangstatus
 from extender.core.config import parse_args
 from extender.core.effects import AssumeBound, HoldQuota, HoldRoom, ReleaseRoom, apply
-from extender.core.jobs import PodGroupInfo
 from extender.core.objects import PodInfo, parse_pod
+from extender.core.podgroups import PodGroupInfo
 from extender.core.scheduling import FilterResult, filter_nodes
 from extender.core.state import ClusterState, GangBackoff, Reservation
 from tests.builders import node, pod, quota, snapshot

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from base import keys
-from extender.core.jobs import PodGroupInfo
+from extender.core.podgroups import PodGroupInfo
 from extender.core.state import ClusterState
 from extender.core.whatif import SimulationResult, run_simulation
 from tests.builders import node, pod, quota, snapshot

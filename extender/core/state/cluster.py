@@ -26,8 +26,9 @@ from base import keys
 from base.resources import Resources
 from extender.core.budgets import DisruptionBudget
 from extender.core.config import MusterArgs
-from extender.core.jobs import PodGroupInfo, is_preemptible
+from extender.core.jobs import is_preemptible
 from extender.core.objects import NodeInfo, PodInfo
+from extender.core.podgroups import PodGroupInfo
 from extender.core.state.book import Reservation, ReservationBook, Vacancy
 from extender.core.state.errors import UnknownQuotaError
 from extender.core.state.jobview import JobsMixin
@@ -59,7 +60,8 @@ class ClusterState(RoomMixin, JobsMixin):
         self.book = ReservationBook()
         #: Memo for planners: facts derived from nodes only.
         self.node_memo: NodeMemo = {}
-        self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group")
+        self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group"): the winner
+        self._declarations: dict[str, dict[int, PodGroupInfo]] = {}  # job → rank → one
         self._owner_sizes: dict[str, int] = {}  # "ns/Kind/name" → pods it runs at once
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
         #: Controllers seen deleted, ``namespace/Kind/name``: their pods do not come back.

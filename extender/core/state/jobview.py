@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
-from extender.core.jobs import OwnerSize, PodGroupInfo, min_available_annotation
+from extender.core.jobs import OwnerSize, min_available_annotation
 from extender.core.objects import PodInfo
+from extender.core.podgroups import PodGroupInfo
 from extender.core.state.book import ReservationBook
 
 
@@ -25,6 +26,7 @@ class JobsMixin:
         pods: dict[str, PodInfo]
         book: ReservationBook
         _pod_groups: dict[str, PodGroupInfo]
+        _declarations: dict[str, dict[int, PodGroupInfo]]
         _jobs: dict[str, set[str]]
         _marked_for: dict[str, set[str]]
         _departing: set[str]
@@ -32,12 +34,23 @@ class JobsMixin:
         _owner_sizes: dict[str, int]
 
     def set_pod_group(self, group: PodGroupInfo) -> None:
-        """Record a PodGroup (its ``minMember`` and schedule timeout)."""
-        self._pod_groups[group.job] = group
+        """Record a gang declaration (a PodGroup's ``minMember``, schedule timeout and
+        ``minResources``).  Where two APIs declare one job, the lower ``rank`` wins."""
+        ranked = self._declarations.setdefault(group.job, {})
+        ranked[group.rank] = group
+        self._pod_groups[group.job] = ranked[min(ranked)]
 
-    def forget_pod_group(self, namespace: str, name: str) -> None:
-        """The PodGroup is gone (or unreadable): its pods are a job of all of them."""
-        self._pod_groups.pop(f"{namespace}/{name}", None)
+    def forget_pod_group(self, namespace: str, name: str, rank: int = 0) -> None:
+        """The declaration of that rank is gone (or unreadable): another API's, if any,
+        declares the job; else its pods are a job of all of them."""
+        job = f"{namespace}/{name}"
+        ranked = self._declarations.get(job, {})
+        ranked.pop(rank, None)
+        if ranked:
+            self._pod_groups[job] = ranked[min(ranked)]
+        else:
+            self._declarations.pop(job, None)
+            self._pod_groups.pop(job, None)
 
     def marked_victims(self, job: str) -> Collection[str]:
         """Keys of the pods still present whose soft-eviction mark names ``job``: its
@@ -83,7 +96,7 @@ class JobsMixin:
         """The job's size as declared (PodGroup ``minMember``, else the min-available
         annotation, else the size of the controller that owns its pods, such as a Job's
         ``parallelism``); ``None`` when it is not, and only the pods seen so far tell."""
-        group = self._pod_groups.get(job)
+        group = self.pod_group(job)
         if group is not None and group.min_member is not None:
             return group.min_member
         pods = self.job_pods(job)
@@ -123,13 +136,20 @@ class JobsMixin:
         return self._joined
 
     def pod_group(self, job: str) -> PodGroupInfo | None:
-        """The job's PodGroup, if it has one."""
-        return self._pod_groups.get(job)
+        """The job's gang declaration (its PodGroup), if it has one: for the pods of a
+        1.35 Workload's pod group with a replica key, the pod group's."""
+        group = self._pod_groups.get(job)
+        if group is None and self._declarations:
+            key = next(iter(self._jobs.get(job, ())), None)
+            pod = self.pods.get(key) if key is not None else None
+            if pod is not None and pod.declared_by is not None:
+                group = self._pod_groups.get(f"{pod.namespace}/{pod.declared_by}")
+        return group
 
     def gang_timeout_seconds(self, job: str) -> float:
         """How long the job may have fewer than min-available pods bound: its PodGroup's
         ``scheduleTimeoutSeconds``, else ``gangTimeoutSeconds``."""
-        group = self._pod_groups.get(job)
+        group = self.pod_group(job)
         if group is not None and group.schedule_timeout_seconds is not None:
             return float(group.schedule_timeout_seconds)
         return self.args.gang_timeout_seconds
