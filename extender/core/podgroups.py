@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from base.errors import ManifestError
-from base.resources import parse_resource_list
+from base.resources import Resources, parse_resource_list
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,19 @@ class PodGroupInfo:
     @property
     def job(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+def min_resources_hold(min_resources: Mapping[str, int], used: Mapping[str, int]) -> Resources:
+    """What a started job's ``minResources`` holds in its quota beyond what its pods use:
+    per resource, the declared amount less the job's pods' used requests, where that is
+    positive.  A job's quota charge is ``max(used, minResources)`` per resource from its
+    first admitted pod until its last pod ends, so the room for pods not created yet (a
+    Spark driver's executors) is the job's, not the next team's."""
+    return {
+        name: amount - used.get(name, 0)
+        for name, amount in min_resources.items()
+        if amount > used.get(name, 0)
+    }
 
 
 #: Parses one object into the gang declarations it makes (a v1.35 Workload makes one per

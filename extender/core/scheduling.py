@@ -26,7 +26,7 @@ import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from base.resources import PODS, Resources, add_into, shortfall
+from base.resources import PODS, Resources, add_into, nonzero, shortfall
 from extender.core.effects import Effect, HoldQuota
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
@@ -126,9 +126,47 @@ def job_demand(snapshot: ClusterState, job: str, including: PodInfo | None = Non
         and pod.node_name is None
         and snapshot.reserved_node(pod.key) is None
     )
-    np_request, p_request = _uncharged_requests(snapshot, unplaced)
+    np_request, p_request = _with_min_resources(
+        snapshot, job, *_uncharged_requests(snapshot, unplaced)
+    )
     quota = snapshot.quota_of(unplaced[0] if unplaced else pods[0])
     return JobDemand(job, quota, unplaced, np_request, p_request)
+
+
+def _with_min_resources(
+    snapshot: ClusterState, job: str, np_request: Resources, p_request: Resources
+) -> tuple[Resources, Resources]:
+    """What admitting the job's uncharged pods adds to its quota's charge, which is
+    ``max(used, minResources)`` per resource for a job whose PodGroup declares
+    ``minResources`` (see :func:`~extender.core.podgroups.min_resources_hold`): its
+    first pods ask for the whole of it, and later ones only for what they add beyond the
+    hold.  The difference from the pods' own requests is on the side (non-preemptible or
+    preemptible) the job's pods are on; any other job's requests are returned as they are."""
+    group = snapshot.pod_group(job)
+    if group is None or not group.min_resources or not (np_request or p_request):
+        return np_request, p_request
+    used = snapshot.job_used(job)
+    hold = snapshot.min_resources_held(job)
+    held = hold.amount if hold is not None else {}
+    preemptible = bool(p_request) or not np_request
+    main = dict(p_request if preemptible else np_request)
+    other = dict(np_request if preemptible else p_request)
+    for name in set(group.min_resources) | set(held):
+        request = main.get(name, 0) + other.get(name, 0)
+        declared = group.min_resources.get(name, 0)
+        # The new charge, max(used + request, declared), less the charge now (used +
+        # held) and the pods' own request: positive before the job starts, negative while
+        # its hold already covers what they ask.
+        extra = max(0, declared - used.get(name, 0) - request) - held.get(name, 0)
+        if extra >= 0:
+            main[name] = main.get(name, 0) + extra
+            continue
+        for side in (main, other):
+            taken = min(side.get(name, 0), -extra)
+            side[name] = side.get(name, 0) - taken
+            extra += taken
+    main, other = nonzero(main), nonzero(other)
+    return (other, main) if preemptible else (main, other)
 
 
 def _uncharged_requests(
@@ -217,7 +255,9 @@ def added_pods_admission_failures(
     created after the job's room was reserved or held) do not fit the quota; empty when
     they do."""
     pods = [snapshot.pods[key] for key in placed if key in snapshot.pods]
-    np_request, p_request = _uncharged_requests(snapshot, pods)
+    np_request, p_request = _with_min_resources(
+        snapshot, pod.job, *_uncharged_requests(snapshot, pods)
+    )
     if not np_request and not p_request:
         return []
     quota = snapshot.quota_of(pod)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from base.resources import add_into
+from base.resources import add, add_into
 from extender.core.objects import PodInfo
 from extender.core.preemption.walk import (
     asking_for,
@@ -260,6 +260,9 @@ def find_victim_groups(
                     requests = total
             if rule is None:
                 continue
+            held = snapshot.min_resources_held(job)
+            if held is not None:  # the job's minResources hold goes with its pods
+                requests = add(requests, held.amount)
             yield VictimGroup(
                 job, quota, members, requests, priority, -negative_start, quota != own_quota, rule
             )

@@ -21,14 +21,15 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from base import keys
-from base.resources import Resources
+from base.resources import Resources, add_into
 from extender.core.budgets import DisruptionBudget
 from extender.core.config import MusterArgs
 from extender.core.jobs import is_preemptible
 from extender.core.objects import NodeInfo, PodInfo
-from extender.core.podgroups import PodGroupInfo
+from extender.core.podgroups import PodGroupInfo, min_resources_hold
 from extender.core.state.book import Reservation, ReservationBook, Vacancy
 from extender.core.state.errors import UnknownQuotaError
 from extender.core.state.jobview import JobsMixin
@@ -43,6 +44,15 @@ NodeMemo = dict[tuple[object, ...], frozenset[str]]
 
 #: How many removed pods' UIDs the state remembers (see :meth:`ClusterState.was_removed`).
 REMOVED_PODS_REMEMBERED = 10_000
+
+
+class MinResourcesHold(NamedTuple):
+    """A started job's PodGroup ``minResources`` beyond its pods' use, charged to
+    ``quota`` as used (see :func:`~extender.core.podgroups.min_resources_hold`)."""
+
+    quota: str
+    amount: Resources
+    preemptible: bool
 
 
 class ClusterState(RoomMixin, JobsMixin):
@@ -78,6 +88,9 @@ class ClusterState(RoomMixin, JobsMixin):
         self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
         self._departing: set[str] = set()  # bound pods on their way out (see leaving())
         self._joined: dict[str, float] = {}  # pod-group job → when its newest pod was seen
+        #: Job → (quota, amount, preemptible): what its PodGroup's ``minResources`` holds
+        #: in its quota beyond its pods' use (see :func:`min_resources_hold`).
+        self._min_holds: dict[str, MinResourcesHold] = {}
 
     # ---- feeding -------------------------------------------------------------------
 
@@ -245,6 +258,21 @@ class ClusterState(RoomMixin, JobsMixin):
             or self.book.is_held(pod.key)
         )
 
+    def job_used(self, job: str) -> Resources:
+        """The summed requests of the job's pods that :meth:`counts_as_used`."""
+        used: Resources = {}
+        for key in self._jobs.get(job, ()):
+            pod = self.pods[key]
+            if self.counts_as_used(pod):
+                add_into(used, pod.requests)
+        return used
+
+    def min_resources_held(self, job: str) -> MinResourcesHold | None:
+        """What the job's PodGroup ``minResources`` holds in its quota beyond its pods'
+        use, charged as used; ``None`` for a job that declares none, or has not started,
+        or whose pods use all of it."""
+        return self._min_holds.get(job)
+
     def quota_held(self, pod_key: str) -> bool:
         return self.book.is_held(pod_key)
 
@@ -307,6 +335,7 @@ class ClusterState(RoomMixin, JobsMixin):
 
     def _index(self, pod: PodInfo) -> None:
         self._count(pod, 1)
+        self._hold_min_resources(pod.job)
         if pod.job in self.victims or (
             pod.node_name is not None
             and not pod.finished
@@ -317,6 +346,7 @@ class ClusterState(RoomMixin, JobsMixin):
 
     def _unindex(self, pod: PodInfo) -> None:
         self._count(pod, -1)
+        self._hold_min_resources(pod.job)
         if pod.job in self.victims:  # one of its pods, or a pod beside them, went
             self._reindex_unit(pod.job)
 
@@ -363,6 +393,50 @@ class ClusterState(RoomMixin, JobsMixin):
                 self.node_usage.hold(reserved[1], key, pod.requests)
             else:
                 self.node_usage.release(reserved[1], key)
+
+    def _hold_min_resources(self, job: str) -> None:
+        """Charge the job's ``minResources`` hold anew: after any change to its pods or
+        its PodGroup."""
+        old = self._min_holds.pop(job, None)
+        if old is None and not self._declares_min_resources(job):
+            return  # the common case: no hold, none to make
+        new = self.min_resources_hold_without(job, ())
+        for hold, sign in ((old, -1), (new, 1)):
+            if hold is not None:
+                self.ledger.charge(
+                    hold.quota, hold.amount, preemptible=hold.preemptible, used=True, sign=sign
+                )
+        if new is not None:
+            self._min_holds[job] = new
+
+    def _declares_min_resources(self, job: str) -> bool:
+        group = self._pod_groups.get(job)
+        return group is not None and bool(group.min_resources)
+
+    def min_resources_hold_without(
+        self, job: str, gone: Collection[str]
+    ) -> MinResourcesHold | None:
+        """The job's ``minResources`` hold once the pods keyed in ``gone`` have left: held
+        from its first pod that counts as used, in that pod's quota (the first by key),
+        preemptible as that pod is; ``None`` when no pod of it counts, or they use it all."""
+        group = self._pod_groups.get(job)
+        if group is None or not group.min_resources:
+            return None
+        counted = sorted(
+            key
+            for key in self._jobs.get(job, ())
+            if key not in gone and key in self._pod_quota and self.counts_as_used(self.pods[key])
+        )
+        if not counted:
+            return None
+        used: Resources = {}
+        for key in counted:
+            add_into(used, self.pods[key].requests)
+        amount = min_resources_hold(group.min_resources, used)
+        if not amount:
+            return None
+        first = self.pods[counted[0]]
+        return MinResourcesHold(self._pod_quota[first.key], amount, self.preemptible(first))
 
     @contextmanager
     def _reindexing(self, key: str) -> Iterator[None]:

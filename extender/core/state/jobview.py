@@ -33,12 +33,15 @@ class JobsMixin:
         _joined: dict[str, float]
         _owner_sizes: dict[str, int]
 
+        def _hold_min_resources(self, job: str) -> None: ...
+
     def set_pod_group(self, group: PodGroupInfo) -> None:
         """Record a gang declaration (a PodGroup's ``minMember``, schedule timeout and
         ``minResources``).  Where two APIs declare one job, the lower ``rank`` wins."""
         ranked = self._declarations.setdefault(group.job, {})
         ranked[group.rank] = group
         self._pod_groups[group.job] = ranked[min(ranked)]
+        self._hold_min_resources(group.job)
 
     def forget_pod_group(self, namespace: str, name: str, rank: int = 0) -> None:
         """The declaration of that rank is gone (or unreadable): another API's, if any,
@@ -51,6 +54,7 @@ class JobsMixin:
         else:
             self._declarations.pop(job, None)
             self._pod_groups.pop(job, None)
+        self._hold_min_resources(job)
 
     def marked_victims(self, job: str) -> Collection[str]:
         """Keys of the pods still present whose soft-eviction mark names ``job``: its

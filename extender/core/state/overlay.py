@@ -48,7 +48,8 @@ class Overlay:
         """An overlay of the cluster once the pods :meth:`ClusterState.leaving` lists are
         gone: off their node copies (when first read) and out of the ledger copy."""
         overlay = cls(state, released)
-        for pod in state.leaving():
+        leaving = state.leaving()
+        for pod in leaving:
             assert pod.node_name is not None
             overlay.left.setdefault(pod.node_name, []).append(pod)
             quota = state.quota_name(pod)
@@ -56,6 +57,20 @@ class Overlay:
                 overlay.ledger.charge(
                     quota, pod.requests, preemptible=state.preemptible(pod), used=True, sign=-1
                 )
+        gone = {pod.key for pod in leaving}
+        for job in {pod.job for pod in leaving}:
+            # A job's minResources hold grows as its pods leave, and goes with the last.
+            old = state.min_resources_held(job)
+            new = state.min_resources_hold_without(job, gone)
+            for hold, sign in ((old, -1), (new, 1)):
+                if hold is not None:
+                    overlay.ledger.charge(
+                        hold.quota,
+                        hold.amount,
+                        preemptible=hold.preemptible,
+                        used=True,
+                        sign=sign,
+                    )
         return overlay
 
     def evictable(self, node: str) -> Mapping[str, int]:
