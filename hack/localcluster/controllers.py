@@ -48,8 +48,10 @@ def controller_manager_argv(
     workdir: Path,
     controllers: Sequence[str],
     verbosity: int,
+    extra: Sequence[str] = (),
 ) -> list[str]:
-    """kube-controller-manager's command line for the local control plane."""
+    """kube-controller-manager's command line for the local control plane (``extra``:
+    more flags, such as ``--feature-gates``)."""
     pki = workdir / "pki"
     return [
         str(binary),
@@ -66,6 +68,7 @@ def controller_manager_argv(
         "--kube-api-qps=200",
         "--kube-api-burst=400",
         f"--v={verbosity}",
+        *extra,
     ]
 
 

@@ -83,6 +83,10 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
             ``CONTROLLERS``); empty: no kube-controller-manager.
         kubelet_max_grace_seconds: cap on how long the emulator honours grace periods.
         crds_dir: CRDs to install at start (``None``: none).
+        feature_gates: ``--feature-gates`` for kube-apiserver, kube-scheduler and
+            kube-controller-manager, e.g. ``{"GenericWorkload": True}``.
+        runtime_config: kube-apiserver ``--runtime-config`` entries, e.g.
+            ``("scheduling.k8s.io/v1beta1=true",)``.
         start_timeout: deadline for each component to become ready.
         verbosity: ``--v`` for kube-apiserver and kube-scheduler.
         audit_policy: an audit ``Policy`` (a dict) for kube-apiserver; its log (JSON lines)
@@ -104,6 +108,8 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
         verbosity: int = 2,
         keep_workdir: bool = False,
         audit_policy: Mapping[str, Any] | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Sequence[str] = (),
     ) -> None:
         self._bin_dir = bin_dir
         self._own_workdir = workdir is None
@@ -135,6 +141,8 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
         self.scheduler_kubeconfig = self.workdir / "scheduler.kubeconfig"
         self.scheduler_config_path = self.workdir / "scheduler-config.yaml"
         self.audit_policy = dict(audit_policy) if audit_policy is not None else None
+        self.feature_gates: dict[str, bool] = dict(feature_gates or {})
+        self.runtime_config = tuple(runtime_config)
         self.audit_log = self.logs_dir / "audit.log"
         self._pki: Pki | None = None
         self._processes: dict[str, Process] = {}
@@ -181,6 +189,7 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
                         workdir=self.workdir,
                         controllers=self.controllers,
                         verbosity=self.verbosity,
+                        extra=self.feature_gates_argv(),
                     ),
                     self.logs_dir / "kube-controller-manager.log",
                 )
@@ -300,7 +309,16 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
             "--profiling=false",
             f"--v={self.verbosity}",
             *self._audit_argv(),
+            *self.feature_gates_argv(),
+            *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
         ]
+
+    def feature_gates_argv(self) -> list[str]:
+        """``--feature-gates`` for every component (none: the release's defaults)."""
+        if not self.feature_gates:
+            return []
+        gates = ",".join(f"{name}={str(on).lower()}" for name, on in self.feature_gates.items())
+        return [f"--feature-gates={gates}"]
 
     def _audit_argv(self) -> list[str]:
         if self.audit_policy is None:

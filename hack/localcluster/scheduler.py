@@ -107,6 +107,8 @@ class SchedulerMixin:
 
         def _binary(self, name: str) -> Path: ...
 
+        def feature_gates_argv(self) -> list[str]: ...
+
         def log_tail(self, lines: int = 40, components: Sequence[str] | None = None) -> str: ...
 
     # -- kube-scheduler
@@ -122,6 +124,7 @@ class SchedulerMixin:
             f"--authorization-kubeconfig={self.scheduler_kubeconfig}",
             "--authentication-skip-lookup=true",  # bearer tokens only, no client-CA lookup
             f"--v={self.verbosity}",
+            *self.feature_gates_argv(),
         ]
 
     def scheduler_configuration(self) -> Json:

@@ -3,7 +3,8 @@
 * ``k8s_bin_dir`` (session): runs ``hack/build-k8s.sh`` (reuses cached binaries, builds
   them otherwise). A failed build is an ERROR, never a skip: the e2e tier must run.
 * ``control_plane`` (session): one ``localcluster.ControlPlane`` for the whole session,
-  with the kubelet emulator and the CRDs from ``manifests/crds``; its workdir (logs,
+  with the kubelet emulator and the CRDs from ``manifests/crds`` (and, test-only,
+  ``tests/e2e/crds``: Volcano's PodGroup); its workdir (logs,
   kubeconfigs) is under pytest's ``tmp_path_factory`` so it survives the run.
 * ``cluster`` (function): an ``e2e_support.Cluster`` bound to a fresh namespace; it creates
   nodes and pods and waits for conditions, and at teardown force-deletes its pods and
@@ -73,6 +74,7 @@ def control_plane(
     _PLANE = plane
     try:
         plane.start()
+        plane.install_crds(E2E_DIR / "crds")  # APIs the ecosystem's gangs use (test-only)
         yield plane
     finally:
         plane.stop()
