@@ -105,6 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="Muster's extenders[].urlPrefix (needed when there are several extenders)",
     )
+    checker.add_argument(
+        "--feature-gates",
+        metavar="GATES",
+        default="",
+        help="kube-scheduler's --feature-gates (A=true,B=false): with GenericWorkload=true, "
+        "its in-tree gang scheduling is checked too",
+    )
+    checker.add_argument(
+        "--kubernetes-version",
+        metavar="VERSION",
+        default="1.37",
+        help="kube-scheduler's release, such as 1.36 (default 1.37)",
+    )
     evictor = commands.add_parser(
         "evictor",
         help="the reference soft-eviction operator",
@@ -142,7 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             scheduler_url_prefix=options.scheduler_url_prefix,
         )
     if options.command == "check-scheduler-config":
-        return scheduler_config.run(options.file, options.url_prefix)
+        return scheduler_config.run(
+            options.file, options.url_prefix, options.feature_gates, options.kubernetes_version
+        )
     if options.command == "evictor":
         return run_evictor(
             kubeconfig=options.kubeconfig,

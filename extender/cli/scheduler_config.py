@@ -27,11 +27,18 @@ from extender.cli.manifests import InputError
 API_VERSION = "kubescheduler.config.k8s.io/v1"
 KIND = "KubeSchedulerConfiguration"
 DEFAULT_PREEMPTION = "DefaultPreemption"
+GANG_SCHEDULING = "GangScheduling"
+#: The newest minor release of Kubernetes Muster is tested on: what ``--kubernetes-version``
+#: defaults to.
+NEWEST_MINOR = 37
+#: From this minor release on, GenericWorkload alone turns GangScheduling on, and
+#: DefaultPreemption also preempts for pod groups, at ``podGroupPostFilter``.
+GROUP_PREEMPTION_FROM = 37
 
 _STRING_FIELDS = ("urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "bindVerb")
 _BOOL_FIELDS = ("ignorable", "nodeCacheCapable", "enableHTTPS")
-# The extension points whose plugin sets decide whether DefaultPreemption runs.
-_PREEMPTION_POINTS = ("multiPoint", "postFilter")
+# The extension points whose plugin sets decide whether the plugins checked here run.
+_CHECKED_POINTS = ("multiPoint", "postFilter", "permit", "podGroupPostFilter")
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ def _validate_profile(profile: object, field: str) -> None:
     if name is not None and not isinstance(name, str):
         raise ManifestError(f"{field}.schedulerName", f"expected a string, got {_describe(name)}")
     plugins = _mapping(profile.get("plugins"), f"{field}.plugins")
-    for point in _PREEMPTION_POINTS:
+    for point in _CHECKED_POINTS:
         where = f"{field}.plugins.{point}"
         plugin_set = _mapping(plugins.get(point), where)
         for key in ("enabled", "disabled"):
@@ -211,24 +218,30 @@ def _plugin_names(plugin_set: Mapping[str, Any], key: str) -> set[str]:
     return {str(plugin["name"]) for plugin in plugin_set.get(key) or []}
 
 
-def default_preemption_enabled(profile: Mapping[str, Any]) -> bool:
-    """Whether kube-scheduler runs DefaultPreemption in this (shape-checked) profile.
+def plugin_enabled(profile: Mapping[str, Any], plugin: str, point: str) -> bool:
+    """Whether kube-scheduler runs ``plugin`` at ``point`` in this (shape-checked) profile,
+    given that it is among the defaults there.
 
-    A specific extension point's plugin set takes precedence over ``multiPoint``'s, and
+    The specific extension point's plugin set takes precedence over ``multiPoint``'s, and
     in each, an explicit ``enabled`` entry over ``disabled`` (by name or ``"*"``).
     """
     plugins = profile.get("plugins") or {}
-    for point in ("postFilter", "multiPoint"):
-        plugin_set = plugins.get(point) or {}
-        if DEFAULT_PREEMPTION in _plugin_names(plugin_set, "enabled"):
+    for where in (point, "multiPoint"):
+        plugin_set = plugins.get(where) or {}
+        if plugin in _plugin_names(plugin_set, "enabled"):
             return True
-        if _plugin_names(plugin_set, "disabled") & {DEFAULT_PREEMPTION, "*"}:
+        if _plugin_names(plugin_set, "disabled") & {plugin, "*"}:
             return False
     return True
 
 
-def preempting_profiles(document: Mapping[str, Any]) -> list[str]:
-    """The profiles in which DefaultPreemption runs, as ``profiles[i] (schedulerName)``.
+def default_preemption_enabled(profile: Mapping[str, Any]) -> bool:
+    """Whether kube-scheduler runs DefaultPreemption (per pod, at ``postFilter``)."""
+    return plugin_enabled(profile, DEFAULT_PREEMPTION, "postFilter")
+
+
+def _profile_names(document: Mapping[str, Any], plugin: str, point: str) -> list[str]:
+    """The profiles running ``plugin`` at ``point``, as ``profiles[i] (schedulerName)``.
 
     No ``profiles`` (or an empty list) is kube-scheduler's one default profile.
     """
@@ -238,17 +251,92 @@ def preempting_profiles(document: Mapping[str, Any]) -> list[str]:
     return [
         f"profiles[{index}] ({profile.get('schedulerName') or 'default-scheduler'})"
         for index, profile in enumerate(profiles)
-        if default_preemption_enabled(profile)
+        if plugin_enabled(profile, plugin, point)
     ]
 
 
+def preempting_profiles(document: Mapping[str, Any]) -> list[str]:
+    """The profiles in which DefaultPreemption runs per pod."""
+    return _profile_names(document, DEFAULT_PREEMPTION, "postFilter")
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``--feature-gates`` as kube-scheduler takes it (``A=true,B=false``); raises
+    :class:`InputError` naming the bad entry."""
+    gates: dict[str, bool] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = entry.partition("=")
+        if not sep or not name or value.lower() not in ("true", "false"):
+            raise InputError(f"--feature-gates: {entry!r} is not NAME=true or NAME=false")
+        gates[name] = value.lower() == "true"
+    return gates
+
+
+def parse_kubernetes_version(text: str) -> int:
+    """``1.37`` or ``v1.37.2`` → its minor release; raises :class:`InputError`."""
+    parts = text.strip().lstrip("v").split(".")
+    if len(parts) < 2 or parts[0] != "1" or not parts[1].isdigit():
+        raise InputError(f"--kubernetes-version: {text!r} is not a version such as 1.37")
+    return int(parts[1])
+
+
+def _gang_api_findings(
+    document: Mapping[str, Any], gates: Mapping[str, bool], minor: int
+) -> list[Finding]:
+    """What kube-scheduler's own gang scheduling (KEP-4671) would do past Muster with these
+    feature gates on: with ``GenericWorkload`` it schedules a pod group's pods in a group
+    cycle, and its in-tree gang plugin and group preemption act without Muster."""
+    if not gates.get("GenericWorkload"):
+        return []
+    findings: list[Finding] = []
+    waiting = _profile_names(document, GANG_SCHEDULING, "permit")
+    if waiting and (minor >= GROUP_PREEMPTION_FROM or gates.get("GangScheduling")):
+        findings.append(
+            Finding(
+                "profiles[].plugins.multiPoint.disabled",
+                f"{GANG_SCHEDULING} runs in {', '.join(waiting)} with GenericWorkload on: "
+                "kube-scheduler holds a pod group's pods at Permit and decides the gang "
+                "itself, beside Muster; disable it (multiPoint.disabled: GangScheduling, as "
+                "the chart does)",
+            )
+        )
+    if minor >= GROUP_PREEMPTION_FROM:
+        grouped = _profile_names(document, DEFAULT_PREEMPTION, "podGroupPostFilter")
+        if grouped:
+            findings.append(
+                Finding(
+                    "profiles[].plugins.podGroupPostFilter.disabled",
+                    f"{DEFAULT_PREEMPTION} runs at podGroupPostFilter in "
+                    f"{', '.join(grouped)} with GenericWorkload on: kube-scheduler's group "
+                    "preemption evicts for a pod group without calling Muster's preempt "
+                    "verb; disable it there (the chart: schedulerConfig.genericWorkload: true)",
+                )
+            )
+    if gates.get("WorkloadAwarePreemption"):
+        findings.append(
+            Finding(
+                "--feature-gates",
+                "WorkloadAwarePreemption is on: kube-scheduler's group preemption evicts for "
+                "a pod group without calling Muster's preempt verb; turn it off",
+            )
+        )
+    return findings
+
+
 def check_scheduler_config(
-    document: Mapping[str, Any], url_prefix: str | None = None, *, flag: str = "--url-prefix"
+    document: Mapping[str, Any],
+    url_prefix: str | None = None,
+    *,
+    flag: str = "--url-prefix",
+    feature_gates: Mapping[str, bool] | None = None,
+    minor: int = NEWEST_MINOR,
 ) -> list[Finding]:
     """What in this KubeSchedulerConfiguration takes authority from Muster, in a stable order.
 
-    Raises :class:`InputError` for a malformed document or when Muster's ``extenders``
-    entry cannot be told (see :func:`muster_extender`).
+    ``feature_gates`` and ``minor``: kube-scheduler's ``--feature-gates`` and its release
+    (the configuration file holds neither); with ``GenericWorkload`` on, its in-tree gang
+    scheduling is checked too.  Raises :class:`InputError` for a malformed document or when
+    Muster's ``extenders`` entry cannot be told (see :func:`muster_extender`).
     """
     index, entry = muster_extender(document, url_prefix, flag=flag)
     where = f"extenders[{index}]"
@@ -300,17 +388,25 @@ def check_scheduler_config(
                 "remove managedResources",
             )
         )
+    findings.extend(_gang_api_findings(document, feature_gates or {}, minor))
     return findings
 
 
 def _load_and_check(
-    path: str, url_prefix: str | None, flag: str
+    path: str,
+    url_prefix: str | None,
+    flag: str,
+    feature_gates: Mapping[str, bool] | None = None,
+    minor: int = NEWEST_MINOR,
 ) -> tuple[dict[str, Any], list[Finding]]:
     document = load_scheduler_config(path)
     try:
-        return document, check_scheduler_config(document, url_prefix, flag=flag)
+        findings = check_scheduler_config(
+            document, url_prefix, flag=flag, feature_gates=feature_gates, minor=minor
+        )
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
+    return document, findings
 
 
 def check_scheduler_config_file(
@@ -329,10 +425,17 @@ def _authority(document: Mapping[str, Any], url_prefix: str | None) -> str:
     return f"{where}filter verb set, DefaultPreemption disabled in every profile"
 
 
-def run(path: str, url_prefix: str | None) -> int:
+def run(
+    path: str,
+    url_prefix: str | None,
+    feature_gates: str = "",
+    kubernetes_version: str = f"1.{NEWEST_MINOR}",
+) -> int:
     """The ``check-scheduler-config`` command: 0 fine, 1 findings, 2 bad input."""
     try:
-        document, findings = _load_and_check(path, url_prefix, "--url-prefix")
+        gates = parse_feature_gates(feature_gates)
+        minor = parse_kubernetes_version(kubernetes_version)
+        document, findings = _load_and_check(path, url_prefix, "--url-prefix", gates, minor)
     except InputError as error:
         print(f"muster check-scheduler-config: {error}", file=sys.stderr)
         return 2

@@ -26,7 +26,7 @@ Typical use::
 
 from __future__ import annotations
 
-from .binaries import BuildError, default_bin_dir, ensure_binaries
+from .binaries import BuildError, default_bin_dir, ensure_binaries, kubernetes_minor
 from .controlplane import ControlPlane
 from .kubelet import RUN_SECONDS, KubeletEmulator
 from .processes import ComponentError, free_port, free_ports
@@ -53,5 +53,6 @@ __all__ = [
     "ensure_binaries",
     "free_port",
     "free_ports",
+    "kubernetes_minor",
     "wait_until",
 ]

@@ -59,3 +59,16 @@ def ensure_binaries(*, build: bool = True, output: IO[str] | None = None) -> Pat
     if missing:
         raise BuildError(f"missing binaries in {bin_dir}: {', '.join(missing)}")
     return bin_dir
+
+
+def kubernetes_minor(bin_dir: Path) -> int:
+    """The minor release of the kube-apiserver in ``bin_dir`` (37 for v1.37.2), read
+    from its ``--version`` (``Kubernetes v1.37.2``)."""
+    result = subprocess.run(
+        [str(bin_dir / "kube-apiserver"), "--version"], capture_output=True, text=True, check=False
+    )
+    words = result.stdout.split()
+    parts = words[-1].lstrip("v").split(".") if words else []
+    if result.returncode != 0 or len(parts) < 2 or not parts[1].isdigit():
+        raise BuildError(f"{bin_dir / 'kube-apiserver'} --version: {result.stdout.strip()!r}")
+    return int(parts[1])

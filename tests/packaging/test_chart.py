@@ -221,3 +221,25 @@ def test_bad_values_are_refused_naming_the_field(
     )
     assert done.returncode != 0
     assert named in done.stderr, done.stderr
+
+
+def test_generic_workload_turns_off_kube_schedulers_group_preemption_too(
+    helm_binary: str,
+) -> None:
+    """``schedulerConfig.genericWorkload: true`` (kube-scheduler 1.37+ with the gate on):
+    the profile is the sample's (GangScheduling off) plus DefaultPreemption off at
+    ``podGroupPostFilter``, exactly what the e2e tier runs kube-scheduler with
+    (tests/e2e/test_gang_apis.py), and the check passes with the gate on."""
+    rendered = objects(helm_binary, CHART / "ci" / "generic-workload-values.yaml")
+    scheduler = yaml.safe_load(
+        rendered["ConfigMap", "muster-scheduler-config"]["data"]["scheduler-config.yaml"]
+    )
+    (profile,) = scheduler["profiles"]
+    (sample,) = yaml.safe_load((ROOT / "manifests" / "scheduler-config.yaml").read_text())[
+        "profiles"
+    ]
+    assert profile["plugins"] == {
+        **sample["plugins"],
+        "podGroupPostFilter": {"disabled": [{"name": "DefaultPreemption"}]},
+    }
+    assert check_scheduler_config(scheduler, feature_gates={"GenericWorkload": True}) == []

@@ -481,3 +481,79 @@ def test_serve_with_the_sample_config_is_quiet(
     assert code == 0
     assert len(no_server) == 1
     assert "warning" not in err
+
+
+# --- Kubernetes' own gang scheduling (GenericWorkload, issue 26) -------------------------
+#
+# Expectations from kube-scheduler's source (v1.36.3, v1.37.2): with GenericWorkload on,
+# GangScheduling is a default plugin in 1.37 (in 1.36 only with its own GangScheduling
+# gate), and in 1.37 DefaultPreemption also runs at podGroupPostFilter, the group
+# preemption that never calls an extender's preempt verb; WorkloadAwarePreemption (1.36)
+# is that group preemption too.
+
+GANG_OFF = {"name": "GangScheduling"}
+
+
+def gang_config(*points: tuple[str, str]) -> dict[str, Any]:
+    """Muster's entry and one profile with these (point, plugin) disabled."""
+    document = config()
+    plugins: dict[str, Any] = {}
+    for point, name in points:
+        plugins.setdefault(point, {"disabled": []})["disabled"].append({"name": name})
+    document["profiles"] = [{"schedulerName": "default-scheduler", "plugins": plugins}]
+    return document
+
+
+def test_without_generic_workload_the_gang_plugins_are_not_checked() -> None:
+    assert check_scheduler_config(gang_config()) == []
+
+
+def test_generic_workload_on_1_37_needs_gang_scheduling_and_group_preemption_off() -> None:
+    gates = {"GenericWorkload": True}
+    fields = [f.field for f in check_scheduler_config(gang_config(), feature_gates=gates)]
+    assert fields == [
+        "profiles[].plugins.multiPoint.disabled",
+        "profiles[].plugins.podGroupPostFilter.disabled",
+    ]
+    fixed = gang_config(
+        ("multiPoint", "GangScheduling"), ("podGroupPostFilter", "DefaultPreemption")
+    )
+    assert check_scheduler_config(fixed, feature_gates=gates) == []
+
+
+def test_generic_workload_on_1_36_checks_its_own_gates() -> None:
+    # 1.36: no podGroupPostFilter; GangScheduling only with its gate; WorkloadAwarePreemption
+    # is the group preemption.
+    plain = gang_config()
+    assert check_scheduler_config(plain, feature_gates={"GenericWorkload": True}, minor=36) == []
+    gates = {"GenericWorkload": True, "GangScheduling": True, "WorkloadAwarePreemption": True}
+    fields = [f.field for f in check_scheduler_config(plain, feature_gates=gates, minor=36)]
+    assert fields == ["profiles[].plugins.multiPoint.disabled", "--feature-gates"]
+
+
+def test_the_sample_config_and_the_chart_switch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The sample turns GangScheduling off; on 1.37 with the gate, group preemption remains.
+    code, out, _ = check(capsys, str(SAMPLE), "--feature-gates", "GenericWorkload=true")
+    assert code == 1 and "podGroupPostFilter" in out and "GangScheduling" not in out
+    code, out, _ = check(
+        capsys, str(SAMPLE), "--feature-gates=GenericWorkload=true", "--kubernetes-version=1.36"
+    )
+    assert code == 0, out
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--feature-gates", "GenericWorkload=yes"], "--feature-gates: 'GenericWorkload=yes'"),
+        (["--feature-gates", "=true"], "--feature-gates: '=true'"),
+        (["--kubernetes-version", "2.1"], "--kubernetes-version: '2.1'"),
+        (["--kubernetes-version", "v1.x"], "--kubernetes-version: 'v1.x'"),
+    ],
+)
+def test_bad_gates_or_versions_exit_2_naming_them(
+    capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    code, out, err = check(capsys, str(SAMPLE), *argv)
+    assert code == 2 and out == "" and named in err, err
