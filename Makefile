@@ -49,9 +49,11 @@ e2e: venv k8s
 test-matrix: venv helm
 	hack/test-matrix.sh $(PY)
 
-# The whole suite: lint, unit tests and the e2e tier against real binaries.
+# The whole suite: lint, unit tests and the e2e tier against real binaries, on three
+# pytest-xdist workers: each half of the e2e tier on its own control plane, the soak slice
+# on a third, the unit tests wherever a worker is free.
 test: venv lint k8s helm
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n 3 --dist loadgroup tests
 
 demo: venv k8s
 	$(PY) hack/demo.py

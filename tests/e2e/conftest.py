@@ -34,10 +34,18 @@ _NAMESPACE_SERIAL = itertools.count(1)
 # --------------------------------------------------------------------------- hooks
 
 
+#: ``make test`` runs the e2e tier in two halves at once (pytest-xdist's ``loadgroup``: one
+#: worker and one control plane each; most of an e2e test is waiting on the cluster).
+#: These modules are the first half, about as long as the rest.
+FIRST_HALF = frozenset({"test_jobs.py", "test_decisions_follow.py", "test_requeue.py"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if E2E_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
+            half = "e2e-1" if Path(item.path).name in FIRST_HALF else "e2e-2"
+            item.add_marker(pytest.mark.xdist_group(half))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -11,7 +11,8 @@ import pytest
 
 from tests.soak.run import run_soak
 
-pytestmark = pytest.mark.e2e
+# Its own control plane, on its own pytest-xdist worker in `make test`.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("soak")]
 
 DEFAULT_SEED = 20261123
 
