@@ -42,7 +42,7 @@ manifests: venv helm
 	$(PY) hack/render_manifests.py
 
 e2e: venv k8s
-	$(PY) -m pytest tests/e2e
+	$(PY) -m pytest -n 2 --dist loadgroup tests/e2e
 
 # The e2e tier on every Kubernetes minor release pinned (each built once), with a
 # summary line per release: passed or failed, and how long it took.

@@ -6,13 +6,15 @@
 #     test-matrix: v1.35.8 passed in 912 s (build or cache check: 0 s)
 #
 # Exit status: 0 only if every release passed. `make test-matrix` runs it.
-# Usage: hack/test-matrix.sh [python] [pytest arguments...]   (default: python3 tests/e2e)
+# Usage: hack/test-matrix.sh [python] [pytest arguments...]
+#        (default: python3 -n 2 --dist loadgroup tests/e2e: each half of the tier on its own
+#        control plane, as `make test` runs it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python="${1:-python3}"
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(tests/e2e)
+((${#targets[@]})) || targets=(-n 2 --dist loadgroup tests/e2e)
 
 summary=()
 status=0

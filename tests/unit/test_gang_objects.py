@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from base.errors import ManifestError
 from extender.core import gangsize
@@ -25,9 +27,29 @@ from extender.core.podgroups import (
     parse_scheduler_plugins_pod_group,
     parse_volcano_pod_group,
 )
-from tests.builders import node, pod, snapshot
+from tests.builders import json_values, node, pod, snapshot
 
 GPU = "nvidia.com/gpu"
+#: The pod spec fields the test pod sets itself (or Muster reads), kept out of the extras.
+KNOWN_SPEC_FIELDS = frozenset(
+    {
+        "containers",
+        "initContainers",
+        "overhead",
+        "nodeName",
+        "priority",
+        "nodeSelector",
+        "affinity",
+        "tolerations",
+        "priorityClassName",
+        "preemptionPolicy",
+        "schedulerName",
+        "schedulingGroup",
+        "workloadRef",
+        "schedulingGates",
+        "resources",
+    }
+)
 
 
 def meta(name: str = "g") -> dict[str, Any]:
@@ -159,3 +181,28 @@ def test_every_kind_is_listed_once_with_a_path_the_api_server_serves() -> None:
     assert "/apis/scheduling.k8s.io/v1alpha2/podgroups" in paths
     assert "/apis/scheduling.volcano.sh/v1beta1/podgroups" in paths
     assert [kind.writes_status for kind in GANG_OBJECT_KINDS].count(True) == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    extra=st.dictionaries(
+        st.text(min_size=1, max_size=12).filter(lambda key: key not in KNOWN_SPEC_FIELDS),
+        json_values(width=3, leaves=6),
+        max_size=4,
+    ),
+    group=json_values(width=3, leaves=4),
+    ref=json_values(width=3, leaves=4),
+)
+def test_pods_with_fields_muster_has_never_seen_are_parsed_leniently(
+    extra: dict[str, Any], group: Any, ref: Any
+) -> None:
+    # A newer release's pod: spec fields Muster does not know, and the alpha gang fields
+    # (schedulingGroup, workloadRef) in shapes Muster does not expect.  Read leniently:
+    # the pod parses, its requests as written, and a malformed gang field names no group.
+    spec = {**extra, "schedulingGroup": group, "workloadRef": ref}
+    parsed = parse_pod(pod("p", gpu=2, spec=spec))
+    assert parsed.requests[GPU] == 2000
+    good_group = isinstance(group, dict) and isinstance(group.get("podGroupName"), str)
+    good_ref = isinstance(ref, dict) and isinstance(ref.get("name"), str) and ref["name"]
+    if not good_group and not good_ref:
+        assert parsed.group is None
