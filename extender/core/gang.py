@@ -226,8 +226,15 @@ def _filter_pod(
             f"({created} of min-available {needed} exist)",
             resolvable=False,
         )
-        if reservation is not None and not reservation.victims:
+        if (
+            reservation is not None
+            and not reservation.victims
+            and not any(snapshot.not_seen_yet(key) for key in reservation.placements)
+        ):
             return dataclasses.replace(turned, effects=(ReleaseRoom(job),))
+        # Room placed for pods Muster has not seen yet (a filter call for one of them
+        # placed the gang before the informer delivered it) stays the job's: they exist.
+        # Once they are seen, the gang is complete and its parked pods are nudged.
         return turned
     # Nodes kube-scheduler (or, in simulate, the node constraints) allow for this pod;
     # the planner itself keeps to room not held for other jobs.

@@ -279,11 +279,19 @@ def test_without_preempt_verb_kube_scheduler_preempts_and_muster_adds_no_second_
 ) -> None:
     """Issue 17's first story with kube-scheduler unguarded: it deletes the priority-1 pod
     itself (that is the misconfiguration, counted and logged); Muster sees the job in
-    flight on that node and never marks the priority-50 pod, in every trial."""
+    flight on that node and never marks the priority-50 pod, in every trial.
+
+    Unguarded, kube-scheduler may also delete the priority-50 pod itself: when it retries
+    the preemptor while the first victim is still terminating, Muster's filter makes the
+    pod wait for that victim to leave (its quota is over ``max`` until then), and
+    kube-scheduler's own preemption, which no ``preempt`` verb guards, then evicts on the
+    other node.  That second eviction is kube-scheduler's too (unmarked, counted); what
+    this test holds Muster to is adding none of its own."""
     muster = muster_without_preempt_verb
     nodes = [cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8}) for i in (0, 1)]
     story = STORIES[0]
     teams = Teams(cluster, story.preemptor_quota["spec"], {"max": {GPU: "0"}})
+    foreign = 0
     try:
         for trial in range(min(TRIALS, 5)):
             names = {f"t{trial}-low": 1, f"t{trial}-high": 50}
@@ -295,17 +303,22 @@ def test_without_preempt_verb_kube_scheduler_preempts_and_muster_adds_no_second_
             teams.wait(teams.a, preemptor, "Running", timeout=60)
             low = teams.get(teams.a, f"t{trial}-low")
             assert low is None or low["metadata"].get("deletionTimestamp"), "no victim"
-            high = teams.get(teams.a, f"t{trial}-high") or {}
-            assert high["status"]["phase"] == "Running"
-            assert not high["metadata"].get("deletionTimestamp")
-            assert SOFT_EVICTION not in high["metadata"].get("labels", {}), f"trial {trial}"
+            foreign += 1
+            high = teams.get(teams.a, f"t{trial}-high")
+            if high is not None and not high["metadata"].get("deletionTimestamp"):
+                assert high["status"]["phase"] == "Running"
+            else:
+                foreign += 1  # kube-scheduler's second eviction (see above), unmarked
+            if high is not None:
+                labels = high["metadata"].get("labels", {})
+                assert SOFT_EVICTION not in labels, f"trial {trial}: Muster marked it"
             assert teams.events(teams.a, "Preempting") == []  # Muster committed no plan
             lc.wait_until(
-                lambda trial=trial: (
-                    muster.metric("muster_foreign_preemptions_total") == trial + 1 or None
+                lambda count=foreign: (
+                    muster.metric("muster_foreign_preemptions_total") == count or None
                 ),
                 timeout=10,
-                what="kube-scheduler's preemption counted",
+                what="kube-scheduler's preemptions counted",
             )
             _clear(teams, teams.a, nodes, muster)
     finally:

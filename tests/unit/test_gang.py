@@ -231,6 +231,43 @@ def test_a_pod_not_yet_seen_by_the_informer_counts_as_created() -> None:
     assert set(hold.reservation.placements) == {key("g-0"), key("g-1"), key("g-2")}
 
 
+def test_room_placed_for_a_pod_not_yet_seen_is_kept_while_the_informer_catches_up() -> None:
+    # Found by the e2e tier under load (two gangs of two for room for one, trial 3): g-1
+    # alone in the state; kube-scheduler asks about g-0 before the informer delivers it:
+    # 2 exist, the gang is placed whole (g-0 → n1, g-1 → n2) and g-0 binds.  Then g-1 is
+    # asked about while the state still holds only g-1: by the state, 1 of 2 exist.  The
+    # rule ("waiting for N more pods") turns g-1 away, but the room placed for g-0, which
+    # exists, must stay the job's: released, another gang would take n2 and g-0 would
+    # run alone.  Once g-0 is seen (bound), g-1 goes to its reserved node n2.
+    annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"}
+    snap = snapshot(
+        [node("n1"), node("n2")], [pod("g-1", gpu=8, group="g", annotations=annotations)]
+    )
+    unseen = parse_pod(pod("g-0", gpu=8, group="g", annotations=annotations))
+    placed = gang.filter_pod(snap, unseen, ["n1", "n2"], as_extender=True, now=NOW)
+    assert placed.gang_placed and placed.passed == ["n1"]
+    apply_all(snap, placed)
+    waiting = filter_one(snap, "g-1")
+    assert waiting.passed == [] and "waiting for 1 more pods" in (waiting.gang_waiting or "")
+    assert not any(isinstance(e, ReleaseRoom) for e in waiting.effects), waiting.effects
+    apply_all(snap, waiting)
+    assert snap.reserved_node(key("g-1")) == "n2"
+    snap.upsert_pod(parse_pod(pod("g-0", gpu=8, group="g", node="n1", annotations=annotations)))
+    assert filter_one(snap, "g-1").passed == ["n2"]
+
+
+def test_room_placed_for_a_pod_seen_and_deleted_is_released_when_the_gang_is_short() -> None:
+    # The same reservation, but g-0 was seen and then deleted: the gang is short for
+    # real, and its room is released as before.
+    annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"}
+    snap = snapshot([node("n1"), node("n2")], gang_pods(2, annotations=annotations))
+    placed = filter_one(snap, "g-0")
+    apply_all(snap, placed)
+    snap.remove_pod(key("g-0"))
+    waiting = filter_one(snap, "g-1")
+    assert any(isinstance(e, ReleaseRoom) for e in waiting.effects), waiting.effects
+
+
 # ---- repair: kube-scheduler refuses a planned node ------------------------------------
 
 

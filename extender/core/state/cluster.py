@@ -74,6 +74,7 @@ class ClusterState(RoomMixin, JobsMixin):
         self._declarations: dict[str, dict[int, PodGroupInfo]] = {}  # job → rank → one
         self._owner_sizes: dict[str, int] = {}  # "ns/Kind/name" → pods it runs at once
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
+        self._removed_keys: OrderedDict[str, None] = OrderedDict()  # their keys, until back
         #: Controllers seen deleted, ``namespace/Kind/name``: their pods do not come back.
         self._gone_owners: OrderedDict[str, None] = OrderedDict()
         #: Counts changes that free room only Muster sees (quotas replaced, reservations
@@ -114,6 +115,7 @@ class ClusterState(RoomMixin, JobsMixin):
         """Add or replace a pod.  ``now``: when it is seen (live); a new pod of a pod group
         marks when its job last grew (:meth:`last_joined`), else its creation time does."""
         old = self.pods.get(pod.key)
+        self._removed_keys.pop(pod.key, None)
         if old is not None:
             self._unindex(old)
         elif pod.group is not None:
@@ -146,8 +148,11 @@ class ClusterState(RoomMixin, JobsMixin):
         if pod is None:
             return
         self._removed[pod.uid] = None
+        self._removed_keys[key] = None
         if len(self._removed) > REMOVED_PODS_REMEMBERED:
             self._removed.popitem(last=False)
+        if len(self._removed_keys) > REMOVED_PODS_REMEMBERED:
+            self._removed_keys.popitem(last=False)
         quota = self._pod_quota.get(key)
         self._unindex(pod)
         reserved = self.book.reserved(key)
@@ -194,6 +199,11 @@ class ClusterState(RoomMixin, JobsMixin):
         """Was a pod with this UID removed (one of the last few thousand)?  A pod bound
         just as it was deleted must not come back from a copy of it held elsewhere."""
         return uid in self._removed
+
+    def not_seen_yet(self, key: str) -> bool:
+        """Is ``key`` a pod the state has never held, as opposed to one it saw removed (and
+        not seen again)?  A filter call can place a pod the informer delivers only later."""
+        return key not in self.pods and key not in self._removed_keys
 
     def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
         """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
