@@ -19,6 +19,10 @@ VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano
 #: Kueue's plain-pod groups: the group's name (label) and its size (annotation).
 KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+#: Kueue's Topology Aware Scheduling keys on a pod template: the node label every pod of
+#: the gang must share (required), or should (preferred).
+KUEUE_REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
 #: ``"true"`` on the pods of a controller (a Job's pod template): with no pod-group name,
 #: the controller's pods form one gang named after it, placed all or nothing.
 ALL_OR_NOTHING_LABEL = "muster.dev/all-or-nothing"

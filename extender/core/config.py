@@ -53,6 +53,17 @@ class MusterArgs(BaseModel):
     victim_eviction_deadline_seconds: float = Field(
         120.0, alias="victimEvictionDeadlineSeconds", gt=0
     )
+    #: Node labels of the topology levels, coarsest first: a gang preferring one level
+    #: that no domain of it holds tries the next coarser (see extender/core/topology.py).
+    topology_levels: tuple[str, ...] = Field(
+        (
+            "cloud.provider.com/topology-block",
+            "cloud.provider.com/topology-rack",
+            "kubernetes.io/hostname",
+        ),
+        alias="topologyLevels",
+        strict=False,
+    )
     #: Which time orders requeued gangs: when they were given up, or when created.
     requeuing_timestamp: Literal["Eviction", "Creation"] = Field(
         "Eviction", alias="requeuingTimestamp"

@@ -64,6 +64,13 @@ from extender.core.scheduling import (
     filter_nodes,
 )
 from extender.core.state import ClusterState, Reservation
+from extender.core.topology import (
+    TopologyRequest,
+    domains_of,
+    fullest_first,
+    levels_from,
+    scarce_resource,
+)
 
 #: How many times a plan is redone when kube-scheduler refuses the node it gave the pod.
 _REPLANS = 3
@@ -92,11 +99,13 @@ class GangPlacement:
 
 @dataclass(frozen=True, slots=True)
 class GangWait:
-    """The job cannot be placed whole now; ``resolvable``: evicting could help."""
+    """The job cannot be placed whole now; ``resolvable``: evicting could help;
+    ``fitting``: how many of its pods are bound or would be placed."""
 
     job: str
     reason: str
     resolvable: bool
+    fitting: int = 0
 
 
 def plan_gang_placement(
@@ -112,44 +121,131 @@ def plan_gang_placement(
     ``first``: the pod being filtered (placed first of its shape, and only on
     ``allowed`` nodes: those kube-scheduler's own filters passed for it).  The job's
     own reservation, if any, is planned again in its place (its room counts as free).
+    A gang with a topology request is placed inside one domain (:func:`_plan_in_a_domain`).
     """
-    needed = gang_size(snapshot, first)
     pods = live_pods(snapshot, job)
     if first.key not in snapshot.pods:
         pods.append(first)
-    bound = sum(1 for pod in pods if pod.node_name is not None and not pod.departing)
     unplaced = [pod for pod in pods if pod.node_name is None and pod.key != first.key]
     unplaced.insert(0, first)
     own = [pod.key for pod in unplaced if snapshot.reservation_holder(pod.key) == job]
     own += snapshot.book.vacancies_of(job)  # room kept for pods being re-created
-    quota = snapshot.quota_of(first)
-    for _attempt in range(_REPLANS + 1):
-        fit = JobFit(snapshot, job, unplaced, excluded=refused, released=own)
-        placements = fit.place(partial=True) or {}
-        if bound + len(placements) < needed and len(fit.shapes) > 1:
-            # Not all fit in the greedy order: every pod may still, in another (the
-            # search the planner uses), or small pods first may reach min-available.
-            placements = fit.place() or max(
-                placements, fit.place(partial=True, smallest_first=True) or {}, key=len
-            )
-        if bound + len(placements) < needed:
-            return GangWait(
-                job,
-                f"gang {job}: {bound + len(placements)} of {needed} pods fit; "
-                f"waiting for room for all {needed}",
-                resolvable=True,
-            )
-        node = placements.get(first.key)
-        if allowed is None or node is None or node in allowed:
-            return GangPlacement(job, quota, placements, refused)
-        swapped = _swap_onto_allowed(placements, first, unplaced, allowed)
-        if swapped is not None:
-            return GangPlacement(job, quota, swapped, refused)
-        refused = refused | {node}
+    attempt = _Attempt(
+        snapshot,
+        job,
+        first,
+        unplaced,
+        own,
+        needed=gang_size(snapshot, first),
+        bound=[pod for pod in pods if pod.node_name is not None and not pod.departing],
+    )
+    request = snapshot.topology_request(job, including=first)
+    if request is None:
+        return attempt.plan(allowed, refused)
+    return _plan_in_a_domain(attempt, request, allowed, refused)
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """What one gang placement works with: the job's pods and how many must run."""
+
+    snapshot: ClusterState
+    job: str
+    first: PodInfo
+    unplaced: list[PodInfo]
+    own: list[str]
+    needed: int
+    bound: list[PodInfo]
+
+    def plan(
+        self,
+        allowed: Collection[str] | None,
+        refused: frozenset[str],
+        within: frozenset[str] | None = None,
+        where: str = "",
+    ) -> GangPlacement | GangWait:
+        """Place the unplaced pods, on the nodes of ``within`` only when given (``where``
+        names them in the reason)."""
+        snapshot, job, first, needed = self.snapshot, self.job, self.first, self.needed
+        bound = len(self.bound)
+        outside = frozenset() if within is None else frozenset(snapshot.nodes) - within
+        quota = snapshot.quota_of(first)
+        for _attempt in range(_REPLANS + 1):
+            excluded = refused | outside
+            fit = JobFit(snapshot, job, self.unplaced, excluded=excluded, released=self.own)
+            placements = fit.place(partial=True) or {}
+            if bound + len(placements) < needed and len(fit.shapes) > 1:
+                # Not all fit in the greedy order: every pod may still, in another (the
+                # search the planner uses), or small pods first may reach min-available.
+                placements = fit.place() or max(
+                    placements, fit.place(partial=True, smallest_first=True) or {}, key=len
+                )
+            if bound + len(placements) < needed:
+                return GangWait(
+                    job,
+                    f"gang {job}: {where}{bound + len(placements)} of {needed} pods fit; "
+                    f"waiting for room for all {needed}",
+                    resolvable=True,
+                    fitting=bound + len(placements),
+                )
+            node = placements.get(first.key)
+            if allowed is None or node is None or node in allowed:
+                return GangPlacement(job, quota, placements, refused)
+            swapped = _swap_onto_allowed(placements, first, self.unplaced, allowed)
+            if swapped is not None:
+                return GangPlacement(job, quota, swapped, refused)
+            refused = refused | {node}
+        return GangWait(
+            job,
+            f"gang {job}: kube-scheduler refuses pod {first.name} every node Muster planned for it",
+            resolvable=False,
+        )
+
+
+def _plan_in_a_domain(
+    attempt: _Attempt,
+    request: TopologyRequest,
+    allowed: Collection[str] | None,
+    refused: frozenset[str],
+) -> GangPlacement | GangWait:
+    """Place a gang inside one domain of its level (:mod:`extender.core.topology`): the
+    fullest domain that holds it whole, so large domains stay free for large gangs (a
+    domain holding pods of the gang already bound is the only one).  A preferred level
+    that no domain holds tries the next coarser level, then anywhere."""
+    snapshot, job = attempt.snapshot, attempt.job
+    scarce = scarce_resource(attempt.first)
+    best: tuple[int, str] | None = None  # the most pods one domain holds, and where
+    for level in levels_from(request, snapshot.args.topology_levels):
+        domains = domains_of(snapshot.nodes.values(), level)
+        taken = {pod.node_name for pod in attempt.bound}
+        if taken:  # the gang's bound pods fix its domain
+            domains = {value: names for value, names in domains.items() if taken <= names}
+        free = {
+            name: snapshot.free_on(name).get(scarce, 0)
+            for names in domains.values()
+            for name in names
+        }
+        for value, names in fullest_first(domains, free):
+            where = f"{level}={value}"
+            decision = attempt.plan(allowed, refused, names, where=f"in {where}, ")
+            if isinstance(decision, GangPlacement):
+                return decision
+            if best is None or decision.fitting > best[0]:
+                best = (decision.fitting, where)
+    if not request.required:
+        return attempt.plan(allowed, refused)
+    if best is None:
+        return GangWait(
+            job,
+            f"gang {job}: no node has the label {request.level} its required topology names",
+            resolvable=False,
+        )
     return GangWait(
         job,
-        f"gang {job}: kube-scheduler refuses pod {first.name} every node Muster planned for it",
-        resolvable=False,
+        f"gang {job}: no {request.level} domain holds all {attempt.needed} pods (the most: "
+        f"{best[0]} in {best[1]}); waiting for room in one",
+        resolvable=True,
+        fitting=best[0],
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from base.errors import ManifestError
 from base.resources import Resources, parse_resource_list
+from extender.core.topology import TopologyRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,9 @@ class PodGroupInfo:
     schedule_timeout_seconds: int | None = None
     min_resources: Mapping[str, int] = field(default_factory=dict)
     rank: int = 0
+    #: The topology level the gang must stay inside (Kubernetes' PodGroup
+    #: ``spec.schedulingConstraints.topology[].key``), if declared.
+    topology: TopologyRequest | None = None
 
     @property
     def job(self) -> str:
@@ -176,7 +180,27 @@ def parse_native_pod_group(obj: Mapping[str, Any], rank: int = 0) -> PodGroupInf
     it governs name it in ``spec.schedulingGroup.podGroupName``."""
     namespace, name, spec = _metadata(obj)
     min_count = _native_policy(spec.get("schedulingPolicy"), "spec.schedulingPolicy")
-    return PodGroupInfo(namespace, name, min_count, rank=rank)
+    topology = _native_topology(spec.get("schedulingConstraints"))
+    return PodGroupInfo(namespace, name, min_count, rank=rank, topology=topology)
+
+
+def _native_topology(constraints: object) -> TopologyRequest | None:
+    """``spec.schedulingConstraints.topology[0].key`` (KEP-5732), a required level."""
+    if constraints is None:
+        return None
+    field = "spec.schedulingConstraints"
+    if not isinstance(constraints, Mapping):
+        raise ManifestError(field, f"expected an object, got {constraints!r}")
+    topology = constraints.get("topology") or []
+    if not isinstance(topology, list):
+        raise ManifestError(f"{field}.topology", f"expected a list, got {topology!r}")
+    if not topology:
+        return None
+    first = topology[0]
+    key = first.get("key") if isinstance(first, Mapping) else None
+    if not isinstance(key, str) or not key:
+        raise ManifestError(f"{field}.topology[0].key", "expected a node label key")
+    return TopologyRequest(key, required=True)
 
 
 def parse_native_workload(obj: Mapping[str, Any], rank: int = 0) -> tuple[PodGroupInfo, ...]:

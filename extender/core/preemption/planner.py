@@ -47,6 +47,7 @@ from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.scheduling import JobDemand, job_demand
 from extender.core.state import ClusterState, Overlay, Reservation, UnknownQuotaError
+from extender.core.topology import domains_of
 from quota.accounting import QuotaLedger
 from quota.admission import job_admission_failures, unevictable_failures, would_borrow
 
@@ -100,42 +101,15 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
 
     preemptor = _preemptor(snapshot, demand, settled.ledger)
     spent = [pod for pod in snapshot.leaving() if not pod.terminating]
-    # Victims that break a guarantee in a resource the job does not ask for, or a
-    # PodDisruptionBudget (under pdbPolicy BestEffort), are chosen only when no plan
-    # exists without them: the search runs again allowing them, budgets first.
-    best_effort = snapshot.args.pdb_policy == "BestEffort"
-    found = _search(
-        snapshot,
-        demand,
-        preemptor,
-        settled.ledger,
-        spent,
-        spare_guaranteed=True,
-        spare_budgets=True,
-    )
-    for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
-        if isinstance(found, _Found):
-            break
-        if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
-            not spare_guaranteed and not found.guaranteed_skipped
-        ):
-            continue
-        retried = _search(
-            snapshot,
-            demand,
-            preemptor,
-            settled.ledger,
-            spent,
-            spare_guaranteed=spare_guaranteed,
-            spare_budgets=spare_budgets,
+    request = snapshot.topology_request(job)
+    if request is None or not request.required:
+        # A preferred level never causes an eviction a required one would not: the plan
+        # is made as for a job without topology.
+        found = _plan(snapshot, demand, preemptor, settled.ledger, spent)
+    else:
+        found = _plan_in_cheapest_domain(
+            snapshot, demand, preemptor, settled.ledger, spent, request.level
         )
-        if isinstance(retried, _NotFound):  # what was skipped in any search still counts
-            retried = _NotFound(
-                retried.reasons,
-                retried.guaranteed_skipped or found.guaranteed_skipped,
-                retried.budget_skipped or found.budget_skipped,
-            )
-        found = retried
     if isinstance(found, _NotFound):
         return Refusal(job, tuple(found.reasons))
     victims: list[Victim] = []
@@ -150,6 +124,94 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
         budgets.take(group.pods)
         victims.extend(Victim(pod, group.quota, group.job, reason) for pod in group.pods)
     return PreemptionPlan(job, demand.quota, tuple(victims), found.placements)
+
+
+def _plan(
+    snapshot: ClusterState,
+    demand: JobDemand,
+    preemptor: Preemptor,
+    ledger: QuotaLedger,
+    spent: Sequence[PodInfo],
+    within: frozenset[str] | None = None,
+) -> _Found | _NotFound:
+    """The plan's search (:func:`_search`), again allowing what it spares when nothing
+    is found without: victims that break a guarantee in a resource the job does not ask
+    for, or a PodDisruptionBudget (under pdbPolicy BestEffort), budgets first.
+    ``within``: the nodes of the one domain the job is planned in."""
+    best_effort = snapshot.args.pdb_policy == "BestEffort"
+    found = _search(
+        snapshot,
+        demand,
+        preemptor,
+        ledger,
+        spent,
+        spare_guaranteed=True,
+        spare_budgets=True,
+        within=within,
+    )
+    for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
+        if isinstance(found, _Found):
+            break
+        if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
+            not spare_guaranteed and not found.guaranteed_skipped
+        ):
+            continue
+        retried = _search(
+            snapshot,
+            demand,
+            preemptor,
+            ledger,
+            spent,
+            spare_guaranteed=spare_guaranteed,
+            spare_budgets=spare_budgets,
+            within=within,
+        )
+        if isinstance(retried, _NotFound):  # what was skipped in any search still counts
+            retried = _NotFound(
+                retried.reasons,
+                retried.guaranteed_skipped or found.guaranteed_skipped,
+                retried.budget_skipped or found.budget_skipped,
+            )
+        found = retried
+    return found
+
+
+def _plan_in_cheapest_domain(
+    snapshot: ClusterState,
+    demand: JobDemand,
+    preemptor: Preemptor,
+    ledger: QuotaLedger,
+    spent: Sequence[PodInfo],
+    level: str,
+) -> _Found | _NotFound:
+    """For a job that must stay inside one domain of ``level``: the plan of each domain
+    (victims from that domain only), and the cheapest of them: the fewest guarantees
+    broken, then the lowest highest victim priority, then the fewest victim pods, then
+    the domain's name.  A domain holding pods of the job already bound is the only one."""
+    domains = domains_of(snapshot.nodes.values(), level)
+    taken = {
+        pod.node_name
+        for pod in snapshot.job_pods(demand.job)
+        if pod.node_name is not None and not pod.finished and not pod.departing
+    }
+    if taken:
+        domains = {value: names for value, names in domains.items() if taken <= names}
+    if not domains:
+        return _NotFound([f"no node has the label {level} its required topology names"])
+    best: tuple[tuple[int, int, int, str], _Found] | None = None
+    reasons: list[str] = []
+    for value in sorted(domains):
+        found = _plan(snapshot, demand, preemptor, ledger, spent, domains[value])
+        if isinstance(found, _NotFound):
+            reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
+            continue
+        pods = [pod for group in found.kept for pod in group.pods]
+        cost = (len(found.below_min), max(pod.priority for pod in pods), len(pods), value)
+        if best is None or cost < best[0]:
+            best = (cost, found)
+    if best is None:
+        return _NotFound([f"no {level} domain holds the whole job, even after evictions", *reasons])
+    return best[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +237,7 @@ def _search(
     *,
     spare_guaranteed: bool,
     spare_budgets: bool,
+    within: frozenset[str] | None = None,
 ) -> _Found | _NotFound:
     """Walk the allowed victim groups in order until the whole job fits, then spare
     every group not needed.  Never a group that takes a quota below its ``min`` in a
@@ -183,7 +246,9 @@ def _search(
     Strict), none whose eviction, with the victims taken before it and those of plans in
     flight not evicted yet (``spent``), a PodDisruptionBudget does not allow.  ``ledger``:
     the settled quota usage the candidates' borrowing is judged on."""
-    simulation = Simulation(snapshot, demand, within_min=preemptor.within_min_by_own_work)
+    simulation = Simulation(
+        snapshot, demand, within_min=preemptor.within_min_by_own_work, within=within
+    )
     fit = simulation.fit
     wants = Wants(simulation)
     if wants.nodes_ok and wants.quota_ok:

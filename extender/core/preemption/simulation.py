@@ -39,7 +39,11 @@ class Wants:
         self.quota_ok = simulation.admits()
 
     def __call__(self, pods: tuple[PodInfo, ...], quota: str) -> bool:
-        """Could evicting these pods still help?"""
+        """Could evicting these pods still help?  (Never pods outside the domain a
+        topology-aware job is planned in.)"""
+        within = self.simulation.within
+        if within is not None and any(pod.node_name not in within for pod in pods):
+            return False
         return (not self.nodes_ok and self.fit.frees_what_is_missing(pods)) or (
             not self.quota_ok and self.simulation.counts_for_job(quota)
         )
@@ -67,13 +71,22 @@ class Simulation:
     victim groups taken out and put back."""
 
     def __init__(
-        self, snapshot: ClusterState, demand: JobDemand, *, within_min: bool = False
+        self,
+        snapshot: ClusterState,
+        demand: JobDemand,
+        *,
+        within_min: bool = False,
+        within: frozenset[str] | None = None,
     ) -> None:
+        """``within``: the nodes of the one domain a topology-aware job is planned in: its
+        pods go there, and its victims come from there only."""
         self.snapshot = snapshot
         self.demand = demand
         self.within_min = within_min
+        self.within = within
         self._others_taken = 0  # victim groups of other quotas taken out now
-        self.fit = JobFit(snapshot, demand.job, demand.unplaced, settled=True)
+        outside = () if within is None else frozenset(snapshot.nodes) - within
+        self.fit = JobFit(snapshot, demand.job, demand.unplaced, excluded=outside, settled=True)
         #: The quota ledger copy of the fit's overlay: victims' usage taken out (those of
         #: earlier plans still leaving too: the overlay is settled).
         self.ledger = self.fit.overlay.ledger

@@ -16,6 +16,7 @@ from extender.core.jobs import OwnerSize, min_available_annotation
 from extender.core.objects import PodInfo
 from extender.core.podgroups import PodGroupInfo
 from extender.core.state.book import ReservationBook
+from extender.core.topology import TopologyRequest, job_topology_request
 
 
 class JobsMixin:
@@ -149,6 +150,18 @@ class JobsMixin:
             if pod is not None and pod.declared_by is not None:
                 group = self._pod_groups.get(f"{pod.namespace}/{pod.declared_by}")
         return group
+
+    def topology_request(
+        self, job: str, including: PodInfo | None = None
+    ) -> TopologyRequest | None:
+        """The topology level the job's pods must or would like to share, if any
+        (:mod:`extender.core.topology`); ``including``: a pod of it the state may not
+        hold yet."""
+        group = self.pod_group(job)
+        pods = self.job_pods(job)
+        if including is not None:
+            pods.insert(0, including)
+        return job_topology_request(group.topology if group is not None else None, pods)
 
     def gang_timeout_seconds(self, job: str) -> float:
         """How long the job may have fewer than min-available pods bound: its PodGroup's

@@ -1,0 +1,208 @@
+"""Topology-aware gangs (issue 27): declared, placed inside one domain, preempting in one.
+
+The rules are :mod:`extender.core.topology`'s docstring and the README's "Topology-aware
+gangs"; every expectation is worked out by hand in the comment beside it.  Nodes are
+8-GPU nodes labelled with a block and a rack (``RACK``, ``BLOCK``); gang pods ask for 8
+GPUs, so one pod fills one node and "fits" is counting free nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from base import keys
+from base.errors import ManifestError
+from extender.core import gang
+from extender.core.objects import parse_pod
+from extender.core.podgroups import parse_native_pod_group
+from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
+from extender.core.state import ClusterState
+from extender.core.topology import (
+    TopologyRequest,
+    domains_of,
+    levels_from,
+    pod_topology_request,
+)
+from tests.builders import node, pod, quota, snapshot
+
+NOW = 1_800_000_000.0
+GPU = "nvidia.com/gpu"
+BLOCK = "cloud.provider.com/topology-block"
+RACK = "cloud.provider.com/topology-rack"
+LEVELS = (BLOCK, RACK, "kubernetes.io/hostname")
+REQUIRED = {keys.KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK}
+PREFERRED = {keys.KUEUE_PREFERRED_TOPOLOGY_ANNOTATION: RACK}
+
+
+def racked(name: str, rack: str, block: str = "b1") -> dict[str, Any]:
+    return node(name, labels={RACK: rack, BLOCK: block, "kubernetes.io/hostname": name})
+
+
+def gang_pods(count: int, annotations: dict[str, str]) -> list[dict[str, Any]]:
+    """``count`` pending 8-GPU pods of team-a/train (min-available ``count``) that may
+    preempt."""
+    declared = {**annotations, keys.GANG_MIN_AVAILABLE_ANNOTATION: str(count)}
+    return [
+        pod(
+            f"t-{i}",
+            gpu=8,
+            group="train",
+            preemptible=False,
+            can_preempt=True,
+            annotations=declared,
+        )
+        for i in range(count)
+    ]
+
+
+def borrower(name: str, node_name: str, priority: int) -> dict[str, Any]:
+    """A preemptible 8-GPU pod of team-b (min 0: it borrows) on ``node_name``."""
+    return pod(name, "team-b", gpu=8, node=node_name, preemptible=True, priority=priority)
+
+
+QUOTAS = [
+    quota("team-a", min={GPU: "32"}, max={GPU: "32"}),
+    quota("team-b", min={GPU: "0"}, max={GPU: "64"}),
+]
+
+
+def placed_nodes(snap: ClusterState, first: str = "t-0") -> dict[str, str]:
+    decision = gang.plan_gang_placement(snap, "team-a/train", first=snap.pods[f"team-a/{first}"])
+    assert isinstance(decision, gang.GangPlacement), decision
+    return dict(decision.placements)
+
+
+# ---- declaring -----------------------------------------------------------------------
+
+
+def test_kueue_annotations_declare_a_required_or_preferred_level() -> None:
+    required = parse_pod(pod("p", annotations=REQUIRED))
+    preferred = parse_pod(pod("p", annotations=PREFERRED))
+    assert pod_topology_request(required) == TopologyRequest(RACK, required=True)
+    assert pod_topology_request(preferred) == TopologyRequest(RACK, required=False)
+    assert pod_topology_request(parse_pod(pod("p"))) is None
+
+
+def test_an_empty_level_names_the_annotation() -> None:
+    with pytest.raises(ManifestError) as error:
+        pod_topology_request(
+            parse_pod(pod("p", annotations={keys.KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: " "}))
+        )
+    assert error.value.field == f"metadata.annotations.{keys.KUEUE_REQUIRED_TOPOLOGY_ANNOTATION}"
+
+
+def test_a_native_pod_group_declares_a_required_level() -> None:
+    obj = {
+        "metadata": {"name": "g", "namespace": "team-a"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 2}},
+            "schedulingConstraints": {"topology": [{"key": RACK}]},
+        },
+    }
+    assert parse_native_pod_group(obj).topology == TopologyRequest(RACK, required=True)
+    obj["spec"]["schedulingConstraints"] = {"topology": [{"key": ""}]}
+    with pytest.raises(ManifestError) as error:
+        parse_native_pod_group(obj)
+    assert error.value.field == "spec.schedulingConstraints.topology[0].key"
+
+
+def test_a_preferred_level_falls_back_to_coarser_levels_nearest_first() -> None:
+    assert levels_from(TopologyRequest(RACK, required=False), LEVELS) == [RACK, BLOCK]
+    assert levels_from(TopologyRequest(RACK, required=True), LEVELS) == [RACK]
+    assert levels_from(TopologyRequest("other", required=False), LEVELS) == ["other"]
+
+
+def test_nodes_without_the_label_are_in_no_domain() -> None:
+    snap = snapshot([racked("a1", "r1"), racked("a2", "r1"), node("bare")])
+    assert domains_of(snap.nodes.values(), RACK) == {"r1": frozenset({"a1", "a2"})}
+
+
+# ---- placement -----------------------------------------------------------------------
+
+
+def test_a_required_gang_goes_to_the_fullest_rack_that_holds_it_whole() -> None:
+    # Racks r1 (2 free nodes), r2 (4), r3 (3); a gang of 3.  r1 cannot hold it; of r2
+    # (32 GPUs free) and r3 (24), the fullest is r3: all three pods there, r2 kept whole.
+    nodes = [racked(f"a{i}", "r1") for i in range(2)]
+    nodes += [racked(f"b{i}", "r2") for i in range(4)]
+    nodes += [racked(f"c{i}", "r3") for i in range(3)]
+    snap = snapshot(nodes, gang_pods(3, REQUIRED))
+    assert sorted(placed_nodes(snap).values()) == ["c0", "c1", "c2"]
+
+
+def test_a_required_gang_no_rack_holds_waits_and_says_which_came_closest() -> None:
+    # Racks r1 and r2 with 2 free nodes each: 4 nodes free, but no rack holds 3.  The
+    # gang waits (evicting may help), and the reason names the most one rack holds.
+    nodes = [racked(f"a{i}", "r1") for i in range(2)] + [racked(f"b{i}", "r2") for i in range(2)]
+    snap = snapshot(nodes, gang_pods(3, REQUIRED))
+    decision = gang.plan_gang_placement(snap, "team-a/train", first=snap.pods["team-a/t-0"])
+    assert isinstance(decision, gang.GangWait) and decision.resolvable
+    assert decision.reason == (
+        f"gang team-a/train: no {RACK} domain holds all 3 pods (the most: 2 in {RACK}=r1); "
+        "waiting for room in one"
+    )
+
+
+def test_a_required_gang_never_uses_an_unlabelled_node() -> None:
+    # Rack r1 with 2 nodes and one node with no rack label: 3 nodes free, but only 2 in
+    # a domain, so the gang of 3 waits.
+    snap = snapshot([racked("a0", "r1"), racked("a1", "r1"), node("bare")], gang_pods(3, REQUIRED))
+    decision = gang.plan_gang_placement(snap, "team-a/train", first=snap.pods["team-a/t-0"])
+    assert isinstance(decision, gang.GangWait)
+
+
+def test_a_preferred_gang_takes_the_next_coarser_level_then_anywhere() -> None:
+    # The two racks of 2 free nodes are both in block b1: no rack holds 3, block b1 does.
+    nodes = [racked(f"a{i}", "r1") for i in range(2)] + [racked(f"b{i}", "r2") for i in range(2)]
+    nodes.append(racked("x0", "r9", block="b2"))
+    snap = snapshot(nodes, gang_pods(3, PREFERRED))
+    assert set(placed_nodes(snap).values()) <= {"a0", "a1", "b0", "b1"}
+    # Racks in different blocks, none holding 3: the gang spreads anyway.
+    nodes = [racked(f"a{i}", "r1", "b1") for i in range(2)]
+    nodes += [racked(f"b{i}", "r2", "b2") for i in range(2)]
+    snap = snapshot(nodes, gang_pods(3, PREFERRED))
+    assert len(placed_nodes(snap)) == 3
+
+
+# ---- preemption ----------------------------------------------------------------------
+
+
+def cluster_for_preemption(annotations: dict[str, str]) -> ClusterState:
+    """Rack r1: a0 free, a1 and a2 each running a team-b borrower of priority 10.  Rack
+    r2: b0, b1, b2 each running a team-b borrower of priority 1.  A gang of 3."""
+    nodes = [racked(f"a{i}", "r1") for i in range(3)] + [racked(f"b{i}", "r2") for i in range(3)]
+    pods = [borrower("hi-1", "a1", 10), borrower("hi-2", "a2", 10)]
+    pods += [borrower(f"lo-{i}", f"b{i}", 1) for i in range(3)]
+    return snapshot(nodes, [*pods, *gang_pods(3, annotations)], QUOTAS)
+
+
+def test_a_required_gang_preempts_inside_the_cheapest_rack_only() -> None:
+    # r1 needs 2 victims of priority 10 (a0 is free); r2 needs 3 of priority 1.  The
+    # cheapest, lowest highest priority first, is r2: its three borrowers, nothing in r1.
+    decision = plan_job_preemption(cluster_for_preemption(REQUIRED), "team-a/train", NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert sorted(v.pod.name for v in decision.victims) == ["lo-0", "lo-1", "lo-2"]
+    assert sorted(decision.placements.values()) == ["b0", "b1", "b2"]
+
+
+def test_a_preferred_gang_preempts_as_one_without_topology() -> None:
+    # No rack constraint: a0 is free, and the two cheapest victims are priority-1 pods
+    # (the most recently started first, then by name; all started alike: lo-0, lo-1 by
+    # the victim order's stable key).  Two victims, fewer than any rack would need.
+    decision = plan_job_preemption(cluster_for_preemption(PREFERRED), "team-a/train", NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert len(decision.victims) == 2
+    assert all(v.pod.priority == 1 for v in decision.victims)
+
+
+def test_a_required_gang_no_rack_can_hold_is_refused_rack_by_rack() -> None:
+    # Two racks of 2 nodes: no eviction makes a rack hold 3.
+    nodes = [racked(f"a{i}", "r1") for i in range(2)] + [racked(f"b{i}", "r2") for i in range(2)]
+    pods = [borrower(f"lo-{i}", f"b{i}", 1) for i in range(2)]
+    snap = snapshot(nodes, [*pods, *gang_pods(3, REQUIRED)], QUOTAS)
+    decision = plan_job_preemption(snap, "team-a/train", NOW)
+    assert isinstance(decision, Refusal)
+    assert decision.reasons[0] == f"no {RACK} domain holds the whole job, even after evictions"
+    assert any(reason.startswith(f"{RACK}=r1: ") for reason in decision.reasons)
