@@ -176,6 +176,7 @@ def test_scenario_clusters_build_for_real(
             cluster.create_node(
                 obj["metadata"]["name"].removeprefix(f"{prefix}-"),
                 status,
+                labels=obj["metadata"].get("labels"),
                 unschedulable=spec.get("unschedulable", False),
             )
             stored.append(cluster.rest.request("GET", f"/api/v1/nodes/{obj['metadata']['name']}"))
