@@ -96,6 +96,15 @@ def domains_of(nodes: Iterable[NodeInfo], level: str) -> dict[str, frozenset[str
     return {value: frozenset(names) for value, names in found.items()}
 
 
+def shared_domain(nodes: Iterable[NodeInfo], level: str) -> str | None:
+    """The domain of ``level`` all ``nodes`` are in; ``None`` if they are in several, in
+    none, or there are no nodes."""
+    values = {node.labels.get(level) for node in nodes}
+    if len(values) != 1:
+        return None
+    return values.pop()
+
+
 def scarce_resource(pod: PodInfo) -> str:
     """The resource a domain's fullness is judged by for this gang: the first it asks for
     beyond cpu, memory, storage and the pod count (GPUs, usually), else cpu."""

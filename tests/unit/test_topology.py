@@ -15,6 +15,7 @@ import pytest
 from base import keys
 from base.errors import ManifestError
 from extender.core import gang
+from extender.core.effects import apply
 from extender.core.objects import parse_pod
 from extender.core.podgroups import parse_native_pod_group
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
@@ -25,6 +26,7 @@ from extender.core.topology import (
     levels_from,
     pod_topology_request,
 )
+from extender.http import explain
 from tests.builders import node, pod, quota, snapshot
 
 NOW = 1_800_000_000.0
@@ -206,3 +208,16 @@ def test_a_required_gang_no_rack_can_hold_is_refused_rack_by_rack() -> None:
     assert isinstance(decision, Refusal)
     assert decision.reasons[0] == f"no {RACK} domain holds the whole job, even after evictions"
     assert any(reason.startswith(f"{RACK}=r1: ") for reason in decision.reasons)
+
+
+def test_debug_jobs_names_the_domain_a_gang_was_placed_in() -> None:
+    # The fullest-rack case above: the gang is reserved in r3, and /debug/jobs says so.
+    nodes = [racked(f"b{i}", "r2") for i in range(4)] + [racked(f"c{i}", "r3") for i in range(3)]
+    snap = snapshot(nodes, gang_pods(3, REQUIRED))
+    result = gang.filter_pod(
+        snap, snap.pods["team-a/t-0"], sorted(snap.nodes), as_extender=True, now=NOW
+    )
+    for effect in result.effects:
+        apply(snap, effect)
+    topology = explain.jobs(snap, NOW)["team-a/train"]["topology"]
+    assert topology == {"level": RACK, "required": True, "domain": "r3"}
