@@ -23,9 +23,14 @@ GPU = "nvidia.com/gpu"
 EPOCH = 1_767_225_600.0  # 2026-01-01
 
 
+#: The node label of a rack, as :func:`gpu_cluster` writes it with ``racks``.
+RACK = "cloud.provider.com/topology-rack"
+
+
 def gpu_cluster(
-    nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int = 1
+    nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int = 1, racks: int = 0
 ) -> ClusterState:
+    """``racks``: label the nodes with that many racks of consecutive nodes (:data:`RACK`)."""
     rng = random.Random(seed)
     cluster_gpus = nodes * 8
     specs = [
@@ -43,7 +48,7 @@ def gpu_cluster(
         snap.upsert_node(
             NodeInfo(
                 name=f"node-{n:05d}",
-                labels={"pool": "gpu"},
+                labels={"pool": "gpu", **({RACK: f"r{n * racks // nodes:03d}"} if racks else {})},
                 allocatable={
                     "cpu": 64 * MILLI,
                     "memory": 512 * 2**30 * MILLI,
@@ -94,7 +99,13 @@ def gpu_cluster(
     return snap
 
 
-def add_gang(snap: ClusterState, size: int, gpus: int = 8, name: str = "train") -> str:
+def add_gang(
+    snap: ClusterState,
+    size: int,
+    gpus: int = 8,
+    name: str = "train",
+    annotations: dict[str, str] | None = None,
+) -> str:
     """A pending, non-preemptible gang in team-0 that may trigger preemption; returns its job."""
     for i in range(size):
         snap.upsert_pod(
@@ -107,7 +118,7 @@ def add_gang(snap: ClusterState, size: int, gpus: int = 8, name: str = "train") 
                     keys.PREEMPTIBLE_LABEL: "false",
                     keys.CAN_PREEMPT_LABEL: "true",
                 },
-                annotations={},
+                annotations=dict(annotations or {}),
                 priority=500,
                 created=EPOCH + 90_000,
                 started=None,

@@ -31,6 +31,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from base.resources import Resources, add, add_into, copies_that_fit
 from extender.core.authority import nominated_elsewhere, scheduler_preemption
 from extender.core.budgets import BudgetUse
 from extender.core.gangsize import arriving_reason, still_arriving
@@ -43,6 +44,7 @@ from extender.core.preemption.candidates import (
     find_victim_groups,
     own_evictable_requests,
 )
+from extender.core.preemption.shapes import eligible_nodes
 from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.scheduling import JobDemand, job_demand
@@ -200,7 +202,33 @@ def _plan_in_cheapest_domain(
         return _NotFound([f"no node has the label {level} its required topology names"])
     best: tuple[tuple[int, int, int, str], _Found] | None = None
     reasons: list[str] = []
+    # Most domains cannot hold the job even with every preemptible pod in them gone: a
+    # bound from the nodes' running totals passes over them without a search.
+    smallest = _smallest_request(demand.unplaced)
+    eligible = frozenset().union(*(eligible_nodes(snapshot, pod) for pod in demand.unplaced))
+    needed = len(demand.unplaced)
+    leaving: dict[str, Resources] = {}  # what pods on their way out free, by node
+    for pod in snapshot.leaving():
+        if pod.node_name is not None and not snapshot.preemptible(pod):
+            add_into(leaving.setdefault(pod.node_name, {}), pod.requests)
     for value in sorted(domains):
+        most = sum(
+            copies_that_fit(
+                smallest,
+                add(
+                    add(snapshot.free_on(name), snapshot.preemptible_on(name)),
+                    leaving.get(name, {}),
+                ),
+                needed,
+            )
+            for name in domains[value] & eligible
+        )
+        if most < needed:
+            reasons.append(
+                f"{level}={value}: room for at most {most} of its {needed} unplaced pods, "
+                "even with every preemptible pod there gone"
+            )
+            continue
         found = _plan(snapshot, demand, preemptor, ledger, spent, domains[value])
         if isinstance(found, _NotFound):
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
@@ -212,6 +240,13 @@ def _plan_in_cheapest_domain(
     if best is None:
         return _NotFound([f"no {level} domain holds the whole job, even after evictions", *reasons])
     return best[1]
+
+
+def _smallest_request(pods: Sequence[PodInfo]) -> dict[str, int]:
+    """Per resource the least any of ``pods`` asks for: a copy of it fits wherever any of
+    them does, so counting its copies bounds how many of them fit."""
+    names = set.intersection(*(set(pod.requests) for pod in pods)) if pods else set()
+    return {name: min(pod.requests[name] for pod in pods) for name in names}
 
 
 @dataclass(frozen=True, slots=True)
