@@ -63,10 +63,9 @@ from extender.core.scheduling import (
     admission_hold,
     filter_nodes,
 )
-from extender.core.state import ClusterState, Reservation
+from extender.core.state import ClusterState, Reservation, node_domains
 from extender.core.topology import (
     TopologyRequest,
-    domains_of,
     fullest_first,
     levels_from,
     scarce_resource,
@@ -216,7 +215,7 @@ def _plan_in_a_domain(
     scarce = scarce_resource(attempt.first)
     best: tuple[int, str] | None = None  # the most pods one domain holds, and where
     for level in levels_from(request, snapshot.args.topology_levels):
-        domains = domains_of(snapshot.nodes.values(), level)
+        domains = node_domains(snapshot, level)
         taken = {pod.node_name for pod in attempt.bound}
         if taken:  # the gang's bound pods fix its domain
             domains = {value: names for value, names in domains.items() if taken <= names}

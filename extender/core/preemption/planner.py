@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from base.resources import Resources, add, add_into, copies_that_fit
+from base.resources import Resources, add_into
 from extender.core.authority import nominated_elsewhere, scheduler_preemption
 from extender.core.budgets import BudgetUse
 from extender.core.gangsize import arriving_reason, still_arriving
@@ -48,8 +48,14 @@ from extender.core.preemption.shapes import eligible_nodes
 from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.scheduling import JobDemand, job_demand
-from extender.core.state import ClusterState, Overlay, Reservation, UnknownQuotaError
-from extender.core.topology import domains_of
+from extender.core.state import (
+    ClusterState,
+    Overlay,
+    Reservation,
+    UnknownQuotaError,
+    node_domains,
+)
+from extender.core.topology import scarce_resource
 from quota.accounting import QuotaLedger
 from quota.admission import job_admission_failures, unevictable_failures, would_borrow
 
@@ -190,7 +196,7 @@ def _plan_in_cheapest_domain(
     (victims from that domain only), and the cheapest of them: the fewest guarantees
     broken, then the lowest highest victim priority, then the fewest victim pods, then
     the domain's name.  A domain holding pods of the job already bound is the only one."""
-    domains = domains_of(snapshot.nodes.values(), level)
+    domains = node_domains(snapshot, level)
     taken = {
         pod.node_name
         for pod in snapshot.job_pods(demand.job)
@@ -200,36 +206,24 @@ def _plan_in_cheapest_domain(
         domains = {value: names for value, names in domains.items() if taken <= names}
     if not domains:
         return _NotFound([f"no node has the label {level} its required topology names"])
-    best: tuple[tuple[int, int, int, str], _Found] | None = None
     reasons: list[str] = []
-    # Most domains cannot hold the job even with every preemptible pod in them gone: a
-    # bound from the nodes' running totals passes over them without a search.
-    smallest = _smallest_request(demand.unplaced)
-    eligible = frozenset().union(*(eligible_nodes(snapshot, pod) for pod in demand.unplaced))
-    needed = len(demand.unplaced)
-    leaving: dict[str, Resources] = {}  # what pods on their way out free, by node
-    for pod in snapshot.leaving():
-        if pod.node_name is not None and not snapshot.preemptible(pod):
-            add_into(leaving.setdefault(pod.node_name, {}), pod.requests)
+    bounds = _DomainBounds(snapshot, demand, domains)
+    ranked: list[tuple[tuple[int, int, int, str], frozenset[str]]] = []
     for value in sorted(domains):
-        most = sum(
-            copies_that_fit(
-                smallest,
-                add(
-                    add(snapshot.free_on(name), snapshot.preemptible_on(name)),
-                    leaving.get(name, {}),
-                ),
-                needed,
-            )
-            for name in domains[value] & eligible
-        )
-        if most < needed:
-            reasons.append(
-                f"{level}={value}: room for at most {most} of its {needed} unplaced pods, "
-                "even with every preemptible pod there gone"
-            )
-            continue
-        found = _plan(snapshot, demand, preemptor, ledger, spent, domains[value])
+        bound = bounds.of(value)
+        if isinstance(bound, str):
+            reasons.append(f"{level}={value}: {bound}")
+        else:
+            ranked.append(((0, *bound, value), domains[value]))
+    # Cheapest first by a bound no plan of the domain can beat: once the best plan found
+    # costs no more than the next domain's bound, no domain left can do better.
+    ranked.sort()
+    best: tuple[tuple[int, int, int, str], _Found] | None = None
+    for bound_cost, names in ranked:
+        value = bound_cost[3]
+        if best is not None and best[0] <= bound_cost:
+            break
+        found = _plan(snapshot, demand, preemptor, ledger, spent, names)
         if isinstance(found, _NotFound):
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
             continue
@@ -240,6 +234,88 @@ def _plan_in_cheapest_domain(
     if best is None:
         return _NotFound([f"no {level} domain holds the whole job, even after evictions", *reasons])
     return best[1]
+
+
+class _DomainBounds:
+    """What no plan inside a domain can do better than, from the nodes' running totals
+    and the victim index, without a search: how many of the job's pods fit at most with
+    every preemptible pod there gone, and the least (highest victim priority, victim
+    count) a plan there can cost.  Judged in the job's scarcest resource in aggregate
+    (fragments, quotas and budgets only make a real plan dearer).  One pass over the
+    domains' nodes and one over the running preemptible pods, for every domain at once."""
+
+    def __init__(
+        self, snapshot: ClusterState, demand: JobDemand, domains: Mapping[str, frozenset[str]]
+    ) -> None:
+        self.needed = needed = len(demand.unplaced)
+        self.smallest = smallest = _smallest_request(demand.unplaced)
+        eligible = frozenset().union(*(eligible_nodes(snapshot, pod) for pod in demand.unplaced))
+        self.scarce = scarce = scarce_resource(demand.unplaced[0])
+        leaving = snapshot.leaving()
+        leaving_keys = frozenset(pod.key for pod in leaving)
+        unevictable: dict[str, Resources] = {}  # what leaving unevictable pods free, by node
+        for pod in leaving:
+            if pod.node_name is not None and not snapshot.preemptible(pod):
+                add_into(unevictable.setdefault(pod.node_name, {}), pod.requests)
+        self.most: dict[str, int] = {}
+        self.free: dict[str, int] = {}
+        self.victims: dict[str, list[tuple[int, int]]] = {}  # (priority, scarce amount)
+        domain_of: dict[str, str] = {}
+        for value, names in domains.items():
+            most = free = 0
+            for name in names & eligible:
+                domain_of[name] = value
+                room = snapshot.free_on(name)
+                gone = unevictable.get(name, {})
+                evictable = snapshot.preemptible_on(name)
+                free += room.get(scarce, 0) + gone.get(scarce, 0)
+                copies = needed
+                for resource, amount in smallest.items():
+                    if amount > 0:
+                        total = room.get(resource, 0) + gone.get(resource, 0)
+                        copies = min(copies, (total + evictable.get(resource, 0)) // amount)
+                most += max(copies, 0)
+            self.most[value], self.free[value], self.victims[value] = most, free, []
+        in_domain = domain_of.get
+        for pods in snapshot.victims.unit_pods().values():
+            for pod in pods:
+                domain = in_domain(pod.node_name)  # type: ignore[arg-type]
+                if domain is None:
+                    continue
+                amount = pod.requests.get(scarce, 0)
+                if amount <= 0:
+                    continue
+                if pod.key in leaving_keys:
+                    self.free[domain] += amount  # on its way out: counted as gone
+                else:
+                    self.victims[domain].append((pod.priority, amount))
+
+    def of(self, value: str) -> tuple[int, int] | str:
+        """The domain's least (highest victim priority, victim count); or why it cannot
+        hold the job whatever is evicted."""
+        needed, most = self.needed, self.most[value]
+        if most < needed:
+            return (
+                f"room for at most {most} of its {needed} unplaced pods, even with every "
+                "preemptible pod there gone"
+            )
+        deficit = needed * self.smallest.get(self.scarce, 0) - self.free[value]
+        if deficit <= 0:
+            return (-(2**31), 0)
+        victims = sorted(self.victims[value])
+        freed = 0
+        for priority, amount in victims:
+            freed += amount
+            if freed >= deficit:
+                # No plan evicts only pods below this priority; and at this priority, none
+                # evicts fewer pods than the largest ones that free the deficit.
+                allowed = sorted((a for p, a in victims if p <= priority), reverse=True)
+                count, total = 0, 0
+                while total < deficit:
+                    total += allowed[count]
+                    count += 1
+                return (priority, count)
+        return f"too little {self.scarce} frees up even with every preemptible pod there gone"
 
 
 def _smallest_request(pods: Sequence[PodInfo]) -> dict[str, int]:

@@ -8,7 +8,7 @@ and admission holds) are its indexes; quota usage is :mod:`quota.accounting`'s l
 """
 
 from extender.core.state.book import GangBackoff, Reservation
-from extender.core.state.cluster import ClusterState
+from extender.core.state.cluster import ClusterState, node_domains
 from extender.core.state.errors import UnknownQuotaError
 from extender.core.state.nodes import Copies, CopiesKey, memoise_on_node
 from extender.core.state.overlay import Overlay
@@ -26,4 +26,5 @@ __all__ = [
     "UnitPlace",
     "UnknownQuotaError",
     "memoise_on_node",
+    "node_domains",
 ]

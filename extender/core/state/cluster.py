@@ -21,7 +21,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from base import keys
 from base.resources import Resources, add_into
@@ -36,14 +36,27 @@ from extender.core.state.jobview import JobsMixin
 from extender.core.state.nodes import NodeUsage
 from extender.core.state.room import RoomMixin
 from extender.core.state.victims import VictimIndex
+from extender.core.topology import domains_of
 from quota.accounting import QuotaLedger
 from quota.tree import QuotaSpec, QuotaTree
 
-#: Node facts the planner memoises (nodes that could hold a pod shape); cleared on change.
-NodeMemo = dict[tuple[object, ...], frozenset[str]]
+#: Node facts the planner memoises (nodes that could hold a pod shape, the domains of a
+#: topology level); cleared on change.
+NodeMemo = dict[tuple[object, ...], frozenset[Any]]
 
 #: How many removed pods' UIDs the state remembers (see :meth:`ClusterState.was_removed`).
 REMOVED_PODS_REMEMBERED = 10_000
+
+
+def node_domains(state: ClusterState, level: str) -> dict[str, frozenset[str]]:
+    """The domains of a topology level (:func:`extender.core.topology.domains_of`),
+    memoised until a node changes."""
+    key = ("domains", level)
+    cached = state.node_memo.get(key)
+    if cached is None:
+        cached = frozenset(domains_of(state.nodes.values(), level).items())
+        state.node_memo[key] = cached
+    return dict(cached)
 
 
 class MinResourcesHold(NamedTuple):
