@@ -249,46 +249,49 @@ class _DomainBounds:
     ) -> None:
         self.needed = needed = len(demand.unplaced)
         self.smallest = smallest = _smallest_request(demand.unplaced)
-        eligible = frozenset().union(*(eligible_nodes(snapshot, pod) for pod in demand.unplaced))
+        # (The pods of one shape share one memoised set: union the distinct ones.)
+        eligible = frozenset().union(*{eligible_nodes(snapshot, pod) for pod in demand.unplaced})
         self.scarce = scarce = scarce_resource(demand.unplaced[0])
         leaving = snapshot.leaving()
-        leaving_keys = frozenset(pod.key for pod in leaving)
         unevictable: dict[str, Resources] = {}  # what leaving unevictable pods free, by node
+        evictable: dict[str, list[PodInfo]] = {}  # leaving preemptible pods, by node
         for pod in leaving:
-            if pod.node_name is not None and not snapshot.preemptible(pod):
+            if pod.node_name is None:
+                continue
+            if snapshot.preemptible(pod):
+                evictable.setdefault(pod.node_name, []).append(pod)
+            else:
                 add_into(unevictable.setdefault(pod.node_name, {}), pod.requests)
+        unit = smallest.get(scarce, 0) or 1
         self.most: dict[str, int] = {}
         self.free: dict[str, int] = {}
-        self.victims: dict[str, list[tuple[int, int]]] = {}  # (priority, scarce amount)
-        domain_of: dict[str, str] = {}
+        #: (priority, scarce amount) of each preemptible pod that could be a victim there.
+        self.victims: dict[str, list[tuple[int, int]]] = {}
         for value, names in domains.items():
             most = free = 0
+            victims: list[tuple[int, int]] = []
             for name in names & eligible:
-                domain_of[name] = value
-                room = snapshot.free_on(name)
-                gone = unevictable.get(name, {})
-                evictable = snapshot.preemptible_on(name)
-                free += room.get(scarce, 0) + gone.get(scarce, 0)
-                copies = needed
-                for resource, amount in smallest.items():
-                    if amount > 0:
-                        total = room.get(resource, 0) + gone.get(resource, 0)
-                        copies = min(copies, (total + evictable.get(resource, 0)) // amount)
-                most += max(copies, 0)
-            self.most[value], self.free[value], self.victims[value] = most, free, []
-        in_domain = domain_of.get
-        for pods in snapshot.victims.unit_pods().values():
-            for pod in pods:
-                domain = in_domain(pod.node_name)  # type: ignore[arg-type]
-                if domain is None:
+                # In the scarce resource alone: the others only lower the count.
+                room = snapshot.free_amount(name, scarce)
+                gone = unevictable[name].get(scarce, 0) if name in unevictable else 0
+                free += room + gone
+                most += min(
+                    needed, (room + gone + snapshot.preemptible_on(name).get(scarce, 0)) // unit
+                )
+                amounts = snapshot.preemptible_amounts(name, scarce)
+                going = evictable.get(name)
+                if going is None:
+                    victims.extend(amounts)
                     continue
-                amount = pod.requests.get(scarce, 0)
-                if amount <= 0:
-                    continue
-                if pod.key in leaving_keys:
-                    self.free[domain] += amount  # on its way out: counted as gone
-                else:
-                    self.victims[domain].append((pod.priority, amount))
+                # Pods on their way out count as gone: free now, not victims.
+                rest = list(amounts)
+                for pod in going:
+                    amount = pod.requests.get(scarce, 0)
+                    if amount > 0 and (pod.priority, amount) in rest:
+                        rest.remove((pod.priority, amount))
+                        free += amount
+                victims.extend(rest)
+            self.most[value], self.free[value], self.victims[value] = most, free, victims
 
     def of(self, value: str) -> tuple[int, int] | str:
         """The domain's least (highest victim priority, victim count); or why it cannot

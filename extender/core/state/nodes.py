@@ -68,12 +68,17 @@ class NodeUsage:
         #: node → its free room with every held room counted used (see :meth:`free_on`);
         #: dropped when the node changes.
         self.free_rooms: dict[str, Resources] = {}
+        #: node → a resource → (priority, amount) of each preemptible pod bound to it that
+        #: asks for some, sorted (see ``ClusterState.preemptible_amounts``); dropped when
+        #: the node changes.
+        self.victim_amounts: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {}
 
     def changed(self, node: str) -> None:
         """Drop what the memos hold for ``node``: it, or its totals, changed."""
         self.scores.pop(node, None)
         self.copies.pop(node, None)
         self.free_rooms.pop(node, None)
+        self.victim_amounts.pop(node, None)
 
     def add_node(self, node: str) -> None:
         """A node added or changed (its allocatable may differ)."""
