@@ -27,6 +27,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from base import keys
 from base.resources import add_into, fits
 from extender.core.objects import PodInfo, parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
@@ -294,3 +295,85 @@ def test_a_second_job_planned_while_the_first_ones_victims_leave_is_planned_as_a
     # Never one of the first plan's victims again; valid and minimal where they are gone.
     assert first_victims.isdisjoint(v.pod.key for v in decision.victims)
     _assert_valid_and_minimal(gone, gone.job_pods(SECOND), decision)
+
+
+# ---- topology: every domain, every victim subset (issue 27) - -------------------------
+#
+# The same cases, the nodes in two racks, the job's pods required to share one rack
+# (README "Topology-aware gangs").  A plan exists exactly when, for some rack, some set of
+# victim groups whose pods all run in that rack, once evicted, leaves room for every pod
+# of the job on that rack's nodes; victims outside the chosen rack are never taken.
+
+RACK = "cloud.provider.com/topology-rack"
+
+
+@st.composite
+def rack_cases(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
+    nodes, pods = draw(cases())
+    for item in nodes:
+        item["metadata"]["labels"][RACK] = draw(st.sampled_from(["r1", "r2"]))
+    for item in pods:
+        if item["metadata"]["name"].startswith("t-"):
+            item["metadata"]["annotations"][keys.KUEUE_REQUIRED_TOPOLOGY_ANNOTATION] = RACK
+    return nodes, pods
+
+
+def _rack_oracle(
+    snap: ClusterState, requests: Sequence[Mapping[str, int]]
+) -> tuple[bool, dict[str, bool]]:
+    """Does the job fit in some rack with nothing evicted; and per rack, does it once some
+    set of that rack's victim groups is evicted (every subset tried)?"""
+    racks: dict[str, set[str]] = {}
+    for name, item in snap.nodes.items():
+        racks.setdefault(item.labels[RACK], set()).add(name)
+    fits_already = False
+    found: dict[str, bool] = {}
+    for rack, names in sorted(racks.items()):
+        inside = [
+            group
+            for group in _groups(snap)
+            if all(p.node_name in names for p in snap.job_pods(group) if p.node_name is not None)
+        ]
+
+        def placeable(evicted: AbstractSet[str], names: set[str] = names) -> bool:
+            free = _free_after(snap, evicted)
+            return _placeable(requests, {n: room for n, room in free.items() if n in names})
+
+        fits_already = fits_already or placeable(set())
+        found[rack] = any(
+            placeable(set(subset))
+            for size in range(len(inside) + 1)
+            for subset in itertools.combinations(inside, size)
+        )
+    return fits_already, found
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rack_cases())
+def test_a_rack_bound_job_is_planned_in_one_rack_whenever_one_can_hold_it(
+    case: tuple[list[Any], list[Any]],
+) -> None:
+    nodes, pods = case
+    snap = snapshot(nodes, pods, QUOTAS)
+    job = [p for p in snap.job_pods(JOB) if p.node_name is None]
+    requests = [p.requests for p in job]
+    fits_already, found = _rack_oracle(snap, requests)
+    decision = plan_job_preemption(snap, JOB, NOW)
+    planned = isinstance(decision, PreemptionPlan)
+    event("fits already" if fits_already else f"oracle {any(found.values())}, planner {planned}")
+    if fits_already:
+        return
+    assert planned == any(found.values()), (found, decision)
+    if not isinstance(decision, PreemptionPlan):
+        return
+    racks = {snap.nodes[name].labels[RACK] for name in decision.placements.values()}
+    assert len(racks) == 1, decision.placements
+    (rack,) = racks
+    assert found[rack], (rack, found)
+    assert all(snap.nodes[v.pod.node_name or ""].labels[RACK] == rack for v in decision.victims)
+    # Minimal inside its rack: with any victim group back, the job fits there no more.
+    evicted = {v.job for v in decision.victims}
+    inside = {name for name, item in snap.nodes.items() if item.labels[RACK] == rack}
+    for group in evicted:
+        free = _free_after(snap, evicted - {group})
+        assert not _placeable(requests, {n: r for n, r in free.items() if n in inside}), group
