@@ -11,7 +11,7 @@ ifdef K8S_VERSION
 export MUSTER_K8S_VERSION := $(K8S_VERSION)
 endif
 
-.PHONY: venv lint unit e2e test test-matrix soak demo bench bench-e2e k8s helm manifests image clean
+.PHONY: venv lint unit e2e test test-matrix test-peers peers soak demo bench bench-e2e k8s helm manifests image clean
 
 venv: $(VENV)/.installed
 
@@ -48,6 +48,15 @@ e2e: venv k8s
 # summary line per release: passed or failed, and how long it took.
 test-matrix: venv helm
 	hack/test-matrix.sh $(PY)
+
+# The peers Muster is measured against (issue 25), built from their Go modules.
+peers:
+	hack/build-peers.sh scheduler-plugins
+
+# Each peer's own scheduler on the local control plane, shown to work (not in `make test`).
+test-peers: venv peers
+	MUSTER_K8S_VERSION=1.35 hack/build-k8s.sh
+	$(PY) -m pytest -m peers tests/e2e/test_peers.py
 
 # The whole suite: lint, unit tests and the e2e tier against real binaries, on three
 # pytest-xdist workers: each half of the e2e tier on its own control plane, the soak slice

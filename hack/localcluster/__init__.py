@@ -26,7 +26,14 @@ Typical use::
 
 from __future__ import annotations
 
-from .binaries import BuildError, default_bin_dir, ensure_binaries, kubernetes_minor
+from . import peers
+from .binaries import (
+    BuildError,
+    default_bin_dir,
+    ensure_binaries,
+    ensure_peer,
+    kubernetes_minor,
+)
 from .controlplane import ControlPlane
 from .kubelet import RUN_SECONDS, KubeletEmulator
 from .processes import ComponentError, free_port, free_ports
@@ -51,8 +58,10 @@ __all__ = [
     "Watcher",
     "default_bin_dir",
     "ensure_binaries",
+    "ensure_peer",
     "free_port",
     "free_ports",
     "kubernetes_minor",
+    "peers",
     "wait_until",
 ]

@@ -87,6 +87,8 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
             kube-controller-manager, e.g. ``{"GenericWorkload": True}``.
         runtime_config: kube-apiserver ``--runtime-config`` entries, e.g.
             ``("scheduling.k8s.io/v1beta1=true",)``.
+        scheduler_binary: another scheduler to run in kube-scheduler's place (a peer
+            built by ``hack/build-peers.sh``, such as scheduler-plugins' kube-scheduler).
         start_timeout: deadline for each component to become ready.
         verbosity: ``--v`` for kube-apiserver and kube-scheduler.
         audit_policy: an audit ``Policy`` (a dict) for kube-apiserver; its log (JSON lines)
@@ -110,6 +112,7 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
         audit_policy: Mapping[str, Any] | None = None,
         feature_gates: Mapping[str, bool] | None = None,
         runtime_config: Sequence[str] = (),
+        scheduler_binary: Path | None = None,
     ) -> None:
         self._bin_dir = bin_dir
         self._own_workdir = workdir is None
@@ -143,6 +146,7 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
         self.audit_policy = dict(audit_policy) if audit_policy is not None else None
         self.feature_gates: dict[str, bool] = dict(feature_gates or {})
         self.runtime_config = tuple(runtime_config)
+        self.scheduler_binary = scheduler_binary
         self.audit_log = self.logs_dir / "audit.log"
         self._pki: Pki | None = None
         self._processes: dict[str, Process] = {}
@@ -360,6 +364,8 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
     # -- files
 
     def _binary(self, name: str) -> Path:
+        if name == "kube-scheduler" and self.scheduler_binary is not None:
+            return self.scheduler_binary
         assert self._bin_dir is not None
         return self._bin_dir / name
 
