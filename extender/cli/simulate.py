@@ -56,7 +56,7 @@ def result_document(result: SimulationResult, snapshot: ClusterState) -> dict[st
     for name in sorted(snapshot.tree.specs):
         report = usage_report(snapshot.ledger, name)
         quotas[name] = {key: report[key] for key in ("min", "max", "used", "nonPreemptibleUsed")}
-    return {
+    document: dict[str, Any] = {
         "placements": dict(sorted(result.placements.items())),
         "evictions": [
             {"pod": e.pod, "node": e.node, "preemptor": e.preemptor, "reason": e.reason}
@@ -65,6 +65,17 @@ def result_document(result: SimulationResult, snapshot: ClusterState) -> dict[st
         "unschedulable": dict(sorted(result.unschedulable.items())),
         "quotas": quotas,
     }
+    domains = {}
+    for job in sorted(
+        {snapshot.pods[key].job for key in result.placements if key in snapshot.pods}
+    ):
+        placement = snapshot.topology_placement(job)
+        if placement is not None:
+            request, domain = placement
+            domains[job] = {"level": request.level, "required": request.required, "domain": domain}
+    if domains:  # only for jobs with a topology request: the document is unchanged otherwise
+        document["topology"] = domains
+    return document
 
 
 def render_table(document: dict[str, Any], out: TextIO) -> None:
@@ -72,6 +83,9 @@ def render_table(document: dict[str, Any], out: TextIO) -> None:
     out.write(f"Placements ({len(document['placements'])})\n")
     for pod, node in document["placements"].items():
         out.write(f"  {pod:<40} -> {node}\n")
+    for job, where in document.get("topology", {}).items():
+        strength = "required" if where["required"] else "preferred"
+        out.write(f"  job {job} in {where['level']}={where['domain']} ({strength})\n")
     out.write(f"\nEvictions ({len(document['evictions'])})\n")
     for eviction in document["evictions"]:
         cause = eviction["preemptor"] or "drain"

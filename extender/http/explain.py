@@ -10,8 +10,7 @@ from extender.core.decisions import DecisionLog
 from extender.core.gangstatus import GangStatus, gang_status
 from extender.core.objects import PodInfo, format_time
 from extender.core.scheduling import admission_failures
-from extender.core.state import ClusterState, Reservation
-from extender.core.topology import shared_domain
+from extender.core.state import ClusterState
 from quota.accounting import usage_report
 
 
@@ -84,27 +83,18 @@ def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
                 "expiresInSeconds": round(reservation.expires - now),
             },
             "gang": None if gang is None else _gang(gang, now),
-            "topology": _topology(snapshot, job, reservation),
+            "topology": _topology(snapshot, job),
         }
     return result
 
 
-def _topology(
-    snapshot: ClusterState, job: str, reservation: Reservation | None
-) -> dict[str, Any] | None:
+def _topology(snapshot: ClusterState, job: str) -> dict[str, Any] | None:
     """The job's topology request and the domain its bound and reserved pods are in."""
-    request = snapshot.topology_request(job)
-    if request is None:
+    placement = snapshot.topology_placement(job)
+    if placement is None:
         return None
-    nodes = {pod.node_name for pod in snapshot.job_pods(job) if pod.node_name is not None}
-    if reservation is not None:
-        nodes.update(reservation.placements.values())
-    known = [snapshot.nodes[name] for name in sorted(nodes) if name in snapshot.nodes]
-    return {
-        "level": request.level,
-        "required": request.required,
-        "domain": shared_domain(known, request.level) if known else None,
-    }
+    request, domain = placement
+    return {"level": request.level, "required": request.required, "domain": domain}
 
 
 def _gang(status: GangStatus, now: float) -> dict[str, Any]:

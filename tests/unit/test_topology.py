@@ -8,13 +8,16 @@ GPUs, so one pod fills one node and "fits" is counting free nodes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from base import keys
 from base.errors import ManifestError
+from extender.cli.simulate import simulate_files
 from extender.core import gang
+from extender.core.config import MusterArgs
 from extender.core.effects import apply
 from extender.core.objects import parse_pod
 from extender.core.podgroups import parse_native_pod_group
@@ -30,6 +33,7 @@ from extender.http import explain
 from tests.builders import node, pod, quota, snapshot
 
 NOW = 1_800_000_000.0
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 GPU = "nvidia.com/gpu"
 BLOCK = "cloud.provider.com/topology-block"
 RACK = "cloud.provider.com/topology-rack"
@@ -221,3 +225,13 @@ def test_debug_jobs_names_the_domain_a_gang_was_placed_in() -> None:
         apply(snap, effect)
     topology = explain.jobs(snap, NOW)["team-a/train"]["topology"]
     assert topology == {"level": RACK, "required": True, "domain": "r3"}
+
+
+def test_simulate_names_the_rack_a_gang_was_placed_in() -> None:
+    # The scenario's gang preempts in r2 (see its comment): simulate's document says so.
+    document, _notes = simulate_files(
+        [str(SCENARIOS / "topology-required-preempts-in-cheapest-rack.yaml")], MusterArgs(), NOW
+    )
+    assert document["topology"] == {
+        "team-a/train": {"level": RACK, "required": True, "domain": "r2"}
+    }

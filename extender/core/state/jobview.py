@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
 from extender.core.jobs import OwnerSize, min_available_annotation
-from extender.core.objects import PodInfo
+from extender.core.objects import NodeInfo, PodInfo
 from extender.core.podgroups import PodGroupInfo
 from extender.core.state.book import ReservationBook
-from extender.core.topology import TopologyRequest, job_topology_request
+from extender.core.topology import TopologyRequest, job_topology_request, shared_domain
 
 
 class JobsMixin:
@@ -24,6 +24,7 @@ class JobsMixin:
 
     if TYPE_CHECKING:
         args: MusterArgs
+        nodes: dict[str, NodeInfo]
         pods: dict[str, PodInfo]
         book: ReservationBook
         _pod_groups: dict[str, PodGroupInfo]
@@ -162,6 +163,19 @@ class JobsMixin:
         if including is not None:
             pods.insert(0, including)
         return job_topology_request(group.topology if group is not None else None, pods)
+
+    def topology_placement(self, job: str) -> tuple[TopologyRequest, str | None] | None:
+        """The job's topology request and the domain its bound and reserved pods are in
+        (``None`` while they are in none, or in several); ``None`` for a job without one."""
+        request = self.topology_request(job)
+        if request is None:
+            return None
+        names = {pod.node_name for pod in self.job_pods(job) if pod.node_name is not None}
+        reservation = self.book.reservations.get(job)
+        if reservation is not None:
+            names.update(reservation.placements.values())
+        known = [self.nodes[name] for name in sorted(names) if name in self.nodes]
+        return request, shared_domain(known, request.level) if known else None
 
     def gang_timeout_seconds(self, job: str) -> float:
         """How long the job may have fewer than min-available pods bound: its PodGroup's
