@@ -89,6 +89,8 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
             ``("scheduling.k8s.io/v1beta1=true",)``.
         scheduler_binary: another scheduler to run in kube-scheduler's place (a peer
             built by ``hack/build-peers.sh``, such as scheduler-plugins' kube-scheduler).
+        scheduler_rbac: ClusterRoles and ClusterRoleBindings to create before the
+            scheduler starts (what such a peer reads beyond kube-scheduler's own rights).
         start_timeout: deadline for each component to become ready.
         verbosity: ``--v`` for kube-apiserver and kube-scheduler.
         audit_policy: an audit ``Policy`` (a dict) for kube-apiserver; its log (JSON lines)
@@ -113,6 +115,7 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
         feature_gates: Mapping[str, bool] | None = None,
         runtime_config: Sequence[str] = (),
         scheduler_binary: Path | None = None,
+        scheduler_rbac: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self._bin_dir = bin_dir
         self._own_workdir = workdir is None
@@ -147,6 +150,7 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
         self.feature_gates: dict[str, bool] = dict(feature_gates or {})
         self.runtime_config = tuple(runtime_config)
         self.scheduler_binary = scheduler_binary
+        self.scheduler_rbac = tuple(scheduler_rbac)
         self.audit_log = self.logs_dir / "audit.log"
         self._pki: Pki | None = None
         self._processes: dict[str, Process] = {}
@@ -201,6 +205,13 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
             self._start_apiserver()
             if self.crds_dir is not None:
                 self.install_crds(self.crds_dir)
+            for obj in self.scheduler_rbac:
+                plural = {
+                    "ClusterRole": "clusterroles",
+                    "ClusterRoleBinding": "clusterrolebindings",
+                }
+                path = f"/apis/rbac.authorization.k8s.io/v1/{plural[obj['kind']]}"
+                self.rest.request("POST", path, dict(obj))
             self.start_scheduler()
             if self.controllers:
                 self.start_controller_manager()

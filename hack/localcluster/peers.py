@@ -36,3 +36,46 @@ def scheduler_plugins_config() -> Json:
             }
         ]
     }
+
+
+def scheduler_plugins_rbac() -> list[Json]:
+    """What scheduler-plugins' scheduler reads and writes beyond kube-scheduler's own
+    rights (its chart's rbac.yaml, the scheduling.x-k8s.io rule), granted to the
+    scheduler's user."""
+    name = "scheduler-plugins-peer"
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [
+                {
+                    "apiGroups": ["scheduling.x-k8s.io"],
+                    "resources": [
+                        "podgroups",
+                        "elasticquotas",
+                        "podgroups/status",
+                        "elasticquotas/status",
+                    ],
+                    "verbs": ["get", "list", "watch", "create", "delete", "update", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": "system:kube-scheduler",
+                }
+            ],
+        },
+    ]

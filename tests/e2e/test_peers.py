@@ -33,6 +33,7 @@ def peer_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lc.ControlP
         workdir=tmp_path_factory.mktemp("peer"),
         scheduler_binary=lc.ensure_peer("scheduler-plugins") / "kube-scheduler",
         scheduler_config=lc.peers.scheduler_plugins_config(),
+        scheduler_rbac=lc.peers.scheduler_plugins_rbac(),
     )
     try:
         plane.start()
@@ -48,8 +49,9 @@ def bound(cluster: Cluster, names: list[str]) -> dict[str, str | None]:
 def test_coscheduling_binds_a_pod_group_whole_or_not_at_all(
     peer_plane: lc.ControlPlane, tmp_path: Path
 ) -> None:
-    """A PodGroup of three 8-GPU pods on two 8-GPU nodes: Coscheduling binds none (two
-    could run); a third node: all three bind."""
+    """Three 8-GPU nodes, one taken by a lone 8-GPU pod; a PodGroup of three 8-GPU pods:
+    Coscheduling binds none of them (two could run).  The lone pod deleted: all three
+    bind, one per node."""
     cluster = Cluster(peer_plane, "cosched")
     peer_plane.create_namespace("cosched")
     try:
@@ -62,8 +64,10 @@ def test_coscheduling_binds_a_pod_group_whole_or_not_at_all(
         peer_plane.rest.request(
             "POST", "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/cosched/podgroups", group
         )
-        for i in range(2):
+        for i in range(3):
             cluster.create_node(f"n{i}", NODE)
+        cluster.create_pod("lone", requests={"cpu": "1", GPU: 8})
+        cluster.wait_running("lone", timeout=60)
         names = [f"g-{i}" for i in range(3)]
         for name in names:
             pod = make_pod(
@@ -78,7 +82,7 @@ def test_coscheduling_binds_a_pod_group_whole_or_not_at_all(
             what="the scheduler's verdict on every pod",
         )
         assert not any(bound(cluster, names).values()), bound(cluster, names)
-        cluster.create_node("n2", NODE)
+        cluster.delete_pod("lone", grace_seconds=0)
         lc.wait_until(
             lambda: all(bound(cluster, names).values()), timeout=120, what="all three bound"
         )
@@ -99,7 +103,12 @@ def test_capacity_scheduling_stops_a_quota_at_its_max(
             "apiVersion": "scheduling.x-k8s.io/v1alpha1",
             "kind": "ElasticQuota",
             "metadata": {"name": "q", "namespace": "capacity"},
-            "spec": {"min": {GPU: "16"}, "max": {GPU: "16"}},
+            # scheduler-plugins counts a resource absent from max as a max of 0: name cpu
+            # and memory with room to spare, so GPUs alone decide.
+            "spec": {
+                "min": {GPU: "16", "cpu": "64", "memory": "1Ti"},
+                "max": {GPU: "16", "cpu": "64", "memory": "1Ti"},
+            },
         }
         peer_plane.rest.request(
             "POST", "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/capacity/elasticquotas", quota
