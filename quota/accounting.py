@@ -61,14 +61,17 @@ class QuotaLedger:
         preemptible: bool,
         used: bool,
         sign: int = 1,
+        requested: bool = True,
     ) -> None:
         """Count one pod of ``quota`` (``sign=-1`` takes it back out).
 
-        ``used`` says whether the pod holds room (bound or reserved) or only asks.
+        ``used`` says whether the pod holds room (bound or reserved) or only asks;
+        ``requested=False``: room held that no pod asks for (a job's ``minResources``
+        beyond its pods), used but not in ``np_request``.
         """
         self._own(quota)
         entry = self.usage[quota]
-        if not preemptible:
+        if not preemptible and requested:
             add_into(entry.np_request, requests, sign)
         if not used:
             return

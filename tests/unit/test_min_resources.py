@@ -13,11 +13,12 @@ by hand in the comments.
 from __future__ import annotations
 
 from base.resources import parse_quantity
-from extender.core.effects import apply
+from extender.core.effects import HoldRoom, apply
 from extender.core.objects import parse_pod
 from extender.core.podgroups import PodGroupInfo, parse_scheduler_plugins_pod_group
+from extender.core.preemption.candidates import _with_hold_change
 from extender.core.scheduling import admission_failures, admission_hold
-from extender.core.state import ClusterState
+from extender.core.state import ClusterState, Reservation
 from extender.core.state.overlay import Overlay
 from tests.builders import leaving, node, pod, quota, snapshot
 
@@ -141,3 +142,46 @@ def test_a_plan_counts_a_leaving_jobs_hold_as_gone() -> None:
         snap.upsert_pod(parse_pod(leaving(driver("n2"), "team-a/x", how)))
         settled = Overlay.settled(snap)
         assert settled.ledger["team-a"].used.get(GPU, 0) == parse_quantity("16"), how
+
+
+# ---- found in review ------------------------------------------------------------------
+
+
+def test_the_hold_is_used_room_not_a_request() -> None:
+    # Max 48; the driver runs and two 8-GPU executors are pending (not admitted).  The
+    # quota's non-preemptible *request* is what its pods ask: 16 (other job) + 16
+    # (executors), the driver none; the hold (24) is used room, not one more request.
+    snap = cluster(48, driver("n2"), executor(0), executor(1))
+    assert gpus_used(snap) == 40
+    assert snap.ledger["team-a"].np_request.get(GPU, 0) == parse_quantity("32")
+
+
+def test_room_kept_for_a_re_created_executor_is_not_held_twice() -> None:
+    # Max 48.  The driver runs; exec-0 (a Job's pod) holds reserved room on n3: the job
+    # uses 8, holds 16 more: 16 + 8 + 16 = 40.  exec-0 is deleted pending (its controller
+    # will re-create it): its room stays the job's as a vacancy (8 on n3), which counts as
+    # the job's use, so the hold stays 16 and the quota 40, not 48.
+    made = executor(0)
+    made["metadata"]["ownerReferences"] = [  # type: ignore[index]
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "spark", "uid": "j", "controller": True}
+    ]
+    snap = cluster(48, driver("n2"), made)
+    placements = {"team-a/exec-0": "n3"}
+    apply(snap, HoldRoom(Reservation("team-a/spark", "team-a", placements, (), NOW, NOW + 300)))
+    assert gpus_used(snap) == 40
+    snap.remove_pod("team-a/exec-0", now=NOW)
+    assert snap.book.vacancies_of("team-a/spark")
+    assert gpus_used(snap) == 40
+
+
+def test_evicting_part_of_a_job_frees_its_pods_less_the_hold_they_leave_behind() -> None:
+    # The driver (no GPU) and exec-0 (8) run, exec-1 (8) holds reserved room: used 16,
+    # hold 24 - 16 = 8.  Evicting only the running pods (the victim unit) leaves exec-1
+    # counted, so the hold grows to 24 - 8 = 16: their quota gets back 8 (exec-0) + 8
+    # (the hold now) - 16 (the hold after) = 0 GPUs, not 16.
+    snap = cluster(48, driver("n2"), executor(0, "n3"), executor(1))
+    placements = {"team-a/exec-1": "n0"}
+    apply(snap, HoldRoom(Reservation("team-a/spark", "team-a", placements, (), NOW, NOW + 300)))
+    members = (snap.pods["team-a/driver"], snap.pods["team-a/exec-0"])
+    freed = _with_hold_change(snap, "team-a/spark", members, {GPU: 8000})
+    assert freed.get(GPU, 0) == 0

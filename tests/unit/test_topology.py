@@ -21,7 +21,12 @@ from extender.core.config import MusterArgs
 from extender.core.effects import apply
 from extender.core.objects import parse_pod
 from extender.core.podgroups import parse_native_pod_group
-from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
+from extender.core.preemption.planner import (
+    FITS_ALREADY,
+    PreemptionPlan,
+    Refusal,
+    plan_job_preemption,
+)
 from extender.core.state import ClusterState
 from extender.core.topology import (
     TopologyRequest,
@@ -235,3 +240,21 @@ def test_simulate_names_the_rack_a_gang_was_placed_in() -> None:
     assert document["topology"] == {
         "team-a/train": {"level": RACK, "required": True, "domain": "r2"}
     }
+
+
+def test_a_rack_that_holds_the_gang_once_leaving_pods_go_means_no_eviction_elsewhere() -> None:
+    # Found in review: rack r1's three nodes each run a pod on its way out (terminating);
+    # once they go, r1 holds the gang as it is.  Rack r2 runs three priority-1 borrowers.
+    # The plan is made as if the leaving pods were gone (DESIGN.md), so nothing is to be
+    # evicted: the planner refuses ("fits without evicting") rather than evict r2.
+    nodes = [racked(f"a{i}", "r1") for i in range(3)] + [racked(f"b{i}", "r2") for i in range(3)]
+    leaving = []
+    for i in range(3):
+        gone = borrower(f"old-{i}", f"a{i}", 1)
+        gone["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+        leaving.append(gone)
+    pods = [*leaving, *(borrower(f"lo-{i}", f"b{i}", 1) for i in range(3))]
+    snap = snapshot(nodes, [*pods, *gang_pods(3, REQUIRED)], QUOTAS)
+    decision = plan_job_preemption(snap, "team-a/train", NOW)
+    assert isinstance(decision, Refusal), decision
+    assert decision.reasons == (FITS_ALREADY,)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from base.resources import add, add_into
+from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.preemption.walk import (
     asking_for,
@@ -260,12 +260,28 @@ def find_victim_groups(
                     requests = total
             if rule is None:
                 continue
-            held = snapshot.min_resources_held(job)
-            if held is not None:  # the job's minResources hold goes with its pods
-                requests = add(requests, held.amount)
+            if snapshot.declares_min_resources(job):
+                requests = _with_hold_change(snapshot, job, members, requests)
             yield VictimGroup(
                 job, quota, members, requests, priority, -negative_start, quota != own_quota, rule
             )
+
+
+def _with_hold_change(
+    snapshot: ClusterState, job: str, members: tuple[PodInfo, ...], requests: Mapping[str, int]
+) -> Mapping[str, int]:
+    """What evicting ``members`` frees in their quota when their job's PodGroup declares
+    ``minResources``: their requests, plus the job's hold as it is, less the hold it keeps
+    without them (it grows while other pods of the job still count, and goes with the
+    last one)."""
+    before = snapshot.min_resources_held(job)
+    after = snapshot.min_resources_hold_without(job, {pod.key for pod in members})
+    freed = dict(requests)
+    if before is not None:
+        add_into(freed, before.amount)
+    if after is not None:
+        add_into(freed, after.amount, -1)
+    return freed
 
 
 def own_evictable_requests(snapshot: ClusterState, preemptor: Preemptor) -> dict[str, int]:

@@ -174,6 +174,8 @@ def _plan(
             spare_budgets=spare_budgets,
             within=within,
         )
+        if isinstance(retried, _Found) and not spare_budgets:
+            retried = dataclasses.replace(retried, breaks_budgets=True)
         if isinstance(retried, _NotFound):  # what was skipped in any search still counts
             retried = _NotFound(
                 retried.reasons,
@@ -193,9 +195,10 @@ def _plan_in_cheapest_domain(
     level: str,
 ) -> _Found | _NotFound:
     """For a job that must stay inside one domain of ``level``: the plan of each domain
-    (victims from that domain only), and the cheapest of them: the fewest guarantees
-    broken, then the lowest highest victim priority, then the fewest victim pods, then
-    the domain's name.  A domain holding pods of the job already bound is the only one."""
+    (victims from that domain only), and the cheapest of them: the fewest guarantees and
+    budgets broken, then the lowest highest victim priority, then the fewest victim pods,
+    then the domain's name.  A domain holding pods of the job already bound is the only
+    one; a domain that holds the job as it is ends the search (no preemption)."""
     domains = node_domains(snapshot, level)
     taken = {
         pod.node_name
@@ -225,10 +228,17 @@ def _plan_in_cheapest_domain(
             break
         found = _plan(snapshot, demand, preemptor, ledger, spent, names)
         if isinstance(found, _NotFound):
+            if found.fits:  # a domain holds the job as it is: nothing is to be evicted
+                return found
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
             continue
         pods = [pod for group in found.kept for pod in group.pods]
-        cost = (len(found.below_min), max(pod.priority for pod in pods), len(pods), value)
+        cost = (
+            len(found.below_min) + int(found.breaks_budgets),
+            max(pod.priority for pod in pods),
+            len(pods),
+            value,
+        )
         if best is None or cost < best[0]:
             best = (cost, found)
     if best is None:
@@ -252,6 +262,9 @@ class _DomainBounds:
         # (The pods of one shape share one memoised set: union the distinct ones.)
         eligible = frozenset().union(*{eligible_nodes(snapshot, pod) for pod in demand.unplaced})
         self.scarce = scarce = scarce_resource(demand.unplaced[0])
+        #: Running pods naming a quota that does not exist are in neither per-node memo:
+        #: then no bound is sound, and every domain is searched.
+        self.untallied = snapshot.has_untallied_pods()
         leaving = snapshot.leaving()
         unevictable: dict[str, Resources] = {}  # what leaving unevictable pods free, by node
         evictable: dict[str, list[PodInfo]] = {}  # leaving preemptible pods, by node
@@ -297,6 +310,8 @@ class _DomainBounds:
         """The domain's least (highest victim priority, victim count); or why it cannot
         hold the job whatever is evicted."""
         needed, most = self.needed, self.most[value]
+        if self.untallied:
+            return (-(2**31), 0)
         if most < needed:
             return (
                 f"room for at most {most} of its {needed} unplaced pods, even with every "
@@ -328,11 +343,17 @@ def _smallest_request(pods: Sequence[PodInfo]) -> dict[str, int]:
     return {name: min(pod.requests[name] for pod in pods) for name in names}
 
 
+#: The refusal of a job that needs no preemption.
+FITS_ALREADY = "the job fits without evicting anything"
+
+
 @dataclass(frozen=True, slots=True)
 class _Found:
     kept: list[VictimGroup]  # in preemption order
     placements: Mapping[str, str]
     below_min: Mapping[str, str]  # victim job → the min it takes a quota below
+    #: Found only by a search allowing victims a PodDisruptionBudget protects.
+    breaks_budgets: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +361,7 @@ class _NotFound:
     reasons: list[str]
     guaranteed_skipped: bool = False  # victims spared for a min in a resource not contested
     budget_skipped: bool = False  # victims spared for a PodDisruptionBudget
+    fits: bool = False  # nothing need be evicted
 
 
 def _search(
@@ -366,7 +388,7 @@ def _search(
     fit = simulation.fit
     wants = Wants(simulation)
     if wants.nodes_ok and wants.quota_ok:
-        return _NotFound(["the job fits without evicting anything"])
+        return _NotFound([FITS_ALREADY], fits=True)
     spare_budgets = spare_budgets or snapshot.args.pdb_policy == "Strict"
     budgets = BudgetUse(snapshot.budgets.values(), spent)
     removed: list[VictimGroup] = []

@@ -87,7 +87,6 @@ class ClusterState(RoomMixin, JobsMixin):
         self._declarations: dict[str, dict[int, PodGroupInfo]] = {}  # job → rank → one
         self._owner_sizes: dict[str, int] = {}  # "ns/Kind/name" → pods it runs at once
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
-        self._removed_keys: OrderedDict[str, None] = OrderedDict()  # their keys, until back
         #: Controllers seen deleted, ``namespace/Kind/name``: their pods do not come back.
         self._gone_owners: OrderedDict[str, None] = OrderedDict()
         #: Counts changes that free room only Muster sees (quotas replaced, reservations
@@ -128,7 +127,6 @@ class ClusterState(RoomMixin, JobsMixin):
         """Add or replace a pod.  ``now``: when it is seen (live); a new pod of a pod group
         marks when its job last grew (:meth:`last_joined`), else its creation time does."""
         old = self.pods.get(pod.key)
-        self._removed_keys.pop(pod.key, None)
         if old is not None:
             self._unindex(old)
         elif pod.group is not None:
@@ -161,11 +159,8 @@ class ClusterState(RoomMixin, JobsMixin):
         if pod is None:
             return
         self._removed[pod.uid] = None
-        self._removed_keys[key] = None
         if len(self._removed) > REMOVED_PODS_REMEMBERED:
             self._removed.popitem(last=False)
-        if len(self._removed_keys) > REMOVED_PODS_REMEMBERED:
-            self._removed_keys.popitem(last=False)
         quota = self._pod_quota.get(key)
         self._unindex(pod)
         reserved = self.book.reserved(key)
@@ -214,9 +209,10 @@ class ClusterState(RoomMixin, JobsMixin):
         return uid in self._removed
 
     def not_seen_yet(self, key: str) -> bool:
-        """Is ``key`` a pod the state has never held, as opposed to one it saw removed (and
-        not seen again)?  A filter call can place a pod the informer delivers only later."""
-        return key not in self.pods and key not in self._removed_keys
+        """Is ``key``, placed by its job's reservation, a pod the state does not hold yet?  A
+        filter call can place a pod the informer delivers only later; a pod seen and then
+        removed is no longer in its job's reservation (:meth:`remove_pod`)."""
+        return key not in self.pods
 
     def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
         """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
@@ -450,10 +446,19 @@ class ClusterState(RoomMixin, JobsMixin):
         for hold, sign in ((old, -1), (new, 1)):
             if hold is not None:
                 self.ledger.charge(
-                    hold.quota, hold.amount, preemptible=hold.preemptible, used=True, sign=sign
+                    hold.quota,
+                    hold.amount,
+                    preemptible=hold.preemptible,
+                    used=True,
+                    sign=sign,
+                    requested=False,
                 )
         if new is not None:
             self._min_holds[job] = new
+
+    def declares_min_resources(self, job: str) -> bool:
+        """Does the job's PodGroup declare ``minResources``?"""
+        return self._declares_min_resources(job)
 
     def _declares_min_resources(self, job: str) -> bool:
         group = self._pod_groups.get(job)
@@ -478,6 +483,8 @@ class ClusterState(RoomMixin, JobsMixin):
         used: Resources = {}
         for key in counted:
             add_into(used, self.pods[key].requests)
+        for holder in self.book.vacancies_of(job):  # room kept for a re-created pod is used
+            add_into(used, self.book.vacancies[holder].requests)
         amount = min_resources_hold(group.min_resources, used)
         if not amount:
             return None

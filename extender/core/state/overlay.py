@@ -70,6 +70,7 @@ class Overlay:
                         preemptible=hold.preemptible,
                         used=True,
                         sign=sign,
+                        requested=False,
                     )
         return overlay
 

@@ -41,6 +41,7 @@ class RoomMixin:
         def _reindexing(self, key: str) -> AbstractContextManager[None]: ...
         def _resolve_quota(self, pod: PodInfo) -> str: ...
         def counts_as_used(self, pod: PodInfo) -> bool: ...
+        def _hold_min_resources(self, job: str) -> None: ...
 
     def forget_owner(self, namespace: str, controller: str) -> bool:
         """The controller ``Kind/name`` in ``namespace`` is deleted (or being deleted):
@@ -179,6 +180,7 @@ class RoomMixin:
         self.ledger.charge(
             vacancy.quota, vacancy.requests, preemptible=vacancy.preemptible, used=True, sign=1
         )
+        self._hold_min_resources(vacancy.job)  # the vacancy is the job's use
 
     def _release_vacancy(self, holder: str) -> Vacancy:
         vacancy = self.book.vacancies.pop(holder)
@@ -187,6 +189,7 @@ class RoomMixin:
         self.ledger.charge(
             vacancy.quota, vacancy.requests, preemptible=vacancy.preemptible, used=True, sign=-1
         )
+        self._hold_min_resources(vacancy.job)
         return vacancy
 
     def _fill_vacancy(self, pod: PodInfo, reservation: Reservation) -> None:
