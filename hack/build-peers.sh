@@ -18,6 +18,9 @@
 #                      v0.34.4 is the newest patch it serves whole); run it with the v1.35
 #                      control plane (kube-scheduler may be one minor release older than
 #                      kube-apiserver).
+#   kueue              sigs.k8s.io/kueue v0.15.0: its controller manager (cmd/kueue), which
+#                      admits workloads beside a stock kube-scheduler. Built only: running
+#                      it here (its webhooks, its configuration) is still to do.
 #
 # Usage:
 #     hack/build-peers.sh [PEER]            build (or reuse); default scheduler-plugins
@@ -42,7 +45,12 @@ case "$peer" in
         packages=(cmd/scheduler cmd/controller)
         names=(kube-scheduler controller)
         ;;
-    *) die "unknown peer '$peer' (known: scheduler-plugins)" ;;
+    kueue)
+        module=sigs.k8s.io/kueue
+        packages=(cmd/kueue)
+        names=(kueue-manager)
+        ;;
+    *) die "unknown peer '$peer' (known: scheduler-plugins, kueue)" ;;
 esac
 MOD_DIR="$HACK_DIR/peers/$peer"
 [[ -f "$MOD_DIR/go.mod" ]] || die "$MOD_DIR/go.mod is missing"
