@@ -114,6 +114,9 @@ def _from_cluster(options: argparse.Namespace, live: str) -> int:
     }
     if key in document["placements"]:
         answer["now"] = f"Muster would place it on {document['placements'][key]}"
+        where = document.get("topology", {}).get(snapshot.pods[key].job)
+        if where is not None:  # its gang keeps to one domain: which
+            answer["now"] += f", in {where['level']}={where['domain']}"
     elif key in document["unschedulable"]:
         answer["now"] = document["unschedulable"][key]
     print(json.dumps(answer, indent=2))

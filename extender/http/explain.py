@@ -133,6 +133,9 @@ def pod(snapshot: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | 
             "priority": info.priority,
             "quotaAdmission": admission_failures(snapshot, info) or "admitted",
         }
+        topology = _topology(snapshot, info.job)
+        if topology is not None:  # only for a job with a topology request
+            result["topology"] = topology
     result["decisions"] = [
         {"at": format_time(d.at), "verb": d.verb, "outcome": d.outcome, "reasons": list(d.reasons)}
         for d in decisions

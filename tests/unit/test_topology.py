@@ -8,6 +8,7 @@ GPUs, so one pod fills one node and "fits" is counting free nodes.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from base import keys
 from base.errors import ManifestError
+from extender.cli import kubectl
 from extender.cli.simulate import simulate_files
 from extender.core import gang
 from extender.core.config import MusterArgs
@@ -258,3 +260,18 @@ def test_a_rack_that_holds_the_gang_once_leaving_pods_go_means_no_eviction_elsew
     decision = plan_job_preemption(snap, "team-a/train", NOW)
     assert isinstance(decision, Refusal), decision
     assert decision.reasons == (FITS_ALREADY,)
+
+
+def test_kubectl_muster_why_names_the_rack_the_gang_would_go_to(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `kubectl muster why` over the scenario's cluster (the path it takes without
+    # --muster-url, on the cluster's dump): the pod would go to r2 (the scenario's
+    # derivation), and what Muster knows now names the level, no domain yet (nothing of
+    # the gang is bound or reserved).
+    options = kubectl.build_parser().parse_args(["why", "train-0", "-n", "team-a"])
+    scenario = SCENARIOS / "topology-required-preempts-in-cheapest-rack.yaml"
+    assert kubectl._from_cluster(options, str(scenario)) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["now"].endswith(f", in {RACK}=r2"), answer["now"]
+    assert answer["muster"]["topology"] == {"level": RACK, "required": True, "domain": None}
