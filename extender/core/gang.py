@@ -215,10 +215,8 @@ def _plan_in_a_domain(
     scarce = scarce_resource(attempt.first)
     best: tuple[int, str] | None = None  # the most pods one domain holds, and where
     for level in levels_from(request, snapshot.args.topology_levels):
-        domains = node_domains(snapshot, level)
-        taken = {pod.node_name for pod in attempt.bound}
-        if taken:  # the gang's bound pods fix its domain
-            domains = {value: names for value, names in domains.items() if taken <= names}
+        # The gang's bound pods fix its domain.
+        domains = node_domains(snapshot, level, {pod.node_name or "" for pod in attempt.bound})
         free = {
             name: snapshot.free_on(name).get(scarce, 0)
             for names in domains.values()

@@ -39,9 +39,6 @@ class TopologyRequest:
     level: str
     required: bool
 
-    def describe(self) -> str:
-        return f"{'required' if self.required else 'preferred'} {self.level}"
-
 
 def pod_topology_request(pod: PodInfo) -> TopologyRequest | None:
     """The request a pod's annotations make (Kueue's keys); a required level wins over a

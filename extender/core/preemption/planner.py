@@ -199,14 +199,12 @@ def _plan_in_cheapest_domain(
     budgets broken, then the lowest highest victim priority, then the fewest victim pods,
     then the domain's name.  A domain holding pods of the job already bound is the only
     one; a domain that holds the job as it is ends the search (no preemption)."""
-    domains = node_domains(snapshot, level)
     taken = {
         pod.node_name
         for pod in snapshot.job_pods(demand.job)
         if pod.node_name is not None and not pod.finished and not pod.departing
     }
-    if taken:
-        domains = {value: names for value, names in domains.items() if taken <= names}
+    domains = node_domains(snapshot, level, taken)
     if not domains:
         return _NotFound([f"no node has the label {level} its required topology names"])
     reasons: list[str] = []

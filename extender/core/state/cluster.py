@@ -48,15 +48,18 @@ NodeMemo = dict[tuple[object, ...], frozenset[Any]]
 REMOVED_PODS_REMEMBERED = 10_000
 
 
-def node_domains(state: ClusterState, level: str) -> dict[str, frozenset[str]]:
+def node_domains(
+    state: ClusterState, level: str, holding: Collection[str] = ()
+) -> dict[str, frozenset[str]]:
     """The domains of a topology level (:func:`extender.core.topology.domains_of`),
-    memoised until a node changes."""
+    memoised until a node changes; with ``holding`` (the nodes a job's bound pods are
+    on, which fix its domain), only the domains holding all of them."""
     key = ("domains", level)
     cached = state.node_memo.get(key)
     if cached is None:
         cached = frozenset(domains_of(state.nodes.values(), level).items())
         state.node_memo[key] = cached
-    return dict(cached)
+    return {value: names for value, names in cached if names.issuperset(holding)}
 
 
 class MinResourcesHold(NamedTuple):
@@ -66,6 +69,22 @@ class MinResourcesHold(NamedTuple):
     quota: str
     amount: Resources
     preemptible: bool
+
+
+def change_hold(
+    ledger: QuotaLedger, old: MinResourcesHold | None, new: MinResourcesHold | None
+) -> None:
+    """Charge ``new`` in place of ``old`` to ``ledger``, as used room no pod requests."""
+    for hold, sign in ((old, -1), (new, 1)):
+        if hold is not None:
+            ledger.charge(
+                hold.quota,
+                hold.amount,
+                preemptible=hold.preemptible,
+                used=True,
+                sign=sign,
+                requested=False,
+            )
 
 
 class ClusterState(RoomMixin, JobsMixin):
@@ -277,14 +296,24 @@ class ClusterState(RoomMixin, JobsMixin):
             or self.book.is_held(pod.key)
         )
 
-    def job_used(self, job: str) -> Resources:
-        """The summed requests of the job's pods that :meth:`counts_as_used`."""
+    def job_used(self, job: str, gone: Collection[str] = ()) -> Resources:
+        """What the job uses of its quota: the requests of its pods charged to one that
+        :meth:`counts_as_used` (but those keyed in ``gone``), and the room kept for pods
+        being re-created (vacancies)."""
         used: Resources = {}
-        for key in self._jobs.get(job, ()):
-            pod = self.pods[key]
-            if self.counts_as_used(pod):
-                add_into(used, pod.requests)
+        for key in self._counted_pods(job, gone):
+            add_into(used, self.pods[key].requests)
+        for holder in self.book.vacancies_of(job):
+            add_into(used, self.book.vacancies[holder].requests)
         return used
+
+    def _counted_pods(self, job: str, gone: Collection[str] = ()) -> list[str]:
+        """The keys of the job's pods charged to a quota as used, but ``gone``, in order."""
+        return sorted(
+            key
+            for key in self._jobs.get(job, ())
+            if key not in gone and key in self._pod_quota and self.counts_as_used(self.pods[key])
+        )
 
     def min_resources_held(self, job: str) -> MinResourcesHold | None:
         """What the job's PodGroup ``minResources`` holds in its quota beyond its pods'
@@ -440,27 +469,15 @@ class ClusterState(RoomMixin, JobsMixin):
         """Charge the job's ``minResources`` hold anew: after any change to its pods or
         its PodGroup."""
         old = self._min_holds.pop(job, None)
-        if old is None and not self._declares_min_resources(job):
+        if old is None and not self.declares_min_resources(job):
             return  # the common case: no hold, none to make
         new = self.min_resources_hold_without(job, ())
-        for hold, sign in ((old, -1), (new, 1)):
-            if hold is not None:
-                self.ledger.charge(
-                    hold.quota,
-                    hold.amount,
-                    preemptible=hold.preemptible,
-                    used=True,
-                    sign=sign,
-                    requested=False,
-                )
+        change_hold(self.ledger, old, new)
         if new is not None:
             self._min_holds[job] = new
 
     def declares_min_resources(self, job: str) -> bool:
         """Does the job's PodGroup declare ``minResources``?"""
-        return self._declares_min_resources(job)
-
-    def _declares_min_resources(self, job: str) -> bool:
         group = self._pod_groups.get(job)
         return group is not None and bool(group.min_resources)
 
@@ -473,19 +490,10 @@ class ClusterState(RoomMixin, JobsMixin):
         group = self._pod_groups.get(job)
         if group is None or not group.min_resources:
             return None
-        counted = sorted(
-            key
-            for key in self._jobs.get(job, ())
-            if key not in gone and key in self._pod_quota and self.counts_as_used(self.pods[key])
-        )
+        counted = self._counted_pods(job, gone)
         if not counted:
             return None
-        used: Resources = {}
-        for key in counted:
-            add_into(used, self.pods[key].requests)
-        for holder in self.book.vacancies_of(job):  # room kept for a re-created pod is used
-            add_into(used, self.book.vacancies[holder].requests)
-        amount = min_resources_hold(group.min_resources, used)
+        amount = min_resources_hold(group.min_resources, self.job_used(job, gone))
         if not amount:
             return None
         first = self.pods[counted[0]]

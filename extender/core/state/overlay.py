@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from base.resources import Resources
 from extender.core.objects import PodInfo
-from extender.core.state.cluster import ClusterState
+from extender.core.state.cluster import ClusterState, change_hold
 from quota.accounting import QuotaLedger
 
 
@@ -60,18 +60,11 @@ class Overlay:
         gone = {pod.key for pod in leaving}
         for job in {pod.job for pod in leaving}:
             # A job's minResources hold grows as its pods leave, and goes with the last.
-            old = state.min_resources_held(job)
-            new = state.min_resources_hold_without(job, gone)
-            for hold, sign in ((old, -1), (new, 1)):
-                if hold is not None:
-                    overlay.ledger.charge(
-                        hold.quota,
-                        hold.amount,
-                        preemptible=hold.preemptible,
-                        used=True,
-                        sign=sign,
-                        requested=False,
-                    )
+            change_hold(
+                overlay.ledger,
+                state.min_resources_held(job),
+                state.min_resources_hold_without(job, gone),
+            )
         return overlay
 
     def evictable(self, node: str) -> Mapping[str, int]:
