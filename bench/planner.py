@@ -18,12 +18,15 @@ import sys
 import time
 
 from bench.clusters import add_gang, gpu_cluster
-from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
+from extender.core.state import ClusterState
 
 
-def measure(nodes: int, gang: int, repeat: int) -> dict[str, object]:
-    snap = gpu_cluster(nodes)
-    job = add_gang(snap, gang)
+def plan_timings(
+    snap: ClusterState, job: str, repeat: int
+) -> tuple[list[float], PreemptionPlan | Refusal]:
+    """Plan ``job`` ``repeat`` times (the first cold, the rest warm): each run's time in
+    ms, and the decision."""
     timings = []
     decision = None
     for _ in range(repeat):
@@ -31,6 +34,13 @@ def measure(nodes: int, gang: int, repeat: int) -> dict[str, object]:
         decision = plan_job_preemption(snap, job, time.time())
         timings.append((time.perf_counter() - start) * 1000)
     assert decision is not None
+    return timings, decision
+
+
+def measure(nodes: int, gang: int, repeat: int) -> dict[str, object]:
+    snap = gpu_cluster(nodes)
+    job = add_gang(snap, gang)
+    timings, decision = plan_timings(snap, job, repeat)
     committed = isinstance(decision, PreemptionPlan)
     return {
         "nodes": nodes,

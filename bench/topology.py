@@ -18,23 +18,17 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 from base import keys
 from bench.clusters import RACK, add_gang, gpu_cluster
-from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from bench.planner import plan_timings
+from extender.core.preemption.planner import PreemptionPlan
 from extender.core.state import ClusterState
 
 
 def timed(snap: ClusterState, job: str, repeat: int) -> tuple[float, str]:
     """The median of the warm runs, in ms, and what the planner decided."""
-    timings = []
-    decision = None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        decision = plan_job_preemption(snap, job, time.time())
-        timings.append((time.perf_counter() - start) * 1000)
-    assert decision is not None
+    timings, decision = plan_timings(snap, job, repeat)
     if isinstance(decision, PreemptionPlan):
         outcome = f"plan, {len(decision.victims)} victims"
     else:
