@@ -88,10 +88,13 @@ class ClusterWriter:
         )
 
     def record_disruption(self, pod: PodInfo, *, preemptor: str | None, reason: str) -> None:
-        """What follows a mark, for people and controllers: the ``DisruptionTarget``
-        condition and a ``Preempted`` event."""
+        """What follows a mark, for people and controllers: a ``Preempted`` event, then the
+        ``DisruptionTarget`` condition.  The event comes first: the evictor may have
+        removed the victim since its mark, and the event is history that outlives it
+        (the condition's patch then fails with 404, for the caller to ignore)."""
         now = format_time(self.clock())
         cause = f"preempted by job {preemptor}" if preemptor is not None else "drained"
+        self.event(pod, "Preempted", f"Marked for eviction, {cause}: {reason}")
         condition = {
             "type": "DisruptionTarget",
             "status": "True",
@@ -100,7 +103,6 @@ class ClusterWriter:
             "lastTransitionTime": now,
         }
         self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
-        self.event(pod, "Preempted", f"Marked for eviction, {cause}: {reason}")
 
     def unmark_victim(self, pod: PodInfo, reason: str) -> None:
         """Take a victim's soft-eviction mark back (its plan was abandoned): the label and

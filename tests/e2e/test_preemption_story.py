@@ -183,10 +183,18 @@ def gang_fits_after_eviction(cluster: Cluster, muster: MusterProcess) -> None:
             pod = teams.get(teams.b, name)
             assert pod is not None and pod["status"]["phase"] == "Running"
             assert SOFT_EVICTION not in pod["metadata"].get("labels", {})
-        preempted = teams.events(teams.b, "Preempted")
+
+        # Events are written after the marks they report: wait for as many as victims.
+        def an_event_per_victim() -> list[dict[str, Any]] | None:
+            found = teams.events(teams.b, "Preempted")
+            return found if len(found) >= len(victims) else None
+
+        preempted = lc.wait_until(an_event_per_victim, timeout=30, what="Preempted events")
         assert sorted(e["involvedObject"]["name"] for e in preempted) == victims
         assert f"job {teams.a}/train" in preempted[0]["message"]
-        preempting = teams.events(teams.a, "Preempting")
+        preempting = lc.wait_until(
+            lambda: teams.events(teams.a, "Preempting") or None, timeout=30, what="Preempting"
+        )
         assert len(preempting) == 1 and victims[0] in preempting[0]["message"]
         explained = muster.debug(f"pods/{teams.a}/train-0")
         assert any(d["verb"] == "postfilter" for d in explained["decisions"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from functools import partial
 from typing import Any, cast
 
 from base import keys
@@ -15,10 +16,10 @@ from extender.core.decisions import DecisionLog
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.reservations import persisted_reservation
-from extender.kube.client import KubeClient
+from extender.kube.client import ApiError, KubeClient
 from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
-from extender.kube.writer import ClusterWriter
+from extender.kube.writer import ClusterWriter, best_effort
 from extender.service import StaticSource
 from tests.builders import node, pod, quota, snapshot
 from tests.unit.test_authority import nominated, preempted
@@ -185,6 +186,30 @@ def test_a_drain_mark_names_no_job_and_a_preemption_mark_names_its_job() -> None
         for part in ("labels", "annotations"):
             marked["metadata"][part] = {**manifest["metadata"][part], **body["metadata"][part]}
         assert parse_pod(marked).marked_for == preemptor
+
+
+class VictimGoneClient(RecordingClient):
+    """The evictor was faster: the victim is gone once its mark is written, so every
+    write to the pod itself answers 404 (an Event is a separate object and is created)."""
+
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        self.calls.append((method, path, body))
+        if "/pods/" in path:
+            raise ApiError(404, "pods not found")
+        return {}
+
+
+def test_a_victim_evicted_before_its_condition_is_written_still_gets_its_preempted_event() -> None:
+    # record_disruption runs after the mark; the evictor may have removed the victim in
+    # between (a CI run saw one of two victims without its event). The event must be
+    # posted anyway, and the condition's 404 is nothing to retry.
+    client = VictimGoneClient()
+    writer = ClusterWriter(cast(KubeClient, client), clock=lambda: NOW)
+    gone = parse_pod(victim("low", "n0", 1))
+    assert not best_effort(gone, partial(writer.record_disruption, preemptor="a/j", reason="r"))
+    events = [body for method, path, body in client.calls if path.endswith("/events")]
+    assert [(e["reason"], e["involvedObject"]["name"]) for e in events] == [("Preempted", "low")]
+    assert "preempted by job a/j: r" in events[0]["message"]
 
 
 def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() -> None:
