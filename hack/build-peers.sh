@@ -19,8 +19,10 @@
 #                      control plane (kube-scheduler may be one minor release older than
 #                      kube-apiserver).
 #   kueue              sigs.k8s.io/kueue v0.15.0: its controller manager (cmd/kueue), which
-#                      admits workloads beside a stock kube-scheduler. Built only: running
-#                      it here (its webhooks, its configuration) is still to do.
+#                      admits workloads beside a stock kube-scheduler, and its CRDs
+#                      (config/components/crd/bases/*.yaml of the same module, copied to
+#                      bin/crds/). hack/localcluster/kueue.py runs it on the local control
+#                      plane (`make test-peers`).
 #
 # Usage:
 #     hack/build-peers.sh [PEER]            build (or reuse); default scheduler-plugins
@@ -35,6 +37,7 @@ log() { printf 'build-peers: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 peer="scheduler-plugins"
+module_files=()
 if [[ $# -gt 0 && "$1" != --* ]]; then
     peer="$1"
     shift
@@ -49,6 +52,8 @@ case "$peer" in
         module=sigs.k8s.io/kueue
         packages=(cmd/kueue)
         names=(kueue-manager)
+        # Files of the module itself the harness needs beside the binary.
+        module_files=("config/components/crd/bases:crds")
         ;;
     *) die "unknown peer '$peer' (known: scheduler-plugins, kueue)" ;;
 esac
@@ -73,6 +78,7 @@ stamp="$(cat "$MOD_DIR/go.mod" "$MOD_DIR/go.sum" | sha256sum | cut -d' ' -f1) $(
 if [[ $force -eq 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$stamp" ]]; then
     all=1
     for name in "${names[@]}"; do [[ -x "$BIN_DIR/$name" ]] || all=0; done
+    for pair in "${module_files[@]}"; do [[ -d "$BIN_DIR/${pair#*:}" ]] || all=0; done
     if [[ $all -eq 1 ]]; then
         log "reusing cached $peer $version binaries in $BIN_DIR"
         exit 0
@@ -87,5 +93,15 @@ for i in "${!packages[@]}"; do
     (cd "$MOD_DIR" && GOWORK=off go build -trimpath -buildvcs=false -mod=readonly \
         -ldflags "-s -w" -o "$BIN_DIR/${names[$i]}" "$module/${packages[$i]}")
 done
+if [[ ${#module_files[@]} -gt 0 ]]; then
+    module_dir="$(cd "$MOD_DIR" && GOWORK=off go list -mod=readonly -m -f '{{.Dir}}' "$module")"
+    [[ -d "$module_dir" ]] || die "cannot find $module's source in the module cache"
+    for pair in "${module_files[@]}"; do
+        src="$module_dir/${pair%%:*}" dst="$BIN_DIR/${pair#*:}"
+        rm -rf "$dst" && mkdir -p "$dst"
+        cp "$src"/*.yaml "$dst"/ && chmod u+w "$dst"/*.yaml
+        log "copied $module ${pair%%:*} to $dst"
+    done
+fi
 echo "$stamp" > "$STAMP"
 log "built $peer $version in $((SECONDS - started))s"

@@ -8,7 +8,9 @@ and ``KubeletEmulator`` plays the kubelet. Callers put ``hack/`` on ``sys.path``
 Modules: ``controlplane`` (``ControlPlane``: lifecycle, components, logs, clients),
 ``scheduler`` (``ExtenderConfig``, kube-scheduler's configuration and restarts),
 ``controllers`` (kube-controller-manager: which controllers, how it runs),
-``objects`` (namespaces, nodes, CRDs, service accounts), ``kubelet`` (``KubeletEmulator``),
+``objects`` (namespaces, nodes, CRDs, service accounts), ``peers`` and ``kueue`` (the
+peers of issue 25: scheduler-plugins' configuration; Kueue's manager and queues),
+``kubelet`` (``KubeletEmulator``),
 ``watch`` (``Watcher``: list, then watch, a collection), ``rest`` (``RestClient``,
 ``ApiError``), ``processes`` (component processes; ``free_port``, ``free_ports``),
 ``services`` (``ServiceProcess``: a child process on a port, waited for until ready),
@@ -26,7 +28,7 @@ Typical use::
 
 from __future__ import annotations
 
-from . import peers
+from . import kueue, peers
 from .binaries import (
     BuildError,
     default_bin_dir,
@@ -62,6 +64,7 @@ __all__ = [
     "free_port",
     "free_ports",
     "kubernetes_minor",
+    "kueue",
     "peers",
     "wait_until",
 ]

@@ -1,0 +1,554 @@
+"""Kueue v0.15.0's controller manager beside the stock kube-scheduler (issue 25).
+
+Kueue is not a scheduler: it decides when a Job may start (it *admits* its Workload
+against ClusterQueue quotas and unsuspends the Job), and kube-scheduler then places its
+pods. :func:`start_kueue` runs the manager built by ``hack/build-peers.sh kueue``
+(:func:`~localcluster.binaries.ensure_peer`) against a started ``ControlPlane``:
+
+* **CRDs** from the pinned module (``config/components/crd/bases``, copied by
+  build-peers.sh to ``<bin>/crds``), applied as Kueue's own kustomization does: the
+  ClusterQueue, LocalQueue, Cohort, Workload and MultiKueueCluster CRDs with a conversion
+  webhook (their storage version is v1beta1, Kueue's controllers read v1beta2), here at
+  ``https://127.0.0.1:<port>/convert`` with the CA of a serving certificate made by
+  :func:`~localcluster.pki.make_serving_pki` as ``caBundle``.
+* **Certificates**: ``internalCertManagement`` off (Kueue's rotator makes certificates
+  for ``<service>.<namespace>.svc``, which kube-apiserver cannot reach here); the webhook
+  server's certificate is written to the configured ``webhook.certDir``. With internal
+  certificates off, Kueue 0.15 also reads its metrics certificate from the fixed path
+  ``/etc/kueue/metrics/certs`` (cmd/kueue/main.go): the manager runs in a private mount
+  namespace (``unshare --mount``) whose ``/etc`` is an overlay adding that directory, so
+  nothing is written to the host's ``/etc``. This needs root (or CAP_SYS_ADMIN).
+* **Webhooks**: only the conversion webhook is registered. Kueue's admission webhooks
+  (Job defaulting, which suspends a Job with a queue name, and validation) are not, so
+  **a Job must be created with ``spec.suspend: true`` and the label
+  ``kueue.x-k8s.io/queue-name: <LocalQueue>``** (:func:`kueue_job` does both); Kueue
+  unsuspends it when it admits it.
+* **Access**: the manager runs as the ServiceAccount ``kueue-system/kueue-controller-
+  manager`` with a token from the TokenRequest API, like the harness's other users, bound
+  to the built-in ``cluster-admin`` ClusterRole. That is broader than Kueue's chart
+  grants; it is a test cluster, and Kueue's RBAC is not what is being compared.
+* **Configuration**: see :func:`kueue_configuration` (``config.kueue.x-k8s.io/v1beta2``,
+  what the module's own ``controller_manager_config.yaml`` uses).
+
+Queues (:func:`kueue_queues`) are written in ``kueue.x-k8s.io/v1beta1``, the CRDs'
+storage version (both v1beta1 and v1beta2 are served): what is written is stored as is,
+and Kueue reads it through the conversion webhook.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import shlex
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+from urllib.parse import quote
+
+import yaml
+
+from .binaries import ensure_peer
+from .common import Json
+from .pki import make_serving_pki
+from .processes import ComponentError, free_ports, tail
+from .rest import ApiError
+from .services import ServiceProcess
+from .waiting import wait_until
+
+if TYPE_CHECKING:
+    from .controlplane import ControlPlane
+
+#: Kueue v0.15.0 is built against Kubernetes 1.34 libraries; it runs beside the 1.35
+#: control plane, like scheduler-plugins.
+KUEUE_KUBERNETES = "1.35"
+#: The API version :func:`kueue_queues` writes (the CRDs' storage version).
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+#: The label that names a Job's LocalQueue.
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+#: Where Kueue runs: its ServiceAccount's namespace, its configured ``namespace``.
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_SERVICE_ACCOUNT = "kueue-controller-manager"
+GPU = "nvidia.com/gpu"
+#: The CRDs Kueue's kustomization (config/components/crd/kustomization.yaml, v0.15.0)
+#: gives a conversion webhook.
+CONVERTED_CRDS = frozenset(
+    {
+        "clusterqueues.kueue.x-k8s.io",
+        "localqueues.kueue.x-k8s.io",
+        "cohorts.kueue.x-k8s.io",
+        "workloads.kueue.x-k8s.io",
+        "multikueueclusters.kueue.x-k8s.io",
+    }
+)
+#: Kueue's fixed metrics certificate directory when internal certificates are off.
+METRICS_CERT_DIR = "/etc/kueue/metrics/certs"
+
+
+class TeamQuota(NamedTuple):
+    """One team's quota: its namespace ``name``, ``min_gpus`` (ClusterQueue nominal
+    quota) and ``max_gpus`` (nominal + borrowing limit), and cpu/memory nominal quotas
+    generous enough never to limit (GPUs alone decide, as in the ElasticQuotas)."""
+
+    name: str
+    min_gpus: int
+    max_gpus: int
+    cpu: str = "100000"
+    memory: str = "1000Ti"
+
+
+def kueue_configuration(
+    *,
+    health_port: int,
+    metrics_port: int,
+    webhook_port: int,
+    cert_dir: Path,
+    pods_ready_timeout: float = 60.0,
+    block_admission: bool = False,
+    requeue_backoff_seconds: int = 10,
+) -> Json:
+    """Kueue's ``Configuration`` (config.kueue.x-k8s.io/v1beta2) for the local plane.
+
+    * ``integrations.frameworks: [batch/job]``: Jobs only; ``manageJobsWithoutQueueName``
+      false (the default): a Job without the queue-name label is not Kueue's.
+    * ``waitForPodsReady``: Kueue's documented all-or-nothing: an admitted Workload whose
+      pods are not all Ready within ``pods_ready_timeout`` (60 s: the kubelet stand-in
+      makes a bound pod Ready at once, so only a gang kube-scheduler cannot place whole
+      waits that long) is evicted and requeued, its quota and pods let go.
+      ``blockAdmission`` false (Kueue's default): with true, every ClusterQueue waits for
+      each admitted Workload's pods to be Ready before admitting the next, which makes
+      admission sequential cluster-wide; the timeout alone already frees what a partly
+      placed gang holds. ``requeuingStrategy``: requeue after eviction (``timestamp:
+      Eviction``, the default) with no limit on retries (``backoffLimitCount`` null, so
+      every job eventually runs) and a base backoff of ``requeue_backoff_seconds``
+      (Kueue's default is 60 s, doubling to an hour: long against a trace compressed to
+      minutes).
+    * health and metrics on loopback ports, leader election off, the webhook server on
+      ``127.0.0.1:<webhook_port>`` with its certificate in ``cert_dir``, internal
+      certificate management off (see the module docstring).
+    * feature gates: ``VisibilityOnDemand`` off (it serves an aggregated API on the fixed
+      port 8082 of every interface, and needs an APIService), ``MultiKueue`` off (no
+      worker clusters); the others keep v0.15.0's defaults.
+    """
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "manageJobsWithoutQueueName": False,
+        "integrations": {"frameworks": ["batch/job"]},
+        "waitForPodsReady": {
+            "timeout": f"{pods_ready_timeout:g}s",
+            "blockAdmission": block_admission,
+            "requeuingStrategy": {
+                "timestamp": "Eviction",
+                "backoffBaseSeconds": requeue_backoff_seconds,
+                "backoffMaxSeconds": max(requeue_backoff_seconds, 300),
+            },
+        },
+        "clientConnection": {"qps": 50, "burst": 100},
+        "featureGates": {"VisibilityOnDemand": False, "MultiKueue": False},
+    }
+
+
+def kueue_crds(crds_dir: Path, *, webhook_url: str, ca_pem: bytes) -> list[Json]:
+    """Kueue's CRDs from ``crds_dir``, those in ``CONVERTED_CRDS`` with their conversion
+    webhook at ``webhook_url`` (``https://127.0.0.1:<port>``), trusted through
+    ``ca_pem``."""
+    crds: list[Json] = []
+    for path in sorted(crds_dir.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            if doc["metadata"]["name"] in CONVERTED_CRDS:
+                doc["spec"]["conversion"] = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": {
+                            "url": f"{webhook_url}/convert",
+                            "caBundle": base64.b64encode(ca_pem).decode(),
+                        },
+                        "conversionReviewVersions": ["v1"],
+                    },
+                }
+            crds.append(doc)
+    if not crds:
+        raise ComponentError(f"no Kueue CRDs in {crds_dir} (run hack/build-peers.sh kueue)")
+    return crds
+
+
+class KueueManager:
+    """Kueue's controller manager as a child process (``process``), with its files in
+    ``workdir``; ``stop()`` ends it (the CRDs and Kueue's objects stay)."""
+
+    def __init__(self, process: ServiceProcess, workdir: Path, config: Json) -> None:
+        self.process = process
+        self.workdir = workdir
+        self.config = config
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_path
+
+    def check_alive(self) -> None:
+        """Raise ``ComponentError`` (with its log tail) if the manager has exited."""
+        self.process.check_alive()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def __enter__(self) -> KueueManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_kueue(
+    plane: ControlPlane,
+    *,
+    bin_dir: Path | None = None,
+    workdir: Path | None = None,
+    pods_ready_timeout: float = 60.0,
+    block_admission: bool = False,
+    requeue_backoff_seconds: int = 10,
+    ready_timeout: float = 120.0,
+    log_level: int = 2,
+) -> KueueManager:
+    """Start Kueue's controller manager against the started ``plane`` and wait until it is
+    ready (its ``/readyz``: certificates loaded, webhook server listening; then its
+    conversion webhook answers kube-apiserver). ``bin_dir``: where build-peers.sh put
+    ``kueue-manager`` and ``crds/`` (default: ``ensure_peer("kueue")``, built if needed);
+    ``workdir``: its files (default ``<plane.workdir>/kueue``). The configuration is
+    :func:`kueue_configuration`'s. Stop it with ``.stop()``."""
+    bin_dir = bin_dir or ensure_peer("kueue")
+    workdir = workdir or plane.workdir / "kueue"
+    workdir.mkdir(parents=True, exist_ok=True)
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        raise ComponentError("Kueue needs unshare(1) to give it /etc/kueue/metrics/certs")
+    health_port, metrics_port, webhook_port = free_ports(3)
+
+    # Certificates: the webhook server's (kube-apiserver calls it) and the metrics
+    # server's (nothing here verifies it), the same pair.
+    serving = make_serving_pki("kueue-webhook")
+    cert_dir = workdir / "webhook-certs"
+    overlay = workdir / "etc-overlay"
+    metrics_dir = overlay / "upper" / METRICS_CERT_DIR.removeprefix("/etc/")
+    for directory in (cert_dir, metrics_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "tls.crt").write_bytes(serving.cert_pem)
+        (directory / "tls.key").write_bytes(serving.key_pem)
+        (directory / "tls.key").chmod(0o600)
+    (overlay / "work").mkdir(exist_ok=True)
+
+    config = kueue_configuration(
+        health_port=health_port,
+        metrics_port=metrics_port,
+        webhook_port=webhook_port,
+        cert_dir=cert_dir,
+        pods_ready_timeout=pods_ready_timeout,
+        block_admission=block_admission,
+        requeue_backoff_seconds=requeue_backoff_seconds,
+    )
+    config_path = workdir / "kueue-config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    crds_dir = workdir / "crds"
+    crds_dir.mkdir(exist_ok=True)
+    for crd in kueue_crds(
+        bin_dir / "crds", webhook_url=f"https://127.0.0.1:{webhook_port}", ca_pem=serving.ca_pem
+    ):
+        (crds_dir / f"{crd['metadata']['name']}.yaml").write_text(yaml.safe_dump(crd))
+    plane.install_crds(crds_dir)
+    plane.create_namespace(KUEUE_NAMESPACE)
+    kubeconfig = plane.service_account_kubeconfig(KUEUE_NAMESPACE, KUEUE_SERVICE_ACCOUNT)
+    _bind_cluster_admin(plane)
+
+    manager = bin_dir / "kueue-manager"
+    mount = (
+        f"mount -t overlay kueue-etc -o lowerdir=/etc,upperdir={shlex.quote(str(overlay))}"
+        f"/upper,workdir={shlex.quote(str(overlay))}/work /etc"
+    )
+    # unshare execs (no fork), and so does sh: the manager keeps the pid the harness
+    # signals, and the parent-death signal the harness sets.
+    argv = [
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f'{mount} && exec "$0" "$@"',
+        str(manager),
+        f"--config={config_path}",
+        f"--kubeconfig={kubeconfig}",
+        f"--zap-log-level={log_level}",
+    ]
+    process = ServiceProcess(
+        "kueue-manager",
+        lambda _port: argv,
+        plane.logs_dir / "kueue-manager.log",
+        port=health_port,
+        ready_path="/readyz",
+        ready_timeout=ready_timeout,
+    )
+    process.start()
+    handle = KueueManager(process, workdir, config)
+    try:
+        _wait_conversion(plane, handle, ready_timeout)
+    except BaseException:
+        handle.stop()
+        raise
+    return handle
+
+
+def _bind_cluster_admin(plane: ControlPlane) -> None:
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kueue-controller-manager-peer"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "cluster-admin",
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": KUEUE_SERVICE_ACCOUNT,
+                "namespace": KUEUE_NAMESPACE,
+            }
+        ],
+    }
+    try:
+        path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+        plane.rest.request("POST", path, binding)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
+def _wait_conversion(plane: ControlPlane, manager: KueueManager, timeout: float) -> None:
+    """Until kube-apiserver converts through Kueue's webhook: a LocalQueue written in
+    v1beta1 (the storage version) read back in v1beta2 (what Kueue's controllers read),
+    then deleted."""
+    probe = {
+        "apiVersion": KUEUE_API,
+        "kind": "LocalQueue",
+        "metadata": {"name": "conversion-probe", "namespace": KUEUE_NAMESPACE},
+        "spec": {"clusterQueue": "conversion-probe"},
+    }
+    create_kueue_objects(plane, [probe])
+    path = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{KUEUE_NAMESPACE}/localqueues"
+
+    def converted() -> bool:
+        manager.check_alive()  # an exit is reported at the deadline, with the log tail
+        plane.rest.request("GET", f"{path}/conversion-probe")  # fails until it answers
+        return True
+
+    try:
+        wait_until(
+            converted,
+            timeout=timeout,
+            what="kube-apiserver converting through Kueue's webhook",
+            on_timeout=lambda: tail(manager.log_path, 40),
+        )
+    finally:
+        delete_kueue_objects(plane, [probe])
+
+
+# -- queues
+
+
+def kueue_queues(
+    teams: Iterable[TeamQuota | tuple[str, int, int]],
+    *,
+    cohort: str = "muster",
+    flavor: str = "default",
+) -> list[Json]:
+    """Kueue's objects for teams' quotas (``kueue.x-k8s.io/v1beta1``): one ResourceFlavor
+    ``flavor`` (no node labels: every node), and per team a ClusterQueue named after it in
+    ``cohort`` and a LocalQueue of the same name in its namespace.
+
+    A ClusterQueue's ``nominalQuota`` of ``nvidia.com/gpu`` is the team's ``min`` and its
+    ``borrowingLimit`` ``max - min`` (Kueue: a queue may use its nominal quota plus what it
+    borrows from the cohort's unused nominal quota, up to the limit), the same meaning as an
+    ElasticQuota's ``min``/``max``. cpu and memory have generous nominal quotas (no
+    borrowing limit). ``preemption`` is Muster's defaults: ``withinClusterQueue:
+    LowerPriority``, ``reclaimWithinCohort: Any`` (a team within its nominal quota takes
+    back what others borrowed, whatever their priority), ``borrowWithinCohort: {policy:
+    Never}`` (a borrowing job preempts no one); ``queueingStrategy: BestEffortFIFO`` (a
+    job that does not fit does not hold back smaller ones behind it). The ClusterQueue
+    admits only its team's namespace."""
+    objects: list[Json] = [
+        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}}
+    ]
+    for team in teams:
+        quota = team if isinstance(team, TeamQuota) else TeamQuota(*team)
+        if quota.max_gpus < quota.min_gpus:
+            raise ValueError(f"team {quota.name}: max {quota.max_gpus} < min {quota.min_gpus}")
+        objects.append(
+            {
+                "apiVersion": KUEUE_API,
+                "kind": "ClusterQueue",
+                "metadata": {"name": quota.name},
+                "spec": {
+                    "cohort": cohort,
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": quota.name}
+                    },
+                    "queueingStrategy": "BestEffortFIFO",
+                    "preemption": {
+                        "withinClusterQueue": "LowerPriority",
+                        "reclaimWithinCohort": "Any",
+                        "borrowWithinCohort": {"policy": "Never"},
+                    },
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu", "memory", GPU],
+                            "flavors": [
+                                {
+                                    "name": flavor,
+                                    "resources": [
+                                        {"name": "cpu", "nominalQuota": quota.cpu},
+                                        {"name": "memory", "nominalQuota": quota.memory},
+                                        {
+                                            "name": GPU,
+                                            "nominalQuota": str(quota.min_gpus),
+                                            "borrowingLimit": str(quota.max_gpus - quota.min_gpus),
+                                        },
+                                    ],
+                                }
+                            ],
+                        }
+                    ],
+                },
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": KUEUE_API,
+                "kind": "LocalQueue",
+                "metadata": {"name": quota.name, "namespace": quota.name},
+                "spec": {"clusterQueue": quota.name},
+            }
+        )
+    return objects
+
+
+_PLURALS = {
+    "ResourceFlavor": "resourceflavors",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+    "Cohort": "cohorts",
+    "WorkloadPriorityClass": "workloadpriorityclasses",
+    "Workload": "workloads",
+}
+
+
+def kueue_path(obj: Json) -> str:
+    """The collection path of a Kueue object (its ``apiVersion`` and kind)."""
+    namespace = obj["metadata"].get("namespace")
+    scope = f"/namespaces/{quote(namespace)}" if namespace else ""
+    return f"/apis/{obj['apiVersion']}{scope}/{_PLURALS[obj['kind']]}"
+
+
+def create_kueue_objects(plane: ControlPlane, objects: Sequence[Json]) -> None:
+    """Create ``objects`` (e.g. :func:`kueue_queues`'), the namespaces of namespaced ones
+    first; an object that exists is replaced."""
+    for obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        if namespace:
+            plane.create_namespace(namespace)
+        path = kueue_path(obj)
+        try:
+            plane.rest.request("POST", path, obj)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            name = quote(obj["metadata"]["name"])
+            current = plane.rest.request("GET", f"{path}/{name}")
+            body = copy.deepcopy(obj)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            plane.rest.request("PUT", f"{path}/{name}", body)
+
+
+def delete_kueue_objects(plane: ControlPlane, objects: Sequence[Json]) -> None:
+    """Delete ``objects`` (best effort, not waited for: a ClusterQueue with admitted
+    Workloads keeps Kueue's finalizer until they finish)."""
+    for obj in reversed(objects):
+        with contextlib.suppress(ApiError):
+            plane.rest.request("DELETE", f"{kueue_path(obj)}/{quote(obj['metadata']['name'])}")
+
+
+def wait_queues_active(plane: ControlPlane, objects: Sequence[Json], timeout: float = 60.0) -> None:
+    """Until every ClusterQueue and LocalQueue among ``objects`` reports ``Active`` true:
+    Kueue has seen them, their flavor and their cohort, and will admit into them."""
+    queues = [o for o in objects if o["kind"] in ("ClusterQueue", "LocalQueue")]
+    last: dict[str, Json] = {}
+
+    def active() -> bool:
+        for obj in queues:
+            path = f"{kueue_path(obj)}/{quote(obj['metadata']['name'])}"
+            current = last[path] = plane.rest.request("GET", path)
+            if not _condition_true(current, "Active"):
+                return False
+        return True
+
+    wait_until(
+        active,
+        timeout=timeout,
+        what="Kueue's queues to be Active",
+        on_timeout=lambda: "\n".join(
+            f"{p}: {v.get('status', {}).get('conditions')}" for p, v in last.items()
+        ),
+    )
+
+
+# -- jobs and workloads
+
+
+def kueue_job(job: Json, queue: str) -> Json:
+    """A copy of the batch/v1 ``job`` submitted to Kueue's LocalQueue ``queue``: the
+    ``kueue.x-k8s.io/queue-name`` label and ``spec.suspend: true`` (no Job webhook does it
+    here; Kueue unsuspends the Job when it admits its Workload)."""
+    job = copy.deepcopy(job)
+    metadata = job.setdefault("metadata", {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), QUEUE_NAME_LABEL: queue}
+    job.setdefault("spec", {})["suspend"] = True
+    return job
+
+
+def job_workloads(plane: ControlPlane, namespace: str, job: str) -> list[Json]:
+    """The Workloads (``KUEUE_API``) Kueue made for the Job ``job`` of ``namespace`` (its
+    owner reference names the Job)."""
+    items: list[Json] = plane.rest.request(
+        "GET", f"/apis/{KUEUE_API}/namespaces/{quote(namespace)}/workloads"
+    )["items"]
+    return [
+        w
+        for w in items
+        if any(
+            ref.get("kind") == "Job" and ref.get("name") == job
+            for ref in w["metadata"].get("ownerReferences", [])
+        )
+    ]
+
+
+def workload_condition(workload: Json, kind: str) -> bool:
+    """Whether a Workload's condition ``kind`` (``QuotaReserved``, ``Admitted``,
+    ``PodsReady``, ``Evicted``, ``Preempted``, ``Finished``) is true."""
+    return _condition_true(workload, kind)
+
+
+def _condition_true(obj: Json, kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
