@@ -4,8 +4,10 @@
     python -m bench.e2e --json e2e.json
     python -m bench.time_to_mark --json ttm.json      # (and before.json, at an older commit)
     python -m bench.memory --json memory.json
+    python -m bench.peers --json peers.json
     python -m bench.plots --planner planner.jsonl --e2e e2e.json --time-to-mark ttm.json \
-        [--time-to-mark-before before.json] --memory memory.json --out docs/img
+        [--time-to-mark-before before.json] --memory memory.json \
+        --peers peers.json --out docs/img
 
 Needs matplotlib (``pip install -e '.[plots]'``); nothing else in Muster does.
 """
@@ -149,6 +151,22 @@ def memory_growth(summary: dict[str, Any], out: Path) -> Path:
     return _save(figure, out / "memory-growth.png")
 
 
+def peers_allocation(results: dict[str, Any], out: Path) -> Path:
+    """GPUs held over time on each system, one line per system, for one trace."""
+    figure, axes = plt.subplots(figsize=(7, 3.5))
+    capacity = results["trace"]["nodes"] * results["trace"]["gpus_per_node"]
+    for system, figures in results["systems"].items():
+        series = figures["allocated_gpus_series"]
+        axes.plot([at for at, _ in series], [gpus for _, gpus in series], label=system)
+    axes.axhline(capacity, color="grey", linestyle=":", linewidth=1)
+    axes.axvline(results["trace"]["seconds"], color="grey", linestyle="--", linewidth=1)
+    axes.set_xlabel("seconds into the trace (dashed: last arrival)")
+    axes.set_ylabel("GPUs held")
+    axes.set_title(f"The same GPU trace (seed {results['seed']}) on each system")
+    axes.legend()
+    return _save(figure, out / f"peers-allocation-seed{results['seed']}.png")
+
+
 def _save(figure: Any, path: Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -165,10 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         "--time-to-mark-before", type=Path, help="the same, at an older commit (dashed)"
     )
     parser.add_argument("--memory", type=Path, help="bench.memory --json output")
+    parser.add_argument("--peers", type=Path, help="bench.peers --json output")
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     options = parser.parse_args(argv)
-    if not (options.planner or options.e2e or options.time_to_mark or options.memory):
-        parser.error("nothing to draw: give --planner, --e2e, --time-to-mark or --memory")
+    if not (
+        options.planner or options.e2e or options.time_to_mark or options.memory or options.peers
+    ):
+        parser.error("nothing to draw: give --planner, --e2e, --time-to-mark, --memory or --peers")
     options.out.mkdir(parents=True, exist_ok=True)
     if options.planner is not None:
         lines = options.planner.read_text().splitlines()
@@ -184,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         print(time_to_mark(runs, options.out))
     if options.memory is not None:
         print(memory_growth(json.loads(options.memory.read_text()), options.out))
+    if options.peers is not None:
+        print(peers_allocation(json.loads(options.peers.read_text()), options.out))
     return 0
 
 

@@ -358,12 +358,3 @@ def double_evictions(counts: Mapping[str, int], at: float) -> list[Violation]:
         for key, count in sorted(counts.items())
         if count > 1
     ]
-
-
-def percentile(values: Sequence[float], fraction: float) -> float | None:
-    """Nearest-rank percentile (``fraction`` in (0, 1]); ``None`` for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(fraction * len(ordered)))
-    return ordered[rank - 1]

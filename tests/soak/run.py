@@ -38,21 +38,21 @@ import localcluster as lc
 import yaml
 from localcluster.processes import wait_port_released
 
-from extender.kube.informer import object_key
-from tests.soak.figures import (
+from bench.workload import (
     GpuSeconds,
     completed_jobs,
     holds_gpus,
     job_completion_figures,
+    percentile,
     pod_gpus,
 )
+from extender.kube.informer import object_key
 from tests.soak.invariants import (
     Observer,
     Violation,
     double_evictions,
     end_state_violations,
     evictions_in_audit,
-    percentile,
 )
 from tests.soak.plan import GPU, PRIORITY_CLASSES, FaultPlan, JobPlan, SoakPlan, make_plan
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from tests.soak.figures import (
+from bench.workload import (
     GpuSeconds,
     completed_jobs,
     holds_gpus,
     job_completion_figures,
+    percentile,
     pod_gpus,
 )
 from tests.soak.invariants import (
@@ -21,7 +22,6 @@ from tests.soak.invariants import (
     double_evictions,
     end_state_violations,
     evictions_in_audit,
-    percentile,
 )
 from tests.soak.plan import FAULT_KINDS, GPU, make_plan
 

@@ -1,0 +1,391 @@
+"""The head-to-head (issue 25): one seeded GPU trace replayed identically on Muster and on
+the peers' own schedulers, each on its own fresh local control plane, and one table.
+
+    python -m bench.peers [--systems muster,scheduler-plugins] [--seed 1] [--seconds 240]
+        [--drain 150] [--nodes 32] [--json peers.json] [--markdown]
+
+Systems (each with its documented configuration, on the same Kubernetes release,
+``lc.peers.SCHEDULER_PLUGINS_KUBERNETES``: the newest scheduler-plugins builds against):
+
+- ``muster``: a stock kube-scheduler with Muster as its extender on the sample
+  configuration (filter and preempt, kube-scheduler's MostAllocated packing), Muster's
+  default arguments, and ``muster evictor`` acting on the soft-eviction marks;
+- ``scheduler-plugins``: scheduler-plugins' kube-scheduler (CapacityScheduling with
+  Coscheduling, its chart's configuration, :func:`localcluster.peers.scheduler_plugins_config`).
+
+Both read the same objects: an ElasticQuota per team (``min`` and ``max`` in GPUs; CPU
+and memory with room to spare) and a PodGroup (``minMember`` = the job's pods) per job.
+Every job is a batch/v1 Job of ``pods`` pods (``parallelism`` = ``completions``) whose pods
+run their run time on the kubelet stand-in and succeed; an evicted pod is replaced by the
+Job controller (a ``DisruptionTarget`` failure is ignored, the README's recommended Job
+shape). The trace (:mod:`bench.trace`) is submitted at its own times from the moment the
+cluster is ready; the pods are watched, and the figures (:func:`bench.workload.trace_figures`)
+are taken over the same window on every system: the trace's ``seconds`` plus ``drain``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import Evictor, MusterServer
+from bench.time_to_mark import SAMPLE_PROFILES
+from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
+from bench.workload import PodSighting, SubmittedJob, holds_gpus, pod_gpus, trace_figures
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "hack"))
+
+import localcluster as lc  # noqa: E402
+
+Json = dict[str, Any]
+GPU = "nvidia.com/gpu"
+JOB_LABEL = "bench.muster.dev/job"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
+CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
+QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
+NODE_CPU, NODE_MEMORY_GI = 32, 128
+SYSTEMS = ("muster", "scheduler-plugins")
+
+
+def _job_object(job: TraceJob) -> Json:
+    """A trace job as a batch/v1 Job whose pods carry the pod-group label, Muster's
+    preemption labels (every job may be preempted and may preempt: the peers decide by
+    priority and quota alone) and their run time for the kubelet stand-in."""
+    requests = {"cpu": "1", "memory": "1Gi", GPU: str(job.gpus_per_pod)}
+    labels = {
+        JOB_LABEL: job.name,
+        POD_GROUP_LABEL: job.name,
+        PREEMPTIBLE: "true",
+        CAN_PREEMPT: "true",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job.name, "labels": {JOB_LABEL: job.name}},
+        "spec": {
+            "parallelism": job.pods,
+            "completions": job.pods,
+            "backoffLimit": 50,
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            },
+            "template": {
+                "metadata": {"labels": labels, "annotations": {lc.RUN_SECONDS: str(job.runtime)}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    "priorityClassName": job.priority_class,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": requests, "limits": {GPU: requests[GPU]}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _quota_object(team: str, min_gpus: int, max_gpus: int, teams: int, nodes: int) -> Json:
+    """A team's ElasticQuota: GPUs as the trace says; CPU and memory split as GPUs are,
+    so they never decide (scheduler-plugins reads a resource absent from ``max`` as 0)."""
+    cpu, memory = nodes * NODE_CPU, nodes * NODE_MEMORY_GI
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "ElasticQuota",
+        "metadata": {"name": team, "namespace": team},
+        "spec": {
+            "min": {GPU: str(min_gpus), "cpu": str(cpu // teams), "memory": f"{memory // teams}Gi"},
+            "max": {GPU: str(max_gpus), "cpu": str(cpu), "memory": f"{memory}Gi"},
+        },
+    }
+
+
+class Replay:
+    """One system, one trace: the control plane, the submissions and the pod watch."""
+
+    def __init__(self, trace: Trace, system: str, workdir: Path, say: Callable[[str], None]):
+        self.trace = trace
+        self.system = system
+        self.workdir = workdir
+        self.say = say
+        self.t0 = 0.0
+        self.sightings: list[PodSighting] = []
+        self.submitted: dict[str, SubmittedJob] = {}
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    @contextlib.contextmanager
+    def cluster(self) -> Iterator[lc.ControlPlane]:
+        """The system's control plane, started and ready for the trace."""
+        bin_dir = lc.ensure_binaries(version=lc.peers.SCHEDULER_PLUGINS_KUBERNETES)
+        workdir = self.workdir / self.system
+        with contextlib.ExitStack() as stack:
+            if self.system == "muster":
+                plane = lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s")
+                stack.callback(plane.stop)
+                plane.start()
+                muster = MusterServer(plane.kubeconfig, workdir / "muster.log", ROOT)
+                stack.callback(muster.stop)
+                evictor = Evictor(plane.kubeconfig, workdir / "evictor.log", ROOT)
+                stack.callback(evictor.stop)
+                plane.restart_scheduler(
+                    lc.ExtenderConfig(muster.url, prioritize_verb=None, preempt_verb="preempt"),
+                    scheduler_config=SAMPLE_PROFILES,
+                )
+            elif self.system == "scheduler-plugins":
+                plane = lc.ControlPlane(
+                    bin_dir=bin_dir,
+                    workdir=workdir / "k8s",
+                    scheduler_binary=lc.ensure_peer("scheduler-plugins") / "kube-scheduler",
+                    scheduler_config=lc.peers.scheduler_plugins_config(),
+                    scheduler_rbac=lc.peers.scheduler_plugins_rbac(),
+                )
+                stack.callback(plane.stop)
+                plane.start()
+            else:
+                raise ValueError(f"unknown system {self.system!r} (known: {', '.join(SYSTEMS)})")
+            self._prepare(plane)
+            yield plane
+
+    def _prepare(self, plane: lc.ControlPlane) -> None:
+        rest = plane.rest
+        for name, (value, _) in PRIORITIES.items():
+            body = {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+            rest.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
+        for i in range(self.trace.nodes):
+            plane.create_node(
+                f"gpu-{i:03d}",
+                {
+                    "cpu": str(NODE_CPU),
+                    "memory": f"{NODE_MEMORY_GI}Gi",
+                    GPU: self.trace.gpus_per_node,
+                },
+            )
+        for team in self.trace.teams:
+            plane.create_namespace(team.name)
+            quota = _quota_object(
+                team.name, team.min_gpus, team.max_gpus, len(self.trace.teams), self.trace.nodes
+            )
+            rest.request("POST", f"{QUOTA_API}/namespaces/{team.name}/elasticquotas", quota)
+
+    def _submit(self, plane: lc.ControlPlane, job: TraceJob) -> None:
+        rest = plane.rest
+        group = {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": job.name, "namespace": job.team},
+            "spec": {"minMember": job.pods},
+        }
+        try:
+            rest.request("POST", f"{QUOTA_API}/namespaces/{job.team}/podgroups", group)
+            rest.request("POST", f"/apis/batch/v1/namespaces/{job.team}/jobs", _job_object(job))
+        except lc.ApiError as error:
+            self.errors.append(f"{job.name}: {error}")
+            return
+        with self._lock:
+            self.submitted[job.name] = SubmittedJob(
+                job.team, job.pods, job.gpus_per_pod, job.priority_class, self.now()
+            )
+
+    def _on_pod(self, kind: str, pod: Json) -> None:
+        metadata = pod.get("metadata") or {}
+        job = (metadata.get("labels") or {}).get(JOB_LABEL)
+        if job is None:
+            return
+        sighting = PodSighting(
+            at=self.now(),
+            key=f"{metadata.get('namespace')}/{metadata.get('name')}",
+            job=job,
+            gpus=pod_gpus(pod, GPU),
+            holds=kind != "DELETED" and holds_gpus(pod),
+            succeeded=(pod.get("status") or {}).get("phase") == "Succeeded",
+            gone=kind == "DELETED",
+        )
+        with self._lock:
+            self.sightings.append(sighting)
+
+    def _on_list(self, items: list[Json]) -> None:
+        for item in items:
+            self._on_pod("SYNC", item)
+
+    def run(self, drain: float) -> Json:
+        """Play the trace and return the system's figures."""
+        started = time.time()
+        with self.cluster() as plane:
+            ready = time.time() - started
+            watcher = lc.Watcher(
+                plane.rest,
+                "/api/v1/pods",
+                self._on_pod,
+                on_list=self._on_list,
+                label_selector=JOB_LABEL,
+                name="bench-peers-watch",
+            )
+            watcher.start()
+            try:
+                lc.wait_until(watcher.synced.is_set, timeout=30, what="the pod watch")
+                self.t0 = time.time()
+                self.say(
+                    f"{self.system}: ready in {ready:.0f}s; playing {len(self.trace.jobs)} jobs"
+                )
+                for job in self.trace.jobs:
+                    # The trace's own clock: each job is sent at its time, not on a signal.
+                    time.sleep(max(0.0, self.t0 + job.at - time.time()))
+                    self._submit(plane, job)
+                horizon = self.trace.seconds + drain
+                time.sleep(max(0.0, self.t0 + horizon - time.time()))
+            finally:
+                watcher.stop()
+        with self._lock:
+            sightings, submitted = list(self.sightings), dict(self.submitted)
+        figures = trace_figures(
+            sightings,
+            submitted,
+            {team.name: team.min_gpus for team in self.trace.teams},
+            self.trace.capacity,
+            horizon,
+        )
+        figures["submit_errors"] = self.errors
+        return figures
+
+
+def play(
+    trace: Trace, systems: list[str], drain: float, workdir: Path, say: Callable[[str], None]
+) -> Json:
+    """Every system on the trace, one after another; the figures per system."""
+    results: Json = {
+        "seed": trace.seed,
+        "kubernetes": lc.peers.SCHEDULER_PLUGINS_KUBERNETES,
+        "trace": {
+            "seconds": trace.seconds,
+            "drain": drain,
+            "nodes": trace.nodes,
+            "gpus_per_node": trace.gpus_per_node,
+            "jobs": len(trace.jobs),
+            "pods": sum(job.pods for job in trace.jobs),
+            "teams": [
+                {"name": t.name, "min": t.min_gpus, "max": t.max_gpus, "starts": t.starts}
+                for t in trace.teams
+            ],
+        },
+        "systems": {},
+    }
+    for system in systems:
+        began = time.time()
+        figures = Replay(trace, system, workdir, say).run(drain)
+        figures["wall_seconds"] = round(time.time() - began, 1)
+        results["systems"][system] = figures
+        say(f"{system}: {json.dumps(_without_series(figures))}")
+    return results
+
+
+def markdown_table(results: Json) -> str:
+    """The comparison table, one column per system."""
+    systems = results["systems"]
+    names = list(systems)
+    classes = sorted({c for f in systems.values() for c in f["job_completion_seconds"]})
+
+    def completion(figures: Json, name: str) -> str:
+        row = figures["job_completion_seconds"].get(name)
+        return f"{row['p50']:.0f} / {row['p95']:.0f} ({row['count']})" if row else "-"
+
+    rows: list[tuple[str, Callable[[Json], str]]] = [
+        ("GPU allocation (GPU-s held / capacity)", lambda f: f"{f['gpu_allocation']:.3f}"),
+        ("GPU-s held by gangs not fully running", lambda f: f"{f['partial_gang_gpu_seconds']:.0f}"),
+        (
+            "team-seconds below `min` with work that fits in it",
+            lambda f: f"{sum(f['seconds_below_min_with_pending_work'].values()):.0f}",
+        ),
+        *(
+            (f"completion p50 / p95 s (jobs), {name}", lambda f, n=name: completion(f, n))
+            for name in classes
+        ),
+        ("jobs completed / submitted", lambda f: f"{f['jobs_completed']} / {f['jobs_submitted']}"),
+        (
+            "evicted pods per completed job",
+            lambda f: (
+                "-"
+                if f["evictions_per_completed_job"] is None
+                else f"{f['evictions_per_completed_job']:.3f}"
+            ),
+        ),
+        ("jobs pending at the end (nothing running)", lambda f: str(f["pending_at_end"])),
+    ]
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(systems[n]) for n in names) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.peers", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--systems", default=",".join(SYSTEMS), help="comma-separated: " + ", ".join(SYSTEMS)
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=240.0, help="the trace's arrival window")
+    parser.add_argument("--drain", type=float, default=150.0, help="watched after the last arrival")
+    parser.add_argument("--nodes", type=int, default=32)
+    parser.add_argument("--teams", type=int, default=4)
+    parser.add_argument("--load", type=float, default=1.3)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
+    parser.add_argument("--workdir", type=Path, help="keep the control planes' files here")
+    options = parser.parse_args(argv)
+    systems = [s.strip() for s in options.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if not systems or unknown:
+        given = ", ".join(unknown) or "(none given)"
+        parser.error(f"--systems: unknown {given}; known: {', '.join(SYSTEMS)}")
+    try:
+        trace = make_trace(
+            options.seed,
+            seconds=options.seconds,
+            nodes=options.nodes,
+            teams=options.teams,
+            load=options.load,
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
+    say = lambda message: print(f"peers: {message}", file=sys.stderr, flush=True)  # noqa: E731
+    results = play(trace, systems, options.drain, workdir, say)
+    if options.json:
+        options.json.write_text(json.dumps(results, indent=1))
+    if options.markdown:
+        print(markdown_table(results))
+    else:
+        systems = {name: _without_series(f) for name, f in results["systems"].items()}
+        print(json.dumps(systems, indent=1))
+    return 0
+
+
+def _without_series(figures: Json) -> Json:
+    return {k: v for k, v in figures.items() if k != "allocated_gpus_series"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""What the users of a shared GPU cluster feel, as figures: pure bookkeeping over what a
+driver saw of its pods, shared by the soak (:mod:`tests.soak.run`) and the head-to-head
+with the peers (:mod:`bench.peers`).
+
+* ``GpuSeconds``: GPU-seconds held by bound pods (from the bind until the pod finishes or
+  is gone; a terminating pod still holds its GPUs), over the stream's window;
+* ``job_completion_figures``: Jobs completed, completion time (creation to
+  ``status.completionTime``) p50/p95 per priority class, and evictions per completed Job;
+* ``trace_figures``: one sweep over every sighting of a trace's pods (:class:`PodSighting`)
+  and its jobs' submissions, for the comparison table: GPU allocation, GPU-seconds held by
+  gangs not fully running, seconds a team spent below its ``min`` with work it could have
+  run there, completion times per priority, evictions per completed job, jobs left.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from base.resources import pod_requests
+from extender.core.objects import parse_time
+
+Json = dict[str, Any]
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile (``fraction`` in (0, 1]); ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class GpuSeconds:
+    """GPU-seconds held by pods, each from the moment it is seen bound until it is seen
+    finished or gone."""
+
+    #: pod key → (GPUs, held since) for the pods holding GPUs now.
+    holding: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: GPU-seconds of holds that ended.
+    ended: float = 0.0
+
+    def observe(self, key: str, gpus: float, holds: bool, at: float) -> None:
+        """The pod ``key`` is seen at ``at``: holding ``gpus`` GPUs (bound, not finished)
+        or not (pending, finished, deleted)."""
+        current = self.holding.get(key)
+        if holds and current is None:
+            self.holding[key] = (gpus, at)
+        elif not holds and current is not None:
+            held, since = self.holding.pop(key)
+            self.ended += held * max(0.0, at - since)
+
+    def total(self, until: float) -> float:
+        """GPU-seconds held up to ``until``, counting the holds still going on."""
+        going = sum(gpus * max(0.0, until - since) for gpus, since in self.holding.values())
+        return self.ended + going
+
+
+def pod_gpus(obj: Mapping[str, Any], resource: str) -> float:
+    """The GPUs a pod manifest requests, by the Kubernetes rules (``pod_requests``)."""
+    return pod_requests(obj.get("spec") or {}).get(resource, 0) / 1000
+
+
+def holds_gpus(obj: Mapping[str, Any]) -> bool:
+    """Bound and not finished: the pod's GPUs are taken (terminating ones included)."""
+    phase = (obj.get("status") or {}).get("phase")
+    return bool((obj.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedJob:
+    name: str
+    priority_class: str
+    seconds: float
+
+
+def completed_jobs(
+    jobs: Iterable[Mapping[str, Any]], priority_of: Mapping[str, str]
+) -> list[CompletedJob]:
+    """The batch/v1 Jobs (as the API returns them) with a ``Complete=True`` condition:
+    their completion time, creation to ``status.completionTime`` (whole seconds, as the
+    API keeps them), and the priority class ``priority_of`` gives their name."""
+    done = []
+    for job in jobs:
+        metadata = job.get("metadata") or {}
+        status = job.get("status") or {}
+        complete = any(
+            c.get("type") == "Complete" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        created = parse_time(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
+        finished = parse_time(status.get("completionTime"), "status.completionTime")
+        name = str(metadata.get("name"))
+        if complete and created is not None and finished is not None and name in priority_of:
+            done.append(CompletedJob(name, priority_of[name], finished - created))
+    return done
+
+
+def job_completion_figures(done: list[CompletedJob], evictions: int) -> dict[str, Any]:
+    """Jobs completed, completion time p50/p95 per priority class, evictions per completed
+    Job."""
+    by_class: dict[str, list[float]] = {}
+    for job in done:
+        by_class.setdefault(job.priority_class, []).append(job.seconds)
+    times = {
+        name: (percentile(values, 0.5), percentile(values, 0.95), len(values))
+        for name, values in sorted(by_class.items())
+    }
+    return {
+        "jobs completed": len(done),
+        "job completion time p50/p95 (s), count, by priority class": {
+            name: (round(p50 or 0.0, 1), round(p95 or 0.0, 1), count)
+            for name, (p50, p95, count) in times.items()
+        },
+        "evictions per completed job": round(evictions / len(done), 3) if done else None,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PodSighting:
+    """One look at a trace's pod, as a watch delivered it, ``at`` seconds into the trace."""
+
+    at: float
+    key: str
+    #: The trace job the pod belongs to.
+    job: str
+    gpus: float
+    #: Bound and not finished (terminating included): its GPUs are taken.
+    holds: bool
+    succeeded: bool
+    #: Deleted (the watch's DELETED).
+    gone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """A trace job as submitted: its team, its shape, its class and when it was sent."""
+
+    team: str
+    pods: int
+    gpus_per_pod: float
+    priority_class: str
+    submitted: float
+
+
+@dataclass
+class _JobState:
+    holding: dict[str, float] = field(default_factory=dict)  # pod → GPUs, pods holding now
+    succeeded: set[str] = field(default_factory=set)
+    completed: float | None = None
+
+
+def trace_figures(
+    sightings: Iterable[PodSighting],
+    jobs: Mapping[str, SubmittedJob],
+    mins: Mapping[str, float],
+    capacity: float,
+    horizon: float,
+    *,
+    sample_seconds: float = 5.0,
+) -> dict[str, Any]:
+    """The comparison table's figures over ``[0, horizon)``, from every sighting of the
+    trace's pods and the jobs submitted (``mins``: each team's GPU ``min``).
+
+    One sweep in time order; between two events nothing changes, and each stretch adds:
+
+    - to **allocation**, the GPUs held (divided by ``capacity * horizon`` at the end);
+    - to **partial gangs**, the GPUs held by jobs of more than one pod that have some but
+      not all pods running or done (their GPUs wait for the rest, doing nothing);
+    - to a team's **seconds below min**, the stretch if the team holds less than its
+      ``min`` while one of its jobs waits that would fit in what the ``min`` leaves (the
+      room a guarantee promises: the job's pods not yet running or done, times their GPUs).
+
+    A pod that stops holding GPUs without succeeding is an **eviction** (preempted,
+    given up, or deleted while running). A job is **complete** when ``pods`` of its pods
+    have succeeded; **pending at the end** when it is neither complete nor running any
+    pod at ``horizon``.
+    """
+    timeline: list[tuple[float, int, PodSighting | str]] = [
+        (job.submitted, 0, name) for name, job in jobs.items()
+    ]
+    timeline += [(s.at, 1, s) for s in sightings if s.job in jobs]
+    timeline.sort(key=lambda entry: (entry[0], entry[1]))
+    state = {name: _JobState() for name in jobs}
+    submitted: set[str] = set()
+    held_by_pod: dict[str, float] = {}
+    evictions = 0
+    allocated = partial = 0.0
+    below = dict.fromkeys(mins, 0.0)
+    series: list[tuple[float, float]] = []
+    now = 0.0
+
+    def waiting(name: str) -> bool:
+        job, js = jobs[name], state[name]
+        return js.completed is None and len(js.holding) + len(js.succeeded) < job.pods
+
+    def advance(until: float) -> None:
+        nonlocal now, allocated, partial
+        until = min(until, horizon)
+        if until <= now:
+            return
+        span = until - now
+        held = sum(held_by_pod.values())
+        allocated += held * span
+        for name in submitted:
+            job, js = jobs[name], state[name]
+            if job.pods > 1 and js.holding and waiting(name):
+                partial += sum(js.holding.values()) * span
+        used = dict.fromkeys(mins, 0.0)
+        for name in submitted:
+            team = jobs[name].team
+            if team in used:
+                used[team] += sum(state[name].holding.values())
+        for team, floor in mins.items():
+            if used[team] >= floor:
+                continue
+            if any(
+                jobs[n].team == team
+                and waiting(n)
+                and used[team] + _left_to_run(jobs[n], state[n]) <= floor
+                for n in submitted
+            ):
+                below[team] += span
+        while not series or series[-1][0] + sample_seconds <= until:
+            at = series[-1][0] + sample_seconds if series else 0.0
+            if at > until:
+                break
+            series.append((at, held))
+        now = until
+
+    for at, _, event in timeline:
+        if at >= horizon:
+            break
+        advance(at)
+        if isinstance(event, str):
+            submitted.add(event)
+            continue
+        js = state[event.job]
+        holds = event.holds and not event.gone
+        was = event.key in held_by_pod
+        if holds and not was:
+            held_by_pod[event.key] = event.gpus
+            js.holding[event.key] = event.gpus
+        elif not holds and was:
+            del held_by_pod[event.key]
+            del js.holding[event.key]
+            if not event.succeeded:
+                evictions += 1
+        if event.succeeded and event.key not in js.succeeded:
+            js.succeeded.add(event.key)
+            if len(js.succeeded) >= jobs[event.job].pods and js.completed is None:
+                js.completed = at
+    advance(horizon)
+
+    done = [
+        (jobs[name].priority_class, js.completed - jobs[name].submitted)
+        for name, js in state.items()
+        if js.completed is not None
+    ]
+    by_class: dict[str, list[float]] = {}
+    for priority_class, seconds in done:
+        by_class.setdefault(priority_class, []).append(seconds)
+    pending = [n for n in submitted if waiting(n) and not state[n].holding]
+    return {
+        "gpu_allocation": round(allocated / (capacity * horizon), 4),
+        "partial_gang_gpu_seconds": round(partial, 1),
+        "seconds_below_min_with_pending_work": {t: round(s, 1) for t, s in below.items()},
+        "job_completion_seconds": {
+            name: {
+                "p50": round(percentile(values, 0.5) or 0.0, 1),
+                "p95": round(percentile(values, 0.95) or 0.0, 1),
+                "count": len(values),
+            }
+            for name, values in sorted(by_class.items())
+        },
+        "jobs_submitted": len(submitted),
+        "jobs_completed": len(done),
+        "evicted_pods": evictions,
+        "evictions_per_completed_job": round(evictions / len(done), 3) if done else None,
+        "pending_at_end": len(pending),
+        "allocated_gpus_series": series,
+    }
+
+
+def _left_to_run(job: SubmittedJob, state: _JobState) -> float:
+    """The GPUs a job still needs to run whole: its pods neither running nor done."""
+    return (job.pods - len(state.holding) - len(state.succeeded)) * job.gpus_per_pod

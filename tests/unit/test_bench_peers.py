@@ -1,0 +1,106 @@
+"""The head-to-head's pure parts (issue 25): the seeded GPU trace (``bench.trace``) and the
+figures of the comparison table (``bench.workload.trace_figures``), each expectation
+worked out by hand from the definitions in their docstrings."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.trace import GANG_SIZES, make_trace, pods_of
+from bench.workload import PodSighting, SubmittedJob, trace_figures
+
+
+def test_a_seed_replays_the_same_trace_and_another_seed_does_not() -> None:
+    assert make_trace(7) == make_trace(7)
+    assert make_trace(7).jobs != make_trace(8).jobs
+
+
+def test_the_trace_offers_load_times_what_the_cluster_can_do() -> None:
+    # Jobs are drawn until the work offered (GPUs x run time) reaches load x capacity x
+    # seconds: it passes that by less than one job's work, at most 32 GPUs x 240 s.
+    trace = make_trace(3, seconds=120, nodes=8, load=1.5)
+    offered = sum(job.gpus * job.runtime for job in trace.jobs)
+    wanted = 1.5 * 64 * 120
+    assert wanted <= offered < wanted + 32 * 240
+    assert all(0 <= job.at <= 120 for job in trace.jobs)
+    assert [job.at for job in trace.jobs] == sorted(job.at for job in trace.jobs)
+    assert all(10.0 <= job.runtime <= 240.0 for job in trace.jobs)
+    assert {job.gpus for job in trace.jobs} <= {size for size, _ in GANG_SIZES}
+
+
+def test_teams_share_the_cluster_in_guarantees_and_start_in_turn() -> None:
+    # 4 teams on 32 nodes of 8 GPUs: min 256 / 4 = 64 each, max 256; team i starts at
+    # i x 240 / 8 = 30 i seconds, and no job goes to a team before it starts.
+    trace = make_trace(5)
+    assert [(t.min_gpus, t.max_gpus, t.starts) for t in trace.teams] == [
+        (64, 256, 0.0),
+        (64, 256, 30.0),
+        (64, 256, 60.0),
+        (64, 256, 90.0),
+    ]
+    starts = {t.name: t.starts for t in trace.teams}
+    assert all(job.at >= starts[job.team] for job in trace.jobs)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "shape"),
+    [(1, (1, 1)), (2, (2, 1)), (4, (4, 1)), (8, (2, 4)), (16, (2, 8)), (32, (4, 8))],
+)
+def test_a_job_is_split_into_pods_as_the_docstring_says(gpus: int, shape: tuple[int, int]) -> None:
+    assert pods_of(gpus, 8) == shape
+
+
+def test_trace_figures_worked_by_hand() -> None:
+    # 16 GPUs, 100 s; teams a and b, min 8 each.
+    # a/a1: 2 pods x 4 GPUs, sent at 0; p0 binds at 10, p1 at 20, both succeed at 50.
+    # b/b1: 1 pod x 8 GPUs, sent at 0; binds at 0, evicted at 30; its replacement binds
+    #       at 40 and succeeds at 90.
+    # a/a2: 1 pod x 16 GPUs, sent at 60, never binds.
+    jobs = {
+        "a1": SubmittedJob("a", 2, 4, "normal", 0.0),
+        "b1": SubmittedJob("b", 1, 8, "high", 0.0),
+        "a2": SubmittedJob("a", 1, 16, "normal", 60.0),
+    }
+    seen = [
+        PodSighting(0, "b/b1-x", "b1", 8, holds=True, succeeded=False),
+        PodSighting(10, "a/a1-0", "a1", 4, holds=True, succeeded=False),
+        PodSighting(20, "a/a1-1", "a1", 4, holds=True, succeeded=False),
+        PodSighting(30, "b/b1-x", "b1", 8, holds=False, succeeded=False, gone=True),
+        PodSighting(40, "b/b1-y", "b1", 8, holds=True, succeeded=False),
+        PodSighting(50, "a/a1-0", "a1", 4, holds=False, succeeded=True),
+        PodSighting(50, "a/a1-1", "a1", 4, holds=False, succeeded=True),
+        PodSighting(61, "a/a2-0", "a2", 16, holds=False, succeeded=False),
+        PodSighting(90, "b/b1-y", "b1", 8, holds=False, succeeded=True),
+        PodSighting(120, "a/a2-0", "a2", 16, holds=True, succeeded=False),  # after horizon
+    ]
+    figures = trace_figures(seen, jobs, {"a": 8, "b": 8}, capacity=16, horizon=100)
+    # Held: a1 4 x 40 + 4 x 30 = 280, b1 8 x 30 + 8 x 50 = 640; 920 / (16 x 100).
+    assert figures["gpu_allocation"] == 0.575
+    # a1 has one pod of two running from 10 to 20: 4 GPUs x 10 s.
+    assert figures["partial_gang_gpu_seconds"] == 40.0
+    # a: from 0 to 20 it holds less than 8 while a1 (8, then 4 left) fits in what min
+    # leaves; a2 (16) never fits in 8. b: from 30 to 40 it holds 0 while b1 waits.
+    assert figures["seconds_below_min_with_pending_work"] == {"a": 20.0, "b": 10.0}
+    assert figures["job_completion_seconds"] == {
+        "high": {"p50": 90.0, "p95": 90.0, "count": 1},
+        "normal": {"p50": 50.0, "p95": 50.0, "count": 1},
+    }
+    assert figures["jobs_completed"] == 2 and figures["jobs_submitted"] == 3
+    assert figures["evicted_pods"] == 1 and figures["evictions_per_completed_job"] == 0.5
+    assert figures["pending_at_end"] == 1  # a2
+
+
+def test_a_gang_done_one_pod_at_a_time_is_not_partial() -> None:
+    # Two pods bound together at 0; one succeeds at 10, the other at 20: from 10 to 20
+    # the job has one pod running and one done, which is the whole job.
+    jobs = {"g": SubmittedJob("a", 2, 8, "normal", 0.0)}
+    seen = [
+        PodSighting(0, "a/g-0", "g", 8, holds=True, succeeded=False),
+        PodSighting(0, "a/g-1", "g", 8, holds=True, succeeded=False),
+        PodSighting(10, "a/g-0", "g", 8, holds=False, succeeded=True),
+        PodSighting(20, "a/g-1", "g", 8, holds=False, succeeded=True),
+    ]
+    figures = trace_figures(seen, jobs, {"a": 16}, capacity=16, horizon=30)
+    assert figures["partial_gang_gpu_seconds"] == 0.0
+    assert figures["evicted_pods"] == 0
+    assert figures["job_completion_seconds"]["normal"]["p50"] == 20.0
