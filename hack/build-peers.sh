@@ -19,9 +19,10 @@
 #                      control plane (kube-scheduler may be one minor release older than
 #                      kube-apiserver).
 #   kueue              sigs.k8s.io/kueue v0.15.0: its controller manager (cmd/kueue), which
-#                      admits workloads beside a stock kube-scheduler, and its CRDs
-#                      (config/components/crd/bases/*.yaml of the same module, copied to
-#                      bin/crds/). hack/localcluster/kueue.py runs it on the local control
+#                      admits workloads beside a stock kube-scheduler, and its CRDs and
+#                      webhook configurations (config/components/crd/bases/*.yaml and
+#                      config/components/webhook/*.yaml of the same module, copied to
+#                      bin/crds/ and bin/webhook/). hack/localcluster/kueue.py runs it on the local control
 #                      plane (`make test-peers`).
 #
 # Usage:
@@ -53,7 +54,7 @@ case "$peer" in
         packages=(cmd/kueue)
         names=(kueue-manager)
         # Files of the module itself the harness needs beside the binary.
-        module_files=("config/components/crd/bases:crds")
+        module_files=("config/components/crd/bases:crds" "config/components/webhook:webhook")
         ;;
     *) die "unknown peer '$peer' (known: scheduler-plugins, kueue)" ;;
 esac

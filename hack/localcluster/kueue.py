@@ -18,11 +18,17 @@ pods. :func:`start_kueue` runs the manager built by ``hack/build-peers.sh kueue`
   ``/etc/kueue/metrics/certs`` (cmd/kueue/main.go): the manager runs in a private mount
   namespace (``unshare --mount``) whose ``/etc`` is an overlay adding that directory, so
   nothing is written to the host's ``/etc``. This needs root (or CAP_SYS_ADMIN).
-* **Webhooks**: only the conversion webhook is registered. Kueue's admission webhooks
-  (Job defaulting, which suspends a Job with a queue name, and validation) are not, so
-  **a Job must be created with ``spec.suspend: true`` and the label
-  ``kueue.x-k8s.io/queue-name: <LocalQueue>``** (:func:`kueue_job` does both); Kueue
-  unsuspends it when it admits it.
+* **Webhooks**: Kueue's admission webhooks (``config/components/webhook/manifests.yaml``
+  of the module, copied by build-peers.sh to ``<bin>/webhook``) are registered for what
+  this manager serves, batch/v1 Jobs and Kueue's own kinds, at the same loopback URL
+  (the others, for pods, Deployments, JobSets, ..., would answer 404 and, being
+  ``failurePolicy: Fail``, refuse every such object); ``stop()`` deletes them again, so a
+  stopped manager blocks no write. The Job webhook suspends a Job that names a
+  LocalQueue when it is created, as in a Kueue installation. Submitting a Job to Kueue:
+  the label ``kueue.x-k8s.io/queue-name: <LocalQueue>``; create it with ``spec.suspend:
+  true`` as well (:func:`kueue_job` does both) so that it is right without the webhook
+  too (``start_kueue(admission_webhooks=False)``); Kueue unsuspends it when it admits its
+  Workload.
 * **Access**: the manager runs as the ServiceAccount ``kueue-system/kueue-controller-
   manager`` with a token from the TokenRequest API, like the harness's other users, bound
   to the built-in ``cluster-admin`` ClusterRole. That is broader than Kueue's chart
@@ -82,6 +88,9 @@ CONVERTED_CRDS = frozenset(
         "multikueueclusters.kueue.x-k8s.io",
     }
 )
+#: The API groups of the admission webhooks registered: Jobs (the one integration
+#: enabled) and Kueue's own kinds.
+WEBHOOK_GROUPS = frozenset({"batch", "kueue.x-k8s.io"})
 #: Kueue's fixed metrics certificate directory when internal certificates are off.
 METRICS_CERT_DIR = "/etc/kueue/metrics/certs"
 
@@ -182,14 +191,66 @@ def kueue_crds(crds_dir: Path, *, webhook_url: str, ca_pem: bytes) -> list[Json]
     return crds
 
 
+def kueue_webhooks(webhook_dir: Path, *, webhook_url: str, ca_pem: bytes) -> list[Json]:
+    """Kueue's Mutating- and ValidatingWebhookConfigurations from ``webhook_dir``
+    (``manifests.yaml``), renamed ``kueue-peer-*``, keeping only the webhooks for
+    ``WEBHOOK_GROUPS``, each pointed at ``webhook_url`` + its service path and trusting
+    ``ca_pem``."""
+    configurations: list[Json] = []
+    ca_bundle = base64.b64encode(ca_pem).decode()
+    for doc in yaml.safe_load_all((webhook_dir / "manifests.yaml").read_text()):
+        if not doc or not doc.get("kind", "").endswith("WebhookConfiguration"):
+            continue
+        hooks = []
+        for hook in doc["webhooks"]:
+            groups = {g for rule in hook["rules"] for g in rule["apiGroups"]}
+            if not groups <= WEBHOOK_GROUPS:
+                continue
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"{webhook_url}{path}", "caBundle": ca_bundle}
+            hooks.append(hook)
+        kind = "mutating" if doc["kind"].startswith("Mutating") else "validating"
+        configurations.append(
+            {
+                "apiVersion": doc["apiVersion"],
+                "kind": doc["kind"],
+                "metadata": {"name": f"kueue-peer-{kind}"},
+                "webhooks": hooks,
+            }
+        )
+    if not configurations:
+        raise ComponentError(f"no webhook configurations in {webhook_dir}/manifests.yaml")
+    return configurations
+
+
+_WEBHOOK_PLURALS = {
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+}
+
+
+def _webhook_path(configuration: Json) -> str:
+    return f"/apis/admissionregistration.k8s.io/v1/{_WEBHOOK_PLURALS[configuration['kind']]}"
+
+
 class KueueManager:
     """Kueue's controller manager as a child process (``process``), with its files in
-    ``workdir``; ``stop()`` ends it (the CRDs and Kueue's objects stay)."""
+    ``workdir``; ``stop()`` deletes its admission webhook configurations and ends it (the
+    CRDs, their conversion webhook, and Kueue's objects stay)."""
 
-    def __init__(self, process: ServiceProcess, workdir: Path, config: Json) -> None:
+    def __init__(
+        self,
+        process: ServiceProcess,
+        workdir: Path,
+        config: Json,
+        plane: ControlPlane,
+        webhooks: Sequence[Json] = (),
+    ) -> None:
         self.process = process
         self.workdir = workdir
         self.config = config
+        self.plane = plane
+        self.webhooks = list(webhooks)
 
     @property
     def log_path(self) -> Path:
@@ -200,6 +261,11 @@ class KueueManager:
         self.process.check_alive()
 
     def stop(self) -> None:
+        for configuration in self.webhooks:
+            name = quote(configuration["metadata"]["name"])
+            with contextlib.suppress(Exception):
+                self.plane.rest.request("DELETE", f"{_webhook_path(configuration)}/{name}")
+        self.webhooks = []
         self.process.stop()
 
     def __enter__(self) -> KueueManager:
@@ -217,6 +283,7 @@ def start_kueue(
     pods_ready_timeout: float = 60.0,
     block_admission: bool = False,
     requeue_backoff_seconds: int = 10,
+    admission_webhooks: bool = True,
     ready_timeout: float = 120.0,
     log_level: int = 2,
 ) -> KueueManager:
@@ -224,8 +291,9 @@ def start_kueue(
     ready (its ``/readyz``: certificates loaded, webhook server listening; then its
     conversion webhook answers kube-apiserver). ``bin_dir``: where build-peers.sh put
     ``kueue-manager`` and ``crds/`` (default: ``ensure_peer("kueue")``, built if needed);
-    ``workdir``: its files (default ``<plane.workdir>/kueue``). The configuration is
-    :func:`kueue_configuration`'s. Stop it with ``.stop()``."""
+    ``workdir``: its files (default ``<plane.workdir>/kueue``); ``admission_webhooks``:
+    register Kueue's Job and Kueue-kind admission webhooks (see the module docstring).
+    The configuration is :func:`kueue_configuration`'s. Stop it with ``.stop()``."""
     bin_dir = bin_dir or ensure_peer("kueue")
     workdir = workdir or plane.workdir / "kueue"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -299,9 +367,24 @@ def start_kueue(
         ready_timeout=ready_timeout,
     )
     process.start()
-    handle = KueueManager(process, workdir, config)
+    handle = KueueManager(process, workdir, config, plane)
     try:
         _wait_conversion(plane, handle, ready_timeout)
+        if admission_webhooks:
+            for configuration in kueue_webhooks(
+                bin_dir / "webhook",
+                webhook_url=f"https://127.0.0.1:{webhook_port}",
+                ca_pem=serving.ca_pem,
+            ):
+                handle.webhooks.append(configuration)
+                try:
+                    plane.rest.request("POST", _webhook_path(configuration), configuration)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+                    name = quote(configuration["metadata"]["name"])
+                    plane.rest.request("DELETE", f"{_webhook_path(configuration)}/{name}")
+                    plane.rest.request("POST", _webhook_path(configuration), configuration)
     except BaseException:
         handle.stop()
         raise
