@@ -16,12 +16,12 @@ from pathlib import Path
 
 import localcluster as lc
 import pytest
-from e2e_support import Cluster, make_pod
+from e2e_support import Cluster, Json, make_job, make_pod
 
 pytestmark = pytest.mark.peers
 
 GPU = "nvidia.com/gpu"
-NODE = {"cpu": "32", "memory": "128Gi", GPU: 8}
+NODE: dict[str, str | int] = {"cpu": "32", "memory": "128Gi", GPU: 8}
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +124,236 @@ def test_capacity_scheduling_stops_a_quota_at_its_max(
         assert bound(cluster, names)[names[2]] is None
     finally:
         cluster.cleanup()
+
+
+# -- Kueue v0.15.0 beside the stock kube-scheduler
+#
+# Expectations from Kueue's documented semantics (kueue.sigs.k8s.io, concepts:
+# ClusterQueue, Workload, Preemption; v0.15.0): a Job labelled with a LocalQueue and
+# created suspended gets a Workload; Kueue admits it (reserves its quota and unsuspends the
+# Job) only if all of its pods' requests fit the ClusterQueue's nominal quota plus what it
+# may borrow from its cohort; an admitted Workload's quota is released when it finishes;
+# with ``reclaimWithinCohort: Any`` a Workload that fits its queue's nominal quota evicts
+# Workloads of other queues of the cohort that borrow, and an evicted Job is suspended
+# again (its pods deleted) and its Workload requeued.  Kueue's Job webhook is not
+# registered here (lc.kueue's docstring): jobs are submitted suspended, labelled.
+
+KUEUE_POD: dict[str, str | int] = {"cpu": "1", GPU: 8}
+
+
+@pytest.fixture(scope="module")
+def kueue_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lc.ControlPlane]:
+    """The v1.35 control plane with its stock kube-scheduler, and Kueue's controller
+    manager beside it (its CRDs, conversion webhook and configuration: lc.kueue)."""
+    plane = lc.ControlPlane(
+        bin_dir=lc.ensure_binaries(version=lc.kueue.KUEUE_KUBERNETES),
+        workdir=tmp_path_factory.mktemp("kueue"),
+        crds_dir=None,
+    )
+    manager: lc.kueue.KueueManager | None = None
+    try:
+        plane.start()
+        manager = lc.kueue.start_kueue(plane)
+        yield plane
+    finally:
+        if manager is not None:
+            manager.stop()
+        plane.stop()
+
+
+def kueue_setup(
+    plane: lc.ControlPlane, teams: list[tuple[str, int, int]], cohort: str
+) -> list[Json]:
+    """The teams' queues (lc.kueue.kueue_queues) created and Active; returned for cleanup."""
+    objects = [
+        o for o in lc.kueue.kueue_queues(teams, cohort=cohort) if o["kind"] != "ResourceFlavor"
+    ]
+    flavor = lc.kueue.kueue_queues([])  # the shared ResourceFlavor "default"
+    lc.kueue.create_kueue_objects(plane, flavor + objects)
+    lc.kueue.wait_queues_active(plane, objects)
+    return objects
+
+
+def submit_gpu_job(
+    plane: lc.ControlPlane,
+    namespace: str,
+    name: str,
+    pods: int,
+    run_seconds: float | None,
+    *,
+    suspend: bool = True,
+) -> Json:
+    """A Job of ``pods`` pods of 8 GPUs each, submitted to the namespace's LocalQueue
+    (labelled, and created suspended unless ``suspend`` is false); the Job as stored."""
+    job = make_job(
+        name, make_pod(name, requests=KUEUE_POD), parallelism=pods, run_seconds=run_seconds
+    )
+    body = lc.kueue.kueue_job(job, queue=namespace)
+    if not suspend:
+        del body["spec"]["suspend"]
+    stored: Json = plane.rest.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body)
+    return stored
+
+
+def workload(plane: lc.ControlPlane, namespace: str, job: str) -> Json | None:
+    found = lc.kueue.job_workloads(plane, namespace, job)
+    return found[0] if found else None
+
+
+def admitted(plane: lc.ControlPlane, namespace: str, job: str) -> bool:
+    w = workload(plane, namespace, job)
+    return w is not None and lc.kueue.workload_condition(w, "Admitted")
+
+
+def suspended(plane: lc.ControlPlane, namespace: str, job: str) -> bool:
+    got = plane.rest.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}")
+    return bool(got["spec"].get("suspend"))
+
+
+def running_pods(cluster: Cluster, namespace: str, job: str) -> list[Json]:
+    return [
+        p
+        for p in cluster.job_pods(namespace, job)
+        if p.get("status", {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def kueue_cleanup(plane: lc.ControlPlane, clusters: list[Cluster], objects: list[Json]) -> None:
+    for cluster in clusters:
+        cluster.cleanup()
+    lc.kueue.delete_kueue_objects(plane, objects)
+
+
+def test_kueue_admits_a_job_within_its_quota(kueue_plane: lc.ControlPlane) -> None:
+    """(a) A Job of 2 x 8 GPUs with the queue-name label, under a ClusterQueue of nominal
+    quota 16, created without ``suspend``: Kueue's Job webhook stores it suspended; Kueue
+    admits its Workload and unsuspends it; kube-scheduler binds both pods (two 8-GPU
+    nodes), they run, and Kueue records the Workload PodsReady."""
+    ns = "kq-admit"
+    cluster = Cluster(kueue_plane, ns)
+    objects = kueue_setup(kueue_plane, [(ns, 16, 16)], cohort=ns)
+    try:
+        for i in range(2):
+            cluster.create_node(f"n{i}", NODE)
+        submit_gpu_job(kueue_plane, ns, "train", pods=2, run_seconds=None)
+        lc.wait_until(lambda: admitted(kueue_plane, ns, "train"), timeout=60, what="train admitted")
+        lc.wait_until(
+            lambda: not suspended(kueue_plane, ns, "train"), timeout=30, what="train unsuspended"
+        )
+        lc.wait_until(
+            lambda: len(running_pods(cluster, ns, "train")) == 2,
+            timeout=60,
+            what="both pods of train Running",
+        )
+        pods = running_pods(cluster, ns, "train")
+        assert len({p["spec"]["nodeName"] for p in pods}) == 2
+        lc.wait_until(
+            lambda: lc.kueue.workload_condition(
+                workload(kueue_plane, ns, "train") or {}, "PodsReady"
+            ),
+            timeout=60,
+            what="train's Workload PodsReady",
+        )
+    finally:
+        kueue_cleanup(kueue_plane, [cluster], objects)
+
+
+def test_kueue_holds_a_job_past_max_until_room_is_released(kueue_plane: lc.ControlPlane) -> None:
+    """(b) A ClusterQueue of 16 GPUs (max = min: no borrowing) on four free 8-GPU nodes.
+    A first Job of 2 x 8 GPUs running for 15 s is admitted; a second of 2 x 8 GPUs would
+    take the queue to 32: Kueue leaves its Workload without quota (QuotaReserved false) and
+    the Job suspended, although the nodes have room, until the first Job finishes and its
+    Workload's quota is released; then it is admitted and runs."""
+    ns = "kq-max"
+    cluster = Cluster(kueue_plane, ns)
+    objects = kueue_setup(kueue_plane, [(ns, 16, 16)], cohort=ns)
+    try:
+        for i in range(4):
+            cluster.create_node(f"n{i}", NODE)
+        submit_gpu_job(kueue_plane, ns, "first", pods=2, run_seconds=15)
+        lc.wait_until(
+            lambda: len(running_pods(cluster, ns, "first")) == 2,
+            timeout=60,
+            what="both pods of first Running",
+        )
+        submit_gpu_job(kueue_plane, ns, "second", pods=2, run_seconds=5)
+
+        def refused() -> bool:
+            w = workload(kueue_plane, ns, "second")
+            conditions = (w or {}).get("status", {}).get("conditions") or []
+            return any(c["type"] == "QuotaReserved" and c["status"] == "False" for c in conditions)
+
+        lc.wait_until(refused, timeout=60, what="Kueue's verdict on second: no quota")
+        assert suspended(kueue_plane, ns, "second")
+        assert not cluster.job_pods(ns, "second")
+
+        def second_admitted() -> bool:
+            if not admitted(kueue_plane, ns, "second"):
+                return False
+            first = workload(kueue_plane, ns, "first") or {}
+            # Admitted only once the first Workload finished and released its quota.
+            assert lc.kueue.workload_condition(first, "Finished"), first.get("status")
+            return True
+
+        lc.wait_until(second_admitted, timeout=90, what="second admitted after first finished")
+        lc.wait_until(
+            lambda: (
+                len(running_pods(cluster, ns, "second")) == 2
+                or lc.kueue.workload_condition(
+                    workload(kueue_plane, ns, "second") or {}, "Finished"
+                )
+            ),
+            timeout=60,
+            what="second's pods running (or done)",
+        )
+    finally:
+        kueue_cleanup(kueue_plane, [cluster], objects)
+
+
+def test_kueue_reclaims_borrowed_quota_by_preempting(kueue_plane: lc.ControlPlane) -> None:
+    """(c) Two teams of nominal 16 and max 32 GPUs in one cohort, four 8-GPU nodes.  Team
+    B's Job of 4 x 8 GPUs borrows A's unused 16 and runs.  Team A then submits 2 x 8 GPUs,
+    within its nominal quota: with ``reclaimWithinCohort: Any`` Kueue preempts B's
+    Workload (Evicted, reason Preempted; the Job suspended, its pods deleted) and admits
+    A's, whose pods then run.  B's Workload stays pending: 32 GPUs no longer fit."""
+    a, b, cohort = "kq-a", "kq-b", "kq-reclaim"
+    cluster_a, cluster_b = Cluster(kueue_plane, a), Cluster(kueue_plane, b)
+    objects = kueue_setup(kueue_plane, [(a, 16, 32), (b, 16, 32)], cohort=cohort)
+    try:
+        for i in range(4):
+            cluster_b.create_node(f"n{i}", NODE)
+        submit_gpu_job(kueue_plane, b, "filler", pods=4, run_seconds=None)
+        lc.wait_until(
+            lambda: len(running_pods(cluster_b, b, "filler")) == 4,
+            timeout=90,
+            what="B's filler running on every GPU",
+        )
+        submit_gpu_job(kueue_plane, a, "train", pods=2, run_seconds=None)
+
+        def b_preempted() -> bool:
+            w = workload(kueue_plane, b, "filler") or {}
+            conditions = w.get("status", {}).get("conditions") or []
+            return any(
+                c["type"] == "Evicted" and c["status"] == "True" and c["reason"] == "Preempted"
+                for c in conditions
+            )
+
+        lc.wait_until(b_preempted, timeout=60, what="B's Workload evicted by preemption")
+        lc.wait_until(
+            lambda: admitted(kueue_plane, a, "train"), timeout=60, what="A's train admitted"
+        )
+        lc.wait_until(
+            lambda: len(running_pods(cluster_a, a, "train")) == 2,
+            timeout=90,
+            what="A's train running",
+        )
+        assert suspended(kueue_plane, b, "filler")
+        assert not admitted(kueue_plane, b, "filler")
+        lc.wait_until(
+            lambda: not running_pods(cluster_b, b, "filler"),
+            timeout=30,
+            what="B's pods gone",
+        )
+    finally:
+        kueue_cleanup(kueue_plane, [cluster_a, cluster_b], objects)
