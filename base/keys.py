@@ -23,6 +23,10 @@ KUEUE_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 #: the gang must share (required), or should (preferred).
 KUEUE_REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
+#: Kueue's podset slices: every ``podset-slice-size`` pods of the gang in one domain of the
+#: ``podset-slice-required-topology`` level (the two go together).
+KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-slice-required-topology"
+KUEUE_SLICE_SIZE_ANNOTATION = "kueue.x-k8s.io/podset-slice-size"
 #: ``"true"`` on the pods of a controller (a Job's pod template): with no pod-group name,
 #: the controller's pods form one gang named after it, placed all or nothing.
 ALL_OR_NOTHING_LABEL = "muster.dev/all-or-nothing"

@@ -25,8 +25,10 @@ from base.errors import ManifestError
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
+from extender.core.gangsize import gang_size
 from extender.core.jobs import OWNER_KINDS, min_available_annotation, parse_owner_size
 from extender.core.objects import (
+    PodInfo,
     PriorityClasses,
     parse_node,
     parse_pod,
@@ -35,6 +37,12 @@ from extender.core.objects import (
 from extender.core.podgroups import GANG_OBJECT_KINDS, gang_object_kind
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
+from extender.core.topology import (
+    SliceRequest,
+    check_slice_size,
+    pod_slice_request,
+    pod_topology_request,
+)
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
 
 _T = TypeVar("_T")
@@ -173,6 +181,8 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         snapshot.set_budget(budget)
     pods = by_kind.pop("Pod")
     pods.reverse()
+    #: Each job asking for slices: its first such pod (and document), for the size check.
+    sliced: dict[str, tuple[SliceRequest, PodInfo, _Document]] = {}
     while pods:
         document = pods.pop().full()  # each object let go once parsed (see _Deferred)
         pod = _parse(document, lambda obj: parse_pod(obj, priorities))
@@ -192,12 +202,21 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
             )
         try:
             min_available_annotation(pod)
+            pod_topology_request(pod)
+            slices = pod_slice_request(pod)
         except ManifestError as error:
             raise document.error(error.field, error.message) from None
+        if slices is not None and pod.job not in sliced:
+            sliced[pod.job] = (slices, pod, document)
         snapshot.upsert_pod(pod)
         if pod.node_name is None and not pod.finished:
             for effect in restored_effects(snapshot, pod):  # as the live informer reads them
                 apply(snapshot, effect)
+    for slices, pod, document in sliced.values():
+        try:
+            check_slice_size(slices, gang_size(snapshot, pod))
+        except ManifestError as error:
+            raise document.error(error.field, error.message) from None
     return LoadedManifests(snapshot, notes)
 
 

@@ -65,6 +65,7 @@ from extender.core.scheduling import (
 )
 from extender.core.state import ClusterState, Reservation, node_domains
 from extender.core.topology import (
+    SliceRequest,
     TopologyRequest,
     fullest_first,
     levels_from,
@@ -138,6 +139,9 @@ def plan_gang_placement(
         needed=gang_size(snapshot, first),
         bound=[pod for pod in pods if pod.node_name is not None and not pod.departing],
     )
+    slices = snapshot.slice_request(job, including=first)
+    if slices is not None:
+        attempt = dataclasses.replace(attempt, slices=slices)
     request = snapshot.topology_request(job, including=first)
     if request is None:
         return attempt.plan(allowed, refused)
@@ -155,6 +159,7 @@ class _Attempt:
     own: list[str]
     needed: int
     bound: list[PodInfo]
+    slices: SliceRequest | None = None  # Kueue's podset slices, each in one domain
 
     def plan(
         self,
@@ -171,7 +176,15 @@ class _Attempt:
         quota = snapshot.quota_of(first)
         for _attempt in range(_REPLANS + 1):
             excluded = refused | outside
-            fit = JobFit(snapshot, job, self.unplaced, excluded=excluded, released=self.own)
+            fit = JobFit(
+                snapshot,
+                job,
+                self.unplaced,
+                excluded=excluded,
+                released=self.own,
+                slices=self.slices,
+                bound=self.bound,
+            )
             placements = fit.place(partial=True) or {}
             if bound + len(placements) < needed and len(fit.shapes) > 1:
                 # Not all fit in the greedy order: every pod may still, in another (the
@@ -182,8 +195,8 @@ class _Attempt:
             if bound + len(placements) < needed:
                 return GangWait(
                     job,
-                    f"gang {job}: {where}{bound + len(placements)} of {needed} pods fit; "
-                    f"waiting for room for all {needed}",
+                    f"gang {job}: {where}{bound + len(placements)} of {needed} pods fit"
+                    f"{_in_slices(self.slices)}; waiting for room for all {needed}",
                     resolvable=True,
                     fitting=bound + len(placements),
                 )
@@ -244,6 +257,12 @@ def _plan_in_a_domain(
         resolvable=True,
         fitting=best[0],
     )
+
+
+def _in_slices(slices: SliceRequest | None) -> str:
+    if slices is None:
+        return ""
+    return f" in slices of {slices.size}, each inside one {slices.level} domain"
 
 
 def _swap_onto_allowed(

@@ -19,6 +19,14 @@ pods with Kueue's Topology Aware Scheduling annotations (the pod template's):
 ``kueue.x-k8s.io/podset-required-topology``, ``podset-preferred-topology``.  The order
 of levels, coarsest first, is Muster's ``topologyLevels`` argument.
 
+*Slices* (:class:`SliceRequest`, Kueue's ``podset-slice-required-topology`` with
+``podset-slice-size``: N): the gang's pods of one shape are cut into slices of N, each
+slice inside one domain of the slice level; different slices may share a domain or not.
+So every domain of the slice level holds a multiple of N of those pods (bound ones
+included): :func:`assign_slices` decides how many each domain takes.  A slice request
+stands alone (slices anywhere) or with a required or preferred level for the whole gang
+(both hold: the gang in one domain of its level, each slice in one of the slice level).
+
 Pure: functions of the state's nodes and pods.
 """
 
@@ -38,6 +46,14 @@ class TopologyRequest:
 
     level: str
     required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SliceRequest:
+    """Kueue's podset slices: every ``size`` pods of the gang in one domain of ``level``."""
+
+    level: str
+    size: int
 
 
 def pod_topology_request(pod: PodInfo) -> TopologyRequest | None:
@@ -71,6 +87,128 @@ def job_topology_request(
         if request is not None:
             return request
     return None
+
+
+def pod_slice_request(pod: PodInfo) -> SliceRequest | None:
+    """The slices a pod's annotations ask for (Kueue's keys, read as Kueue v0.15.0's
+    webhook validates them): the slice level with a size, an integer of at least 1.  An
+    empty level, a size that is not such an integer, or one key without the other is a
+    :class:`ManifestError` naming the key."""
+    level = pod.annotations.get(keys.KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION)
+    text = pod.annotations.get(keys.KUEUE_SLICE_SIZE_ANNOTATION)
+    if level is None and text is None:
+        return None
+    level_field = f"metadata.annotations.{keys.KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION}"
+    size_field = f"metadata.annotations.{keys.KUEUE_SLICE_SIZE_ANNOTATION}"
+    if level is None:
+        raise ManifestError(
+            size_field, f"set without {keys.KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION}"
+        )
+    if not level.strip():
+        raise ManifestError(level_field, "expected a node label key")
+    if text is None:
+        raise ManifestError(
+            size_field, f"required with {keys.KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION}"
+        )
+    try:
+        size = int(text.strip())
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ManifestError(size_field, f"{text!r} is not a positive integer")
+    return SliceRequest(level.strip(), size)
+
+
+def job_slice_request(pods: Iterable[PodInfo]) -> SliceRequest | None:
+    """A gang's slices: the first of its pods' (an unreadable declaration is ignored
+    here, as :func:`job_topology_request` does; ``simulate`` rejects it outright)."""
+    for pod in pods:
+        try:
+            request = pod_slice_request(pod)
+        except ManifestError:
+            continue
+        if request is not None:
+            return request
+    return None
+
+
+def check_slice_size(request: SliceRequest, gang_size: int) -> None:
+    """A :class:`ManifestError` naming the size key unless ``request.size`` divides the
+    gang's size (its min-available): a gang of whole slices."""
+    if gang_size % request.size:
+        raise ManifestError(
+            f"metadata.annotations.{keys.KUEUE_SLICE_SIZE_ANNOTATION}",
+            f"{request.size} does not divide the gang's {gang_size} pods",
+        )
+
+
+def assign_slices(
+    room: Mapping[str, int],
+    bound: Mapping[str, int],
+    size: int,
+    pods: int,
+    *,
+    partial: bool = False,
+) -> dict[str, int] | None:
+    """How many of ``pods`` pods (of one shape) each domain of the slice level takes, so
+    that every domain then holds a multiple of ``size`` of them: ``room``, domain → how
+    many more fit there; ``bound``, domain → how many are there already.
+
+    In order: a domain holding an incomplete slice takes the pods that complete it; the
+    rest go in whole slices, the fullest domain that holds one first (best fit: large
+    domains stay free for large gangs), each domain filled with as many slices as it
+    holds.  When the rest is not a multiple of ``size`` (a gang declared with a size that
+    does not divide it), the last, smaller slice goes first to the fullest domain that
+    can take it and still leave room for the whole slices.  ``None`` when not every pod
+    can be placed so; with ``partial``, the completions and whole slices that can be
+    (an incomplete slice that cannot be completed is left so, and nothing goes there).
+    """
+    left = dict(room)
+    counts: dict[str, int] = {}
+    rest = pods
+    for domain in sorted(bound):
+        short = -bound[domain] % size
+        if short == 0:
+            continue
+        if left.get(domain, 0) < short or rest < short:
+            if not partial:
+                return None
+            rest -= min(short, rest)  # the pods meant to complete it do not go elsewhere
+            continue
+        counts[domain] = short
+        left[domain] -= short
+        rest -= short
+    whole, extra = divmod(rest, size)
+    if extra:
+        slots = sum(free // size for free in left.values())
+        takers = [
+            (free, domain)
+            for domain, free in left.items()
+            if free >= extra and slots - free // size + (free - extra) // size >= whole
+        ]
+        if takers:
+            _free, domain = min(takers)
+            counts[domain] = counts.get(domain, 0) + extra
+            left[domain] -= extra
+        elif not partial:
+            return None
+    for free, domain in sorted((free, domain) for domain, free in left.items() if free >= size):
+        if whole == 0:
+            break
+        taken = min(free // size, whole)
+        counts[domain] = counts.get(domain, 0) + taken * size
+        whole -= taken
+    if whole and not partial:
+        return None
+    return counts
+
+
+def slices_fit(room: Mapping[str, int], bound: Mapping[str, int], size: int, pods: int) -> bool:
+    """Would :func:`assign_slices` place all ``pods``?  (Without building the answer: the
+    planner asks after every victim it takes.)"""
+    if not bound and pods % size == 0:
+        return sum(free // size for free in room.values()) >= pods // size
+    return assign_slices(room, bound, size, pods) is not None
 
 
 def levels_from(request: TopologyRequest, levels: Sequence[str]) -> list[str]:

@@ -89,12 +89,19 @@ def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
 
 
 def _topology(snapshot: ClusterState, job: str) -> dict[str, Any] | None:
-    """The job's topology request and the domain its bound and reserved pods are in."""
+    """The job's topology request and the domain its bound and reserved pods are in, and
+    its slices (Kueue's podset slices: ``slices``, only when it asks for them)."""
     placement = snapshot.topology_placement(job)
-    if placement is None:
+    slices = snapshot.slice_request(job)
+    if placement is None and slices is None:
         return None
-    request, domain = placement
-    return {"level": request.level, "required": request.required, "domain": domain}
+    found: dict[str, Any] = {}
+    if placement is not None:
+        request, domain = placement
+        found = {"level": request.level, "required": request.required, "domain": domain}
+    if slices is not None:
+        found["slices"] = {"level": slices.level, "size": slices.size}
+    return found
 
 
 def _gang(status: GangStatus, now: float) -> dict[str, Any]:

@@ -377,3 +377,103 @@ def test_a_rack_bound_job_is_planned_in_one_rack_whenever_one_can_hold_it(
     for group in evicted:
         free = _free_after(snap, evicted - {group})
         assert not _placeable(requests, {n: r for n, r in free.items() if n in inside}), group
+
+
+# ---- slices: every victim subset, every placement in whole slices (issue 27) ----------
+#
+# The same cases, the nodes in two racks, the job one shape of 2 or 4 pods (a Kueue podset:
+# one pod template) in slices of 2 per rack, with no level for the whole gang (README
+# "Topology-aware gangs").  A placement is valid when it fits and every rack holds a
+# multiple of 2 of the job's pods; a plan exists exactly when some set of victim groups,
+# in any rack, once evicted, leaves room for such a placement.
+
+SLICE = 2
+
+
+@st.composite
+def slice_cases(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
+    nodes, pods = draw(cases())
+    for item in nodes:
+        item["metadata"]["labels"][RACK] = draw(st.sampled_from(["r1", "r2"]))
+    pods = [item for item in pods if not item["metadata"]["name"].startswith("t-")]
+    gpu, cpu = draw(st.sampled_from(SHAPES))
+    annotations = {
+        keys.KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION: RACK,
+        keys.KUEUE_SLICE_SIZE_ANNOTATION: str(SLICE),
+    }
+    for index in range(draw(st.sampled_from([2, 4]))):
+        pods.append(
+            pod(
+                f"t-{index}",
+                "team-a",
+                gpu=gpu,
+                cpu=str(cpu),
+                group="train",
+                preemptible=False,
+                can_preempt=True,
+                annotations=annotations,
+            )
+        )
+    return nodes, pods
+
+
+def _sliceable(
+    snap: ClusterState, requests: Sequence[Mapping[str, int]], free: Mapping[str, Mapping[str, int]]
+) -> bool:
+    """Is there any placement of all these pods at once (every pod to every node) that
+    fits and puts a multiple of ``SLICE`` of them in every rack?"""
+    nodes = sorted(free)
+    for choice in itertools.product(nodes, repeat=len(requests)):
+        per_rack: dict[str, int] = {}
+        for name in choice:
+            rack = snap.nodes[name].labels[RACK]
+            per_rack[rack] = per_rack.get(rack, 0) + 1
+        if any(count % SLICE for count in per_rack.values()):
+            continue
+        used: dict[str, dict[str, int]] = {name: {} for name in nodes}
+        for request, name in zip(requests, choice, strict=True):
+            add_into(used[name], request)
+        if all(fits(used[name], free[name]) for name in nodes):
+            return True
+    return False
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(slice_cases())
+def test_a_sliced_job_is_planned_in_whole_slices_whenever_it_can_be(
+    case: tuple[list[Any], list[Any]],
+) -> None:
+    nodes, pods = case
+    snap = snapshot(nodes, pods, QUOTAS)
+    job = [p for p in snap.job_pods(JOB) if p.node_name is None]
+    requests = [p.requests for p in job]
+    fits_already = _sliceable(snap, requests, _free_after(snap, set()))
+    groups = _groups(snap)
+    oracle = any(
+        _sliceable(snap, requests, _free_after(snap, set(subset)))
+        for size in range(len(groups) + 1)
+        for subset in itertools.combinations(groups, size)
+    )
+    decision = plan_job_preemption(snap, JOB, NOW)
+    planned = isinstance(decision, PreemptionPlan)
+    event("fits already" if fits_already else f"oracle {oracle}, planner {planned}")
+    if fits_already:
+        return
+    assert planned == oracle, (oracle, decision)
+    if not isinstance(decision, PreemptionPlan):
+        return
+    # Valid: its placement fits once its victims are gone, in whole slices.
+    evicted = {v.job for v in decision.victims}
+    free = _free_after(snap, evicted)
+    used: dict[str, dict[str, int]] = {}
+    per_rack: dict[str, int] = {}
+    for p in job:
+        name = decision.placements[p.key]
+        add_into(used.setdefault(name, {}), p.requests)
+        rack = snap.nodes[name].labels[RACK]
+        per_rack[rack] = per_rack.get(rack, 0) + 1
+    assert all(fits(room, free[name]) for name, room in used.items())
+    assert all(count % SLICE == 0 for count in per_rack.values()), per_rack
+    # Minimal: with any victim group back, no placement in whole slices fits.
+    for group in evicted:
+        assert not _sliceable(snap, requests, _free_after(snap, evicted - {group})), group

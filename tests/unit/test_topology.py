@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from base import keys
 from base.errors import ManifestError
 from extender.cli import kubectl
+from extender.cli.manifests import InputError
 from extender.cli.simulate import simulate_files
 from extender.core import gang
 from extender.core.config import MusterArgs
@@ -31,9 +33,13 @@ from extender.core.preemption.planner import (
 )
 from extender.core.state import ClusterState
 from extender.core.topology import (
+    SliceRequest,
     TopologyRequest,
+    assign_slices,
+    check_slice_size,
     domains_of,
     levels_from,
+    pod_slice_request,
     pod_topology_request,
 )
 from extender.http import explain
@@ -275,3 +281,185 @@ def test_kubectl_muster_why_names_the_rack_the_gang_would_go_to(
     answer = json.loads(capsys.readouterr().out)
     assert answer["now"].endswith(f", in {RACK}=r2"), answer["now"]
     assert answer["muster"]["topology"] == {"level": RACK, "required": True, "domain": None}
+
+
+# ---- slices (Kueue's podset-slice-required-topology / podset-slice-size) -----------------
+
+
+def sliced(size: str, level: str = RACK, **more: str) -> dict[str, str]:
+    return {
+        keys.KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION: level,
+        keys.KUEUE_SLICE_SIZE_ANNOTATION: size,
+        **more,
+    }
+
+
+def per_rack(snap: ClusterState, placements: dict[str, str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node_name in placements.values():
+        rack = snap.nodes[node_name].labels[RACK]
+        counts[rack] = counts.get(rack, 0) + 1
+    return counts
+
+
+def test_kueue_slice_annotations_declare_slices() -> None:
+    assert pod_slice_request(parse_pod(pod("p", annotations=sliced("2")))) == SliceRequest(RACK, 2)
+    assert pod_slice_request(parse_pod(pod("p"))) is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "key"),
+    [
+        (sliced("0"), keys.KUEUE_SLICE_SIZE_ANNOTATION),  # Kueue: must be >= 1
+        (sliced("-2"), keys.KUEUE_SLICE_SIZE_ANNOTATION),
+        (sliced("two"), keys.KUEUE_SLICE_SIZE_ANNOTATION),  # Kueue: must be numeric
+        (sliced("1.5"), keys.KUEUE_SLICE_SIZE_ANNOTATION),
+        (sliced(" "), keys.KUEUE_SLICE_SIZE_ANNOTATION),
+        # Kueue: the size is required with the level, forbidden without it.
+        ({keys.KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION: RACK}, keys.KUEUE_SLICE_SIZE_ANNOTATION),
+        ({keys.KUEUE_SLICE_SIZE_ANNOTATION: "2"}, keys.KUEUE_SLICE_SIZE_ANNOTATION),
+        (sliced("2", level=""), keys.KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION),
+    ],
+)
+def test_a_bad_slice_declaration_names_its_key(annotations: dict[str, str], key: str) -> None:
+    with pytest.raises(ManifestError) as error:
+        pod_slice_request(parse_pod(pod("p", annotations=annotations)))
+    assert error.value.field == f"metadata.annotations.{key}"
+
+
+def test_a_slice_size_must_divide_the_gang() -> None:
+    check_slice_size(SliceRequest(RACK, 2), 6)  # three slices of 2
+    with pytest.raises(ManifestError) as error:
+        check_slice_size(SliceRequest(RACK, 4), 6)
+    assert error.value.field == f"metadata.annotations.{keys.KUEUE_SLICE_SIZE_ANNOTATION}"
+    assert error.value.message == "4 does not divide the gang's 6 pods"
+
+
+def test_simulate_rejects_a_bad_slice_declaration(tmp_path: Path) -> None:
+    # The same keys through simulate's loader: a size that does not divide the gang's
+    # min-available (3 pods, slices of 2) stops it, naming the pod and the key.
+    nodes = [racked("a0", "r1"), racked("a1", "r1")]
+    pods = gang_pods(3, sliced("2"))
+    manifest = tmp_path / "cluster.yaml"
+    manifest.write_text(yaml.safe_dump_all([*QUOTAS, *nodes, *pods]))
+    with pytest.raises(InputError) as error:
+        simulate_files([str(manifest)], MusterArgs(), NOW)
+    assert str(error.value).endswith(
+        f"(Pod team-a/t-0): metadata.annotations.{keys.KUEUE_SLICE_SIZE_ANNOTATION}: "
+        "2 does not divide the gang's 3 pods"
+    )
+    pods = gang_pods(2, {keys.KUEUE_SLICE_SIZE_ANNOTATION: "2"})  # a size with no level
+    manifest.write_text(yaml.safe_dump_all([*QUOTAS, *nodes, *pods]))
+    with pytest.raises(InputError) as error:
+        simulate_files([str(manifest)], MusterArgs(), NOW)
+    assert f"metadata.annotations.{keys.KUEUE_SLICE_SIZE_ANNOTATION}: set without" in str(
+        error.value
+    )
+
+
+def test_assign_slices_completes_then_fills_the_fullest_domains_first() -> None:
+    # Room r1: 3, r2: 2, r3: 4; 4 pods in slices of 2.  Fullest first (least room): r2
+    # takes one slice (all it holds), then r1 one (3 // 2); r3, the largest, is kept.
+    assert assign_slices({"r1": 3, "r2": 2, "r3": 4}, {}, 2, 4) == {"r2": 2, "r1": 2}
+    # r1 holds one bound pod (an incomplete slice): the first pod completes it there, the
+    # other two are a slice in r2.
+    assert assign_slices({"r1": 1, "r2": 4}, {"r1": 1}, 2, 3) == {"r1": 1, "r2": 2}
+    # No room left in r1 to complete its slice: no placement; partially, the whole slice.
+    assert assign_slices({"r1": 0, "r2": 4}, {"r1": 1}, 2, 3) is None
+    assert assign_slices({"r1": 0, "r2": 4}, {"r1": 1}, 2, 3, partial=True) == {"r2": 2}
+    # 5 pods in slices of 2 (a size not dividing the gang, live): two slices and a last
+    # one of 1.  r1 (room 3) can take the 1 and still a slice (3 - 1 = 2); r2 (room 2)
+    # could not (2 - 1 = 1 leaves no slice, and r1 alone holds one): the 1 goes to r1.
+    assert assign_slices({"r1": 3, "r2": 2}, {}, 2, 5) == {"r1": 3, "r2": 2}
+    # Room for 3 pods per rack in two racks, 4 pods in slices of 4: none holds a slice.
+    assert assign_slices({"r1": 3, "r2": 3}, {}, 4, 4) is None
+
+
+def test_a_sliced_gang_puts_a_multiple_of_the_slice_size_in_each_rack() -> None:
+    # Racks r1 and r2 with 3 free nodes each; a gang of 4 in slices of 2 per rack.  Room
+    # for 4 anywhere, but each rack must hold a multiple of 2: one slice per rack (a
+    # rack's 3 nodes hold one slice of 2, not two), so 2 and 2.
+    nodes = [racked(f"a{i}", "r1") for i in range(3)] + [racked(f"b{i}", "r2") for i in range(3)]
+    snap = snapshot(nodes, gang_pods(4, sliced("2")))
+    assert per_rack(snap, placed_nodes(snap)) == {"r1": 2, "r2": 2}
+
+
+def test_a_sliced_gang_no_rack_holds_a_slice_of_waits() -> None:
+    # Racks r1, r2, r3 with one free node each: room for 3 pods, but a slice of 2 needs
+    # two nodes in one rack.  The gang waits, none placed, and says why.
+    nodes = [racked("a0", "r1"), racked("b0", "r2"), racked("c0", "r3")]
+    snap = snapshot(nodes, gang_pods(2, sliced("2")))
+    decision = gang.plan_gang_placement(snap, "team-a/train", first=snap.pods["team-a/t-0"])
+    assert isinstance(decision, gang.GangWait) and decision.resolvable
+    assert decision.reason == (
+        f"gang team-a/train: 0 of 2 pods fit in slices of 2, each inside one {RACK} "
+        "domain; waiting for room for all 2"
+    )
+
+
+def test_a_sliced_gang_with_a_required_block_keeps_both() -> None:
+    # Block b1: rack r1 with 3 free nodes, r2 with 1 (4 free, the fullest block that
+    # holds 4 pods).  Block b2: r3 with 2, r4 with 2, r5 with 1 (5 free).  A gang of 4,
+    # required block, slices of 2 per rack.  In b1 only one slice fits (r1: 3 // 2 = 1,
+    # r2: 0), so b1 fails; in b2, r3 and r4 take one slice each (fullest first: r5's one
+    # node holds none).
+    nodes = [racked(f"a{i}", "r1", "b1") for i in range(3)] + [racked("b0", "r2", "b1")]
+    nodes += [racked(f"c{i}", "r3", "b2") for i in range(2)]
+    nodes += [racked(f"d{i}", "r4", "b2") for i in range(2)] + [racked("e0", "r5", "b2")]
+    annotations = sliced("2", **{keys.KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: BLOCK})
+    snap = snapshot(nodes, gang_pods(4, annotations))
+    assert per_rack(snap, placed_nodes(snap)) == {"r3": 2, "r4": 2}
+
+
+def test_a_replacement_pod_completes_its_slice_where_the_slice_runs() -> None:
+    # A gang of 4 in slices of 2 runs 2 pods in r1 and 1 in r2 (its fourth pod was
+    # re-created).  Free: a node in r1 and one in r2.  The new pod must complete r2's
+    # slice: r2, not r1 (r1 would then hold 3).
+    nodes = [racked(f"a{i}", "r1") for i in range(3)] + [racked(f"b{i}", "r2") for i in range(2)]
+    pods = gang_pods(4, sliced("2"))
+    for index, node_name in enumerate(("a0", "a1", "b0")):
+        pods[index]["spec"]["nodeName"] = node_name
+    snap = snapshot(nodes, pods)
+    assert placed_nodes(snap, first="t-3") == {"team-a/t-3": "b1"}
+
+
+def test_a_sliced_gang_preempts_to_free_whole_slices() -> None:
+    # Rack r1: a0 free, a1 runs lo-1 (priority 1).  Rack r2: b0 free, b1 runs hi-1
+    # (priority 5).  A gang of 2 in one slice of 2 per rack: two free nodes, but in two
+    # racks.  Evicting lo-1 (the lowest priority first) lets r1 hold the slice; that one
+    # victim is all it takes, and nothing in r2 goes.
+    nodes = [racked(f"a{i}", "r1") for i in range(2)] + [racked(f"b{i}", "r2") for i in range(2)]
+    pods = [borrower("lo-1", "a1", 1), borrower("hi-1", "b1", 5)]
+    snap = snapshot(nodes, [*pods, *gang_pods(2, sliced("2"))], QUOTAS)
+    decision = plan_job_preemption(snap, "team-a/train", NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert [v.pod.name for v in decision.victims] == ["lo-1"]
+    assert sorted(decision.placements.values()) == ["a0", "a1"]
+
+
+def test_slices_can_cost_victims_a_plan_without_them_would_spare() -> None:
+    # Rack r1: a0, a1 free, a2 and a3 run lo-1, lo-2 (priority 1).  Rack r2: b0 free, b1
+    # runs hi-1 (priority 5).  A gang of 4 in slices of 2 per rack: 3 free nodes (r1: 2,
+    # r2: 1), one slice.  Victims go lowest priority first: lo-1 (r1 then holds 3 free:
+    # still one slice), lo-2 (r1 holds 4: two slices).  Neither can be spared (with one
+    # back r1 holds one slice), and hi-1 is never reached.  Without slices one victim
+    # would do (3 free + 1).
+    nodes = [racked(f"a{i}", "r1") for i in range(4)] + [racked(f"b{i}", "r2") for i in range(2)]
+    pods = [borrower("lo-1", "a2", 1), borrower("lo-2", "a3", 1), borrower("hi-1", "b1", 5)]
+    snap = snapshot(nodes, [*pods, *gang_pods(4, sliced("2"))], QUOTAS)
+    decision = plan_job_preemption(snap, "team-a/train", NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert sorted(v.pod.name for v in decision.victims) == ["lo-1", "lo-2"]
+    assert per_rack(snap, dict(decision.placements)) == {"r1": 4}
+    plain = snapshot(nodes, [*pods, *gang_pods(4, {})], QUOTAS)
+    unsliced = plan_job_preemption(plain, "team-a/train", NOW)
+    assert isinstance(unsliced, PreemptionPlan) and len(unsliced.victims) == 1
+
+
+def test_debug_jobs_names_a_gangs_slices() -> None:
+    # The sliced gang of the placement test above: /debug/jobs names its slices; it has
+    # no level for the whole gang, so nothing else.
+    nodes = [racked(f"a{i}", "r1") for i in range(3)] + [racked(f"b{i}", "r2") for i in range(3)]
+    snap = snapshot(nodes, gang_pods(4, sliced("2")))
+    topology = explain.jobs(snap, NOW)["team-a/train"]["topology"]
+    assert topology == {"slices": {"level": RACK, "size": 2}}

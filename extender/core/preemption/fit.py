@@ -11,6 +11,11 @@ holds its copies independently.  A job of several shapes also needs every
 shape's sum to suffice, and then a real greedy placement (:meth:`JobFit.place`,
 the same one that produces the plan's reservation) decides.
 
+A job with Kueue's slices (:class:`~extender.core.topology.SliceRequest`) fits when every
+shape's pods go in whole slices, each inside one domain of the slice level
+(:func:`~extender.core.topology.assign_slices`, on the shape's copies summed per domain:
+for one shape these sums are kept as victims come and go).
+
 Shapes and their per-node copy counts are :mod:`.shapes`.  Node copies are an
 :class:`~extender.core.state.Overlay` (copy-on-write):
 capacities come straight from the state's running totals, and a node's free room is
@@ -33,6 +38,7 @@ from extender.core.preemption.shapes import (
 )
 from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
 from extender.core.state import ClusterState, Overlay
+from extender.core.topology import SliceRequest, assign_slices, slices_fit
 
 #: Node trials the exhaustive placement may spend, and the most pods it searches for (see
 #: :meth:`JobFit._search_placement`).
@@ -57,13 +63,19 @@ class JobFit:
         excluded: Collection[str] = (),
         released: Collection[str] = (),
         settled: bool = False,
+        slices: SliceRequest | None = None,
+        bound: Sequence[PodInfo] = (),
     ) -> None:
         """``excluded``: nodes none of the pods may use (kube-scheduler refused them);
         ``released``: reserved pods whose held room counts as free (the job's own
         reservation, when it is planned again in its place); ``settled``: the pods in
-        flight out of the cluster count as gone (a plan's view, :meth:`Overlay.settled`)."""
+        flight out of the cluster count as gone (a plan's view, :meth:`Overlay.settled`);
+        ``slices``: the job's slices, with ``bound`` its pods on nodes already (their
+        domains may hold incomplete slices); nodes without the slice level's label are in
+        no domain, and hold none of the pods."""
         self.snapshot = snapshot
         self.job = job
+        self.slices = slices
         shapes: dict[object, Shape] = {}
         for pod in pods:
             key = shape_of(pod)
@@ -72,6 +84,9 @@ class JobFit:
                 eligible = eligible_nodes(snapshot, pod)
                 if excluded:
                     eligible = eligible.difference(excluded)
+                if slices is not None:
+                    level = slices.level
+                    eligible = frozenset(n for n in eligible if level in snapshot.nodes[n].labels)
                 shape = Shape(dict(pod.requests), [], eligible, {}, 0)
                 shapes[key] = shape
             shape.pods.append(pod)
@@ -124,6 +139,36 @@ class JobFit:
             None if snapshot.has_untallied_pods() else lacking
         )
         self._initial = [dict(shape.capacity) for shape in self.shapes]
+        #: With slices: each node's domain of the slice level, and per shape how many of
+        #: the job's bound pods of that shape each domain holds and (kept as victims come
+        #: and go) how many more copies fit in it.
+        self._domain: dict[str, str] = {}
+        self._bound: list[dict[str, int]] = []
+        self._domain_room: list[dict[str, int]] = []
+        if slices is not None:
+            self._count_slices(slices, shapes, bound)
+
+    def _count_slices(
+        self, slices: SliceRequest, shapes: Mapping[object, Shape], bound: Sequence[PodInfo]
+    ) -> None:
+        nodes = self.snapshot.nodes
+        for name in self.eligible:
+            self._domain[name] = nodes[name].labels[slices.level]
+        keys = {id(shape): key for key, shape in shapes.items()}
+        for shape in self.shapes:
+            key = keys[id(shape)]
+            held: dict[str, int] = {}
+            for pod in bound:
+                node = nodes.get(pod.node_name or "")
+                value = node.labels.get(slices.level) if node is not None else None
+                if value is not None and shape_of(pod) == key:
+                    held[value] = held.get(value, 0) + 1
+            self._bound.append(held)
+            room: dict[str, int] = {}
+            for node_name, copies in shape.capacity.items():
+                domain = self._domain[node_name]
+                room[domain] = room.get(domain, 0) + copies
+            self._domain_room.append(room)
 
     def free(self, node: str) -> Resources:
         """Free room on the node copy: minus reservations, plus removed victims."""
@@ -158,7 +203,7 @@ class JobFit:
         if not recount:
             return
         for node, room in touched.items():
-            for shape in self.shapes:
+            for index, shape in enumerate(self.shapes):
                 if node not in shape.eligible:
                     continue
                 after = copies_in(shape, room)
@@ -167,6 +212,10 @@ class JobFit:
                 if after != before:
                     capacity[node] = after
                     shape.total += after - before
+                    if self._domain_room:
+                        room_of = self._domain_room[index]
+                        domain = self._domain[node]
+                        room_of[domain] = room_of.get(domain, 0) + after - before
 
     def frees_what_is_missing(self, pods: Iterable[PodInfo]) -> bool:
         """Would removing ``pods`` free a resource that one of their nodes may lack for a
@@ -219,10 +268,15 @@ class JobFit:
         return all(shape.total >= shape.size for shape in self.shapes)
 
     def fits(self) -> bool:
-        """Can every unplaced pod of the job be placed at once?"""
+        """Can every unplaced pod of the job be placed at once (in whole slices, when it
+        has slices)?"""
         if len(self.shapes) == 1:  # the usual gang, asked after every removal: kept cheap
             shape = self.shapes[0]
-            return shape.total >= shape.size
+            if shape.total < shape.size:
+                return False
+            if self.slices is None:
+                return True
+            return slices_fit(self._domain_room[0], self._bound[0], self.slices.size, shape.size)
         return self.nodes_suffice() and self.place() is not None
 
     def place(
@@ -236,24 +290,13 @@ class JobFit:
         the most pods when not all fit); within a shape, nodes by packing score
         (fullest after placement first), then by name, each filled to what it holds.
         """
+        if self.slices is not None:
+            return self._place_slices(self.slices.size, partial, smallest_first)
         used: dict[str, Resources] = {}
         placement: dict[str, str] = {}
         for shape in reversed(self.shapes) if smallest_first else self.shapes:
             remaining = list(shape.pods)
-            considered = scored_resources(shape.request)
-            ranked = []
-            for node in shape.capacity:
-                if shape.capacity[node] <= 0:
-                    continue
-                free = self.free(node)
-                if node in used:
-                    add_into(free, used[node], -1)
-                allocatable = self.snapshot.nodes[node].allocatable
-                taken = {name: allocatable.get(name, 0) - free.get(name, 0) for name in considered}
-                score = packing_score(shape.request, allocatable, taken, (), considered)
-                ranked.append((-score, node, free))
-            ranked.sort(key=lambda item: (item[0], item[1]))
-            for _score, node, free in ranked:
+            for _score, node, free in self._ranked(shape, shape.capacity, used):
                 if not remaining:
                     break
                 count = copies_that_fit(shape.request, free, len(remaining))
@@ -262,6 +305,63 @@ class JobFit:
                     add_into(used.setdefault(node, {}), shape.request)
             if remaining and not partial:
                 return self._search_placement() if len(self.shapes) > 1 else None
+        return placement
+
+    def _ranked(
+        self, shape: Shape, nodes: Iterable[str], used: Mapping[str, Resources]
+    ) -> list[tuple[int, str, Resources]]:
+        """``nodes`` where the shape has copies, by packing score (fullest after placement
+        first), then by name, each with its free room less what ``used`` takes there."""
+        considered = scored_resources(shape.request)
+        ranked = []
+        for node in nodes:
+            if shape.capacity.get(node, 0) <= 0:
+                continue
+            free = self.free(node)
+            if node in used:
+                add_into(free, used[node], -1)
+            allocatable = self.snapshot.nodes[node].allocatable
+            taken = {name: allocatable.get(name, 0) - free.get(name, 0) for name in considered}
+            score = packing_score(shape.request, allocatable, taken, (), considered)
+            ranked.append((-score, node, free))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        return ranked
+
+    def _place_slices(
+        self, size: int, partial: bool, smallest_first: bool
+    ) -> dict[str, str] | None:
+        """:meth:`place` for a job with slices: per shape, how many pods each domain takes
+        (:func:`~extender.core.topology.assign_slices`, on the copies that fit in the room
+        the shapes placed before it left), then the greedy node order inside each domain."""
+        used: dict[str, Resources] = {}
+        placement: dict[str, str] = {}
+        order = list(enumerate(self.shapes))
+        for index, shape in reversed(order) if smallest_first else order:
+            room: dict[str, int] = {}
+            members: dict[str, list[str]] = {}
+            for node in shape.capacity:
+                free = self.free(node)
+                if node in used:
+                    add_into(free, used[node], -1)
+                copies = copies_that_fit(shape.request, free, shape.size)
+                if copies > 0:
+                    domain = self._domain[node]
+                    room[domain] = room.get(domain, 0) + copies
+                    members.setdefault(domain, []).append(node)
+            counts = assign_slices(room, self._bound[index], size, shape.size, partial=partial)
+            if counts is None:
+                return None
+            remaining = list(shape.pods)
+            for domain in sorted(counts):
+                wanted = counts[domain]
+                for _score, node, free in self._ranked(shape, members[domain], used):
+                    if wanted == 0:
+                        break
+                    count = copies_that_fit(shape.request, free, wanted)
+                    wanted -= count
+                    for _ in range(count):
+                        placement[remaining.pop(0).key] = node
+                        add_into(used.setdefault(node, {}), shape.request)
         return placement
 
     def _search_placement(self, budget: int = SEARCH_BUDGET) -> dict[str, str] | None:

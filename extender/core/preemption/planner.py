@@ -92,6 +92,19 @@ class Refusal:
     reasons: tuple[str, ...]
 
 
+class _Layout:
+    """The job's slices (Kueue's podset slices), if it asks for them, and its pods on
+    nodes already, which fix its domain and may hold incomplete slices."""
+
+    def __init__(self, snapshot: ClusterState, job: str) -> None:
+        self.slices = snapshot.slice_request(job)
+        self.bound = tuple(
+            pod
+            for pod in snapshot.job_pods(job)
+            if pod.node_name is not None and not pod.finished and not pod.departing
+        )
+
+
 def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:
     """Decide whether evicting some running pods lets the *whole* job run, and which."""
     try:
@@ -110,13 +123,14 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
     preemptor = _preemptor(snapshot, demand, settled.ledger)
     spent = [pod for pod in snapshot.leaving() if not pod.terminating]
     request = snapshot.topology_request(job)
+    layout = _Layout(snapshot, job)
     if request is None or not request.required:
         # A preferred level never causes an eviction a required one would not: the plan
-        # is made as for a job without topology.
-        found = _plan(snapshot, demand, preemptor, settled.ledger, spent)
+        # is made as for a job without topology (slices, which are required, kept).
+        found = _plan(snapshot, demand, preemptor, settled.ledger, spent, layout=layout)
     else:
         found = _plan_in_cheapest_domain(
-            snapshot, demand, preemptor, settled.ledger, spent, request.level
+            snapshot, demand, preemptor, settled.ledger, spent, request.level, layout
         )
     if isinstance(found, _NotFound):
         return Refusal(job, tuple(found.reasons))
@@ -141,6 +155,8 @@ def _plan(
     ledger: QuotaLedger,
     spent: Sequence[PodInfo],
     within: frozenset[str] | None = None,
+    *,
+    layout: _Layout,
 ) -> _Found | _NotFound:
     """The plan's search (:func:`_search`), again allowing what it spares when nothing
     is found without: victims that break a guarantee in a resource the job does not ask
@@ -156,6 +172,7 @@ def _plan(
         spare_guaranteed=True,
         spare_budgets=True,
         within=within,
+        layout=layout,
     )
     for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
         if isinstance(found, _Found):
@@ -173,6 +190,7 @@ def _plan(
             spare_guaranteed=spare_guaranteed,
             spare_budgets=spare_budgets,
             within=within,
+            layout=layout,
         )
         if isinstance(retried, _Found) and not spare_budgets:
             retried = dataclasses.replace(retried, breaks_budgets=True)
@@ -193,18 +211,14 @@ def _plan_in_cheapest_domain(
     ledger: QuotaLedger,
     spent: Sequence[PodInfo],
     level: str,
+    layout: _Layout,
 ) -> _Found | _NotFound:
     """For a job that must stay inside one domain of ``level``: the plan of each domain
     (victims from that domain only), and the cheapest of them: the fewest guarantees and
     budgets broken, then the lowest highest victim priority, then the fewest victim pods,
     then the domain's name.  A domain holding pods of the job already bound is the only
     one; a domain that holds the job as it is ends the search (no preemption)."""
-    taken = {
-        pod.node_name
-        for pod in snapshot.job_pods(demand.job)
-        if pod.node_name is not None and not pod.finished and not pod.departing
-    }
-    domains = node_domains(snapshot, level, taken)
+    domains = node_domains(snapshot, level, {pod.node_name or "" for pod in layout.bound})
     if not domains:
         return _NotFound([f"no node has the label {level} its required topology names"])
     reasons: list[str] = []
@@ -224,7 +238,7 @@ def _plan_in_cheapest_domain(
         value = bound_cost[3]
         if best is not None and best[0] <= bound_cost:
             break
-        found = _plan(snapshot, demand, preemptor, ledger, spent, names)
+        found = _plan(snapshot, demand, preemptor, ledger, spent, names, layout=layout)
         if isinstance(found, _NotFound):
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
                 return found
@@ -372,6 +386,7 @@ def _search(
     spare_guaranteed: bool,
     spare_budgets: bool,
     within: frozenset[str] | None = None,
+    layout: _Layout,
 ) -> _Found | _NotFound:
     """Walk the allowed victim groups in order until the whole job fits, then spare
     every group not needed.  Never a group that takes a quota below its ``min`` in a
@@ -381,7 +396,12 @@ def _search(
     flight not evicted yet (``spent``), a PodDisruptionBudget does not allow.  ``ledger``:
     the settled quota usage the candidates' borrowing is judged on."""
     simulation = Simulation(
-        snapshot, demand, within_min=preemptor.within_min_by_own_work, within=within
+        snapshot,
+        demand,
+        within_min=preemptor.within_min_by_own_work,
+        within=within,
+        slices=layout.slices,
+        bound=layout.bound,
     )
     fit = simulation.fit
     wants = Wants(simulation)

@@ -8,7 +8,7 @@ copies) and a copy of the quota ledger, and takes victim groups out and puts the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from extender.core.objects import PodInfo
@@ -16,6 +16,7 @@ from extender.core.preemption.candidates import VictimGroup
 from extender.core.preemption.fit import JobFit
 from extender.core.scheduling import JobDemand
 from extender.core.state import ClusterState
+from extender.core.topology import SliceRequest
 from quota.admission import job_admission_failures, min_violations, would_borrow
 
 
@@ -77,16 +78,27 @@ class Simulation:
         *,
         within_min: bool = False,
         within: frozenset[str] | None = None,
+        slices: SliceRequest | None = None,
+        bound: Sequence[PodInfo] = (),
     ) -> None:
         """``within``: the nodes of the one domain a topology-aware job is planned in: its
-        pods go there, and its victims come from there only."""
+        pods go there, and its victims come from there only; ``slices``: the job's slices
+        (with ``bound``, its pods on nodes already), each to fit in one domain."""
         self.snapshot = snapshot
         self.demand = demand
         self.within_min = within_min
         self.within = within
         self._others_taken = 0  # victim groups of other quotas taken out now
         outside = () if within is None else frozenset(snapshot.nodes) - within
-        self.fit = JobFit(snapshot, demand.job, demand.unplaced, excluded=outside, settled=True)
+        self.fit = JobFit(
+            snapshot,
+            demand.job,
+            demand.unplaced,
+            excluded=outside,
+            settled=True,
+            slices=slices,
+            bound=bound,
+        )
         #: The quota ledger copy of the fit's overlay: victims' usage taken out (those of
         #: earlier plans still leaving too: the overlay is settled).
         self.ledger = self.fit.overlay.ledger

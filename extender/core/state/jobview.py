@@ -16,7 +16,13 @@ from extender.core.jobs import OwnerSize, min_available_annotation
 from extender.core.objects import NodeInfo, PodInfo
 from extender.core.podgroups import PodGroupInfo
 from extender.core.state.book import ReservationBook
-from extender.core.topology import TopologyRequest, job_topology_request, shared_domain
+from extender.core.topology import (
+    SliceRequest,
+    TopologyRequest,
+    job_slice_request,
+    job_topology_request,
+    shared_domain,
+)
 
 
 class JobsMixin:
@@ -163,6 +169,14 @@ class JobsMixin:
         if including is not None:
             pods.insert(0, including)
         return job_topology_request(group.topology if group is not None else None, pods)
+
+    def slice_request(self, job: str, including: PodInfo | None = None) -> SliceRequest | None:
+        """The slices the job's pods ask for, if any (Kueue's podset slices:
+        :mod:`extender.core.topology`); ``including`` as for :meth:`topology_request`."""
+        pods = self.job_pods(job)
+        if including is not None:
+            pods.insert(0, including)
+        return job_slice_request(pods)
 
     def topology_placement(self, job: str) -> tuple[TopologyRequest, str | None] | None:
         """The job's topology request and the domain its bound and reserved pods are in
