@@ -52,8 +52,10 @@ test-matrix: venv helm
 # The peers Muster is measured against (issue 25), built from their Go modules.
 peers:
 	hack/build-peers.sh scheduler-plugins
+	hack/build-peers.sh kueue
 
-# Each peer's own scheduler on the local control plane, shown to work (not in `make test`).
+# Each peer on the local control plane, shown to work (not in `make test`): scheduler-plugins'
+# scheduler, and Kueue's controller manager beside kube-scheduler.
 test-peers: venv peers
 	MUSTER_K8S_VERSION=1.35 hack/build-k8s.sh
 	$(PY) -m pytest -m peers tests/e2e/test_peers.py
