@@ -38,8 +38,10 @@ from extender.core.podgroups import GANG_OBJECT_KINDS, gang_object_kind
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
 from extender.core.topology import (
+    KUEUE_TOPOLOGY_GROUP,
     SliceRequest,
     check_slice_size,
+    parse_kueue_topology,
     pod_slice_request,
     pod_topology_request,
 )
@@ -94,6 +96,10 @@ class LoadedManifests:
     notes: list[str] = field(default_factory=list)
 
 
+#: Kueue's Topology in the versions v0.15.0 serves (the same ``spec.levels`` in both).
+KUEUE_TOPOLOGY_API_VERSIONS = tuple(f"{KUEUE_TOPOLOGY_GROUP}/{v}" for v in ("v1beta1", "v1beta2"))
+
+
 def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManifests:
     """Parse, validate and load every object of ``paths`` into a new snapshot."""
     notes: list[str] = []
@@ -104,6 +110,7 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         **{kind.kind: [] for kind in GANG_OBJECT_KINDS},
         "PriorityClass": [],
         "PodDisruptionBudget": [],
+        "Topology": [],
         **{kind: [] for kind in OWNER_KINDS},
     }
     for document in _documents(paths):
@@ -119,6 +126,14 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
                 notes.append(
                     f"{document.path} document {document.index}: ignored {document.kind} of "
                     f"apiVersion {document.obj.get('apiVersion')!r}"
+                )
+                continue
+            if document.kind == "Topology" and document.obj.get("apiVersion") not in (
+                KUEUE_TOPOLOGY_API_VERSIONS
+            ):
+                notes.append(
+                    f"{document.path} document {document.index}: ignored Topology of "
+                    f"apiVersion {document.obj.get('apiVersion')!r} (Kueue's is read)"
                 )
                 continue
             if document.kind == "PodDisruptionBudget" and document.obj.get("apiVersion") != (
@@ -165,6 +180,11 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
         if node.name in snapshot.nodes:
             raise document.error("metadata.name", f"duplicate Node name {node.name!r}")
         snapshot.upsert_node(node)
+    for document in by_kind["Topology"]:
+        name, levels = _parse(document, parse_kueue_topology)  # as the live informer reads it
+        if name in snapshot.kueue_topologies:
+            raise document.error("metadata.name", f"duplicate Topology {name!r}")
+        snapshot.set_kueue_topology(name, levels)
     for kind in ("PodGroup", "Workload"):
         for document in by_kind[kind]:
             entry = gang_object_kind(document.obj.get("apiVersion"), kind)

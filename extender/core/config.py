@@ -55,15 +55,9 @@ class MusterArgs(BaseModel):
     )
     #: Node labels of the topology levels, coarsest first: a gang preferring one level
     #: that no domain of it holds tries the next coarser (see extender/core/topology.py).
-    topology_levels: tuple[str, ...] = Field(
-        (
-            "cloud.provider.com/topology-block",
-            "cloud.provider.com/topology-rack",
-            "kubernetes.io/hostname",
-        ),
-        alias="topologyLevels",
-        strict=False,
-    )
+    #: Empty: the levels of Kueue's Topology object holding the level a gang asks for,
+    #: else block, rack, hostname (``topology.DEFAULT_LEVELS``).
+    topology_levels: tuple[str, ...] = Field((), alias="topologyLevels", strict=False)
     #: Which time orders requeued gangs: when they were given up, or when created.
     requeuing_timestamp: Literal["Eviction", "Creation"] = Field(
         "Eviction", alias="requeuingTimestamp"

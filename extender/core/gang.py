@@ -227,7 +227,7 @@ def _plan_in_a_domain(
     snapshot, job = attempt.snapshot, attempt.job
     scarce = scarce_resource(attempt.first)
     best: tuple[int, str] | None = None  # the most pods one domain holds, and where
-    for level in levels_from(request, snapshot.args.topology_levels):
+    for level in levels_from(request, snapshot.topology_levels(request.level)):
         # The gang's bound pods fix its domain.
         domains = node_domains(snapshot, level, {pod.node_name or "" for pod in attempt.bound})
         free = {

@@ -17,7 +17,10 @@ Declared, first found wins: on Kubernetes' own PodGroup
 (``spec.schedulingConstraints.topology[].key``, v1.36+: required), else on the gang's
 pods with Kueue's Topology Aware Scheduling annotations (the pod template's):
 ``kueue.x-k8s.io/podset-required-topology``, ``podset-preferred-topology``.  The order
-of levels, coarsest first, is Muster's ``topologyLevels`` argument.
+of levels, coarsest first (:func:`choose_levels`), is Muster's ``topologyLevels``
+argument when given; else the ``spec.levels[].nodeLabel`` of Kueue's ``Topology`` object
+(``kueue.x-k8s.io``, :func:`parse_kueue_topology`) whose levels hold the level asked for;
+else :data:`DEFAULT_LEVELS`.
 
 *Slices* (:class:`SliceRequest`, Kueue's ``podset-slice-required-topology`` with
 ``podset-slice-size``: N): the gang's pods of one shape are cut into slices of N, each
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from base import keys
 from base.errors import ManifestError
@@ -209,6 +213,56 @@ def slices_fit(room: Mapping[str, int], bound: Mapping[str, int], size: int, pod
     if not bound and pods % size == 0:
         return sum(free // size for free in room.values()) >= pods // size
     return assign_slices(room, bound, size, pods) is not None
+
+
+#: The levels' order when neither ``topologyLevels`` nor a Kueue ``Topology`` gives one.
+DEFAULT_LEVELS: tuple[str, ...] = (
+    "cloud.provider.com/topology-block",
+    "cloud.provider.com/topology-rack",
+    "kubernetes.io/hostname",
+)
+
+#: Kueue's Topology API (v0.15.0 serves v1beta1, its storage version, and v1beta2; the
+#: ``spec.levels`` of both are the same), cluster-scoped.
+KUEUE_TOPOLOGY_GROUP = "kueue.x-k8s.io"
+KUEUE_TOPOLOGY_VERSION = "v1beta1"
+KUEUE_TOPOLOGY_PLURAL = "topologies"
+
+
+def parse_kueue_topology(obj: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """A Kueue ``Topology`` object's name and levels (``spec.levels[].nodeLabel``, coarsest
+    first), read leniently: a level that is not a mapping with a non-empty string
+    ``nodeLabel``, or repeats one before it, is left out, and a ``spec`` or ``levels`` of
+    another shape gives no levels.  Only a missing name is a :class:`ManifestError`: the
+    object cannot be told apart.  The live source and ``simulate`` both read it here."""
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ManifestError("metadata.name", "expected a non-empty string")
+    spec = obj.get("spec")
+    entries = spec.get("levels") if isinstance(spec, Mapping) else None
+    levels: list[str] = []
+    for entry in entries if isinstance(entries, list) else ():
+        label = entry.get("nodeLabel") if isinstance(entry, Mapping) else None
+        if isinstance(label, str) and label.strip() and label.strip() not in levels:
+            levels.append(label.strip())
+    return name, tuple(levels)
+
+
+def choose_levels(
+    level: str, argument: Sequence[str], topologies: Mapping[str, Sequence[str]]
+) -> tuple[str, ...]:
+    """The levels' order, coarsest first, for a gang asking for ``level``: Muster's
+    ``topologyLevels`` ``argument`` when it names any; else, of Kueue's ``Topology``
+    objects (name → levels), the first by name whose levels hold ``level`` (clusters with
+    several Topologies, one per ResourceFlavor, name each level in the ones that order
+    it); else :data:`DEFAULT_LEVELS`."""
+    if argument:
+        return tuple(argument)
+    for name in sorted(topologies):
+        if level in topologies[name]:
+            return tuple(topologies[name])
+    return DEFAULT_LEVELS
 
 
 def levels_from(request: TopologyRequest, levels: Sequence[str]) -> list[str]:

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from extender.core.jobs import OWNER_KINDS
 from extender.core.podgroups import GANG_OBJECT_KINDS
+from extender.core.topology import (
+    KUEUE_TOPOLOGY_GROUP,
+    KUEUE_TOPOLOGY_PLURAL,
+    KUEUE_TOPOLOGY_VERSION,
+)
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.source import QUOTA_GROUPS
 
@@ -22,6 +27,11 @@ RESOURCES: tuple[tuple[str, str, str], ...] = (
     ),
     *((kind.path, kind.api_version, kind.kind) for kind in GANG_OBJECT_KINDS),
     ("/apis/policy/v1/poddisruptionbudgets", "policy/v1", "PodDisruptionBudget"),
+    (
+        f"/apis/{KUEUE_TOPOLOGY_GROUP}/{KUEUE_TOPOLOGY_VERSION}/{KUEUE_TOPOLOGY_PLURAL}",
+        f"{KUEUE_TOPOLOGY_GROUP}/{KUEUE_TOPOLOGY_VERSION}",
+        "Topology",
+    ),
     *((f"/apis/{api}/{plural}", api, kind) for kind, (api, plural) in OWNER_KINDS.items()),
     ("/api/v1/pods", "v1", "Pod"),
 )

@@ -1,7 +1,8 @@
 """The live cluster as a :class:`extender.service.ClusterSource`: informers feed a snapshot.
 
 Pods, Nodes, PriorityClasses, PodDisruptionBudgets, ElasticQuotas, PodGroups (both
-``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are installed) and Jobs,
+``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are installed), Kueue's
+Topology objects (the order of topology levels, where Kueue is installed) and Jobs,
 ReplicaSets and StatefulSets (their size, and whether they still exist) are listed and
 watched; every event is translated by the core's parsers and applied to one
 :class:`ClusterState` under a lock, which decisions hold while they read.  Ready once every
@@ -33,6 +34,12 @@ from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_po
 from extender.core.podgroups import GANG_OBJECT_KINDS, GangObjectKind, PodGroupInfo
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
+from extender.core.topology import (
+    KUEUE_TOPOLOGY_GROUP,
+    KUEUE_TOPOLOGY_PLURAL,
+    KUEUE_TOPOLOGY_VERSION,
+    parse_kueue_topology,
+)
 from extender.kube.client import Json, KubeClient
 from extender.kube.health import Health
 from extender.kube.informer import Handler, Informer, object_key
@@ -88,6 +95,11 @@ class KubeSource:
                 for kind in GANG_OBJECT_KINDS
             ),
             Informer(client, "/apis/policy/v1/poddisruptionbudgets", self._on_budget),
+            Informer(
+                client,
+                f"/apis/{KUEUE_TOPOLOGY_GROUP}/{KUEUE_TOPOLOGY_VERSION}/{KUEUE_TOPOLOGY_PLURAL}",
+                self._on_kueue_topology,
+            ),
             *(
                 Informer(client, f"/apis/{api}/{plural}", self._owner_handler(kind))
                 for kind, (api, plural) in OWNER_KINDS.items()
@@ -348,6 +360,20 @@ class KubeSource:
             except ManifestError as error:
                 self._reject(obj, error)  # ignored: it protects nothing Muster knows of
                 self.snapshot.forget_budget(*object_key(obj).split("/", 1))
+
+    def _on_kueue_topology(self, kind: str, obj: Json) -> None:
+        """Kueue's Topology: the order of topology levels, when ``topologyLevels`` is
+        empty (an API the server does not serve lists nothing)."""
+        with self.state_lock:
+            if kind == "DELETED":
+                self.snapshot.forget_kueue_topology(object_key(obj))
+                return
+            try:
+                name, levels = parse_kueue_topology(obj)
+            except ManifestError as error:
+                self._reject({"kind": "Topology", **obj}, error)
+                return
+            self.snapshot.set_kueue_topology(name, levels)
 
     def _reject(self, obj: Json, error: Exception) -> None:
         key = f"{obj.get('kind', '?')}/{object_key(obj)}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -33,16 +33,21 @@ from extender.core.preemption.planner import (
 )
 from extender.core.state import ClusterState
 from extender.core.topology import (
+    DEFAULT_LEVELS,
     SliceRequest,
     TopologyRequest,
     assign_slices,
     check_slice_size,
+    choose_levels,
     domains_of,
     levels_from,
+    parse_kueue_topology,
     pod_slice_request,
     pod_topology_request,
 )
 from extender.http import explain
+from extender.kube.client import KubeClient
+from extender.kube.source import KubeSource
 from tests.builders import node, pod, quota, snapshot
 
 NOW = 1_800_000_000.0
@@ -463,3 +468,134 @@ def test_debug_jobs_names_a_gangs_slices() -> None:
     snap = snapshot(nodes, gang_pods(4, sliced("2")))
     topology = explain.jobs(snap, NOW)["team-a/train"]["topology"]
     assert topology == {"slices": {"level": RACK, "size": 2}}
+
+
+# ---- the levels' order: topologyLevels, else Kueue's Topology object -------------------
+
+KUEUE_RACKS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
+
+
+def kueue_topology(name: str, levels: Any) -> dict[str, Any]:
+    """A Kueue Topology object as the API serves it (v0.15.0's v1beta1)."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": levels},
+    }
+
+
+def test_a_kueue_topology_gives_its_levels_coarsest_first() -> None:
+    obj = kueue_topology("default", [{"nodeLabel": label} for label in KUEUE_RACKS])
+    assert parse_kueue_topology(obj) == ("default", KUEUE_RACKS)
+
+
+@pytest.mark.parametrize(
+    ("spec", "levels"),
+    [
+        # Each entry that is not a mapping with a non-empty string nodeLabel is left out;
+        # a repeated label counts once (Kueue's own validation refuses both).
+        ({"levels": [{"nodeLabel": "a"}, "b", {"nodeLabel": 3}, {}, {"nodeLabel": " "}]}, ("a",)),
+        ({"levels": [{"nodeLabel": "a"}, {"nodeLabel": "a"}, {"nodeLabel": "b"}]}, ("a", "b")),
+        ({"levels": {"nodeLabel": "a"}}, ()),  # not a list: no levels
+        ({"levels": None}, ()),
+        ({}, ()),
+        ("spec", ()),  # not a mapping
+        (None, ()),
+    ],
+)
+def test_a_malformed_kueue_topology_is_read_leniently(spec: Any, levels: tuple[str, ...]) -> None:
+    obj = {"metadata": {"name": "t"}, "spec": spec}
+    assert parse_kueue_topology(obj) == ("t", levels)
+
+
+@pytest.mark.parametrize("metadata", [None, {}, {"name": ""}, {"name": 7}, "t"])
+def test_a_kueue_topology_without_a_name_names_the_field(metadata: Any) -> None:
+    with pytest.raises(ManifestError) as error:
+        parse_kueue_topology({"metadata": metadata, "spec": {"levels": []}})
+    assert error.value.field == "metadata.name"
+
+
+def test_topology_levels_argument_wins_then_the_kueue_topology_holding_the_level() -> None:
+    other = ("example.com/zone", "example.com/rack-b")
+    topologies = {"z-racks": KUEUE_RACKS, "a-zones": other}
+    # The argument, when it names any level, whatever the Topologies say.
+    assert choose_levels("example.com/rack", LEVELS, topologies) == LEVELS
+    # Empty: the first Topology by name whose levels hold the level asked for ("a-zones"
+    # comes first but does not hold example.com/rack; "z-racks" does).
+    assert choose_levels("example.com/rack", (), topologies) == KUEUE_RACKS
+    assert choose_levels("example.com/rack-b", (), topologies) == other
+    # Two holding it: the first by name.
+    assert (
+        choose_levels("example.com/rack", (), {"b": KUEUE_RACKS, "a": KUEUE_RACKS[1:]})
+        == (KUEUE_RACKS[1:])
+    )
+    # None holds it, or none exists: the built-in order.
+    assert choose_levels("example.com/pod", (), topologies) == DEFAULT_LEVELS
+    assert choose_levels(RACK, (), {}) == DEFAULT_LEVELS
+
+
+def test_a_preferred_gang_falls_back_along_the_kueue_topologys_levels() -> None:
+    # Nodes labelled with the Kueue Topology's levels only (example.com/block, /rack):
+    # block k1 with racks r1 (m0, m1) and r2 (m2, m3); block k2 with a0 (rack r7) and a1
+    # (r8), all free.  A gang of 3 preferring a rack: no rack holds 3.  By the Topology
+    # the next coarser level is example.com/block, and only k1 holds 3: m-nodes only.
+    # Without it the built-in order knows nothing of example.com/rack: the gang goes
+    # anywhere, and the greedy order (equal scores, then names) starts with a0 and a1.
+    def kueue_node(name: str, rack: str, block: str) -> dict[str, Any]:
+        return node(name, labels={KUEUE_RACKS[0]: block, KUEUE_RACKS[1]: rack})
+
+    nodes = [kueue_node(f"m{i}", "r1" if i < 2 else "r2", "k1") for i in range(4)]
+    nodes += [kueue_node("a0", "r7", "k2"), kueue_node("a1", "r8", "k2")]
+    preferred = {keys.KUEUE_PREFERRED_TOPOLOGY_ANNOTATION: KUEUE_RACKS[1]}
+    snap = snapshot(nodes, gang_pods(3, preferred))
+    assert {"a0", "a1"} <= set(placed_nodes(snap).values())
+    snap.set_kueue_topology("default", KUEUE_RACKS)
+    assert snap.topology_levels(KUEUE_RACKS[1]) == KUEUE_RACKS
+    assert set(placed_nodes(snap).values()) <= {"m0", "m1", "m2", "m3"}
+    snap.forget_kueue_topology("default")
+    assert snap.topology_levels(KUEUE_RACKS[1]) == DEFAULT_LEVELS
+
+
+def test_simulate_reads_a_kueue_topology_from_the_dump(tmp_path: Path) -> None:
+    # The cluster of the test above as a dump with its Topology object: simulate orders
+    # the levels as the live informer does (the same parser): the gang stays in block k1.
+    nodes = [
+        node(name, labels={KUEUE_RACKS[0]: block, KUEUE_RACKS[1]: rack})
+        for name, rack, block in (
+            ("m0", "r1", "k1"),
+            ("m1", "r1", "k1"),
+            ("m2", "r2", "k1"),
+            ("m3", "r2", "k1"),
+            ("a0", "r7", "k2"),
+            ("a1", "r8", "k2"),
+        )
+    ]
+    pods = gang_pods(3, {keys.KUEUE_PREFERRED_TOPOLOGY_ANNOTATION: KUEUE_RACKS[1]})
+    topology = kueue_topology("default", [{"nodeLabel": label} for label in KUEUE_RACKS])
+    manifest = tmp_path / "cluster.yaml"
+    manifest.write_text(yaml.safe_dump_all([*QUOTAS, *nodes, topology, *pods]))
+    document, notes = simulate_files([str(manifest)], MusterArgs(), NOW)
+    assert len(document["placements"]) == 3
+    assert set(document["placements"].values()) <= {"m0", "m1", "m2", "m3"}
+    assert not any("Topology" in note for note in notes)
+    # Another API's Topology is no Kueue Topology: a note, and it is not read (the gang
+    # goes anywhere: a0 and a1 first).
+    topology["apiVersion"] = "example.com/v1"
+    manifest.write_text(yaml.safe_dump_all([*QUOTAS, *nodes, topology, *pods]))
+    document, notes = simulate_files([str(manifest)], MusterArgs(), NOW)
+    assert any("ignored Topology of apiVersion 'example.com/v1'" in note for note in notes)
+    assert {"a0", "a1"} <= set(document["placements"].values())
+
+
+def test_the_live_source_reads_kueue_topologies_through_the_same_parser() -> None:
+    source = KubeSource(cast(KubeClient, object()), MusterArgs())
+    paths = [informer.path for informer in source.informers]
+    assert "/apis/kueue.x-k8s.io/v1beta1/topologies" in paths
+    obj = kueue_topology("default", [{"nodeLabel": label} for label in KUEUE_RACKS])
+    source._on_kueue_topology("ADDED", obj)
+    assert source.snapshot.kueue_topologies == {"default": KUEUE_RACKS}
+    source._on_kueue_topology("MODIFIED", {"metadata": {}, "spec": None})  # no name: skipped
+    assert source.rejected == {"Topology/": "metadata.name: expected a non-empty string"}
+    source._on_kueue_topology("DELETED", obj)
+    assert source.snapshot.kueue_topologies == {}

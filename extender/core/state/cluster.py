@@ -105,6 +105,8 @@ class ClusterState(RoomMixin, JobsMixin):
         self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group"): the winner
         self._declarations: dict[str, dict[int, PodGroupInfo]] = {}  # job → rank → one
         self._owner_sizes: dict[str, int] = {}  # "ns/Kind/name" → pods it runs at once
+        #: Kueue's Topology objects: name → their levels, coarsest first.
+        self.kueue_topologies: dict[str, tuple[str, ...]] = {}
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
         #: Controllers seen deleted, ``namespace/Kind/name``: their pods do not come back.
         self._gone_owners: OrderedDict[str, None] = OrderedDict()

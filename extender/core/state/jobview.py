@@ -19,6 +19,7 @@ from extender.core.state.book import ReservationBook
 from extender.core.topology import (
     SliceRequest,
     TopologyRequest,
+    choose_levels,
     job_slice_request,
     job_topology_request,
     shared_domain,
@@ -40,6 +41,7 @@ class JobsMixin:
         _departing: set[str]
         _joined: dict[str, float]
         _owner_sizes: dict[str, int]
+        kueue_topologies: dict[str, tuple[str, ...]]
 
         def _hold_min_resources(self, job: str) -> None: ...
 
@@ -177,6 +179,18 @@ class JobsMixin:
         if including is not None:
             pods.insert(0, including)
         return job_slice_request(pods)
+
+    def set_kueue_topology(self, name: str, levels: tuple[str, ...]) -> None:
+        """Kueue's ``Topology`` object ``name`` orders these levels, coarsest first."""
+        self.kueue_topologies[name] = levels
+
+    def forget_kueue_topology(self, name: str) -> None:
+        self.kueue_topologies.pop(name, None)
+
+    def topology_levels(self, level: str) -> tuple[str, ...]:
+        """The levels' order for a gang asking for ``level`` (``topologyLevels``, else a
+        Kueue Topology's: :func:`~extender.core.topology.choose_levels`)."""
+        return choose_levels(level, self.args.topology_levels, self.kueue_topologies)
 
     def topology_placement(self, job: str) -> tuple[TopologyRequest, str | None] | None:
         """The job's topology request and the domain its bound and reserved pods are in
