@@ -1,26 +1,34 @@
 """The head-to-head (issue 25): one seeded GPU trace replayed identically on Muster and on
 the peers' own schedulers, each on its own fresh local control plane, and one table.
 
-    python -m bench.peers [--systems muster,scheduler-plugins] [--seed 1] [--seconds 240]
-        [--drain 150] [--nodes 32] [--json peers.json] [--markdown]
+    python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins] [--seed 1]
+        [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
+        [--throughput-pods 400] [--json peers.json] [--markdown] [--workdir DIR]
 
 Systems (each with its documented configuration, on the same Kubernetes release,
 ``lc.peers.SCHEDULER_PLUGINS_KUBERNETES``: the newest scheduler-plugins builds against):
 
+- ``kube-scheduler``: the stock kube-scheduler alone, its default configuration: no
+  quotas, no gangs, its own priority preemption. The baseline (and the denominator of
+  the binding rate);
 - ``muster``: a stock kube-scheduler with Muster as its extender on the sample
   configuration (filter and preempt, kube-scheduler's MostAllocated packing), Muster's
   default arguments, and ``muster evictor`` acting on the soft-eviction marks;
 - ``scheduler-plugins``: scheduler-plugins' kube-scheduler (CapacityScheduling with
   Coscheduling, its chart's configuration, :func:`localcluster.peers.scheduler_plugins_config`).
 
-Both read the same objects: an ElasticQuota per team (``min`` and ``max`` in GPUs; CPU
-and memory with room to spare) and a PodGroup (``minMember`` = the job's pods) per job.
-Every job is a batch/v1 Job of ``pods`` pods (``parallelism`` = ``completions``) whose pods
-run their run time on the kubelet stand-in and succeed; an evicted pod is replaced by the
-Job controller (a ``DisruptionTarget`` failure is ignored, the README's recommended Job
-shape). The trace (:mod:`bench.trace`) is submitted at its own times from the moment the
-cluster is ready; the pods are watched, and the figures (:func:`bench.workload.trace_figures`)
-are taken over the same window on every system: the trace's ``seconds`` plus ``drain``.
+Every system is given the same objects: an ElasticQuota per team (``min`` and ``max`` in
+GPUs; CPU and memory split alike, so they never decide) and a PodGroup (``minMember`` =
+the job's pods) per job, read by those that read them. Every job is a batch/v1 Job of
+``pods`` pods (``parallelism`` = ``completions``) whose pods run their run time on the
+kubelet stand-in and succeed; an evicted pod is replaced by the Job controller (a
+``DisruptionTarget`` failure is ignored: the README's recommended Job shape).
+
+Per system: the control plane is started; the **binding rate** is measured first
+(:meth:`Replay.throughput`, as bench.e2e does); then the trace (:mod:`bench.trace`) is
+submitted at its own times, the pods are watched, and the figures
+(:func:`bench.workload.trace_figures`) are taken over the same window on every system:
+the trace's ``seconds`` plus ``drain``.
 """
 
 from __future__ import annotations
@@ -36,7 +44,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.e2e import Evictor, MusterServer
+from bench.e2e import (
+    TRIAL_LABEL,
+    Evictor,
+    MusterServer,
+    PodWatch,
+    create_pods,
+    delete_pods,
+    is_bound,
+    is_gone,
+    pod_body,
+)
 from bench.time_to_mark import SAMPLE_PROFILES
 from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
 from bench.workload import PodSighting, SubmittedJob, holds_gpus, pod_gpus, trace_figures
@@ -54,7 +72,9 @@ PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 NODE_CPU, NODE_MEMORY_GI = 32, 128
-SYSTEMS = ("muster", "scheduler-plugins")
+SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins")
+#: Pods of the throughput phase (created while the scheduler is stopped, then timed).
+THROUGHPUT_PODS = 400
 
 
 def _job_object(job: TraceJob) -> Json:
@@ -136,7 +156,11 @@ class Replay:
         bin_dir = lc.ensure_binaries(version=lc.peers.SCHEDULER_PLUGINS_KUBERNETES)
         workdir = self.workdir / self.system
         with contextlib.ExitStack() as stack:
-            if self.system == "muster":
+            if self.system == "kube-scheduler":
+                plane = lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s")
+                stack.callback(plane.stop)
+                plane.start()
+            elif self.system == "muster":
                 plane = lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s")
                 stack.callback(plane.stop)
                 plane.start()
@@ -229,11 +253,45 @@ class Replay:
         for item in items:
             self._on_pod("SYNC", item)
 
-    def run(self, drain: float) -> Json:
+    def throughput(self, plane: lc.ControlPlane, pods: int) -> float:
+        """kube-scheduler's sustained binding rate on this system, pods per second, as
+        bench.e2e measures it: ``pods`` pods (100m CPU, 128Mi, no GPU, no gang) spread over
+        the teams' namespaces are created while the scheduler is stopped, then the scheduler
+        is started; ``(pods - 1) / (last binding - first binding)``. The kubelet stand-in
+        is paused meanwhile (pods stay bound and Pending), and the pods are deleted after."""
+        namespaces = [team.name for team in self.trace.teams]
+        watch = PodWatch(plane.rest).start()
+        try:
+            if plane.kubelet is not None:
+                plane.kubelet.stop()
+            plane.stop_scheduler()
+            bodies = [
+                (
+                    namespaces[i % len(namespaces)],
+                    pod_body(f"tp-{i}", {"cpu": "100m", "memory": "128Mi"}, {TRIAL_LABEL: "tp"}),
+                )
+                for i in range(pods)
+            ]
+            keys, _ = create_pods(plane.rest, bodies, 8)
+            watch.wait(keys, lambda r: True, timeout=60, what="throughput pods seen")
+            plane.start_scheduler()
+            records = watch.wait(keys, is_bound, timeout=300, what="throughput pods bound")
+            bound = sorted(r.bound_at for r in records if r.bound_at is not None)
+            delete_pods(plane.rest, namespaces, f"{TRIAL_LABEL}=tp")
+            watch.wait(keys, is_gone, timeout=120, what="throughput pods gone")
+        finally:
+            watch.stop()
+            if plane.kubelet is not None and not plane.kubelet.running:
+                plane.kubelet.start()
+        return (len(bound) - 1) / (bound[-1] - bound[0])
+
+    def run(self, drain: float, throughput_pods: int) -> Json:
         """Play the trace and return the system's figures."""
         started = time.time()
         with self.cluster() as plane:
             ready = time.time() - started
+            pods_per_second = self.throughput(plane, throughput_pods) if throughput_pods else None
+            self.say(f"{self.system}: {pods_per_second} pods/s")
             watcher = lc.Watcher(
                 plane.rest,
                 "/api/v1/pods",
@@ -267,11 +325,17 @@ class Replay:
             horizon,
         )
         figures["submit_errors"] = self.errors
+        figures["pods_per_second"] = None if pods_per_second is None else round(pods_per_second, 1)
         return figures
 
 
 def play(
-    trace: Trace, systems: list[str], drain: float, workdir: Path, say: Callable[[str], None]
+    trace: Trace,
+    systems: list[str],
+    drain: float,
+    workdir: Path,
+    say: Callable[[str], None],
+    throughput_pods: int = THROUGHPUT_PODS,
 ) -> Json:
     """Every system on the trace, one after another; the figures per system."""
     results: Json = {
@@ -293,7 +357,7 @@ def play(
     }
     for system in systems:
         began = time.time()
-        figures = Replay(trace, system, workdir, say).run(drain)
+        figures = Replay(trace, system, workdir, say).run(drain, throughput_pods)
         figures["wall_seconds"] = round(time.time() - began, 1)
         results["systems"][system] = figures
         say(f"{system}: {json.dumps(_without_series(figures))}")
@@ -305,6 +369,14 @@ def markdown_table(results: Json) -> str:
     systems = results["systems"]
     names = list(systems)
     classes = sorted({c for f in systems.values() for c in f["job_completion_seconds"]})
+
+    alone = (systems.get("kube-scheduler") or {}).get("pods_per_second")
+
+    def rate(figures: Json) -> str:
+        own = figures.get("pods_per_second")
+        if own is None:
+            return "-"
+        return f"{own:.0f} ({own / alone:.2f})" if alone else f"{own:.0f}"
 
     def completion(figures: Json, name: str) -> str:
         row = figures["job_completion_seconds"].get(name)
@@ -331,6 +403,7 @@ def markdown_table(results: Json) -> str:
             ),
         ),
         ("jobs pending at the end (nothing running)", lambda f: str(f["pending_at_end"])),
+        ("binding rate, pods/s (÷ kube-scheduler alone's)", rate),
     ]
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for label, cell in rows:
@@ -351,6 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--teams", type=int, default=4)
     parser.add_argument("--load", type=float, default=1.3)
+    parser.add_argument(
+        "--throughput-pods",
+        type=int,
+        default=THROUGHPUT_PODS,
+        help="pods of the throughput phase before the trace (0: skip it)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     parser.add_argument("--workdir", type=Path, help="keep the control planes' files here")
@@ -372,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
     say = lambda message: print(f"peers: {message}", file=sys.stderr, flush=True)  # noqa: E731
-    results = play(trace, systems, options.drain, workdir, say)
+    results = play(trace, systems, options.drain, workdir, say, options.throughput_pods)
     if options.json:
         options.json.write_text(json.dumps(results, indent=1))
     if options.markdown:
