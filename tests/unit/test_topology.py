@@ -599,3 +599,20 @@ def test_the_live_source_reads_kueue_topologies_through_the_same_parser() -> Non
     assert source.rejected == {"Topology/": "metadata.name: expected a non-empty string"}
     source._on_kueue_topology("DELETED", obj)
     assert source.snapshot.kueue_topologies == {}
+
+
+def test_a_sliced_gang_with_a_required_block_preempts_in_the_cheapest_block() -> None:
+    # Block b1: rack r1 (a0 free, a1 running lo-1, priority 1) and r2 (b0 free).  Block
+    # b2: rack r3 (c0 free, c1 running mid-1, priority 3).  A gang of 2, required block,
+    # one slice of 2 per rack.  b1 has two free nodes, but in two racks: no slice.  Each
+    # block needs one victim to free a slice: lo-1 in b1 (highest priority 1), mid-1 in b2
+    # (3); the cheapest block is b1, and nothing in b2 goes.
+    nodes = [racked("a0", "r1", "b1"), racked("a1", "r1", "b1"), racked("b0", "r2", "b1")]
+    nodes += [racked("c0", "r3", "b2"), racked("c1", "r3", "b2")]
+    pods = [borrower("lo-1", "a1", 1), borrower("mid-1", "c1", 3)]
+    annotations = sliced("2", **{keys.KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: BLOCK})
+    snap = snapshot(nodes, [*pods, *gang_pods(2, annotations)], QUOTAS)
+    decision = plan_job_preemption(snap, "team-a/train", NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert [v.pod.name for v in decision.victims] == ["lo-1"]
+    assert sorted(decision.placements.values()) == ["a0", "a1"]
