@@ -11,7 +11,7 @@ ifdef K8S_VERSION
 export MUSTER_K8S_VERSION := $(K8S_VERSION)
 endif
 
-.PHONY: venv lint unit e2e test test-matrix test-peers peers soak demo bench bench-e2e k8s helm manifests image clean
+.PHONY: venv lint unit e2e test test-matrix test-peers peers soak demo bench bench-e2e bench-peers k8s helm manifests image clean
 
 venv: $(VENV)/.installed
 
@@ -58,7 +58,7 @@ peers:
 # scheduler, and Kueue's controller manager beside kube-scheduler.
 test-peers: venv peers
 	MUSTER_K8S_VERSION=1.35 hack/build-k8s.sh
-	$(PY) -m pytest -m peers tests/e2e/test_peers.py
+	$(PY) -m pytest -m peers tests/e2e/test_peers.py tests/e2e/test_peer_agreement.py
 
 # The whole suite: lint, unit tests and the e2e tier against real binaries, on three
 # pytest-xdist workers: each half of the e2e tier on its own control plane, the soak slice
@@ -83,6 +83,14 @@ bench: venv k8s
 
 bench-e2e: venv k8s
 	$(PY) -m bench.e2e
+
+# The head-to-head (issue 25): one seeded GPU trace replayed on each system, each on its own
+# control plane (about 7 minutes a system); the table in Markdown, the figures in JSON.
+SEED ?= 1
+PEER_SYSTEMS ?= kube-scheduler,muster,scheduler-plugins,kueue
+bench-peers: venv peers
+	MUSTER_K8S_VERSION=1.35 hack/build-k8s.sh
+	$(PY) -m bench.peers --systems $(PEER_SYSTEMS) --seed $(SEED) --json peers-seed$(SEED).json --markdown
 
 # The container image (needs Docker or Podman; tests/packaging checks the recipe without).
 CONTAINER ?= $(shell command -v docker || command -v podman)

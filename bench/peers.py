@@ -1,7 +1,7 @@
 """The head-to-head (issue 25): one seeded GPU trace replayed identically on Muster and on
 the peers' own schedulers, each on its own fresh local control plane, and one table.
 
-    python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins] [--seed 1]
+    python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue] [--seed 1]
         [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
         [--throughput-pods 400] [--json peers.json] [--markdown] [--workdir DIR]
 
@@ -15,7 +15,14 @@ Systems (each with its documented configuration, on the same Kubernetes release,
   configuration (filter and preempt, kube-scheduler's MostAllocated packing), Muster's
   default arguments, and ``muster evictor`` acting on the soft-eviction marks;
 - ``scheduler-plugins``: scheduler-plugins' kube-scheduler (CapacityScheduling with
-  Coscheduling, its chart's configuration, :func:`localcluster.peers.scheduler_plugins_config`).
+  Coscheduling, its chart's configuration, :func:`localcluster.peers.scheduler_plugins_config`);
+- ``kueue``: Kueue's controller manager beside a stock kube-scheduler
+  (:func:`localcluster.kueue.start_kueue`: ``waitForPodsReady`` on, its documented way
+  to all-or-nothing), one ClusterQueue per team in one cohort (``nominalQuota`` = ``min``,
+  ``borrowingLimit`` = ``max - min``, Muster's preemption defaults) and a LocalQueue per
+  namespace (:func:`localcluster.kueue.kueue_queues`); each Job is submitted suspended to
+  its team's LocalQueue. Kueue is not in the scheduling path: its binding rate is
+  kube-scheduler's, and its cost is admission time, inside the completion times.
 
 Every system is given the same objects: an ElasticQuota per team (``min`` and ``max`` in
 GPUs; CPU and memory split alike, so they never decide) and a PodGroup (``minMember`` =
@@ -25,8 +32,8 @@ kubelet stand-in and succeed; an evicted pod is replaced by the Job controller (
 ``DisruptionTarget`` failure is ignored: the README's recommended Job shape).
 
 Per system: the control plane is started; the **binding rate** is measured first
-(:meth:`Replay.throughput`, as bench.e2e does); then the trace (:mod:`bench.trace`) is
-submitted at its own times, the pods are watched, and the figures
+(:meth:`Replay.throughput`, as bench.e2e does: the median of three rounds); then the trace
+(:mod:`bench.trace`) is submitted at its own times, the pods are watched, and the figures
 (:func:`bench.workload.trace_figures`) are taken over the same window on every system:
 the trace's ``seconds`` plus ``drain``.
 """
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import statistics
 import sys
 import tempfile
 import threading
@@ -72,9 +80,11 @@ PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 NODE_CPU, NODE_MEMORY_GI = 32, 128
-SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins")
+SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins", "kueue")
 #: Pods of the throughput phase (created while the scheduler is stopped, then timed).
 THROUGHPUT_PODS = 400
+#: Rounds of the throughput phase; the figure is their median.
+THROUGHPUT_ROUNDS = 3
 
 
 def _job_object(job: TraceJob) -> Json:
@@ -182,6 +192,12 @@ class Replay:
                 )
                 stack.callback(plane.stop)
                 plane.start()
+            elif self.system == "kueue":
+                plane = lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s")
+                stack.callback(plane.stop)
+                plane.start()
+                kueue = lc.kueue.start_kueue(plane, workdir=workdir / "kueue")
+                stack.callback(kueue.stop)
             else:
                 raise ValueError(f"unknown system {self.system!r} (known: {', '.join(SYSTEMS)})")
             self._prepare(plane)
@@ -212,6 +228,13 @@ class Replay:
                 team.name, team.min_gpus, team.max_gpus, len(self.trace.teams), self.trace.nodes
             )
             rest.request("POST", f"{QUOTA_API}/namespaces/{team.name}/elasticquotas", quota)
+        if self.system == "kueue":
+            queues = lc.kueue.kueue_queues(
+                lc.kueue.TeamQuota(team.name, team.min_gpus, team.max_gpus)
+                for team in self.trace.teams
+            )
+            lc.kueue.create_kueue_objects(plane, queues)
+            lc.kueue.wait_queues_active(plane, queues)
 
     def _submit(self, plane: lc.ControlPlane, job: TraceJob) -> None:
         rest = plane.rest
@@ -221,9 +244,12 @@ class Replay:
             "metadata": {"name": job.name, "namespace": job.team},
             "spec": {"minMember": job.pods},
         }
+        body = _job_object(job)
+        if self.system == "kueue":  # Kueue admits the Job whole, then unsuspends it
+            body = lc.kueue.kueue_job(body, queue=job.team)
         try:
             rest.request("POST", f"{QUOTA_API}/namespaces/{job.team}/podgroups", group)
-            rest.request("POST", f"/apis/batch/v1/namespaces/{job.team}/jobs", _job_object(job))
+            rest.request("POST", f"/apis/batch/v1/namespaces/{job.team}/jobs", body)
         except lc.ApiError as error:
             self.errors.append(f"{job.name}: {error}")
             return
@@ -253,7 +279,7 @@ class Replay:
         for item in items:
             self._on_pod("SYNC", item)
 
-    def throughput(self, plane: lc.ControlPlane, pods: int) -> float:
+    def throughput(self, plane: lc.ControlPlane, pods: int, trial: str) -> float:
         """kube-scheduler's sustained binding rate on this system, pods per second, as
         bench.e2e measures it: ``pods`` pods (100m CPU, 128Mi, no GPU, no gang) spread over
         the teams' namespaces are created while the scheduler is stopped, then the scheduler
@@ -268,7 +294,9 @@ class Replay:
             bodies = [
                 (
                     namespaces[i % len(namespaces)],
-                    pod_body(f"tp-{i}", {"cpu": "100m", "memory": "128Mi"}, {TRIAL_LABEL: "tp"}),
+                    pod_body(
+                        f"{trial}-{i}", {"cpu": "100m", "memory": "128Mi"}, {TRIAL_LABEL: trial}
+                    ),
                 )
                 for i in range(pods)
             ]
@@ -277,7 +305,7 @@ class Replay:
             plane.start_scheduler()
             records = watch.wait(keys, is_bound, timeout=300, what="throughput pods bound")
             bound = sorted(r.bound_at for r in records if r.bound_at is not None)
-            delete_pods(plane.rest, namespaces, f"{TRIAL_LABEL}=tp")
+            delete_pods(plane.rest, namespaces, f"{TRIAL_LABEL}={trial}")
             watch.wait(keys, is_gone, timeout=120, what="throughput pods gone")
         finally:
             watch.stop()
@@ -290,8 +318,12 @@ class Replay:
         started = time.time()
         with self.cluster() as plane:
             ready = time.time() - started
-            pods_per_second = self.throughput(plane, throughput_pods) if throughput_pods else None
-            self.say(f"{self.system}: {pods_per_second} pods/s")
+            rates = [
+                self.throughput(plane, throughput_pods, f"tp{n}")
+                for n in range(THROUGHPUT_ROUNDS if throughput_pods else 0)
+            ]
+            pods_per_second = statistics.median(rates) if rates else None
+            self.say(f"{self.system}: {[round(r, 1) for r in rates]} pods/s")
             watcher = lc.Watcher(
                 plane.rest,
                 "/api/v1/pods",
