@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import statistics
 import sys
@@ -349,6 +350,12 @@ class Replay:
                 watcher.stop()
         with self._lock:
             sightings, submitted = list(self.sightings), dict(self.submitted)
+        # What the figures are made of, for a second look: every sighting and submission.
+        with (self.workdir / self.system / "sightings.jsonl").open("w") as out:
+            for name, job in submitted.items():
+                out.write(json.dumps({"submitted": name, **dataclasses.asdict(job)}) + "\n")
+            for sighting in sightings:
+                out.write(json.dumps(dataclasses.asdict(sighting)) + "\n")
         figures = trace_figures(
             sightings,
             submitted,

@@ -190,6 +190,7 @@ def trace_figures(
     held_by_pod: dict[str, float] = {}
     evictions = 0
     allocated = partial = 0.0
+    partial_by_job: dict[str, float] = {}
     below = dict.fromkeys(mins, 0.0)
     series: list[tuple[float, float]] = []
     now = 0.0
@@ -209,7 +210,9 @@ def trace_figures(
         for name in submitted:
             job, js = jobs[name], state[name]
             if job.pods > 1 and js.holding and waiting(name):
-                partial += sum(js.holding.values()) * span
+                held_partly = sum(js.holding.values()) * span
+                partial += held_partly
+                partial_by_job[name] = partial_by_job.get(name, 0.0) + held_partly
         used = dict.fromkeys(mins, 0.0)
         for name in submitted:
             team = jobs[name].team
@@ -268,6 +271,13 @@ def trace_figures(
     return {
         "gpu_allocation": round(allocated / (capacity * horizon), 4),
         "partial_gang_gpu_seconds": round(partial, 1),
+        "partial_gangs_worst": [
+            (name, round(gpu_seconds, 1))
+            for gpu_seconds, name in sorted(
+                ((v, k) for k, v in partial_by_job.items()), reverse=True
+            )[:5]
+        ],
+        "partial_gangs": len(partial_by_job),
         "seconds_below_min_with_pending_work": {t: round(s, 1) for t, s in below.items()},
         "job_completion_seconds": {
             name: {
