@@ -163,3 +163,60 @@ def test_a_preferred_rack_gang_spreads_over_racks_without_eviction(
         assert lo["status"]["phase"] == "Running"
     finally:
         teams.cleanup()
+
+
+def test_a_sliced_gang_waits_for_whole_slices_then_binds_one_per_rack_pair(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    """(d) Kueue's slices: a gang of four 8-GPU pods in slices of two, each slice inside
+    one rack. Racks r1 (a0, a1), r2 (b0, b1), r3 (c0); a1 runs team B's non-preemptible
+    pod (never a victim). Four nodes are free, enough for the gang unsliced, but only r2
+    holds a whole slice (r1 and r3 one pod each): the gang waits, none of it bound. The
+    pod on a1 deleted, r1 holds a slice too: the gang binds on a0, a1, b0, b1 (c0, a
+    rack of one node, takes no pod)."""
+    r1 = [racked(cluster, f"a{i}", "r1") for i in range(2)]
+    r2 = [racked(cluster, f"b{i}", "r2") for i in range(2)]
+    racked(cluster, "c0", "r3")
+    teams = Teams(
+        cluster, {"min": {GPU: "32"}, "max": {GPU: "32"}}, {"min": {GPU: "8"}, "max": {GPU: "64"}}
+    )
+    try:
+        teams.create(
+            teams.b,
+            "keeper",
+            requests={"cpu": "1", GPU: 8},
+            labels={"quota.scheduling.koordinator.sh/preemptible": "false"},
+            node_selector={"kubernetes.io/hostname": r1[1]},
+        )
+        teams.wait(teams.b, "keeper", "Running")
+        names = [f"t-{i}" for i in range(4)]
+        annotations = {
+            "kueue.x-k8s.io/podset-slice-required-topology": RACK,
+            "kueue.x-k8s.io/podset-slice-size": "2",
+            "gang.scheduling.koordinator.sh/min-available": "4",
+        }
+        labels = {**TRAINER, "pod-group.scheduling.sigs.k8s.io": "train"}
+        for name in names:
+            teams.create(
+                teams.a, name, requests={"cpu": "1", GPU: 8}, labels=labels, annotations=annotations
+            )
+
+        def refused() -> bool:
+            return all(
+                "in slices of 2"
+                in str((teams.get(teams.a, name) or {}).get("status", {}).get("conditions"))
+                for name in names
+            )
+
+        lc.wait_until(refused, timeout=30, what="every pod refused: one whole slice fits")
+        assert not any(nodes_of(teams, names).values()), nodes_of(teams, names)
+        teams.cluster.rest.request(
+            "DELETE", f"/api/v1/namespaces/{teams.b}/pods/keeper", {"gracePeriodSeconds": 0}
+        )
+        lc.wait_until(
+            lambda: all(nodes_of(teams, names).values()), timeout=60, what="the gang bound"
+        )
+        assert set(nodes_of(teams, names).values()) == {*r1, *r2}, nodes_of(teams, names)
+    finally:
+        teams.cleanup()
