@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.peers import markdown_table
 from bench.trace import GANG_SIZES, make_trace, pods_of
 from bench.workload import PodSighting, SubmittedJob, trace_figures
 
@@ -104,3 +105,23 @@ def test_a_gang_done_one_pod_at_a_time_is_not_partial() -> None:
     assert figures["partial_gang_gpu_seconds"] == 0.0
     assert figures["evicted_pods"] == 0
     assert figures["job_completion_seconds"]["normal"]["p50"] == 20.0
+
+
+def test_the_table_has_a_column_per_system_and_the_rate_against_kube_scheduler_alone() -> None:
+    jobs = {"g": SubmittedJob("a", 1, 8, "normal", 0.0)}
+    seen = [
+        PodSighting(0, "a/g-0", "g", 8, holds=True, succeeded=False),
+        PodSighting(10, "a/g-0", "g", 8, holds=False, succeeded=True),
+    ]
+    figures = trace_figures(seen, jobs, {"a": 8}, capacity=8, horizon=20)
+    results = {
+        "systems": {
+            "kube-scheduler": {**figures, "pods_per_second": 200.0},
+            "muster": {**figures, "pods_per_second": 190.0},
+        }
+    }
+    lines = markdown_table(results).splitlines()
+    assert lines[0] == "| | kube-scheduler | muster |"
+    # 8 GPUs held 10 s of 20 on 8 GPUs: 0.5; 190 / 200 = 0.95.
+    assert "| GPU allocation (GPU-s held / capacity) | 0.500 | 0.500 |" in lines
+    assert lines[-1].endswith("| 200 (1.00) | 190 (0.95) |")
