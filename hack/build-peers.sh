@@ -24,6 +24,15 @@
 #                      config/components/webhook/*.yaml of the same module, copied to
 #                      bin/crds/ and bin/webhook/). hack/localcluster/kueue.py runs it on the local control
 #                      plane (`make test-peers`).
+#   koordinator        github.com/koordinator-sh/koordinator v1.6.0: its scheduler
+#                      (cmd/koord-scheduler: ElasticQuota, Coscheduling, Reservation, ...),
+#                      built against Kubernetes v1.28.7 (its own replace lines, which the
+#                      module proxy here serves as they are), and its CRDs
+#                      (config/crd/bases/*.yaml of the same module, copied to bin/crds/:
+#                      scheduling.sigs.k8s.io ElasticQuota and PodGroup in its own schema,
+#                      and its scheduling/slo/config.koordinator.sh kinds, whose informers
+#                      the scheduler starts whatever plugins are enabled).
+#                      hack/localcluster/koordinator.py runs it on the local control plane.
 #
 # Usage:
 #     hack/build-peers.sh [PEER]            build (or reuse); default scheduler-plugins
@@ -56,7 +65,13 @@ case "$peer" in
         # Files of the module itself the harness needs beside the binary.
         module_files=("config/components/crd/bases:crds" "config/components/webhook:webhook")
         ;;
-    *) die "unknown peer '$peer' (known: scheduler-plugins, kueue)" ;;
+    koordinator)
+        module=github.com/koordinator-sh/koordinator
+        packages=(cmd/koord-scheduler)
+        names=(koord-scheduler)
+        module_files=("config/crd/bases:crds")
+        ;;
+    *) die "unknown peer '$peer' (known: scheduler-plugins, kueue, koordinator)" ;;
 esac
 MOD_DIR="$HACK_DIR/peers/$peer"
 [[ -f "$MOD_DIR/go.mod" ]] || die "$MOD_DIR/go.mod is missing"
