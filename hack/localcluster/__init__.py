@@ -8,8 +8,9 @@ and ``KubeletEmulator`` plays the kubelet. Callers put ``hack/`` on ``sys.path``
 Modules: ``controlplane`` (``ControlPlane``: lifecycle, components, logs, clients),
 ``scheduler`` (``ExtenderConfig``, kube-scheduler's configuration and restarts),
 ``controllers`` (kube-controller-manager: which controllers, how it runs),
-``objects`` (namespaces, nodes, CRDs, service accounts), ``peers`` and ``kueue`` (the
-peers of issue 25: scheduler-plugins' configuration; Kueue's manager and queues),
+``objects`` (namespaces, nodes, CRDs, service accounts), ``peers``, ``kueue`` and
+``koordinator`` (the peers of issue 25: scheduler-plugins' configuration; Kueue's manager
+and queues; koord-scheduler's configuration and plane),
 ``kubelet`` (``KubeletEmulator``),
 ``watch`` (``Watcher``: list, then watch, a collection), ``rest`` (``RestClient``,
 ``ApiError``), ``processes`` (component processes; ``free_port``, ``free_ports``),
@@ -28,7 +29,7 @@ Typical use::
 
 from __future__ import annotations
 
-from . import kueue, peers
+from . import koordinator, kueue, peers
 from .binaries import (
     BuildError,
     default_bin_dir,
@@ -63,6 +64,7 @@ __all__ = [
     "ensure_peer",
     "free_port",
     "free_ports",
+    "koordinator",
     "kubernetes_minor",
     "kueue",
     "peers",
