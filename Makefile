@@ -53,9 +53,10 @@ test-matrix: venv helm
 peers:
 	hack/build-peers.sh scheduler-plugins
 	hack/build-peers.sh kueue
+	nice -n 10 hack/build-peers.sh koordinator
 
 # Each peer on the local control plane, shown to work (not in `make test`): scheduler-plugins'
-# scheduler, and Kueue's controller manager beside kube-scheduler.
+# scheduler, Kueue's controller manager beside kube-scheduler, and Koordinator's koord-scheduler.
 test-peers: venv peers
 	MUSTER_K8S_VERSION=1.35 hack/build-k8s.sh
 	$(PY) -m pytest -m peers tests/e2e/test_peers.py tests/e2e/test_peer_agreement.py

@@ -357,3 +357,101 @@ def test_kueue_reclaims_borrowed_quota_by_preempting(kueue_plane: lc.ControlPlan
         )
     finally:
         kueue_cleanup(kueue_plane, [cluster_a, cluster_b], objects)
+
+
+# -- Koordinator v1.6.0's koord-scheduler in kube-scheduler's place
+#
+# Expectations from Koordinator's documented behaviour (v1.6.0: docs/proposals/scheduling/
+# 20220901-gang-scheduling.md and 20220722-multi-hierarchy-elastic-quota-management.md of
+# the module, and the plugins' code): a gang declared by the pod annotations
+# gang.scheduling.koordinator.sh/name and /min-available is held at Permit until
+# min-available members are placed, and in its default StrictMode a member that cannot be
+# placed rejects the members waiting, so none binds; the ElasticQuota plugin refuses at
+# PreFilter a pod whose quota's used plus its request would pass the quota's runtime
+# quota, which never exceeds max.  The plane runs the module's documented profile less
+# the plugins that need koordlet's reports (lc.koordinator.koordinator_scheduler_config).
+
+
+@pytest.fixture(scope="module")
+def koord_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lc.ControlPlane]:
+    """The v1.35 control plane with koord-scheduler in kube-scheduler's place, Koordinator's
+    CRDs installed (lc.koordinator.koordinator_control_plane).  Unschedulable pods are
+    swept back to the queue after 10 s rather than 5 min: on this quiet cluster a gang
+    whose last member lost the race between Coscheduling's PreEnqueue and its gang cache
+    would otherwise wait minutes (lc.koordinator.KoordinatorControlPlane)."""
+    plane = lc.koordinator.koordinator_control_plane(
+        bin_dir=lc.ensure_binaries(version=lc.koordinator.KOORDINATOR_KUBERNETES),
+        workdir=tmp_path_factory.mktemp("koordinator"),
+        max_unschedulable_seconds=10,
+    )
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
+
+
+def test_koord_gang_binds_whole_or_not_at_all(koord_plane: lc.ControlPlane) -> None:
+    """Three 8-GPU nodes, one taken by a lone 8-GPU pod; a Koordinator gang (annotations)
+    of three 8-GPU pods: none binds (two could run).  The lone pod deleted: all three
+    bind, one per node."""
+    cluster = Cluster(koord_plane, "koord-gang")
+    koord_plane.create_namespace("koord-gang")
+    try:
+        for i in range(3):
+            cluster.create_node(f"n{i}", NODE)
+        cluster.create_pod("lone", requests={"cpu": "1", GPU: 8})
+        cluster.wait_running("lone", timeout=60)
+        names = [f"g-{i}" for i in range(3)]
+        for name in names:
+            cluster.create_pod(
+                name,
+                requests={"cpu": "1", GPU: 8},
+                annotations=lc.koordinator.gang_annotations("g", 3),
+            )
+        lc.wait_until(
+            lambda: all(
+                "PodScheduled" in str((cluster.get_pod(n) or {}).get("status")) for n in names
+            ),
+            # Up to one 30 s sweep plus 10 s when the last member was gated (the fixture).
+            timeout=120,
+            what="the scheduler's verdict on every pod",
+        )
+        assert not any(bound(cluster, names).values()), bound(cluster, names)
+        cluster.delete_pod("lone", grace_seconds=0)
+        lc.wait_until(
+            lambda: all(bound(cluster, names).values()), timeout=120, what="all three bound"
+        )
+        assert len(set(bound(cluster, names).values())) == 3
+    finally:
+        cluster.cleanup()
+
+
+def test_koord_elastic_quota_stops_at_its_max(koord_plane: lc.ControlPlane) -> None:
+    """A scheduling.sigs.k8s.io ElasticQuota of max 16 GPUs and three free 8-GPU nodes: of
+    three 8-GPU pods created one by one, two bind and the third stays pending."""
+    cluster = Cluster(koord_plane, "koord-quota")
+    koord_plane.create_namespace("koord-quota")
+    try:
+        # Named as its namespace, in it: koord-scheduler's quota for that namespace's pods.
+        # Only the resources named in max are counted (its PreFilter masks the pod's
+        # request by them).
+        quota = lc.koordinator.elastic_quota(
+            "koord-quota", "koord-quota", min={GPU: "16"}, max={GPU: "16"}
+        )
+        koord_plane.rest.request(
+            "POST",
+            "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/koord-quota/elasticquotas",
+            quota,
+        )
+        for i in range(3):
+            cluster.create_node(f"n{i}", NODE)
+        names = [f"p-{i}" for i in range(3)]
+        for name in names[:2]:
+            cluster.create_pod(name, requests={"cpu": "1", GPU: 8})
+            cluster.wait_running(name, timeout=60)
+        cluster.create_pod(names[2], requests={"cpu": "1", GPU: 8})
+        cluster.wait_unschedulable(names[2], timeout=60)
+        assert bound(cluster, names)[names[2]] is None
+    finally:
+        cluster.cleanup()
