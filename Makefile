@@ -88,7 +88,7 @@ bench-e2e: venv k8s
 # The head-to-head (issue 25): one seeded GPU trace replayed on each system, each on its own
 # control plane (about 7 minutes a system); the table in Markdown, the figures in JSON.
 SEED ?= 1
-PEER_SYSTEMS ?= kube-scheduler,muster,scheduler-plugins,kueue
+PEER_SYSTEMS ?= kube-scheduler,muster,scheduler-plugins,kueue,koordinator
 bench-peers: venv peers
 	MUSTER_K8S_VERSION=1.35 hack/build-k8s.sh
 	$(PY) -m bench.peers --systems $(PEER_SYSTEMS) --seed $(SEED) --json peers-seed$(SEED).json --markdown

@@ -1,9 +1,10 @@
 """The head-to-head (issue 25): one seeded GPU trace replayed identically on Muster and on
 the peers' own schedulers, each on its own fresh local control plane, and one table.
 
-    python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue] [--seed 1]
-        [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
-        [--throughput-pods 400] [--json peers.json] [--markdown] [--workdir DIR]
+    python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
+        [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
+        [--throughput-pods 400] [--json peers.json] [--add-to peers.json] [--markdown]
+        [--workdir DIR]
 
 Systems (each with its documented configuration, on the same Kubernetes release,
 ``lc.peers.SCHEDULER_PLUGINS_KUBERNETES``: the newest scheduler-plugins builds against):
@@ -16,6 +17,11 @@ Systems (each with its documented configuration, on the same Kubernetes release,
   default arguments, and ``muster evictor`` acting on the soft-eviction marks;
 - ``scheduler-plugins``: scheduler-plugins' kube-scheduler (CapacityScheduling with
   Coscheduling, its chart's configuration, :func:`localcluster.peers.scheduler_plugins_config`);
+- ``koordinator``: Koordinator's koord-scheduler in kube-scheduler's place
+  (:func:`localcluster.koordinator.koordinator_control_plane`: the module's scheduler
+  configuration without the plugins that need koordlet; unschedulable pods retried after
+  10 s, see :meth:`Replay.cluster`), with its own
+  ``scheduling.sigs.k8s.io`` ElasticQuota per team and the gang in its pod annotations;
 - ``kueue``: Kueue's controller manager beside a stock kube-scheduler
   (:func:`localcluster.kueue.start_kueue`: ``waitForPodsReady`` on, its documented way
   to all-or-nothing), one ClusterQueue per team in one cohort (``nominalQuota`` = ``min``,
@@ -26,7 +32,8 @@ Systems (each with its documented configuration, on the same Kubernetes release,
 
 Every system is given the same objects: an ElasticQuota per team (``min`` and ``max`` in
 GPUs; CPU and memory split alike, so they never decide) and a PodGroup (``minMember`` =
-the job's pods) per job, read by those that read them. Every job is a batch/v1 Job of
+the job's pods) per job, and the same gang in Koordinator's pod annotations, each read by
+the systems that read it. Every job is a batch/v1 Job of
 ``pods`` pods (``parallelism`` = ``completions``) whose pods run their run time on the
 kubelet stand-in and succeed; an evicted pod is replaced by the Job controller (a
 ``DisruptionTarget`` failure is ignored: the README's recommended Job shape).
@@ -81,7 +88,7 @@ PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 NODE_CPU, NODE_MEMORY_GI = 32, 128
-SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins", "kueue")
+SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins", "kueue", "koordinator")
 #: Pods of the throughput phase (created while the scheduler is stopped, then timed).
 THROUGHPUT_PODS = 400
 #: Rounds of the throughput phase; the figure is their median.
@@ -111,7 +118,13 @@ def _job_object(job: TraceJob) -> Json:
                 "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
             },
             "template": {
-                "metadata": {"labels": labels, "annotations": {lc.RUN_SECONDS: str(job.runtime)}},
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        lc.RUN_SECONDS: str(job.runtime),
+                        **lc.koordinator.gang_annotations(job.name, job.pods),
+                    },
+                },
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 0,
@@ -199,6 +212,16 @@ class Replay:
                 plane.start()
                 kueue = lc.kueue.start_kueue(plane, workdir=workdir / "kueue")
                 stack.callback(kueue.stop)
+            elif self.system == "koordinator":
+                # koord-scheduler v1.6.0's Coscheduling may run PreEnqueue on a gang's last
+                # pod before its gang cache has counted it, and nothing requeues that pod
+                # until kube-scheduler's sweep of unschedulable pods (5 min by default):
+                # with the sweep at 10 s the table measures its decisions, not that race.
+                plane = lc.koordinator.koordinator_control_plane(
+                    bin_dir=bin_dir, workdir=workdir / "k8s", max_unschedulable_seconds=10
+                )
+                stack.callback(plane.stop)
+                plane.start()
             else:
                 raise ValueError(f"unknown system {self.system!r} (known: {', '.join(SYSTEMS)})")
             self._prepare(plane)
@@ -228,7 +251,13 @@ class Replay:
             quota = _quota_object(
                 team.name, team.min_gpus, team.max_gpus, len(self.trace.teams), self.trace.nodes
             )
-            rest.request("POST", f"{QUOTA_API}/namespaces/{team.name}/elasticquotas", quota)
+            if self.system == "koordinator":  # its own API group, and its namespaces key
+                spec = quota["spec"]
+                quota = lc.koordinator.elastic_quota(
+                    team.name, team.name, min=spec["min"], max=spec["max"]
+                )
+            api = quota["apiVersion"]
+            rest.request("POST", f"/apis/{api}/namespaces/{team.name}/elasticquotas", quota)
         if self.system == "kueue":
             queues = lc.kueue.kueue_queues(
                 lc.kueue.TeamQuota(team.name, team.min_gpus, team.max_gpus)
@@ -249,7 +278,8 @@ class Replay:
         if self.system == "kueue":  # Kueue admits the Job whole, then unsuspends it
             body = lc.kueue.kueue_job(body, queue=job.team)
         try:
-            rest.request("POST", f"{QUOTA_API}/namespaces/{job.team}/podgroups", group)
+            if self.system != "koordinator":  # its plane serves no scheduling.x-k8s.io
+                rest.request("POST", f"{QUOTA_API}/namespaces/{job.team}/podgroups", group)
             rest.request("POST", f"/apis/batch/v1/namespaces/{job.team}/jobs", body)
         except lc.ApiError as error:
             self.errors.append(f"{job.name}: {error}")
@@ -470,6 +500,11 @@ def main(argv: list[str] | None = None) -> int:
         help="pods of the throughput phase before the trace (0: skip it)",
     )
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--add-to",
+        type=Path,
+        help="an earlier --json of the same trace: add (or replace) these systems' columns",
+    )
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     parser.add_argument("--workdir", type=Path, help="keep the control planes' files here")
     options = parser.parse_args(argv)
@@ -491,6 +526,16 @@ def main(argv: list[str] | None = None) -> int:
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
     say = lambda message: print(f"peers: {message}", file=sys.stderr, flush=True)  # noqa: E731
     results = play(trace, systems, options.drain, workdir, say, options.throughput_pods)
+    if options.add_to is not None:
+        earlier = json.loads(options.add_to.read_text())
+        if {k: earlier.get(k) for k in ("seed", "trace")} != {
+            k: results[k] for k in ("seed", "trace")
+        }:
+            print(f"--add-to: {options.add_to} is of another trace", file=sys.stderr)
+            return 2
+        earlier["systems"].update(results["systems"])
+        results = earlier
+        options.add_to.write_text(json.dumps(results, indent=1))
     if options.json:
         options.json.write_text(json.dumps(results, indent=1))
     if options.markdown:
