@@ -383,7 +383,7 @@ class Replay:
         # What the figures are made of, for a second look: every sighting and submission.
         with (self.workdir / self.system / "sightings.jsonl").open("w") as out:
             for name, job in submitted.items():
-                out.write(json.dumps({"submitted": name, **dataclasses.asdict(job)}) + "\n")
+                out.write(json.dumps({"job": name, **dataclasses.asdict(job)}) + "\n")
             for sighting in sightings:
                 out.write(json.dumps(dataclasses.asdict(sighting)) + "\n")
         figures = trace_figures(
