@@ -54,6 +54,7 @@ import yaml
 from .binaries import ensure_binaries, ensure_peer
 from .common import Json
 from .controlplane import ControlPlane
+from .peers import scheduler_user_role
 from .rest import ApiError
 from .scheduler import quiet_insecure_warnings
 from .waiting import wait_until
@@ -183,55 +184,33 @@ def koordinator_rbac() -> list[Json]:
     topology.node.k8s.io and scheduling.sigs.k8s.io kinds -- bound to the scheduler's user
     (``scheduler_role_binding.yaml`` binds it, with ``system:kube-scheduler`` and
     ``system:volume-scheduler``, which that user already has, to its ServiceAccount)."""
-    name = "koordinator-scheduler-peer"
-    return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [
-                {
-                    "apiGroups": ["coordination.k8s.io"],
-                    "resources": ["leases"],
-                    "verbs": ["create", "get", "update"],
-                },
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
-                {
-                    "apiGroups": ["apiextensions.k8s.io"],
-                    "resources": ["customresourcedefinitions"],
-                    "verbs": ["get", "list", "patch", "update", "watch"],
-                },
-                {
-                    "apiGroups": [
-                        "config.koordinator.sh",
-                        "slo.koordinator.sh",
-                        "scheduling.koordinator.sh",
-                        "topology.node.k8s.io",
-                        "scheduling.sigs.k8s.io",
-                    ],
-                    "resources": ["*"],
-                    "verbs": ["*"],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
+    return scheduler_user_role(
+        "koordinator-scheduler-peer",
+        [
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["create", "get", "update"],
             },
-            "subjects": [
-                {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "User",
-                    "name": "system:kube-scheduler",
-                }
-            ],
-        },
-    ]
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+            {
+                "apiGroups": ["apiextensions.k8s.io"],
+                "resources": ["customresourcedefinitions"],
+                "verbs": ["get", "list", "patch", "update", "watch"],
+            },
+            {
+                "apiGroups": [
+                    "config.koordinator.sh",
+                    "slo.koordinator.sh",
+                    "scheduling.koordinator.sh",
+                    "topology.node.k8s.io",
+                    "scheduling.sigs.k8s.io",
+                ],
+                "resources": ["*"],
+                "verbs": ["*"],
+            },
+        ],
+    )
 
 
 class KoordinatorControlPlane(ControlPlane):

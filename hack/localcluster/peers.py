@@ -42,24 +42,33 @@ def scheduler_plugins_rbac() -> list[Json]:
     """What scheduler-plugins' scheduler reads and writes beyond kube-scheduler's own
     rights (its chart's rbac.yaml, the scheduling.x-k8s.io rule), granted to the
     scheduler's user."""
-    name = "scheduler-plugins-peer"
+    return scheduler_user_role(
+        "scheduler-plugins-peer",
+        [
+            {
+                "apiGroups": ["scheduling.x-k8s.io"],
+                "resources": [
+                    "podgroups",
+                    "elasticquotas",
+                    "podgroups/status",
+                    "elasticquotas/status",
+                ],
+                "verbs": ["get", "list", "watch", "create", "delete", "update", "patch"],
+            }
+        ],
+    )
+
+
+def scheduler_user_role(name: str, rules: list[Json]) -> list[Json]:
+    """A ClusterRole ``name`` with ``rules``, bound to the user every scheduler the
+    control plane runs signs in as (``system:kube-scheduler``): a peer's rights beyond
+    kube-scheduler's own, for ``ControlPlane(scheduler_rbac=...)``."""
     return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": name},
-            "rules": [
-                {
-                    "apiGroups": ["scheduling.x-k8s.io"],
-                    "resources": [
-                        "podgroups",
-                        "elasticquotas",
-                        "podgroups/status",
-                        "elasticquotas/status",
-                    ],
-                    "verbs": ["get", "list", "watch", "create", "delete", "update", "patch"],
-                }
-            ],
+            "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
