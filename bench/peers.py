@@ -3,7 +3,7 @@ the peers' own schedulers, each on its own fresh local control plane, and one ta
 
     python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
         [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
-        [--throughput-pods 400] [--json peers.json] [--add-to peers.json] [--markdown]
+        [--throughput-pods 1000] [--no-trace] [--json peers.json] [--add-to peers.json] [--markdown]
         [--workdir DIR]
 
 Systems (each with its documented configuration, on the same Kubernetes release,
@@ -39,7 +39,8 @@ kubelet stand-in and succeed; an evicted pod is replaced by the Job controller (
 ``DisruptionTarget`` failure is ignored: the README's recommended Job shape).
 
 Per system: the control plane is started; the **binding rate** is measured first
-(:meth:`Replay.throughput`, as bench.e2e does: the median of three rounds); then the trace
+(:meth:`Replay.binding_rates`: as bench.e2e measures it, in three pairs of the system and
+the stock kube-scheduler on the same plane); then the trace
 (:mod:`bench.trace`) is submitted at its own times, the pods are watched, and the figures
 (:func:`bench.workload.trace_figures`) are taken over the same window on every system:
 the trace's ``seconds`` plus ``drain``.
@@ -90,7 +91,7 @@ QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 NODE_CPU, NODE_MEMORY_GI = 32, 128
 SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins", "kueue", "koordinator")
 #: Pods of the throughput phase (created while the scheduler is stopped, then timed).
-THROUGHPUT_PODS = 400
+THROUGHPUT_PODS = 1000
 #: Rounds of the throughput phase; the figure is their median.
 THROUGHPUT_ROUNDS = 3
 
@@ -344,17 +345,46 @@ class Replay:
                 plane.kubelet.start()
         return (len(bound) - 1) / (bound[-1] - bound[0])
 
-    def run(self, drain: float, throughput_pods: int) -> Json:
-        """Play the trace and return the system's figures."""
+    def binding_rates(self, plane: lc.ControlPlane, pods: int) -> Json:
+        """The system's binding rate against the stock kube-scheduler's on the same plane
+        (:meth:`~localcluster.scheduler.SchedulerMixin.using_stock_scheduler`), in
+        ``THROUGHPUT_ROUNDS`` pairs, which goes first alternating: the medians, and the
+        median of the pairs' ratios (one pair is measured within a minute of itself, so
+        the ratio is what survives a noisy machine). ``kube-scheduler`` is its own pair."""
+        own: list[float] = []
+        alone: list[float] = []
+        for n in range(THROUGHPUT_ROUNDS):
+            if self.system == "kube-scheduler":
+                own.append(self.throughput(plane, pods, f"tp{n}"))
+                continue
+            pair = []
+            for stock in (n % 2 == 1, n % 2 == 0):
+                if stock:
+                    with plane.using_stock_scheduler():
+                        pair.append(("alone", self.throughput(plane, pods, f"tpa{n}")))
+                else:
+                    pair.append(("own", self.throughput(plane, pods, f"tp{n}")))
+            rates = dict(pair)
+            own.append(rates["own"])
+            alone.append(rates["alone"])
+        ratios = [mine / stock for mine, stock in zip(own, alone, strict=False)]
+        result: Json = {
+            "pods_per_second": round(statistics.median(own), 1),
+            "rounds": [round(rate, 1) for rate in own],
+            "alone_rounds": [round(rate, 1) for rate in alone],
+            "ratio_to_alone": round(statistics.median(ratios), 3) if ratios else 1.0,
+        }
+        self.say(f"{self.system}: binding {json.dumps(result)}")
+        return result
+
+    def run(self, drain: float, throughput_pods: int, trace: bool = True) -> Json:
+        """Measure the binding rate and play the trace; return the system's figures."""
         started = time.time()
         with self.cluster() as plane:
             ready = time.time() - started
-            rates = [
-                self.throughput(plane, throughput_pods, f"tp{n}")
-                for n in range(THROUGHPUT_ROUNDS if throughput_pods else 0)
-            ]
-            pods_per_second = statistics.median(rates) if rates else None
-            self.say(f"{self.system}: {[round(r, 1) for r in rates]} pods/s")
+            binding = self.binding_rates(plane, throughput_pods) if throughput_pods else None
+            if not trace:
+                return {"binding": binding}
             watcher = lc.Watcher(
                 plane.rest,
                 "/api/v1/pods",
@@ -394,7 +424,7 @@ class Replay:
             horizon,
         )
         figures["submit_errors"] = self.errors
-        figures["pods_per_second"] = None if pods_per_second is None else round(pods_per_second, 1)
+        figures["binding"] = binding
         return figures
 
 
@@ -405,6 +435,7 @@ def play(
     workdir: Path,
     say: Callable[[str], None],
     throughput_pods: int = THROUGHPUT_PODS,
+    trace_too: bool = True,
 ) -> Json:
     """Every system on the trace, one after another; the figures per system."""
     results: Json = {
@@ -426,7 +457,7 @@ def play(
     }
     for system in systems:
         began = time.time()
-        figures = Replay(trace, system, workdir, say).run(drain, throughput_pods)
+        figures = Replay(trace, system, workdir, say).run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
         results["systems"][system] = figures
         say(f"{system}: {json.dumps(_without_series(figures))}")
@@ -437,15 +468,13 @@ def markdown_table(results: Json) -> str:
     """The comparison table, one column per system."""
     systems = results["systems"]
     names = list(systems)
-    classes = sorted({c for f in systems.values() for c in f["job_completion_seconds"]})
-
-    alone = (systems.get("kube-scheduler") or {}).get("pods_per_second")
+    classes = sorted({c for f in systems.values() for c in f.get("job_completion_seconds", {})})
 
     def rate(figures: Json) -> str:
-        own = figures.get("pods_per_second")
-        if own is None:
+        binding = figures.get("binding")
+        if not binding:
             return "-"
-        return f"{own:.0f} ({own / alone:.2f})" if alone else f"{own:.0f}"
+        return f"{binding['pods_per_second']:.0f} ({binding['ratio_to_alone']:.2f})"
 
     def completion(figures: Json, name: str) -> str:
         row = figures["job_completion_seconds"].get(name)
@@ -472,11 +501,19 @@ def markdown_table(results: Json) -> str:
             ),
         ),
         ("jobs pending at the end (nothing running)", lambda f: str(f["pending_at_end"])),
-        ("binding rate, pods/s (÷ kube-scheduler alone's)", rate),
+        ("binding rate, pods/s (÷ the stock kube-scheduler's on the same plane)", rate),
     ]
+
+    def cell_of(cell: Callable[[Json], str], figures: Json) -> str:
+        try:
+            return cell(figures)
+        except KeyError:  # a system measured for its binding rate only (--no-trace)
+            return "-"
+
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for label, cell in rows:
-        lines.append(f"| {label} | " + " | ".join(cell(systems[n]) for n in names) + " |")
+        cells = " | ".join(cell_of(cell, systems[n]) for n in names)
+        lines.append(f"| {label} | {cells} |")
     return "\n".join(lines)
 
 
@@ -498,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=THROUGHPUT_PODS,
         help="pods of the throughput phase before the trace (0: skip it)",
+    )
+    parser.add_argument(
+        "--no-trace", action="store_true", help="measure the binding rates only, no trace"
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument(
@@ -525,7 +565,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
     say = lambda message: print(f"peers: {message}", file=sys.stderr, flush=True)  # noqa: E731
-    results = play(trace, systems, options.drain, workdir, say, options.throughput_pods)
+    if options.no_trace and not options.throughput_pods:
+        parser.error("--no-trace with --throughput-pods 0 measures nothing")
+    results = play(
+        trace,
+        systems,
+        options.drain,
+        workdir,
+        say,
+        options.throughput_pods,
+        trace_too=not options.no_trace,
+    )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())
         if {k: earlier.get(k) for k in ("seed", "trace")} != {
@@ -533,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         }:
             print(f"--add-to: {options.add_to} is of another trace", file=sys.stderr)
             return 2
-        earlier["systems"].update(results["systems"])
+        for name, figures in results["systems"].items():  # a --no-trace run adds its rate
+            earlier["systems"].setdefault(name, {}).update(figures)
         results = earlier
         options.add_to.write_text(json.dumps(results, indent=1))
     if options.json:

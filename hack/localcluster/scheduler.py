@@ -102,6 +102,7 @@ class SchedulerMixin:
     start_timeout: float
     verbosity: int
     _processes: dict[str, Process]
+    scheduler_binary: Path | None
 
     if TYPE_CHECKING:
 
@@ -210,6 +211,27 @@ class SchedulerMixin:
             yield self
         finally:
             self.restart_scheduler(previous, scheduler_config=previous_config)
+
+    @contextlib.contextmanager
+    def using_stock_scheduler(self) -> Iterator[Self]:
+        """Run the stock kube-scheduler of this plane's release (kube-scheduler's default
+        configuration, no extender) in place of the configured scheduler (a peer's binary,
+        or kube-scheduler with an extender) inside the block, then the configured one
+        again: the same plane, alone and with what is measured (``bench.peers``)."""
+        process = self._processes["kube-scheduler"]
+        saved = (self.scheduler_binary, self.extender, self.scheduler_overrides, process.argv)
+        self.stop_scheduler()
+        wait_port_released(self.scheduler_port)
+        self.scheduler_binary, self.extender, self.scheduler_overrides = None, None, {}
+        process.argv = SchedulerMixin._scheduler_argv(self)  # not a peer's own flags
+        try:
+            self.start_scheduler()
+            yield self
+        finally:
+            self.stop_scheduler()
+            wait_port_released(self.scheduler_port)
+            self.scheduler_binary, self.extender, self.scheduler_overrides, process.argv = saved
+            self.start_scheduler()
 
 
 @contextlib.contextmanager

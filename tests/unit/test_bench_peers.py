@@ -107,7 +107,7 @@ def test_a_gang_done_one_pod_at_a_time_is_not_partial() -> None:
     assert figures["job_completion_seconds"]["normal"]["p50"] == 20.0
 
 
-def test_the_table_has_a_column_per_system_and_the_rate_against_kube_scheduler_alone() -> None:
+def test_the_table_has_a_column_per_system_and_the_paired_binding_rate() -> None:
     jobs = {"g": SubmittedJob("a", 1, 8, "normal", 0.0)}
     seen = [
         PodSighting(0, "a/g-0", "g", 8, holds=True, succeeded=False),
@@ -116,12 +116,17 @@ def test_the_table_has_a_column_per_system_and_the_rate_against_kube_scheduler_a
     figures = trace_figures(seen, jobs, {"a": 8}, capacity=8, horizon=20)
     results = {
         "systems": {
-            "kube-scheduler": {**figures, "pods_per_second": 200.0},
-            "muster": {**figures, "pods_per_second": 190.0},
+            "kube-scheduler": {
+                **figures,
+                "binding": {"pods_per_second": 200.0, "ratio_to_alone": 1.0},
+            },
+            "muster": {**figures, "binding": {"pods_per_second": 190.0, "ratio_to_alone": 0.95}},
+            # measured for its binding rate only (--no-trace): a dash for the rest
+            "kueue": {"binding": {"pods_per_second": 201.0, "ratio_to_alone": 1.01}},
         }
     }
     lines = markdown_table(results).splitlines()
-    assert lines[0] == "| | kube-scheduler | muster |"
-    # 8 GPUs held 10 s of 20 on 8 GPUs: 0.5; 190 / 200 = 0.95.
-    assert "| GPU allocation (GPU-s held / capacity) | 0.500 | 0.500 |" in lines
-    assert lines[-1].endswith("| 200 (1.00) | 190 (0.95) |")
+    assert lines[0] == "| | kube-scheduler | muster | kueue |"
+    # 8 GPUs held 10 s of 20 on 8 GPUs: 0.5.
+    assert "| GPU allocation (GPU-s held / capacity) | 0.500 | 0.500 | - |" in lines
+    assert lines[-1].endswith("| 200 (1.00) | 190 (0.95) | 201 (1.01) |")
