@@ -470,6 +470,13 @@ def markdown_table(results: Json) -> str:
     names = list(systems)
     classes = sorted({c for f in systems.values() for c in f.get("job_completion_seconds", {})})
 
+    trace = results.get("trace") or {}
+    gpu_window = (
+        trace.get("nodes", 0)
+        * trace.get("gpus_per_node", 0)
+        * (trace.get("seconds", 0) + trace.get("drain", 0))
+    ) or 1
+
     def rate(figures: Json) -> str:
         binding = figures.get("binding")
         if not binding:
@@ -483,6 +490,10 @@ def markdown_table(results: Json) -> str:
     rows: list[tuple[str, Callable[[Json], str]]] = [
         ("GPU allocation (GPU-s held / capacity)", lambda f: f"{f['gpu_allocation']:.3f}"),
         ("GPU-s held by gangs not fully running", lambda f: f"{f['partial_gang_gpu_seconds']:.0f}"),
+        (
+            "GPU allocation to gangs running whole (the rest waits, doing nothing)",
+            lambda f: f"{f['gpu_allocation'] - f['partial_gang_gpu_seconds'] / gpu_window:.3f}",
+        ),
         (
             "team-seconds below `min` with work that fits in it",
             lambda f: f"{sum(f['seconds_below_min_with_pending_work'].values()):.0f}",
