@@ -163,7 +163,8 @@ def peers_allocation(results: dict[str, Any], out: Path) -> Path:
     axes.set_xlabel("seconds into the trace (dashed: last arrival)")
     axes.set_ylabel("GPUs held")
     axes.set_title(f"The same GPU trace (seed {results['seed']}) on each system")
-    axes.legend()
+    axes.set_ylim(0, capacity * 1.05)
+    axes.legend(loc="lower center", ncol=3, fontsize="small")
     return _save(figure, out / f"peers-allocation-seed{results['seed']}.png")
 
 
