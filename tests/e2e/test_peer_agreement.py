@@ -22,6 +22,7 @@ import localcluster as lc
 import pytest
 from e2e_support import Cluster, delete_namespaced, make_pod
 from muster_process import MusterProcess
+from test_decisions_follow import _priority_class
 from test_peers import peer_plane  # noqa: F401  (the fixture)
 from test_preemption_story import muster_and_evictor, tokens  # noqa: F401  (the fixtures)
 
@@ -37,7 +38,6 @@ LABELS = {
     "quota.scheduling.koordinator.sh/preemptible": "true",
     "quota.scheduling.koordinator.sh/can-preempt": "true",
 }
-PRIORITY_CLASSES = {"agree-low": 0, "agree-high": 1000}
 _SERIAL = itertools.count(1)
 
 
@@ -51,33 +51,16 @@ def muster_cluster(
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811
 ) -> Iterator[tuple[Cluster, MusterProcess]]:
-    _priority_classes(cluster.plane)
     yield cluster, muster_and_evictor
 
 
 def _cluster(plane: lc.ControlPlane, namespace: str) -> Iterator[Cluster]:
-    _priority_classes(plane)
     helper = Cluster(plane, namespace)
     plane.create_namespace(namespace)
     try:
         yield helper
     finally:
         helper.cleanup()
-
-
-def _priority_classes(plane: lc.ControlPlane) -> None:
-    for name, value in PRIORITY_CLASSES.items():
-        body = {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-        }
-        try:
-            plane.rest.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
-        except lc.ApiError as error:
-            if error.status != 409:
-                raise
 
 
 def _quota(cluster: Cluster, namespace: str, min_: dict[str, str], max_: dict[str, str]) -> None:
@@ -118,11 +101,10 @@ def _gang_that_never_fits(cluster: Cluster) -> tuple[str, str, list[str], list[s
     _quota(cluster, b, {GPU: "0", "cpu": "0", "memory": "0"}, {GPU: "24", **room})
     for i in range(3):
         cluster.create_node(f"n{i}", NODE)
+    low, high = _priority_class(cluster, b, 0), _priority_class(cluster, a, 1000)
     borrowers = [f"b-{i}" for i in range(3)]
     for name in borrowers:
-        body = make_pod(
-            name, requests={"cpu": "1", GPU: 8}, labels=LABELS, priority_class="agree-low"
-        )
+        body = make_pod(name, requests={"cpu": "1", GPU: 8}, labels=LABELS, priority_class=low)
         _pod(cluster, b, body)
         lc.wait_until(
             lambda name=name: (
@@ -141,9 +123,7 @@ def _gang_that_never_fits(cluster: Cluster) -> tuple[str, str, list[str], list[s
     trainers = [f"train-{i}" for i in range(4)]
     for name in trainers:
         labels = {**LABELS, "scheduling.x-k8s.io/pod-group": "train"}
-        body = make_pod(
-            name, requests={"cpu": "1", GPU: 8}, labels=labels, priority_class="agree-high"
-        )
+        body = make_pod(name, requests={"cpu": "1", GPU: 8}, labels=labels, priority_class=high)
         _pod(cluster, a, body)
     return a, b, borrowers, trainers
 
@@ -215,7 +195,8 @@ def _pod_asking_what_max_does_not_name(cluster: Cluster) -> tuple[str, str]:
     cluster.plane.create_namespace(namespace)
     _quota(cluster, namespace, {GPU: "16"}, {GPU: "16"})
     cluster.create_node("n0", NODE)
-    body = make_pod("p", requests={"cpu": "1", GPU: 8}, labels=LABELS, priority_class="agree-low")
+    low = _priority_class(cluster, namespace, 0)
+    body = make_pod("p", requests={"cpu": "1", GPU: 8}, labels=LABELS, priority_class=low)
     _pod(cluster, namespace, body)
     return namespace, "p"
 
