@@ -56,7 +56,8 @@ peers:
 	nice -n 10 hack/build-peers.sh koordinator
 
 # Each peer on the local control plane, shown to work (not in `make test`): scheduler-plugins'
-# scheduler, Kueue's controller manager beside kube-scheduler, and Koordinator's koord-scheduler.
+# scheduler, Kueue's controller manager beside kube-scheduler, and Koordinator's koord-scheduler;
+# then the cases where Muster decides otherwise, on scheduler-plugins and on Muster.
 test-peers: venv peers
 	MUSTER_K8S_VERSION=1.35 hack/build-k8s.sh
 	$(PY) -m pytest -m peers tests/e2e/test_peers.py tests/e2e/test_peer_agreement.py
