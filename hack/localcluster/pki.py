@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,6 @@ def make_pki() -> Pki:
 
     ca_key, ca_name, ca_cert = _certificate_authority("muster-local-ca", now, later)
 
-    key = ec.generate_private_key(ec.SECP256R1())
     service_ip = next(ipaddress.IPv4Network(SERVICE_CLUSTER_IP_RANGE).hosts())
     names: list[x509.GeneralName] = [
         x509.DNSName(name)
@@ -54,39 +54,14 @@ def make_pki() -> Pki:
         x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
         x509.IPAddress(service_ip),
     ]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(later)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    key, cert = _serving_certificate("kube-apiserver", names, ca_key, ca_name, now, later)
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     return Pki(
         ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
         serving_cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        serving_key_pem=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-        sa_private_pem=sa_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
+        serving_key_pem=_pkcs8(key),
+        sa_private_pem=_pkcs8(sa_key),
         sa_public_pem=sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         ),
@@ -133,38 +108,12 @@ def make_serving_pki(common_name: str, ip: str = "127.0.0.1") -> ServingPki:
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=7)
     ca_key, ca_name, ca_cert = _certificate_authority(f"{common_name}-ca", now, later)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(later)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(ip))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(ip))]
+    key, cert = _serving_certificate(common_name, names, ca_key, ca_name, now, later)
     return ServingPki(
         ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
+        key_pem=_pkcs8(key),
     )
 
 
@@ -202,3 +151,42 @@ def _certificate_authority(
         .sign(ca_key, hashes.SHA256())
     )
     return ca_key, ca_name, ca_cert
+
+
+def _serving_certificate(
+    common_name: str,
+    names: Sequence[x509.GeneralName],
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_name: x509.Name,
+    now: dt.datetime,
+    later: dt.datetime,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A new key and a server certificate for ``names``, signed by the CA."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _pkcs8(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
