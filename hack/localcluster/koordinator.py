@@ -48,16 +48,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import urllib3
-import yaml
-
 from .binaries import ensure_binaries, ensure_peer
 from .common import Json
 from .controlplane import ControlPlane
 from .peers import scheduler_user_role
-from .rest import ApiError
-from .scheduler import quiet_insecure_warnings
-from .waiting import wait_until
 
 #: koord-scheduler v1.6.0 is built against Kubernetes 1.28 libraries. It runs beside the
 #: oldest control plane the harness builds, 1.35: that is outside Kubernetes' version-skew
@@ -238,6 +232,9 @@ class KoordinatorControlPlane(ControlPlane):
     for this sweep.
     """
 
+    #: koord-scheduler serves no ``/readyz``.
+    scheduler_ready_path = "/healthz"
+
     def __init__(self, *, max_unschedulable_seconds: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_unschedulable_seconds = max_unschedulable_seconds
@@ -251,44 +248,8 @@ class KoordinatorControlPlane(ControlPlane):
         return argv
 
     def start_scheduler(self) -> None:
-        try:
-            self.rest.request(
-                "POST",
-                "/api/v1/namespaces",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": QUOTA_GROUP_NAMESPACE},
-                },
-            )
-        except ApiError as err:
-            if err.status != 409:
-                raise
-        self.scheduler_config_path.write_text(
-            yaml.safe_dump(self.scheduler_configuration(), sort_keys=False)
-        )
-        process = self._processes["kube-scheduler"]
-        process.start()
-        pool = urllib3.PoolManager(cert_reqs="CERT_NONE")  # its self-signed serving cert
-
-        def healthy() -> bool:
-            process.check_alive()
-            response = pool.request(
-                "GET",
-                f"https://127.0.0.1:{self.scheduler_port}/healthz",
-                timeout=2.0,
-                retries=False,
-            )
-            return response.status == 200
-
-        with quiet_insecure_warnings():
-            wait_until(
-                healthy,
-                timeout=self.start_timeout,
-                interval=0.2,
-                what="koord-scheduler /healthz",
-                on_timeout=lambda: self.log_tail(components=["kube-scheduler"]),
-            )
+        self.create_namespace(QUOTA_GROUP_NAMESPACE)
+        super().start_scheduler()
 
 
 def koordinator_control_plane(

@@ -146,8 +146,12 @@ class SchedulerMixin:
         config.update(self.scheduler_overrides)
         return config
 
+    #: What the scheduler answers 200 on once it is ready (a peer may serve another path).
+    scheduler_ready_path = "/readyz"
+
     def start_scheduler(self) -> None:
-        """Write the scheduler configuration, start kube-scheduler, wait for ``/readyz``."""
+        """Write the scheduler configuration, start kube-scheduler, wait until
+        ``scheduler_ready_path`` answers."""
         self.scheduler_config_path.write_text(
             yaml.safe_dump(self.scheduler_configuration(), sort_keys=False)
         )
@@ -159,7 +163,7 @@ class SchedulerMixin:
             process.check_alive()
             response = pool.request(
                 "GET",
-                f"https://127.0.0.1:{self.scheduler_port}/readyz",
+                f"https://127.0.0.1:{self.scheduler_port}{self.scheduler_ready_path}",
                 timeout=2.0,
                 retries=False,
             )
@@ -170,7 +174,7 @@ class SchedulerMixin:
                 ready,
                 timeout=self.start_timeout,
                 interval=0.2,
-                what="kube-scheduler /readyz",
+                what=f"the scheduler's {self.scheduler_ready_path}",
                 on_timeout=lambda: self.log_tail(components=["kube-scheduler"]),
             )
 
