@@ -180,15 +180,32 @@ class Replay:
         """The system's control plane, started and ready for the trace."""
         bin_dir = lc.ensure_binaries(version=lc.peers.SCHEDULER_PLUGINS_KUBERNETES)
         workdir = self.workdir / self.system
+        k8s = workdir / "k8s"
+        plane: lc.ControlPlane
+        if self.system == "scheduler-plugins":
+            plane = lc.ControlPlane(
+                bin_dir=bin_dir,
+                workdir=k8s,
+                scheduler_binary=lc.ensure_peer("scheduler-plugins") / "kube-scheduler",
+                scheduler_config=lc.peers.scheduler_plugins_config(),
+                scheduler_rbac=lc.peers.scheduler_plugins_rbac(),
+            )
+        elif self.system == "koordinator":
+            # koord-scheduler v1.6.0's Coscheduling may run PreEnqueue on a gang's last pod
+            # before its gang cache has counted it, and nothing requeues that pod until
+            # kube-scheduler's sweep of unschedulable pods (5 min by default): with the
+            # sweep at 10 s the table measures its decisions, not that race.
+            plane = lc.koordinator.koordinator_control_plane(
+                bin_dir=bin_dir, workdir=k8s, max_unschedulable_seconds=10
+            )
+        elif self.system in ("kube-scheduler", "muster", "kueue"):
+            plane = lc.ControlPlane(bin_dir=bin_dir, workdir=k8s)
+        else:
+            raise ValueError(f"unknown system {self.system!r} (known: {', '.join(SYSTEMS)})")
         with contextlib.ExitStack() as stack:
-            if self.system == "kube-scheduler":
-                plane = lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s")
-                stack.callback(plane.stop)
-                plane.start()
-            elif self.system == "muster":
-                plane = lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s")
-                stack.callback(plane.stop)
-                plane.start()
+            stack.callback(plane.stop)
+            plane.start()
+            if self.system == "muster":
                 muster = MusterServer(plane.kubeconfig, workdir / "muster.log", ROOT)
                 stack.callback(muster.stop)
                 evictor = Evictor(plane.kubeconfig, workdir / "evictor.log", ROOT)
@@ -197,34 +214,9 @@ class Replay:
                     lc.ExtenderConfig(muster.url, prioritize_verb=None, preempt_verb="preempt"),
                     scheduler_config=SAMPLE_PROFILES,
                 )
-            elif self.system == "scheduler-plugins":
-                plane = lc.ControlPlane(
-                    bin_dir=bin_dir,
-                    workdir=workdir / "k8s",
-                    scheduler_binary=lc.ensure_peer("scheduler-plugins") / "kube-scheduler",
-                    scheduler_config=lc.peers.scheduler_plugins_config(),
-                    scheduler_rbac=lc.peers.scheduler_plugins_rbac(),
-                )
-                stack.callback(plane.stop)
-                plane.start()
             elif self.system == "kueue":
-                plane = lc.ControlPlane(bin_dir=bin_dir, workdir=workdir / "k8s")
-                stack.callback(plane.stop)
-                plane.start()
                 kueue = lc.kueue.start_kueue(plane, workdir=workdir / "kueue")
                 stack.callback(kueue.stop)
-            elif self.system == "koordinator":
-                # koord-scheduler v1.6.0's Coscheduling may run PreEnqueue on a gang's last
-                # pod before its gang cache has counted it, and nothing requeues that pod
-                # until kube-scheduler's sweep of unschedulable pods (5 min by default):
-                # with the sweep at 10 s the table measures its decisions, not that race.
-                plane = lc.koordinator.koordinator_control_plane(
-                    bin_dir=bin_dir, workdir=workdir / "k8s", max_unschedulable_seconds=10
-                )
-                stack.callback(plane.stop)
-                plane.start()
-            else:
-                raise ValueError(f"unknown system {self.system!r} (known: {', '.join(SYSTEMS)})")
             self._prepare(plane)
             yield plane
 
