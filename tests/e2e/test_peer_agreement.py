@@ -16,22 +16,26 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Any
 
 import localcluster as lc
 import pytest
-from e2e_support import Cluster, delete_namespaced, make_pod
+from e2e_support import Cluster
 from muster_process import MusterProcess
 from test_decisions_follow import _priority_class
+from test_muster_extender import create_quota
 from test_peers import peer_plane  # noqa: F401  (the fixture)
-from test_preemption_story import muster_and_evictor, tokens  # noqa: F401  (the fixtures)
+from test_preemption_story import (  # noqa: F401  (muster_and_evictor, tokens: the fixtures)
+    SOFT_EVICTION,
+    Teams,
+    muster_and_evictor,
+    tokens,
+)
 
 pytestmark = pytest.mark.peers
 
 GPU = "nvidia.com/gpu"
 NODE = {"cpu": "32", "memory": "128Gi", GPU: 8}
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
-SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 #: Every pod may be preempted and may preempt, as in the head-to-head: the peers decide by
 #: priority and quota alone.
 LABELS = {
@@ -43,7 +47,14 @@ _SERIAL = itertools.count(1)
 
 @pytest.fixture
 def peer_cluster(peer_plane: lc.ControlPlane) -> Iterator[Cluster]:  # noqa: F811
-    yield from _cluster(peer_plane, f"agree-{next(_SERIAL)}")
+    """A namespace of its own on scheduler-plugins' plane, its pods, quotas and nodes
+    removed after."""
+    helper = Cluster(peer_plane, f"agree-{next(_SERIAL)}")
+    peer_plane.create_namespace(helper.namespace)
+    try:
+        yield helper
+    finally:
+        helper.cleanup()
 
 
 @pytest.fixture
@@ -54,83 +65,46 @@ def muster_cluster(
     yield cluster, muster_and_evictor
 
 
-def _cluster(plane: lc.ControlPlane, namespace: str) -> Iterator[Cluster]:
-    helper = Cluster(plane, namespace)
-    plane.create_namespace(namespace)
-    try:
-        yield helper
-    finally:
-        helper.cleanup()
-
-
-def _quota(cluster: Cluster, namespace: str, min_: dict[str, str], max_: dict[str, str]) -> None:
-    body = {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "ElasticQuota",
-        "metadata": {"name": namespace, "namespace": namespace},
-        "spec": {"min": min_, "max": max_},
-    }
-    cluster.rest.request("POST", f"{QUOTA_API}/namespaces/{namespace}/elasticquotas", body)
-
-
-def _pod(cluster: Cluster, namespace: str, body: dict[str, Any]) -> None:
-    cluster.rest.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-
-
-def _get(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return cluster.rest.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-    except lc.ApiError as error:
-        if error.status == 404:
-            return None
-        raise
-
-
 # ---- case 1: a gang that can never run whole
 
 
-def _gang_that_never_fits(cluster: Cluster) -> tuple[str, str, list[str], list[str]]:
+def _gang_that_never_fits(cluster: Cluster) -> tuple[Teams, list[str], list[str]]:
     """Three 8-GPU nodes, all borrowed by team B (min 0) with three low-priority 8-GPU
     pods; then team A (min and max 32 GPUs) submits a PodGroup of four high-priority
-    8-GPU pods: 32 GPUs, more than the cluster has. Returns the namespaces and pods."""
-    a, b = f"{cluster.namespace}-a", f"{cluster.namespace}-b"
+    8-GPU pods: 32 GPUs, more than the cluster has. Returns the teams and the pods."""
     room = {"cpu": "96", "memory": "384Gi"}
-    for namespace in (a, b):
-        cluster.plane.create_namespace(namespace)
-    _quota(cluster, a, {GPU: "32", **room}, {GPU: "32", **room})
-    _quota(cluster, b, {GPU: "0", "cpu": "0", "memory": "0"}, {GPU: "24", **room})
+    teams = Teams(
+        cluster,
+        {"min": {GPU: "32", **room}, "max": {GPU: "32", **room}},
+        {"min": {GPU: "0", "cpu": "0", "memory": "0"}, "max": {GPU: "24", **room}},
+    )
     for i in range(3):
         cluster.create_node(f"n{i}", NODE)
-    low, high = _priority_class(cluster, b, 0), _priority_class(cluster, a, 1000)
+    low, high = _priority_class(cluster, teams.b, 0), _priority_class(cluster, teams.a, 1000)
     borrowers = [f"b-{i}" for i in range(3)]
     for name in borrowers:
-        body = make_pod(name, requests={"cpu": "1", GPU: 8}, labels=LABELS, priority_class=low)
-        _pod(cluster, b, body)
-        lc.wait_until(
-            lambda name=name: (
-                (_get(cluster, b, name) or {}).get("status", {}).get("phase") == "Running" or None
-            ),
-            timeout=60,
-            what=f"{name} running",
+        teams.create(
+            teams.b, name, requests={"cpu": "1", GPU: 8}, labels=LABELS, priority_class=low
         )
+        teams.wait(teams.b, name, "Running")
     group = {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",
-        "metadata": {"name": "train", "namespace": a},
+        "metadata": {"name": "train", "namespace": teams.a},
         "spec": {"minMember": 4},
     }
-    cluster.rest.request("POST", f"{QUOTA_API}/namespaces/{a}/podgroups", group)
+    cluster.rest.request("POST", f"{QUOTA_API}/namespaces/{teams.a}/podgroups", group)
     trainers = [f"train-{i}" for i in range(4)]
+    labels = {**LABELS, "scheduling.x-k8s.io/pod-group": "train"}
     for name in trainers:
-        labels = {**LABELS, "scheduling.x-k8s.io/pod-group": "train"}
-        body = make_pod(name, requests={"cpu": "1", GPU: 8}, labels=labels, priority_class=high)
-        _pod(cluster, a, body)
-    return a, b, borrowers, trainers
+        teams.create(
+            teams.a, name, requests={"cpu": "1", GPU: 8}, labels=labels, priority_class=high
+        )
+    return teams, borrowers, trainers
 
 
-def _cleanup(cluster: Cluster, *namespaces: str) -> None:
-    for namespace in namespaces:
-        delete_namespaced(cluster.rest, namespace)
+def _none_bound(teams: Teams, trainers: list[str]) -> bool:
+    return not any((teams.get(teams.a, n) or {}).get("spec", {}).get("nodeName") for n in trainers)
 
 
 def test_scheduler_plugins_evicts_for_a_gang_that_can_never_run_whole(
@@ -139,19 +113,16 @@ def test_scheduler_plugins_evicts_for_a_gang_that_can_never_run_whole(
     """CapacityScheduling preempts for each pod of the gang on its own (team A is within
     its min, B above its own), so borrowers are deleted; Coscheduling then holds the pods
     that fit at Permit and never binds them, since the fourth never fits."""
-    cluster = peer_cluster
-    a, b, borrowers, trainers = _gang_that_never_fits(cluster)
+    teams, borrowers, trainers = _gang_that_never_fits(peer_cluster)
     try:
         lc.wait_until(
-            lambda: any(_get(cluster, b, n) is None for n in borrowers) or None,
+            lambda: any(teams.get(teams.b, n) is None for n in borrowers) or None,
             timeout=90,
             what="a borrower preempted by scheduler-plugins",
         )
-        assert not any(
-            (_get(cluster, a, n) or {}).get("spec", {}).get("nodeName") for n in trainers
-        )
+        assert _none_bound(teams, trainers)
     finally:
-        _cleanup(cluster, a, b)
+        teams.cleanup()
 
 
 def test_muster_evicts_nothing_for_a_gang_that_can_never_run_whole(
@@ -161,13 +132,13 @@ def test_muster_evicts_nothing_for_a_gang_that_can_never_run_whole(
     8-GPU pods never fit on three 8-GPU nodes, so the PostFilter refuses and no borrower
     is marked or removed."""
     cluster, muster = muster_cluster
-    a, b, borrowers, trainers = _gang_that_never_fits(cluster)
+    teams, borrowers, trainers = _gang_that_never_fits(cluster)
     try:
         lc.wait_until(
             lambda: (
                 any(
                     d["verb"] == "postfilter"
-                    for d in muster.debug(f"pods/{a}/{trainers[0]}").get("decisions", [])
+                    for d in muster.debug(f"pods/{teams.a}/{trainers[0]}").get("decisions", [])
                 )
                 or None
             ),
@@ -175,48 +146,33 @@ def test_muster_evicts_nothing_for_a_gang_that_can_never_run_whole(
             what="Muster's PostFilter decision on the gang",
         )
         for name in borrowers:
-            pod = _get(cluster, b, name)
+            pod = teams.get(teams.b, name)
             assert pod is not None and pod["status"]["phase"] == "Running", name
             assert SOFT_EVICTION not in pod["metadata"].get("labels", {}), name
-        assert not any(
-            (_get(cluster, a, n) or {}).get("spec", {}).get("nodeName") for n in trainers
-        )
+        assert _none_bound(teams, trainers)
     finally:
-        _cleanup(cluster, a, b)
+        teams.cleanup()
 
 
 # ---- case 2: a resource the quota's max does not name
 
 
-def _pod_asking_what_max_does_not_name(cluster: Cluster) -> tuple[str, str]:
+def _pod_asking_what_max_does_not_name(cluster: Cluster) -> str:
     """One 8-GPU node; a quota naming only GPUs (min and max 16); a pod asking 1 CPU and
-    8 GPUs."""
-    namespace = f"{cluster.namespace}-q"
-    cluster.plane.create_namespace(namespace)
-    _quota(cluster, namespace, {GPU: "16"}, {GPU: "16"})
+    8 GPUs. Returns the pod's name (in the cluster's namespace)."""
+    create_quota(cluster, "q", cluster.namespace, {"min": {GPU: "16"}, "max": {GPU: "16"}})
     cluster.create_node("n0", NODE)
-    low = _priority_class(cluster, namespace, 0)
-    body = make_pod("p", requests={"cpu": "1", GPU: 8}, labels=LABELS, priority_class=low)
-    _pod(cluster, namespace, body)
-    return namespace, "p"
+    low = _priority_class(cluster, cluster.namespace, 0)
+    cluster.create_pod("p", requests={"cpu": "1", GPU: 8}, labels=LABELS, priority_class=low)
+    return "p"
 
 
 def test_scheduler_plugins_refuses_a_resource_absent_from_max(peer_cluster: Cluster) -> None:
     """CapacityScheduling reads the CPU absent from ``max`` as a max of 0: the pod stays
     pending with the node free."""
-    cluster = peer_cluster
-    namespace, name = _pod_asking_what_max_does_not_name(cluster)
-    try:
-
-        def verdict() -> dict[str, Any] | None:
-            pod = _get(cluster, namespace, name) or {}
-            conditions = pod.get("status", {}).get("conditions", [])
-            return pod if any(c.get("type") == "PodScheduled" for c in conditions) else None
-
-        pod = lc.wait_until(verdict, timeout=60, what="the scheduler's verdict")
-        assert not pod["spec"].get("nodeName")
-    finally:
-        _cleanup(cluster, namespace)
+    name = _pod_asking_what_max_does_not_name(peer_cluster)
+    pod = peer_cluster.wait_unschedulable(name, timeout=60)
+    assert not pod["spec"].get("nodeName")
 
 
 def test_muster_does_not_limit_a_resource_absent_from_max(
@@ -225,12 +181,9 @@ def test_muster_does_not_limit_a_resource_absent_from_max(
     """DESIGN.md, quota semantics: a resource absent from ``max`` is not limited by that
     quota; the pod binds."""
     cluster, _ = muster_cluster
-    namespace, name = _pod_asking_what_max_does_not_name(cluster)
-    try:
-        lc.wait_until(
-            lambda: (_get(cluster, namespace, name) or {}).get("spec", {}).get("nodeName") or None,
-            timeout=60,
-            what="the pod bound",
-        )
-    finally:
-        _cleanup(cluster, namespace)
+    name = _pod_asking_what_max_does_not_name(cluster)
+    lc.wait_until(
+        lambda: (cluster.get_pod(name) or {}).get("spec", {}).get("nodeName") or None,
+        timeout=60,
+        what="the pod bound",
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import localcluster as lc
 import pytest
@@ -46,6 +47,30 @@ def bound(cluster: Cluster, names: list[str]) -> dict[str, str | None]:
     return {n: (cluster.get_pod(n) or {}).get("spec", {}).get("nodeName") for n in names}
 
 
+def gang_waits_whole_then_binds(
+    cluster: Cluster, declared: dict[str, Any], verdict_timeout: float
+) -> None:
+    """Three 8-GPU nodes, one taken by a lone 8-GPU pod; a gang of three 8-GPU pods, each
+    created with ``declared`` (its labels or annotations): the scheduler binds none of
+    them (two could run).  The lone pod deleted: all three bind, one per node."""
+    for i in range(3):
+        cluster.create_node(f"n{i}", NODE)
+    cluster.create_pod("lone", requests={"cpu": "1", GPU: 8})
+    cluster.wait_running("lone", timeout=60)
+    names = [f"g-{i}" for i in range(3)]
+    for name in names:
+        cluster.create_pod(name, requests={"cpu": "1", GPU: 8}, **declared)
+    lc.wait_until(
+        lambda: all("PodScheduled" in str((cluster.get_pod(n) or {}).get("status")) for n in names),
+        timeout=verdict_timeout,
+        what="the scheduler's verdict on every pod",
+    )
+    assert not any(bound(cluster, names).values()), bound(cluster, names)
+    cluster.delete_pod("lone", grace_seconds=0)
+    lc.wait_until(lambda: all(bound(cluster, names).values()), timeout=120, what="all three bound")
+    assert len(set(bound(cluster, names).values())) == 3
+
+
 def test_coscheduling_binds_a_pod_group_whole_or_not_at_all(
     peer_plane: lc.ControlPlane, tmp_path: Path
 ) -> None:
@@ -64,29 +89,9 @@ def test_coscheduling_binds_a_pod_group_whole_or_not_at_all(
         peer_plane.rest.request(
             "POST", "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/cosched/podgroups", group
         )
-        for i in range(3):
-            cluster.create_node(f"n{i}", NODE)
-        cluster.create_pod("lone", requests={"cpu": "1", GPU: 8})
-        cluster.wait_running("lone", timeout=60)
-        names = [f"g-{i}" for i in range(3)]
-        for name in names:
-            pod = make_pod(
-                name, requests={"cpu": "1", GPU: 8}, labels={"scheduling.x-k8s.io/pod-group": "g"}
-            )
-            peer_plane.rest.request("POST", cluster.pods_path(), pod)
-        lc.wait_until(
-            lambda: all(
-                "PodScheduled" in str((cluster.get_pod(n) or {}).get("status")) for n in names
-            ),
-            timeout=60,
-            what="the scheduler's verdict on every pod",
+        gang_waits_whole_then_binds(
+            cluster, {"labels": {"scheduling.x-k8s.io/pod-group": "g"}}, verdict_timeout=60
         )
-        assert not any(bound(cluster, names).values()), bound(cluster, names)
-        cluster.delete_pod("lone", grace_seconds=0)
-        lc.wait_until(
-            lambda: all(bound(cluster, names).values()), timeout=120, what="all three bound"
-        )
-        assert len(set(bound(cluster, names).values())) == 3
     finally:
         cluster.cleanup()
 
@@ -398,31 +403,12 @@ def test_koord_gang_binds_whole_or_not_at_all(koord_plane: lc.ControlPlane) -> N
     cluster = Cluster(koord_plane, "koord-gang")
     koord_plane.create_namespace("koord-gang")
     try:
-        for i in range(3):
-            cluster.create_node(f"n{i}", NODE)
-        cluster.create_pod("lone", requests={"cpu": "1", GPU: 8})
-        cluster.wait_running("lone", timeout=60)
-        names = [f"g-{i}" for i in range(3)]
-        for name in names:
-            cluster.create_pod(
-                name,
-                requests={"cpu": "1", GPU: 8},
-                annotations=lc.koordinator.gang_annotations("g", 3),
-            )
-        lc.wait_until(
-            lambda: all(
-                "PodScheduled" in str((cluster.get_pod(n) or {}).get("status")) for n in names
-            ),
-            # Up to one 30 s sweep plus 10 s when the last member was gated (the fixture).
-            timeout=120,
-            what="the scheduler's verdict on every pod",
+        # Up to one 30 s sweep plus 10 s when the last member was gated (the fixture).
+        gang_waits_whole_then_binds(
+            cluster,
+            {"annotations": lc.koordinator.gang_annotations("g", 3)},
+            verdict_timeout=120,
         )
-        assert not any(bound(cluster, names).values()), bound(cluster, names)
-        cluster.delete_pod("lone", grace_seconds=0)
-        lc.wait_until(
-            lambda: all(bound(cluster, names).values()), timeout=120, what="all three bound"
-        )
-        assert len(set(bound(cluster, names).values())) == 3
     finally:
         cluster.cleanup()
 
