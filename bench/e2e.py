@@ -542,11 +542,14 @@ class ExtenderProcess(lc.ServiceProcess):
 
 class MusterServer(ExtenderProcess):
     """``muster serve --kubeconfig ... --no-leader-elect``, run from ``cwd`` (the
-    checkout, or an exported commit)."""
+    checkout, or an exported commit), with ``/debug/`` on (on 127.0.0.1) where that
+    code has the flag for it."""
 
     def __init__(
         self, kubeconfig: Path, log_path: Path, cwd: Path, cpus: set[int] | None = None
     ) -> None:
+        main = (cwd / "extender" / "cli" / "main.py").read_text()
+        debug = ["--enable-debug-endpoints"] if "--enable-debug-endpoints" in main else []
         super().__init__(
             "muster serve",
             lambda port: [
@@ -557,6 +560,7 @@ class MusterServer(ExtenderProcess):
                 "--port",
                 str(port),
                 "--no-leader-elect",
+                *debug,
             ],
             log_path,
             cwd=cwd,

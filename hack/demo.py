@@ -137,6 +137,7 @@ def main() -> int:
                 str(plane.kubeconfig),
                 "--port",
                 str(port),
+                "--enable-debug-endpoints",  # steps 5 and 6 read /debug (on 127.0.0.1)
             ],
             cwd=ROOT,
             stdout=logs,

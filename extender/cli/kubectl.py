@@ -6,8 +6,9 @@ Installed with the package as ``kubectl-muster`` (kubectl finds plugins on the P
   quotas, pod groups, priority classes, disruption budgets), add the job files, and
   run ``muster simulate`` over it: where the pods would go, and which victims Muster
   would evict, with its reasons.  The cluster is not changed.
-- ``why POD``: Muster's own answer (``/debug/pods``) when ``--muster-url`` reaches it,
-  else computed from the live cluster the same way as ``whatif``;
+- ``why POD``: Muster's own answer (``/debug/pods``) when ``--muster-url`` reaches it
+  (a Muster serving ``/debug``: ``muster serve --enable-debug-endpoints``), else
+  computed from the live cluster the same way as ``whatif``;
 - ``quotas``: min, max, used and borrowed per quota and resource, as a table;
 - ``jobs``: jobs pending, in flight, or backing off, with their gangs.
 
@@ -123,11 +124,25 @@ def _from_cluster(options: argparse.Namespace, live: str) -> int:
     return 0
 
 
+def _debug_off(response: httpx.Response) -> bool:
+    """Is this Muster's answer that its ``/debug`` endpoints are off?  Says so if it is."""
+    if response.status_code != 404 or "debug endpoints are off" not in response.text:
+        return False
+    print(
+        f"{PROG}: this Muster does not serve /debug (start it with --enable-debug-endpoints), "
+        "or leave out --muster-url to compute the answer from the cluster",
+        file=sys.stderr,
+    )
+    return True
+
+
 def _from_muster(options: argparse.Namespace) -> int:
     base = options.muster_url.rstrip("/")
     if options.command == "why":
         key = f"{options.namespace}/{options.pod}"
         response = httpx.get(f"{base}/debug/pods/{key}", timeout=10)
+        if _debug_off(response):
+            return 2
         if response.status_code == 404:
             print(f"{PROG}: Muster does not know pod {key}", file=sys.stderr)
             return 1
@@ -135,6 +150,8 @@ def _from_muster(options: argparse.Namespace) -> int:
         print(json.dumps(response.json(), indent=2))
         return 0
     response = httpx.get(f"{base}/debug/{options.command}", timeout=10)
+    if _debug_off(response):
+        return 2
     response.raise_for_status()
     if options.command == "quotas":
         _quota_table(response.json())

@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--client-ca", metavar="PEM", help="require client certificates signed by this CA"
     )
     server.add_argument(
+        "--enable-debug-endpoints",
+        action="store_true",
+        help="serve /debug/* (off by default); needs --client-ca unless --host is loopback",
+    )
+    server.add_argument(
         "--max-body-bytes",
         type=int,
         default=DEFAULT_MAX_BODY_BYTES,
@@ -150,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tls_cert=options.tls_cert,
             tls_key=options.tls_key,
             client_ca=options.client_ca,
+            enable_debug_endpoints=options.enable_debug_endpoints,
             max_body_bytes=options.max_body_bytes,
             scheduler_config=options.scheduler_config,
             scheduler_url_prefix=options.scheduler_url_prefix,

@@ -8,11 +8,14 @@ TLS with ``--tls-cert``/``--tls-key``; mutual TLS (as kube-scheduler's
 ``tlsConfig`` supports) with ``--client-ca``; renewed certificate files are served without
 a restart.  ``--probe-port`` also serves
 ``/healthz``, ``/readyz`` and ``/metrics`` (only those) in plain HTTP, for kubelet
-probes and Prometheus, which cannot present a client certificate.
+probes and Prometheus, which cannot present a client certificate.  ``/debug/*`` is served
+only with ``--enable-debug-endpoints``, and only to authenticated callers: with
+``--client-ca`` (mutual TLS), or on a loopback ``--host`` (local demos and tests).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import ssl
@@ -61,6 +64,7 @@ def run(
     tls_cert: str | None,
     tls_key: str | None,
     client_ca: str | None,
+    enable_debug_endpoints: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     scheduler_config: str | None = None,
     scheduler_url_prefix: str | None = None,
@@ -87,6 +91,15 @@ def run(
         return 2
     if client_ca is not None and tls_cert is None:
         print("muster serve: --client-ca needs --tls-cert and --tls-key", file=sys.stderr)
+        return 2
+    if enable_debug_endpoints and client_ca is None and not is_loopback(host):
+        print(
+            f"muster serve: --enable-debug-endpoints on --host {host} needs --client-ca "
+            "(mutual TLS): /debug tells whoever asks about every quota, job and pod; "
+            "without client certificates serve it on a loopback host only "
+            "(127.0.0.1, ::1, localhost)",
+            file=sys.stderr,
+        )
         return 2
     probe_socket = None
     if probe_port is not None:
@@ -169,6 +182,7 @@ def run(
     app = create_app(
         extender,
         max_body_bytes=max_body_bytes,
+        debug_endpoints=enable_debug_endpoints,
         collectors=collectors,
         on_shutdown=[elector.release] if elector is not None else [],
     )
@@ -201,6 +215,16 @@ def run(
     server = uvicorn.Server(server_config)
     server.run()
     return 0 if server.started else 1
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` a loopback address (only this machine can connect)?"""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -1,8 +1,9 @@
 """The FastAPI app kube-scheduler calls: ``POST /filter``, ``/prioritize``, ``/preempt``, ``/bind``.
 
-Also ``GET /healthz``, ``/readyz``, ``/metrics`` (Prometheus) and read-only
-explain endpoints under ``/debug/``.  Requests are read as raw bytes and
-validated with the wire models, so that every client mistake becomes a 400
+Also ``GET /healthz``, ``/readyz``, ``/metrics`` (Prometheus) and, when enabled
+(``debug_endpoints``: ``muster serve --enable-debug-endpoints``), read-only explain
+endpoints under ``/debug/`` (off, each is a 404 saying so).  Requests are read as raw
+bytes and validated with the wire models, so that every client mistake becomes a 400
 (or 413 for a body over the limit) with a JSON ``{"error": ...}`` naming the
 field (a bug in Muster is a logged JSON 500, and the service keeps serving); the
 decisions themselves are :class:`extender.service.Extender`'s.  The four verbs are
@@ -43,17 +44,25 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
+#: The 404 of a ``/debug/`` path when the debug endpoints are off.
+DEBUG_OFF_ERROR = (
+    "{path}: the debug endpoints are off (muster serve --enable-debug-endpoints serves them)"
+)
+
 
 def create_app(
     extender: Extender,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    debug_endpoints: bool = False,
     collectors: Sequence[Collector] = (),
     on_shutdown: Sequence[Callable[[], object]] = (),
 ) -> MusterApp:
     """The ASGI app: the extender verbs, then FastAPI for everything else; ``/metrics``
-    also serves ``collectors`` (the adapters' own metrics).  ``on_shutdown`` runs, in
-    order and in a worker thread, when the server stops gracefully (SIGTERM)."""
+    also serves ``collectors`` (the adapters' own metrics); ``/debug/`` only with
+    ``debug_endpoints`` (whoever reaches it reads every quota, job and pod).
+    ``on_shutdown`` runs, in order and in a worker thread, when the server stops
+    gracefully (SIGTERM)."""
 
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
@@ -191,6 +200,16 @@ def create_app(
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    if debug_endpoints:
+        _serve_debug(app, extender)
+    else:
+        _refuse_debug(app)
+    return MusterApp(app, verbs, max_bytes=max_body_bytes, latency=latency, requests=requests)
+
+
+def _serve_debug(app: FastAPI, extender: Extender) -> None:
+    """The read-only explain endpoints under ``/debug/``."""
+
     @app.get("/debug/quotas", summary="every quota: min, max, used, non-preemptible used")
     def debug_quotas() -> dict[str, Any]:
         with extender.source.exclusive() as snapshot:
@@ -214,7 +233,13 @@ def create_app(
             return JSONResponse({"error": f"pod {namespace}/{name} is not known"}, 404)
         return JSONResponse(found)
 
-    return MusterApp(app, verbs, max_bytes=max_body_bytes, latency=latency, requests=requests)
+
+def _refuse_debug(app: FastAPI) -> None:
+    """Every ``/debug/`` path (any method) a 404 saying the endpoints are off."""
+
+    @app.api_route("/debug/{rest:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE"])
+    def debug_off(rest: str) -> Response:
+        return JSONResponse({"error": DEBUG_OFF_ERROR.format(path=f"/debug/{rest}")}, 404)
 
 
 def _extender_args(

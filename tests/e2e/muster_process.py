@@ -17,7 +17,8 @@ MUSTER = [sys.executable, "-m", "extender.cli.main"]
 
 class MusterProcess(lc.ServiceProcess):
     """``muster serve`` on a free loopback port, log kept in a file: over a fixed
-    ``snapshot`` (a list of objects), or over a live cluster (``kubeconfig``)."""
+    ``snapshot`` (a list of objects), or over a live cluster (``kubeconfig``); with its
+    ``/debug/`` endpoints (:meth:`debug`) unless ``debug_endpoints`` is false."""
 
     def __init__(
         self,
@@ -27,6 +28,7 @@ class MusterProcess(lc.ServiceProcess):
         kubeconfig: Path | None = None,
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
+        debug_endpoints: bool = True,
     ) -> None:
         self.workdir = workdir
         if snapshot is not None:
@@ -36,6 +38,8 @@ class MusterProcess(lc.ServiceProcess):
             source = ["--snapshot", str(path)]
         else:
             source = ["--kubeconfig", str(kubeconfig)]
+        if debug_endpoints:  # served on 127.0.0.1 only (the default --host)
+            source.append("--enable-debug-endpoints")
         super().__init__(
             "muster serve",
             lambda port: [*MUSTER, "serve", *source, "--port", str(port), *extra_args],

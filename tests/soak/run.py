@@ -228,6 +228,7 @@ class Soak:
             str(self.keys["muster"]),
             "--config",
             str(self.workdir / "muster-args.yaml"),
+            "--enable-debug-endpoints",  # the invariants read /debug (on 127.0.0.1)
         ]
         process = lc.ServiceProcess(
             f"muster-{index}",

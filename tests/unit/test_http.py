@@ -72,7 +72,8 @@ def cluster(
         on_unschedulable=lambda job, why, at_once: handed.append((job, why, at_once)),
         **extender_kwargs,
     )
-    return TestClient(create_app(extender, max_body_bytes=256 * 1024)), extender, handed
+    app = create_app(extender, max_body_bytes=256 * 1024, debug_endpoints=True)
+    return TestClient(app), extender, handed
 
 
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
@@ -336,6 +337,28 @@ def test_health_readiness_metrics_and_debug() -> None:
     assert quotas["team-b"]["nonPreemptibleUsed"]["nvidia.com/gpu"] == "8"
     assert client.get("/debug/pods/team-a/nobody").status_code == 404
     assert client.get("/debug/jobs").status_code == 200
+
+
+def test_debug_endpoints_are_404_unless_enabled() -> None:
+    """``create_app`` serves ``/debug/`` only when asked (``muster serve
+    --enable-debug-endpoints``): off, each path, known or not, is a 404 that says why,
+    and everything else is served as before."""
+    _client, extender, _ = cluster()
+    client = TestClient(create_app(extender))
+    for path in ("/debug/quotas", "/debug/jobs", "/debug/budgets", "/debug/pods/team-b/b-0"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.json() == {
+            "error": f"{path}: the debug endpoints are off "
+            "(muster serve --enable-debug-endpoints serves them)"
+        }
+    assert client.post("/debug/jobs").status_code == 404
+    assert client.get("/readyz").status_code == 200
+    body = {"Pod": scheduler_pod("a-0", gpu=1), "NodeNames": ["n3"]}
+    assert client.post("/filter", json=body).json()["NodeNames"] == ["n3"]
+    # On, the same paths answer (the cluster() client is built with them on).
+    on, _, _ = cluster()
+    assert on.get("/debug/pods/team-b/b-0").status_code == 200
 
 
 JSON = json_values(width=4, leaves=20)

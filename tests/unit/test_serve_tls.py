@@ -14,6 +14,7 @@ import httpx
 import localcluster as lc
 import pytest
 
+from extender.cli.serve import is_loopback
 from tests.certs import CertificateAuthority
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +76,26 @@ def test_plain_http(stop: list[subprocess.Popen[bytes]]) -> None:
     response = httpx.post(f"http://127.0.0.1:{port}/filter", json=FILTER_BODY)
     assert response.status_code == 200
     assert response.json()["NodeNames"] == ["n1"]
+    # /debug is off by default.
+    off = httpx.get(f"http://127.0.0.1:{port}/debug/quotas")
+    assert off.status_code == 404
+    assert "--enable-debug-endpoints" in off.json()["error"]
+
+
+def test_debug_endpoints_on_a_loopback_host(stop: list[subprocess.Popen[bytes]]) -> None:
+    """Without client certificates, /debug is served on a loopback host only; the probe
+    port serves only the probes even then."""
+    probe_port = lc.free_port()
+    process, port = serve(
+        "--enable-debug-endpoints", "--host", "127.0.0.1", "--probe-port", str(probe_port)
+    )
+    stop.append(process)
+    wait_listening(process, port)
+    quotas = httpx.get(f"http://127.0.0.1:{port}/debug/quotas")
+    assert quotas.status_code == 200 and "team-a" in quotas.json()
+    refused = httpx.get(f"http://127.0.0.1:{probe_port}/debug/quotas")
+    assert refused.status_code == 404
+    assert "not served on the probe port" in refused.json()["error"]
 
 
 def test_tls_and_mutual_tls(tmp_path: Path, stop: list[subprocess.Popen[bytes]]) -> None:
@@ -92,6 +113,9 @@ def test_tls_and_mutual_tls(tmp_path: Path, stop: list[subprocess.Popen[bytes]])
     with_cert.load_cert_chain(str(client_cert), str(client_key))
     response = httpx.post(url, json=FILTER_BODY, verify=with_cert)
     assert response.status_code == 200
+    # /debug stays off without --enable-debug-endpoints, even to an authenticated caller.
+    debug = httpx.get(f"https://127.0.0.1:{port}/debug/quotas", verify=with_cert)
+    assert debug.status_code == 404
 
     without_cert = ssl.create_default_context(cafile=str(ca.path))
     with pytest.raises(httpx.TransportError):
@@ -100,6 +124,30 @@ def test_tls_and_mutual_tls(tmp_path: Path, stop: list[subprocess.Popen[bytes]])
         httpx.post(f"http://127.0.0.1:{port}/filter", json=FILTER_BODY)
     # the server is still up after refusing those
     assert httpx.post(url, json=FILTER_BODY, verify=with_cert).status_code == 200
+
+
+def test_debug_endpoints_off_loopback_with_mutual_tls(
+    tmp_path: Path, stop: list[subprocess.Popen[bytes]]
+) -> None:
+    """On every interface, /debug is served with --client-ca: to callers with a client
+    certificate, and to no one else."""
+    ca = CertificateAuthority(tmp_path)
+    server_cert, server_key = ca.issue("server", server=True)
+    client_cert, client_key = ca.issue("client", server=False)
+    process, port = serve(
+        *("--host", "0.0.0.0", "--enable-debug-endpoints"),
+        *("--tls-cert", str(server_cert), "--tls-key", str(server_key)),
+        *("--client-ca", str(ca.path)),
+    )
+    stop.append(process)
+    wait_listening(process, port)
+    url = f"https://127.0.0.1:{port}/debug/quotas"
+    with_cert = ssl.create_default_context(cafile=str(ca.path))
+    with_cert.load_cert_chain(str(client_cert), str(client_key))
+    quotas = httpx.get(url, verify=with_cert)
+    assert quotas.status_code == 200 and "team-a" in quotas.json()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, verify=ssl.create_default_context(cafile=str(ca.path)))
 
 
 def test_probe_port_serves_health_and_metrics_beside_mutual_tls(
@@ -197,6 +245,29 @@ def test_serve_refuses_bad_flags() -> None:
         check=False,
     )
     assert completed.returncode == 2 and "--probe-port must differ" in completed.stderr
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "muster.example"])
+def test_debug_endpoints_need_mutual_tls_off_loopback(host: str) -> None:
+    """/debug tells whoever asks about every quota and pod: off a loopback host it needs
+    client certificates, and serve refuses before listening (or reading the snapshot)."""
+    completed = subprocess.run(
+        [*MUSTER, "serve", "--snapshot", "nope.yaml", "--enable-debug-endpoints", "--host", host],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert f"--enable-debug-endpoints on --host {host} needs --client-ca" in completed.stderr
+
+
+def test_loopback_hosts() -> None:
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost", "LOCALHOST"):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "::", "10.0.0.1", "example.com", "", "localhost.evil.com"):
+        assert not is_loopback(host), host
 
 
 def test_serve_exits_when_the_probe_port_is_taken() -> None:
