@@ -35,6 +35,8 @@ ALL_OR_NOTHING_LABEL = "muster.dev/all-or-nothing"
 QUOTA_NAME_LABEL = "quota.scheduling.koordinator.sh/name"
 QUOTA_PARENT_LABEL = "quota.scheduling.koordinator.sh/parent"
 QUOTA_IS_PARENT_LABEL = "quota.scheduling.koordinator.sh/is-parent"
+#: On an ElasticQuota: the further namespaces it admits (JSON list), as Koordinator's.
+QUOTA_NAMESPACES_ANNOTATION = "quota.scheduling.koordinator.sh/namespaces"
 PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT_LABEL = "quota.scheduling.koordinator.sh/can-preempt"
 

@@ -550,6 +550,8 @@ class MusterServer(ExtenderProcess):
     ) -> None:
         main = (cwd / "extender" / "cli" / "main.py").read_text()
         debug = ["--enable-debug-endpoints"] if "--enable-debug-endpoints" in main else []
+        if "--records-key-dir" in main:
+            debug += ["--records-key-dir", str(lc.records_key_dir(kubeconfig.parent))]
         super().__init__(
             "muster serve",
             lambda port: [
@@ -623,9 +625,12 @@ class Evictor(lc.ServiceProcess):
     """``muster evictor --kubeconfig ...`` as a child process (nothing to wait for)."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, cwd: Path) -> None:
+        command = [*MUSTER_COMMAND, "evictor", "--kubeconfig", str(kubeconfig)]
+        if "--records-key-dir" in (cwd / "extender" / "cli" / "main.py").read_text():
+            command += ["--records-key-dir", str(lc.records_key_dir(kubeconfig.parent))]
         super().__init__(
             "muster evictor",
-            lambda _port: [*MUSTER_COMMAND, "evictor", "--kubeconfig", str(kubeconfig)],
+            lambda _port: command,
             log_path,
             cwd=cwd,
             ready_path=None,

@@ -126,6 +126,7 @@ def main() -> int:
         print(f"Control plane up: {plane.server} (logs in {plane.logs_dir})\n", flush=True)
         plane.create_namespace("muster-system")  # where Muster's leader-election Lease lives
         port = lc.free_port()
+        records_keys = str(lc.records_key_dir(workdir))  # the chart's Secret, as files
         logs = (workdir / "muster.log").open("wb")
         muster = subprocess.Popen(
             [
@@ -138,6 +139,8 @@ def main() -> int:
                 "--port",
                 str(port),
                 "--enable-debug-endpoints",  # steps 5 and 6 read /debug (on 127.0.0.1)
+                "--records-key-dir",
+                records_keys,
             ],
             cwd=ROOT,
             stdout=logs,
@@ -151,6 +154,8 @@ def main() -> int:
                 "evictor",
                 "--kubeconfig",
                 str(plane.kubeconfig),
+                "--records-key-dir",
+                records_keys,
             ],
             cwd=ROOT,
             stdout=logs,

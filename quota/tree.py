@@ -14,6 +14,7 @@ annotations (DESIGN.md); :class:`QuotaPolicy` holds them parsed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -71,6 +72,10 @@ class QuotaSpec:
     parent: str | None = None
     is_parent: bool = False
     policy: QuotaPolicy = field(default_factory=QuotaPolicy)
+    #: Further namespaces whose pods this quota (and its subtree) admits, beside its own:
+    #: Koordinator's ``quota.scheduling.koordinator.sh/namespaces`` (a JSON list), written
+    #: by whoever may write quotas, never by a tenant (docs/security.md).
+    namespaces: frozenset[str] = frozenset()
 
     @property
     def governed(self) -> frozenset[str]:
@@ -115,7 +120,21 @@ def parse_elastic_quota(obj: Mapping[str, Any]) -> QuotaSpec:
         parent=labels.get(keys.QUOTA_PARENT_LABEL) or None,
         is_parent=labels.get(keys.QUOTA_IS_PARENT_LABEL) == "true",
         policy=parse_policy(annotations),
+        namespaces=_parse_namespaces(annotations.get(keys.QUOTA_NAMESPACES_ANNOTATION)),
     )
+
+
+def _parse_namespaces(text: str | None) -> frozenset[str]:
+    if text is None:
+        return frozenset()
+    field_name = f"metadata.annotations.{keys.QUOTA_NAMESPACES_ANNOTATION}"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ManifestError(field_name, f"{text!r} is not a JSON list of namespaces") from None
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ManifestError(field_name, f"{text!r} is not a JSON list of namespaces")
+    return frozenset(value)
 
 
 def parse_policy(annotations: Mapping[str, str]) -> QuotaPolicy:
@@ -156,6 +175,15 @@ def _enum(annotations: Mapping[str, str], key: str, default: _Policy) -> _Policy
         ) from None
 
 
+class QuotaMembershipError(LookupError):
+    """A pod's quota label names a quota it may not use: one that does not exist, or one
+    that does not admit the pod's namespace.  ``reason`` says which, naming the label."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class QuotaTreeError(ValueError):
     """Quotas that do not form a tree: ``quota`` names the culprit, ``field`` the field."""
 
@@ -169,17 +197,15 @@ class QuotaTreeError(ValueError):
 class QuotaTree:
     """Quotas by name, with parents, ancestors and the default quota always present."""
 
-    def __init__(self, specs: Iterable[QuotaSpec]) -> None:
+    def __init__(self, specs: Iterable[QuotaSpec], default: QuotaSpec = DEFAULT_QUOTA_SPEC) -> None:
         self.specs: dict[str, QuotaSpec] = {}
         for spec in specs:
             if spec.name in self.specs:
                 raise QuotaTreeError(spec.name, "metadata.name", "duplicate quota name")
             self.specs[spec.name] = spec
-        self.specs.setdefault(DEFAULT_QUOTA_SPEC.name, DEFAULT_QUOTA_SPEC)
-        self._by_namespace: dict[str, str] = {}
-        for spec in sorted(self.specs.values(), key=lambda s: s.name, reverse=True):
-            if spec.namespace and not spec.is_parent:
-                self._by_namespace[spec.namespace] = spec.name
+        #: Did an admin write an ElasticQuota named ``default`` (else it is ``default``)?
+        self.default_is_explicit = keys.DEFAULT_QUOTA in self.specs
+        self.specs.setdefault(keys.DEFAULT_QUOTA, default)
         self._ancestors: dict[str, tuple[str, ...]] = {}
         for name, spec in self.specs.items():
             if spec.parent is not None and spec.parent not in self.specs:
@@ -202,6 +228,12 @@ class QuotaTree:
         self.parents = frozenset(
             spec.parent for spec in self.specs.values() if spec.parent is not None
         ) | frozenset(spec.name for spec in self.specs.values() if spec.is_parent)
+        #: Each namespace's own leaf quota: the first by name that admits it.
+        self._by_namespace: dict[str, str] = {}
+        for name in sorted(self.specs, reverse=True):
+            if name not in self.parents and name != keys.DEFAULT_QUOTA:
+                for namespace in self._declared_namespaces(name):
+                    self._by_namespace[namespace] = name
         #: The resources some quota names (in ``min`` or ``max``): those quota accounting
         #: is about.  One no quota names (cpu, where quotas name only GPUs) is nobody's
         #: guarantee and nobody's limit.
@@ -246,5 +278,43 @@ class QuotaTree:
         return strongest, source
 
     def quota_in_namespace(self, namespace: str) -> str | None:
-        """The (first by name) leaf quota declared in ``namespace``."""
+        """The namespace's own quota: the first leaf quota by name that admits it (declared
+        in it, or listing it in its namespaces annotation), or ``None``."""
         return self._by_namespace.get(namespace)
+
+    def admits(self, name: str, namespace: str) -> bool:
+        """May pods of ``namespace`` be charged to quota ``name``?  Only where whoever
+        writes quotas said so: the quota, or one of its ancestors, is declared in that
+        namespace or lists it (a team's own subtree is the team's to divide)."""
+        return any(
+            namespace in self._declared_namespaces(quota)
+            for quota in (name, *self._ancestors[name])
+        )
+
+    def quota_for(self, namespace: str, named: str | None) -> str:
+        """The quota a pod of ``namespace`` is charged to, its quota label naming ``named``
+        (or none).  Membership is the admins' to decide, never the pod's: the label may
+        only choose among the quotas that admit the namespace (raises
+        :class:`QuotaMembershipError` otherwise, never moves the pod silently); a namespace
+        that has a quota never falls to the default quota."""
+        own = self._by_namespace.get(namespace)
+        if not named:
+            return own or keys.DEFAULT_QUOTA
+        label = keys.QUOTA_NAME_LABEL
+        if named not in self.specs:
+            raise QuotaMembershipError(f"pod names quota {named!r}, which does not exist")
+        if named == keys.DEFAULT_QUOTA and own is None:
+            return named
+        if named == keys.DEFAULT_QUOTA or not self.admits(named, namespace):
+            home = f"its namespace's quota is {own}" if own else "its namespace has no quota"
+            raise QuotaMembershipError(
+                f"label {label}={named}: quota {named} does not admit namespace "
+                f"{namespace} ({home}; a quota admits the namespace it is in and those "
+                f"its {keys.QUOTA_NAMESPACES_ANNOTATION} annotation lists)"
+            )
+        return named
+
+    def _declared_namespaces(self, name: str) -> frozenset[str]:
+        spec = self.specs[name]
+        own = frozenset((spec.namespace,)) if spec.namespace else frozenset()
+        return own | spec.namespaces

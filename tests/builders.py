@@ -15,10 +15,25 @@ from extender.core.config import MusterArgs
 from extender.core.effects import HoldRoom, apply
 from extender.core.objects import parse_node, parse_pod
 from extender.core.preemption.planner import PreemptionPlan
+from extender.core.records import RecordKeys
 from extender.core.state import ClusterState
 from quota.tree import parse_elastic_quota
 
 T0 = "2026-01-01T10:00:00Z"
+
+#: The keys the adapters' tests sign and check Muster's records with.
+RECORD_KEYS = RecordKeys((("test-key", b"k" * 32),))
+
+
+def record_keys() -> RecordKeys:
+    """:data:`RECORD_KEYS`, as the adapters ask for them (a callable: they may rotate)."""
+    return RECORD_KEYS
+
+
+def signed(record: str, uid: str, payload: Mapping[str, Any]) -> str:
+    """The annotation text of Muster's ``record`` on pod ``uid``, signed with the test keys."""
+    return json.dumps(RECORD_KEYS.sign(record, uid, payload))
+
 
 #: Scalars arbitrary JSON is made of (no NaN: JSON has none).
 JSON_LEAVES = (

@@ -25,6 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     what_if.add_argument("files", nargs="+", metavar="FILE", help="YAML manifests")
     what_if.add_argument("--config", metavar="ARGS.yaml", help="Muster's arguments")
     what_if.add_argument(
+        "--records-key-dir",
+        metavar="DIR",
+        help="believe only the records (reservations, marks, backoffs) these keys verify; "
+        "without it, the files' records are believed as written",
+    )
+    what_if.add_argument(
         "--output",
         choices=("json", "table"),
         help="json (default when stdout is not a terminal) or table",
@@ -94,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="check kube-scheduler's KubeSchedulerConfiguration at start-up; warn on findings",
     )
     server.add_argument(
+        "--records-key-dir",
+        metavar="DIR",
+        help="sign and check Muster's records (reservations, marks, backoffs) with the keys "
+        "in DIR, one file each (a mounted Secret); without it, a key of this process alone",
+    )
+    server.add_argument(
         "--scheduler-url-prefix",
         metavar="PREFIX",
         help="Muster's urlPrefix in --scheduler-config, when it has several extenders",
@@ -133,13 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
     evictor.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port"
     )
+    evictor.add_argument(
+        "--records-key-dir",
+        metavar="DIR",
+        required=True,
+        help="evict only pods whose mark these keys verify (Muster's --records-key-dir)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = build_parser().parse_args(argv)
     if options.command == "simulate":
-        return simulate.run(options.files, options.config, options.output)
+        return simulate.run(options.files, options.config, options.output, options.records_key_dir)
     if options.command == "serve":
         return serve.run(
             config=options.config,
@@ -159,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_body_bytes=options.max_body_bytes,
             scheduler_config=options.scheduler_config,
             scheduler_url_prefix=options.scheduler_url_prefix,
+            records_key_dir=options.records_key_dir,
         )
     if options.command == "check-scheduler-config":
         return scheduler_config.run(
@@ -169,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kubeconfig=options.kubeconfig,
             in_cluster=options.in_cluster,
             metrics_port=options.metrics_port,
+            records_key_dir=options.records_key_dir,
         )
     raise AssertionError(options.command)  # argparse rejects unknown commands
 

@@ -35,6 +35,7 @@ from extender.core.objects import (
     parse_priority_class,
 )
 from extender.core.podgroups import GANG_OBJECT_KINDS, gang_object_kind
+from extender.core.records import RecordKeys, believed_pod, forged_records
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
 from extender.core.topology import (
@@ -100,8 +101,13 @@ class LoadedManifests:
 KUEUE_TOPOLOGY_API_VERSIONS = tuple(f"{KUEUE_TOPOLOGY_GROUP}/{v}" for v in ("v1beta1", "v1beta2"))
 
 
-def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManifests:
-    """Parse, validate and load every object of ``paths`` into a new snapshot."""
+def load_manifests(
+    paths: Sequence[str | Path], args: MusterArgs, record_keys: RecordKeys | None = None
+) -> LoadedManifests:
+    """Parse, validate and load every object of ``paths`` into a new snapshot.  With
+    ``record_keys``, records on pods that they do not verify are dropped first, as the
+    live informer drops them (:func:`extender.core.records.believed_pod`), each with a
+    note; without, the records are believed as written (the files are the admin's)."""
     notes: list[str] = []
     by_kind: dict[str, list[_Document]] = {
         "Node": [],
@@ -205,7 +211,9 @@ def load_manifests(paths: Sequence[str | Path], args: MusterArgs) -> LoadedManif
     sliced: dict[str, tuple[SliceRequest, PodInfo, _Document]] = {}
     while pods:
         document = pods.pop().full()  # each object let go once parsed (see _Deferred)
-        pod = _parse(document, lambda obj: parse_pod(obj, priorities))
+        forged = forged_records(document.obj, record_keys) if record_keys is not None else ()
+        pod = _parse(document, lambda obj: parse_pod(believed_pod(obj, record_keys)[0], priorities))
+        notes.extend(f"{pod.key}: ignoring {record}: Muster did not write it" for record in forged)
         if pod.key in snapshot.pods:
             raise document.error("metadata.name", f"duplicate Pod {pod.key!r}")
         if pod.node_name is not None and pod.node_name not in snapshot.nodes:

@@ -43,6 +43,7 @@ from extender.kube.housekeeping import Housekeeper
 from extender.kube.leader import LeaderElector
 from extender.kube.persister import ReservationPersister
 from extender.kube.postfilter import PostFilterLoop
+from extender.kube.recordkeys import RecordKeyError, record_keys_source
 from extender.kube.requeue import Requeuer
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter
@@ -68,6 +69,7 @@ def run(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     scheduler_config: str | None = None,
     scheduler_url_prefix: str | None = None,
+    records_key_dir: str | None = None,
 ) -> int:
     """The ``serve`` command; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -132,8 +134,17 @@ def run(
         except Exception as error:  # the kubernetes package raises several kinds
             print(f"muster serve: cannot configure API access: {error}", file=sys.stderr)
             return 2
-        source = KubeSource(client, args)
-        collectors: list[Collector] = [source.scheduler_preemptions]
+        try:
+            record_keys = record_keys_source(records_key_dir)
+        except RecordKeyError as error:
+            print(f"muster serve: --records-key-dir: {error}", file=sys.stderr)
+            return 2
+        source = KubeSource(client, args, record_keys=record_keys)
+        collectors: list[Collector] = [source.scheduler_preemptions, source.forged_records]
+
+        def writer() -> ClusterWriter:
+            return ClusterWriter(client, record_keys=record_keys)
+
         decisions = DecisionLog()
         elector = None
         if leader_elect:
@@ -141,7 +152,7 @@ def run(
         is_leader = elector.is_leader if elector is not None else (lambda: True)
         postfilter = PostFilterLoop(
             source,
-            ClusterWriter(client),
+            writer(),
             decisions,
             is_leader=is_leader,
         )
@@ -152,12 +163,12 @@ def run(
             binder=KubeBinder(client),
             on_unschedulable=postfilter.request,
             log=decisions,
-            room_keeper=ReservationPersister(ClusterWriter(client)).start(),
+            room_keeper=ReservationPersister(writer()).start(),
         )
         workers = [
-            Housekeeper(source, ClusterWriter(client), is_leader=is_leader),
-            GangKeeper(source, ClusterWriter(client), is_leader=is_leader),
-            Requeuer(source, ClusterWriter(client), is_leader=is_leader),
+            Housekeeper(source, writer(), is_leader=is_leader),
+            GangKeeper(source, writer(), is_leader=is_leader),
+            Requeuer(source, writer(), is_leader=is_leader),
         ]
         for part in (*workers, postfilter, *([elector] if elector is not None else [])):
             source.health.add(part)

@@ -20,8 +20,10 @@ import yaml
 
 from extender.cli.manifests import InputError, load_manifests
 from extender.core.config import ArgsError, MusterArgs, parse_args
+from extender.core.records import RecordKeys
 from extender.core.state import ClusterState
 from extender.core.whatif import SimulationResult, run_simulation
+from extender.kube.recordkeys import RecordKeyError, read_key_directory
 from quota.accounting import usage_report
 
 
@@ -42,10 +44,13 @@ def load_args_file(path: str | None) -> MusterArgs:
 
 
 def simulate_files(
-    paths: Sequence[str], args: MusterArgs, now: float | None = None
+    paths: Sequence[str],
+    args: MusterArgs,
+    now: float | None = None,
+    record_keys: RecordKeys | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Run a simulation over manifest files; returns the JSON document and notes."""
-    loaded = load_manifests(paths, args)
+    loaded = load_manifests(paths, args, record_keys)
     result = run_simulation(loaded.snapshot, time.time() if now is None else now)
     return result_document(result, loaded.snapshot), loaded.notes + result.notes
 
@@ -110,11 +115,19 @@ def render_table(document: dict[str, Any], out: TextIO) -> None:
             name = ""
 
 
-def run(paths: Sequence[str], config: str | None, output: str | None) -> int:
+def run(
+    paths: Sequence[str], config: str | None, output: str | None, records_key_dir: str | None = None
+) -> int:
     """The ``simulate`` command; returns the exit status."""
     try:
         args = load_args_file(config)
-        document, notes = simulate_files(paths, args)
+        record_keys = None
+        if records_key_dir is not None:
+            record_keys = read_key_directory(Path(records_key_dir))
+        document, notes = simulate_files(paths, args, record_keys=record_keys)
+    except RecordKeyError as error:
+        print(f"muster simulate: --records-key-dir: {error}", file=sys.stderr)
+        return 2
     except InputError as error:
         print(f"muster simulate: {error}", file=sys.stderr)
         return 2

@@ -37,7 +37,6 @@ from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import UNNAMED_COMPONENT, PodInfo
 from extender.core.reservations import reserved_by_muster
 from extender.core.state import ClusterState, Reservation
-from quota.tree import DEFAULT_QUOTA_SPEC
 
 #: Pod labels by which a pod places itself under Muster's rules.
 _MUSTER_POD_LABELS = (keys.QUOTA_NAME_LABEL, keys.PREEMPTIBLE_LABEL, keys.CAN_PREEMPT_LABEL)
@@ -54,7 +53,7 @@ def governing_reason(snapshot: ClusterState, pod: PodInfo) -> str | None:
     declared = snapshot.tree.quota_in_namespace(pod.namespace)
     if declared is not None:
         return f"its namespace has quota {declared}"
-    if snapshot.tree.specs.get(keys.DEFAULT_QUOTA, DEFAULT_QUOTA_SPEC) is not DEFAULT_QUOTA_SPEC:
+    if snapshot.tree.default_is_explicit:
         return f"it falls to the ElasticQuota {keys.DEFAULT_QUOTA}"
     if not snapshot.args.disable_default_preemptible:
         return "every pod may be Muster's victim (disableDefaultPreemptible: false)"

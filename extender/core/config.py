@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from base import keys
+from base.errors import ManifestError
+from base.resources import parse_resource_list
+from quota.tree import QuotaPolicy, QuotaSpec, WithinQuota
 
 
 class MusterArgs(BaseModel):
@@ -62,6 +67,36 @@ class MusterArgs(BaseModel):
     requeuing_timestamp: Literal["Eviction", "Creation"] = Field(
         "Eviction", alias="requeuingTimestamp"
     )
+    #: The implicit ``default`` quota, of namespaces with no quota of their own (an
+    #: ElasticQuota named ``default`` replaces it): its ceiling (a resource list; empty: none,
+    #: its pods borrow only idle room and are always reclaimable, as it guarantees nothing)
+    #: and whether its pods may evict each other by priority (``Never``: they never evict;
+    #: ``LowerPriority``: Kueue's withinClusterQueue policy across those namespaces).
+    default_quota_max: dict[str, str | int] = Field(
+        default_factory=dict, alias="defaultQuotaMax", strict=False
+    )
+    default_quota_preemption: Literal["Never", "LowerPriority"] = Field(
+        "Never", alias="defaultQuotaPreemption"
+    )
+
+    @field_validator("default_quota_max")
+    @classmethod
+    def _resource_list(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        try:
+            parse_resource_list(value, "defaultQuotaMax")
+        except ManifestError as error:
+            raise ValueError(f"{error.field}: {error.message}") from None
+        return value
+
+    def default_quota(self) -> QuotaSpec:
+        """The implicit ``default`` quota these arguments describe."""
+        return QuotaSpec(
+            name=keys.DEFAULT_QUOTA,
+            namespace="",
+            min={},
+            max=parse_resource_list(self.default_quota_max, "defaultQuotaMax"),
+            policy=QuotaPolicy(within_quota=WithinQuota(self.default_quota_preemption)),
+        )
 
 
 class ArgsError(ValueError):

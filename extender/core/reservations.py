@@ -143,12 +143,10 @@ def restored_reservation(snapshot: ClusterState, pod: PodInfo) -> Reservation | 
     )
 
 
-def persisted_backoff(backoff: GangBackoff) -> str:
-    """The gang-backoff annotation's JSON (written on the gang's pending pods, so every
-    replica, and a restarted Muster, keep turning the gang away)."""
-    return json.dumps(
-        {"attempts": backoff.attempts, "givenUp": backoff.given_up, "until": backoff.until}
-    )
+def persisted_backoff(backoff: GangBackoff) -> dict[str, object]:
+    """The gang-backoff annotation's JSON object (written on the gang's pending pods, so
+    every replica, and a restarted Muster, keep turning the gang away)."""
+    return {"attempts": backoff.attempts, "givenUp": backoff.given_up, "until": backoff.until}
 
 
 def backoff_on(pod: PodInfo) -> GangBackoff | None:

@@ -30,8 +30,9 @@ from base.resources import PODS, Resources, add_into, nonzero, shortfall
 from extender.core.effects import Effect, HoldQuota
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
-from extender.core.state import ClusterState, UnknownQuotaError, memoise_on_node
+from extender.core.state import ClusterState, memoise_on_node
 from quota.admission import job_admission_failures, over_max_on_path
+from quota.tree import QuotaMembershipError
 
 #: Resources every pod asks for; a pod asking for anything else is packed by that alone.
 COMMON_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", PODS})
@@ -110,7 +111,7 @@ class FilterResult:
 
 
 def job_demand(snapshot: ClusterState, job: str, including: PodInfo | None = None) -> JobDemand:
-    """The unplaced part of ``job`` (raises :class:`UnknownQuotaError`).
+    """The unplaced part of ``job`` (raises :class:`QuotaMembershipError`).
 
     ``including``: a pod of the job the snapshot may not hold yet (kube-scheduler
     can ask about a pod before Muster's informer has seen it).
@@ -186,8 +187,8 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
     """Why the job of ``pod`` is not admitted by its quota; empty when it is."""
     try:
         quota = snapshot.quota_of(pod)
-    except UnknownQuotaError as error:
-        return [f"pod names quota {error.args[0]!r}, which does not exist"]
+    except QuotaMembershipError as error:
+        return [error.reason]
     if quota in snapshot.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
     waiting = room_not_free_yet(snapshot, pod)

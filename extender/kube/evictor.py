@@ -3,7 +3,9 @@
 Watches pods carrying the ``scheduling.koordinator.sh/soft-eviction`` label
 and evicts each through the Eviction API, so PodDisruptionBudgets are
 honoured (a ``429`` is retried later, with a per-pod backoff), with the grace
-period the mark's ``deleteOptions`` asks for; each pod is evicted once.  A
+period the mark's ``deleteOptions`` asks for; each pod is evicted once, and only if
+Muster wrote its mark (the mark's signature, :mod:`extender.core.records`): a label a
+tenant put on a pod itself, or a mark copied from another pod, is ignored.  A
 cluster with its own operator (one that checkpoints a training job first, say)
 runs that instead.
 """
@@ -22,6 +24,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from base import keys
+from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
 from extender.kube.writer import ClusterWriter
@@ -54,8 +57,10 @@ class Evictor:
         max_retry_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
         jitter: Callable[[], float] = random.random,
+        record_keys: Callable[[], RecordKeys],
     ) -> None:
-        self.writer = ClusterWriter(client, clock)
+        self.record_keys = record_keys
+        self.writer = ClusterWriter(client, clock, record_keys=record_keys)
         self.writer.attempts = 1  # a refusal is retried by the evictor's own backoff
         self.retry_seconds = retry_seconds
         self.max_retry_seconds = max_retry_seconds
@@ -79,6 +84,7 @@ class Evictor:
         self._evicted: set[str] = set()  # UIDs evicted already (their updates follow)
         self._claimed: set[str] = set()  # UIDs a thread is evicting right now
         self._dropped: set[str] = set()  # claimed UIDs unmarked or deleted meanwhile
+        self._forged: set[str] = set()  # UIDs whose mark Muster did not write (counted once)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.informer = Informer(
@@ -114,6 +120,19 @@ class Evictor:
                     self._dropped.add(uid)
                 if kind == "DELETED":
                     self._evicted.discard(uid)
+                    self._forged.discard(uid)
+            return
+        if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
+            uid = str(metadata.get("uid"))
+            with self._lock:
+                self._waiting.pop(object_key(obj), None)
+                if uid in self._claimed:
+                    self._dropped.add(uid)
+                if uid in self._forged:
+                    return
+                self._forged.add(uid)
+            self.evictions.labels("forged").inc()
+            log.warning("not evicting %s: its soft-eviction mark is not Muster's", object_key(obj))
             return
         self._evict(obj)
 

@@ -104,13 +104,7 @@ class GangKeeper(LeaderWorker):
                 )
             written = persisted_backoff(backoff)
             for pod in pending:
-                best_effort(
-                    pod,
-                    partial(
-                        self.writer.patch_pod,
-                        metadata={"annotations": {keys.GANG_BACKOFF_ANNOTATION: written}},
-                    ),
-                )
+                best_effort(pod, partial(self.writer.persist_backoff, backoff=written))
             for pod in released:
                 best_effort(
                     pod,

@@ -32,6 +32,7 @@ from extender.core.effects import apply
 from extender.core.jobs import OWNER_KINDS, OwnerSize, parse_owner_size
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.podgroups import GANG_OBJECT_KINDS, GangObjectKind, PodGroupInfo
+from extender.core.records import RecordKeys, believed_pod
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
 from extender.core.topology import (
@@ -53,10 +54,17 @@ QUOTA_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
 
 class KubeSource:
     def __init__(
-        self, client: KubeClient, args: MusterArgs, clock: Callable[[], float] = time.time
+        self,
+        client: KubeClient,
+        args: MusterArgs,
+        clock: Callable[[], float] = time.time,
+        *,
+        record_keys: Callable[[], RecordKeys],
     ) -> None:
         self.client = client
         self.clock = clock
+        #: The keys Muster's own records are checked with (:mod:`extender.core.records`).
+        self.record_keys = record_keys
         self.snapshot = ClusterState(args)
         self.state_lock = threading.RLock()
         self.rejected: dict[str, str] = {}  # object → why it was skipped
@@ -81,6 +89,14 @@ class KubeSource:
             registry=None,
         )
         self._scheduler_victims: set[str] = set()  # UIDs seen preempted by kube-scheduler
+        self.forged_records = Counter(
+            "muster_forged_records",
+            "Records on pods that look like Muster's (reservation, gang backoff, "
+            "soft-eviction mark) but fail the signature check: ignored, as if absent.",
+            ["record"],
+            registry=None,
+        )
+        self._forged_seen: dict[str, set[str]] = {}  # pod UID → its forged records, logged
         self.informers = [
             Informer(client, "/apis/scheduling.k8s.io/v1/priorityclasses", self._on_priority),
             Informer(client, "/api/v1/nodes", self._on_node, keep_objects=False),
@@ -170,9 +186,11 @@ class KubeSource:
                 gone = self.snapshot.pods.get(key)
                 if gone is not None:
                     self._scheduler_victims.discard(gone.uid)
+                    self._forged_seen.pop(gone.uid, None)
                 self.snapshot.remove_pod(key, now=self.clock())
                 self._parked.pop(key, None)
                 return
+            obj = self._believed(obj)
             try:
                 pod = parse_pod(obj, self._priority_classes())
             except ManifestError as error:
@@ -374,6 +392,21 @@ class KubeSource:
                 self._reject({"kind": "Topology", **obj}, error)
                 return
             self.snapshot.set_kueue_topology(name, levels)
+
+    def _believed(self, obj: Json) -> Json:
+        """The pod as Muster believes it: records Muster did not write are dropped,
+        counted, and logged once per pod and record."""
+        believed, forged = believed_pod(obj, self.record_keys())
+        uid = str((obj.get("metadata") or {}).get("uid"))
+        for record in forged:
+            seen = self._forged_seen.setdefault(uid, set())
+            if record not in seen:
+                seen.add(record)
+                self.forged_records.labels(record).inc()
+                log.warning(
+                    "ignoring %s on pod %s: Muster did not write it", record, object_key(obj)
+                )
+        return dict(believed)
 
     def _reject(self, obj: Json, error: Exception) -> None:
         key = f"{obj.get('kind', '?')}/{object_key(obj)}"

@@ -19,6 +19,7 @@ import httpx
 
 from base import keys
 from extender.core.objects import PodInfo, format_time
+from extender.core.records import RecordKeys
 from extender.kube.client import ApiError, Json, KubeClient
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,13 @@ class ClusterWriter:
         clock: Callable[[], float] = time.time,
         attempts: int = 5,
         backoff: float = 0.2,
+        *,
+        record_keys: Callable[[], RecordKeys],
     ) -> None:
         self.client = client
         self.clock = clock
+        #: What Muster's records are signed with (:mod:`extender.core.records`).
+        self.record_keys = record_keys
         self.attempts = attempts
         self.backoff = backoff
 
@@ -83,9 +88,15 @@ class ClusterWriter:
             pod,
             {
                 "labels": {keys.SOFT_EVICTION_KEY: "true"},
-                "annotations": {keys.SOFT_EVICTION_KEY: json.dumps(mark)},
+                "annotations": {
+                    keys.SOFT_EVICTION_KEY: self._signed(keys.SOFT_EVICTION_KEY, pod, mark)
+                },
             },
         )
+
+    def _signed(self, record: str, pod: PodInfo, payload: Json) -> str:
+        """The annotation text of Muster's ``record`` on ``pod``: ``payload``, signed."""
+        return json.dumps(self.record_keys().sign(record, pod.uid, payload))
 
     def record_disruption(self, pod: PodInfo, *, preemptor: str | None, reason: str) -> None:
         """What follows a mark, for people and controllers: a ``Preempted`` event, then the
@@ -126,7 +137,13 @@ class ClusterWriter:
 
     def persist_reservation(self, pod: PodInfo, reservation: Json) -> None:
         """Persist a pod's reservation in its annotation (a restarted Muster reads it)."""
-        self.patch_pod(pod, {"annotations": {keys.RESERVATION_ANNOTATION: json.dumps(reservation)}})
+        written = self._signed(keys.RESERVATION_ANNOTATION, pod, reservation)
+        self.patch_pod(pod, {"annotations": {keys.RESERVATION_ANNOTATION: written}})
+
+    def persist_backoff(self, pod: PodInfo, backoff: Json) -> None:
+        """Persist a given-up gang's backoff on one of its pending pods."""
+        written = self._signed(keys.GANG_BACKOFF_ANNOTATION, pod, backoff)
+        self.patch_pod(pod, {"annotations": {keys.GANG_BACKOFF_ANNOTATION: written}})
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         """Set ``status.nominatedNodeName``: kube-scheduler tries that node first, and keeps

@@ -39,6 +39,7 @@ from .binaries import (
 )
 from .controlplane import ControlPlane
 from .kubelet import RUN_SECONDS, KubeletEmulator
+from .pki import records_key_dir
 from .processes import ComponentError, free_port, free_ports
 from .rest import ApiError, RestClient
 from .scheduler import KEEP, ExtenderConfig, ManagedResource
@@ -68,5 +69,6 @@ __all__ = [
     "kubernetes_minor",
     "kueue",
     "peers",
+    "records_key_dir",
     "wait_until",
 ]

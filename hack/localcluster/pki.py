@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,3 +191,15 @@ def _pkcs8(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+
+
+def records_key_dir(directory: Path) -> Path:
+    """A directory of one random key for ``muster serve``/``evictor --records-key-dir``,
+    made once under ``directory`` (every Muster and evictor of a plane shares it, as the
+    replicas of an install share the chart's Secret)."""
+    keys = directory / "muster-records-keys"
+    key = keys / "key-1"
+    if not key.exists():
+        keys.mkdir(parents=True, exist_ok=True)
+        key.write_text(secrets.token_hex(32))
+    return keys

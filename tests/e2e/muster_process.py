@@ -37,7 +37,9 @@ class MusterProcess(lc.ServiceProcess):
             path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": snapshot}))
             source = ["--snapshot", str(path)]
         else:
-            source = ["--kubeconfig", str(kubeconfig)]
+            assert kubeconfig is not None
+            keys = lc.records_key_dir(kubeconfig.parent)
+            source = ["--kubeconfig", str(kubeconfig), "--records-key-dir", str(keys)]
         if debug_endpoints:  # served on 127.0.0.1 only (the default --host)
             source.append("--enable-debug-endpoints")
         super().__init__(
@@ -76,6 +78,8 @@ def start_evictor(kubeconfig: Path, log_path: Path, *, metrics: bool = False) ->
             "evictor",
             "--kubeconfig",
             str(kubeconfig),
+            "--records-key-dir",
+            str(lc.records_key_dir(kubeconfig.parent)),
             *(["--metrics-port", str(port)] if metrics else []),
         ],
         log_path,

@@ -229,6 +229,8 @@ class Soak:
             "--config",
             str(self.workdir / "muster-args.yaml"),
             "--enable-debug-endpoints",  # the invariants read /debug (on 127.0.0.1)
+            "--records-key-dir",
+            str(lc.records_key_dir(self.workdir)),
         ]
         process = lc.ServiceProcess(
             f"muster-{index}",
@@ -244,7 +246,14 @@ class Soak:
     def _start_evictor(self) -> lc.ServiceProcess:
         evictor = lc.ServiceProcess(
             "muster evictor",
-            lambda port: [*MUSTER, "evictor", "--kubeconfig", str(self.keys["muster-evictor"])],
+            lambda port: [
+                *MUSTER,
+                "evictor",
+                "--kubeconfig",
+                str(self.keys["muster-evictor"]),
+                "--records-key-dir",
+                str(lc.records_key_dir(self.workdir)),
+            ],
             self.workdir / "evictor.log",
             cwd=ROOT,
             ready_path=None,

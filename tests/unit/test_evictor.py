@@ -10,6 +10,7 @@ from typing import Any, cast
 from base import keys
 from extender.kube.client import ApiError, KubeClient
 from extender.kube.evictor import Evictor
+from tests.builders import record_keys, signed
 
 
 class ScriptedClient:
@@ -38,7 +39,7 @@ def marked(name: str, uid: str, grace: int | None = None) -> dict[str, Any]:
             "namespace": "team-b",
             "uid": uid,
             "labels": {keys.SOFT_EVICTION_KEY: "true"},
-            "annotations": {keys.SOFT_EVICTION_KEY: json.dumps(mark)},
+            "annotations": {keys.SOFT_EVICTION_KEY: signed(keys.SOFT_EVICTION_KEY, uid, mark)},
         }
     }
 
@@ -53,7 +54,12 @@ class Clock:
 
 def evictor(client: ScriptedClient, clock: Clock | None = None) -> Evictor:
     # No jitter (0.5 → a factor of exactly 1): the backoff is 5, 10, 20, ... seconds.
-    return Evictor(cast(KubeClient, client), clock=clock or Clock(), jitter=lambda: 0.5)
+    return Evictor(
+        cast(KubeClient, client),
+        clock=clock or Clock(),
+        jitter=lambda: 0.5,
+        record_keys=record_keys,
+    )
 
 
 def outcomes(made: Evictor) -> dict[str, float]:
@@ -75,6 +81,30 @@ def test_each_marked_pod_is_evicted_once_with_the_mark_s_grace_period() -> None:
     assert client.evictions[0][1] == {"preconditions": {"uid": "u0"}, "gracePeriodSeconds": 7}
     assert "gracePeriodSeconds" not in client.evictions[1][1]
     assert outcomes(made)["evicted"] == 2
+
+
+def test_a_mark_muster_did_not_write_is_never_evicted() -> None:
+    client = ScriptedClient({})
+    made = evictor(client)
+    # A tenant's own label, with no mark: the label alone is no reason to evict.
+    bare = marked("b-0", "u0")
+    del bare["metadata"]["annotations"][keys.SOFT_EVICTION_KEY]
+    made._on_pod("ADDED", bare)
+    # A mark written by hand (no signature), and Muster's mark copied from pod u1 to u2:
+    # the signature covers the pod's UID, so the copy fails the check.
+    forged = marked("b-1", "u1")
+    mark = json.loads(forged["metadata"]["annotations"][keys.SOFT_EVICTION_KEY])
+    del mark["signature"]
+    forged["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps(mark)
+    made._on_pod("ADDED", forged)
+    copied = marked("b-2", "u2")
+    copied["metadata"]["annotations"] = marked("b-1", "u1")["metadata"]["annotations"]
+    made._on_pod("ADDED", copied)
+    made._on_pod("MODIFIED", copied)  # counted once per pod
+    assert client.evictions == []
+    assert outcomes(made) == {"forged": 3}
+    made._on_pod("ADDED", marked("b-3", "u3"))  # Muster's own: evicted
+    assert [name for name, _ in client.evictions] == ["b-3"]
 
 
 def test_a_refused_eviction_is_retried_after_its_backoff_and_a_gone_pod_forgotten() -> None:
@@ -106,7 +136,9 @@ def test_a_refused_eviction_is_retried_after_its_backoff_and_a_gone_pod_forgotte
 def test_the_backoff_is_capped_and_jittered() -> None:
     clock = Clock()
     client = ScriptedClient({"b-0": [503] * 10})
-    made = Evictor(cast(KubeClient, client), clock=clock, jitter=lambda: 1.0)  # +20%
+    made = Evictor(  # +20%
+        cast(KubeClient, client), clock=clock, jitter=lambda: 1.0, record_keys=record_keys
+    )
     made._on_pod("ADDED", marked("b-0", "u0"))
     delays = []
     for _ in range(6):
@@ -131,13 +163,15 @@ def test_a_pod_another_thread_is_evicting_is_not_evicted_twice() -> None:
     assert len(client.evictions) == 1
 
 
-def test_a_mark_that_is_not_json_evicts_with_the_pod_s_own_grace_period() -> None:
+def test_a_mark_that_is_not_json_is_not_muster_s_and_does_not_stop_the_evictor() -> None:
     client = ScriptedClient({})
     made = evictor(client)
     odd = marked("b-0", "u0")
-    odd["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = "[" * 50_000
+    odd["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = "[" * 50_000  # deep nesting
     made._on_pod("ADDED", odd)
-    assert client.evictions == [("b-0", {"preconditions": {"uid": "u0"}})]
+    made._on_pod("ADDED", marked("b-1", "u1"))
+    assert [name for name, _ in client.evictions] == ["b-1"]
+    assert outcomes(made) == {"forged": 1, "evicted": 1}
 
 
 def test_a_mark_taken_back_while_its_eviction_is_refused_is_not_retried() -> None:

@@ -4,7 +4,6 @@ PostFilter plans (no API server: the informer's handler is fed events directly).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from functools import partial
@@ -21,7 +20,7 @@ from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter, best_effort
 from extender.service import StaticSource
-from tests.builders import node, pod, quota, snapshot
+from tests.builders import node, pod, quota, record_keys, signed, snapshot
 from tests.unit.test_authority import nominated, preempted
 
 GPU = "nvidia.com/gpu"
@@ -38,7 +37,9 @@ def unschedulable(manifest: dict[str, Any]) -> dict[str, Any]:
 def live_source() -> tuple[KubeSource, list[tuple[str, str, bool]]]:
     """A KubeSource fed by hand: quota team-a, nodes n0 and n1 each running one 8-GPU
     preemptible pod of team-a (priorities 1 and 50), as issue 17's cluster."""
-    source = KubeSource(cast(KubeClient, object()), MusterArgs(), clock=lambda: NOW)
+    source = KubeSource(
+        cast(KubeClient, object()), MusterArgs(), clock=lambda: NOW, record_keys=record_keys
+    )
     handed: list[tuple[str, str, bool]] = []
     source.on_unschedulable = lambda job, why, at_once: handed.append((job, why, at_once))
     source._quota_handler("scheduling.x-k8s.io")("ADDED", quota("team-a", max={GPU: "16"}))
@@ -173,7 +174,7 @@ class RecordingClient:
 
 def test_a_drain_mark_names_no_job_and_a_preemption_mark_names_its_job() -> None:
     client = RecordingClient()
-    writer = ClusterWriter(cast(KubeClient, client), clock=lambda: NOW)
+    writer = ClusterWriter(cast(KubeClient, client), clock=lambda: NOW, record_keys=record_keys)
     manifest = victim("low", "n0", 1)
     for preemptor in ("team-a/new", None):
         client.calls.clear()
@@ -204,7 +205,7 @@ def test_a_victim_evicted_before_its_condition_is_written_still_gets_its_preempt
     # between (a CI run saw one of two victims without its event). The event must be
     # posted anyway, and the condition's 404 is nothing to retry.
     client = VictimGoneClient()
-    writer = ClusterWriter(cast(KubeClient, client), clock=lambda: NOW)
+    writer = ClusterWriter(cast(KubeClient, client), clock=lambda: NOW, record_keys=record_keys)
     gone = parse_pod(victim("low", "n0", 1))
     assert not best_effort(gone, partial(writer.record_disruption, preemptor="a/j", reason="r"))
     events = [body for method, path, body in client.calls if path.endswith("/events")]
@@ -216,7 +217,10 @@ def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() 
     source, _ = live_source()
     client = RecordingClient()
     loop = PostFilterLoop(
-        source, ClusterWriter(cast(KubeClient, client)), DecisionLog(), clock=lambda: NOW
+        source,
+        ClusterWriter(cast(KubeClient, client), record_keys=record_keys),
+        DecisionLog(),
+        clock=lambda: NOW,
     )
     source._on_pod("ADDED", preemptor())
     with source.exclusive() as snap:
@@ -226,7 +230,11 @@ def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() 
         snap.add_reservation(reservation)
     # What decide() writes: the annotation, then the nomination (as the informer sees it).
     held = nominated(preemptor(), "n0")
-    note = json.dumps(persisted_reservation(reservation) | {"node": "n0"})
+    note = signed(
+        keys.RESERVATION_ANNOTATION,
+        "team-a/new",
+        persisted_reservation(reservation) | {"node": "n0"},
+    )
     held["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = note
     source._on_pod("MODIFIED", held)
     # A room held for kube-scheduler's own preemption of another job, never written.
@@ -254,7 +262,10 @@ def test_completing_in_flight_plans_leaves_kube_scheduler_s_victims_alone() -> N
     source, _ = live_source()
     client = RecordingClient()
     loop = PostFilterLoop(
-        source, ClusterWriter(cast(KubeClient, client)), DecisionLog(), clock=lambda: NOW
+        source,
+        ClusterWriter(cast(KubeClient, client), record_keys=record_keys),
+        DecisionLog(),
+        clock=lambda: NOW,
     )
     source._on_pod("MODIFIED", preempted(victim("low", "n0", 1)))
     source._on_pod("ADDED", nominated(preemptor(), "n0"))

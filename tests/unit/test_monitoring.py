@@ -22,7 +22,7 @@ from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter
 from extender.service import Extender, StaticSource
-from tests.builders import node, snapshot
+from tests.builders import node, record_keys, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "charts" / "muster" / "files" / "monitoring"
@@ -33,14 +33,15 @@ def exported() -> set[str]:
     """Every metric name Muster's /metrics and the evictor's serve, with its series'
     suffixes."""
     client = cast(KubeClient, object())
-    source = KubeSource(client, MusterArgs())
+    source = KubeSource(client, MusterArgs(), record_keys=record_keys)
     postfilter = PostFilterLoop(source, cast(ClusterWriter, None), DecisionLog())
     app = create_app(
         Extender(StaticSource(snapshot([node("n0")]))),
-        collectors=[source.scheduler_preemptions, postfilter.time_to_mark],
+        collectors=[source.scheduler_preemptions, source.forged_records, postfilter.time_to_mark],
     )
     served = (
-        TestClient(app).get("/metrics").text + generate_latest(Evictor(client).registry).decode()
+        TestClient(app).get("/metrics").text
+        + generate_latest(Evictor(client, record_keys=record_keys).registry).decode()
     )
     families = re.findall(r"^# TYPE (\S+) ", served, flags=re.MULTILINE)
     return {family + suffix for family in families for suffix in SUFFIXES}

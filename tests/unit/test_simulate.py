@@ -95,7 +95,13 @@ spec: {priority: 10, containers: [{name: c, resources: {requests: {cpu: "4"}}}]}
     code, out, _ = run(capsys, str(cluster), "--output", "json")
     assert code == 0 and json.loads(out)["evictions"] == []
     config = tmp_path / "args.yaml"
-    config.write_text("disableDefaultPreemptible: false\ndisableDefaultTriggerPreemption: false\n")
+    defaults = "disableDefaultPreemptible: false\ndisableDefaultTriggerPreemption: false\n"
+    config.write_text(defaults)
+    code, out, _ = run(capsys, str(cluster), "--config", str(config), "--output", "json")
+    # Namespace x has no quota: both pods fall to the implicit default quota, whose pods
+    # never evict each other unless defaultQuotaPreemption says so (docs/security.md).
+    assert code == 0 and json.loads(out)["evictions"] == []
+    config.write_text(defaults + "defaultQuotaPreemption: LowerPriority\n")
     code, out, _ = run(capsys, str(cluster), "--config", str(config), "--output", "json")
     assert code == 0
     result = json.loads(out)

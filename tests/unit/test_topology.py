@@ -48,7 +48,7 @@ from extender.core.topology import (
 from extender.http import explain
 from extender.kube.client import KubeClient
 from extender.kube.source import KubeSource
-from tests.builders import node, pod, quota, snapshot
+from tests.builders import node, pod, quota, record_keys, snapshot
 
 NOW = 1_800_000_000.0
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
@@ -589,7 +589,7 @@ def test_simulate_reads_a_kueue_topology_from_the_dump(tmp_path: Path) -> None:
 
 
 def test_the_live_source_reads_kueue_topologies_through_the_same_parser() -> None:
-    source = KubeSource(cast(KubeClient, object()), MusterArgs())
+    source = KubeSource(cast(KubeClient, object()), MusterArgs(), record_keys=record_keys)
     paths = [informer.path for informer in source.informers]
     assert "/apis/kueue.x-k8s.io/v1beta1/topologies" in paths
     obj = kueue_topology("default", [{"nodeLabel": label} for label in KUEUE_RACKS])

@@ -52,12 +52,12 @@ from extender.core.state import (
     ClusterState,
     Overlay,
     Reservation,
-    UnknownQuotaError,
     node_domains,
 )
 from extender.core.topology import scarce_resource
 from quota.accounting import QuotaLedger
 from quota.admission import job_admission_failures, unevictable_failures, would_borrow
+from quota.tree import QuotaMembershipError
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +109,8 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
     """Decide whether evicting some running pods lets the *whole* job run, and which."""
     try:
         demand = job_demand(snapshot, job)
-    except UnknownQuotaError as error:
-        return Refusal(job, (f"pod names quota {error.args[0]!r}, which does not exist",))
+    except QuotaMembershipError as error:
+        return Refusal(job, (error.reason,))
     except IndexError:
         return Refusal(job, ("the job has no pods",))
     # Earlier plans' victims still leaving (and terminating pods) count as gone for every

@@ -9,7 +9,6 @@ and admission holds) are its indexes; quota usage is :mod:`quota.accounting`'s l
 
 from extender.core.state.book import GangBackoff, Reservation
 from extender.core.state.cluster import ClusterState, node_domains
-from extender.core.state.errors import UnknownQuotaError
 from extender.core.state.nodes import Copies, CopiesKey, memoise_on_node
 from extender.core.state.overlay import Overlay
 from extender.core.state.victims import SCATTERED, UnitEntry, UnitPlace
@@ -24,7 +23,6 @@ __all__ = [
     "Reservation",
     "UnitEntry",
     "UnitPlace",
-    "UnknownQuotaError",
     "memoise_on_node",
     "node_domains",
 ]

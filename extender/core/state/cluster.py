@@ -31,14 +31,13 @@ from extender.core.jobs import is_preemptible
 from extender.core.objects import NodeInfo, PodInfo
 from extender.core.podgroups import PodGroupInfo, min_resources_hold
 from extender.core.state.book import Reservation, ReservationBook, Vacancy
-from extender.core.state.errors import UnknownQuotaError
 from extender.core.state.jobview import JobsMixin
 from extender.core.state.nodes import NodeUsage, memoise_on_node
 from extender.core.state.room import RoomMixin
 from extender.core.state.victims import VictimIndex
 from extender.core.topology import domains_of
 from quota.accounting import QuotaLedger
-from quota.tree import QuotaSpec, QuotaTree
+from quota.tree import QuotaMembershipError, QuotaSpec, QuotaTree
 
 #: Node facts the planner memoises (nodes that could hold a pod shape, the domains of a
 #: topology level); cleared on change.
@@ -94,7 +93,7 @@ class ClusterState(RoomMixin, JobsMixin):
         self.args = args if args is not None else MusterArgs()
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
-        self.tree = QuotaTree(quotas)
+        self.tree = QuotaTree(quotas, self.args.default_quota())
         self.ledger = QuotaLedger(self.tree)
         #: Per node: requested, reserved and preemptible totals (read-only outside).
         self.node_usage = NodeUsage()
@@ -237,7 +236,7 @@ class ClusterState(RoomMixin, JobsMixin):
 
     def set_quotas(self, quotas: Iterable[QuotaSpec]) -> None:
         """Replace every quota (raises :class:`quota.tree.QuotaTreeError` on a bad tree)."""
-        tree = QuotaTree(quotas)
+        tree = QuotaTree(quotas, self.args.default_quota())
         self.room_epoch += 1
         for pod in self.pods.values():
             self._unindex(pod)
@@ -270,10 +269,11 @@ class ClusterState(RoomMixin, JobsMixin):
         return self.book.reservations
 
     def quota_of(self, pod: PodInfo) -> str:
-        """The pod's quota; raises :class:`UnknownQuotaError` if it names a missing one."""
+        """The pod's quota; raises :class:`QuotaMembershipError` if its label names one it
+        may not use (missing, or not admitting its namespace)."""
         unknown = self._unknown_quota.get(pod.key)
         if unknown is not None:
-            raise UnknownQuotaError(unknown)
+            raise QuotaMembershipError(unknown)
         quota = self._pod_quota.get(pod.key)
         return quota if quota is not None else self._resolve_quota(pod)
 
@@ -281,7 +281,7 @@ class ClusterState(RoomMixin, JobsMixin):
         """The pod's quota, or ``None`` if it names one that does not exist."""
         try:
             return self.quota_of(pod)
-        except UnknownQuotaError:
+        except QuotaMembershipError:
             return None
 
     def preemptible(self, pod: PodInfo) -> bool:
@@ -399,12 +399,7 @@ class ClusterState(RoomMixin, JobsMixin):
     # ---- the one path into the indexes ---------------------------------------------
 
     def _resolve_quota(self, pod: PodInfo) -> str:
-        named = pod.labels.get(keys.QUOTA_NAME_LABEL)
-        if named:
-            if named not in self.tree:
-                raise UnknownQuotaError(named)
-            return named
-        return self.tree.quota_in_namespace(pod.namespace) or keys.DEFAULT_QUOTA
+        return self.tree.quota_for(pod.namespace, pod.labels.get(keys.QUOTA_NAME_LABEL))
 
     def _index(self, pod: PodInfo) -> None:
         self._count(pod, 1)
@@ -440,8 +435,8 @@ class ClusterState(RoomMixin, JobsMixin):
         if sign > 0:
             try:
                 self._pod_quota[key] = self._resolve_quota(pod)
-            except UnknownQuotaError as error:
-                self._unknown_quota[key] = str(error.args[0])
+            except QuotaMembershipError as error:
+                self._unknown_quota[key] = error.reason
         quota = self._pod_quota.pop(key, None) if sign < 0 else self._pod_quota.get(key)
         if quota is None:
             # No quota to charge, but a running pod still takes room on its node.

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from extender.core.config import MusterArgs
 from extender.core.objects import PodInfo
 from extender.core.state.book import Reservation, ReservationBook, Vacancy
-from extender.core.state.errors import UnknownQuotaError
 from extender.core.state.nodes import NodeUsage
 from quota.accounting import QuotaLedger
+from quota.tree import QuotaMembershipError
 
 #: How many deleted controllers the state remembers (see :meth:`RoomMixin.forget_owner`).
 GONE_OWNERS_REMEMBERED = 10_000
@@ -200,7 +200,7 @@ class RoomMixin:
             return
         try:
             quota = self._resolve_quota(pod)
-        except UnknownQuotaError:
+        except QuotaMembershipError:
             return
         vacancies = sorted(
             (self.book.vacancies[holder] for holder in vacated),
