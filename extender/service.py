@@ -8,21 +8,26 @@ snapshot read from manifests); binding goes through an optional
 the jobs Muster governs that cannot be placed (rejected for quota or
 reservation reasons, or proposed for kube-scheduler's own preemption) are
 handed on through ``on_unschedulable`` (the PostFilter loop's trigger).
+
+The verbs trust only what kube-scheduler would send, since anyone who reaches the port
+can call them: ``filter`` answers for any pod, but keeps nothing for a pod the informer
+does not know as pending (:meth:`Extender.filter`), and ``bind`` binds only a pod the
+informer knows as pending, to a node Muster's own decisions allow (:func:`bind_refusal`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from extender.core.authority import governing_reason
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AssumeBound, HoldRoom, ReleaseRoom, apply
 from extender.core.gang import filter_pod
+from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
 from extender.core.preemption.planner import ready_to_plan
@@ -124,13 +129,23 @@ class Binder(Protocol):
         ...
 
 
-#: How many recently filtered pods are remembered for binding.
-RECENT_PODS = 10_000
+#: The decision log's note on a filter call for a pod the informer does not know as pending.
+NOT_KNOWN_NOTE = (
+    "pod {key} (uid {uid}) is not one Muster's informer knows as pending: nothing was held for it"
+)
 
 NO_BINDER_ERROR = (
     "muster: this Muster has no Kubernetes API access to bind with; configure "
     "kube-scheduler without bindVerb, or run muster serve with --kubeconfig"
 )
+
+
+class BindResult(NamedTuple):
+    """A bind call's answer: ``error`` (empty when bound) and ``outcome``: ``bound``,
+    ``refused`` (Muster's own decisions do not allow it) or ``failed``."""
+
+    error: str
+    outcome: str
 
 
 class Extender:
@@ -150,9 +165,6 @@ class Extender:
         self.binder = binder
         self.on_unschedulable = on_unschedulable
         self.log = log if log is not None else DecisionLog()
-        # Pods seen in filter calls, so a pod Muster binds can be counted at once.
-        self._recent: OrderedDict[str, PodInfo] = OrderedDict()
-        self._recent_lock = threading.Lock()
 
     def known_pending_pod(
         self, key: str, uid: str, resource_version: str, *, wait: bool = True
@@ -175,14 +187,25 @@ class Extender:
 
     def filter(self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True) -> FilterResult:
         """Filter ``nodes`` for ``pod``; with ``wait`` false, :class:`StateBusy` rather
-        than waiting for the snapshot (nothing is changed then)."""
+        than waiting for the snapshot (nothing is changed then).
+
+        The answer is computed for any pod, but only a pod the informer knows as pending
+        (same namespace/name and UID, not bound, finished or being deleted, of the same
+        job) keeps anything beyond this call: for any other (a pod that races the watch,
+        or one nobody created: anyone who reaches the port can send one) none of the
+        decision's effects is applied (no quota hold, no room held or let go, nothing
+        persisted on pods, no PostFilter trigger), so such a pod can neither block nor
+        release a real pod's room.  A real pod's next call, once the informer has it,
+        holds as usual."""
         now = self.clock()
         plan_at_once: bool | None = None  # None: not the PostFilter's to plan
+        writes: list[tuple[Reservation | None, list[PodInfo]]] = []
         with self.source.exclusive(wait) as snapshot:
             snapshot.release_quota_holds(now)
             result = filter_pod(snapshot, pod, nodes, as_extender=True, now=now)
-            writes: list[tuple[Reservation | None, list[PodInfo]]] = []
-            for effect in result.effects:
+            known = _known_pending(snapshot, pod.key, pod.uid)
+            trusted = known is not None and known.job == pod.job
+            for effect in result.effects if trusted else ():
                 if isinstance(effect, ReleaseRoom):  # read what was written before it goes
                     writes.append((None, persisted_pods(snapshot, effect.job)))
                 apply(snapshot, effect)
@@ -190,7 +213,11 @@ class Extender:
                     reservation = effect.reservation
                     pods = [snapshot.pods.get(key, pod) for key in reservation.placements]
                     writes.append((reservation, pods))
-            if (result.quota_failures or not result.passed) and self.on_unschedulable is not None:
+            if (
+                trusted
+                and (result.quota_failures or not result.passed)
+                and self.on_unschedulable is not None
+            ):
                 plan_at_once = postfilter_trigger(snapshot, pod, now)
         if self.room_keeper is not None:
             for held, written in writes:
@@ -198,32 +225,32 @@ class Extender:
                     self.room_keeper.release(written)
                 else:
                     self.room_keeper.hold(held, written)
-        with self._recent_lock:
-            self._recent[pod.key] = pod
-            self._recent.move_to_end(pod.key)
-            while len(self._recent) > RECENT_PODS:
-                self._recent.popitem(last=False)
+        # plan_at_once stays None for a pod not trusted: nothing is handed on for it.
+        note = () if trusted else (NOT_KNOWN_NOTE.format(key=pod.key, uid=pod.uid),)
+
+        def record(outcome: str, reasons: Sequence[str] = ()) -> None:
+            self._record(pod, "filter", outcome, (*reasons, *note))
+
         match result.outcome:
             case FilterOutcome.REJECTED_BY_QUOTA:
-                self._record(pod, "filter", "rejected by quota", result.quota_failures)
+                record("rejected by quota", result.quota_failures)
                 self._unschedulable(pod.job, "; ".join(result.quota_failures), plan_at_once)
             case FilterOutcome.GANG_WAITING:
                 assert result.gang_waiting is not None
-                self._record(pod, "filter", "gang waits whole", (result.gang_waiting,))
+                record("gang waits whole", (result.gang_waiting,))
                 if result.failed:  # evicting could help
                     self._unschedulable(pod.job, result.gang_waiting, plan_at_once)
             case FilterOutcome.GANG_PLACED:
-                self._record(pod, "filter", f"gang placed whole; held to {result.pinned_to}")
+                record(f"gang placed whole; held to {result.pinned_to}")
             case FilterOutcome.PINNED_TO_RESERVATION:
-                self._record(pod, "filter", f"held to its reserved node {result.pinned_to}")
+                record(f"held to its reserved node {result.pinned_to}")
             case FilterOutcome.KEPT_OFF_RESERVED_ROOM:
                 reasons = tuple(sorted(set(result.failed.values())))
-                outcome = f"{len(result.passed)} of {len(nodes)} nodes passed"
-                self._record(pod, "filter", outcome, reasons)
+                record(f"{len(result.passed)} of {len(nodes)} nodes passed", reasons)
                 if not result.passed:
                     self._unschedulable(pod.job, "; ".join(reasons), plan_at_once)
             case FilterOutcome.ADMITTED:
-                self._record(pod, "filter", f"all {len(nodes)} nodes passed")
+                record(f"all {len(nodes)} nodes passed")
         return result
 
     def prioritize(
@@ -248,38 +275,37 @@ class Extender:
         self._unschedulable(pod.job, "kube-scheduler wants to preempt for it", plan_at_once)
         return result
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
-        """Bind the pod; returns an error message, or ``""`` on success."""
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindResult:
+        """Bind the pod, if Muster's own decisions allow it (:func:`bind_refusal`: one
+        hold of the state); its error is the refusal, or why binding failed.  Every call
+        is in the decision log."""
         key = f"{namespace}/{name}"
         if self.binder is None:
-            error = NO_BINDER_ERROR
+            result = BindResult(NO_BINDER_ERROR, "failed")
         else:
-            try:
-                self.binder.bind(namespace, name, uid, node)
-                error = ""
-                self._assume_bound(key, node)
-            except BindError as failure:
-                error = str(failure)
-        self.log.record(
-            key,
-            Decision(
-                self.clock(),
-                "bind",
-                f"bound to {node}" if not error else "failed",
-                (error,) if error else (),
-            ),
-        )
-        return error
+            now = self.clock()
+            with self.source.exclusive() as snapshot:
+                pod, refusal = bind_refusal(snapshot, key, uid, node, now)
+            result = BindResult(refusal, "refused")
+            if pod is not None:
+                try:
+                    self.binder.bind(namespace, name, uid, node)
+                    result = BindResult("", "bound")
+                    self._assume_bound(pod, node)
+                except BindError as failure:
+                    result = BindResult(str(failure), "failed")
+        outcome = f"bound to {node}" if result.outcome == "bound" else result.outcome
+        reasons = (result.error,) if result.error else ()
+        self.log.record(key, Decision(self.clock(), "bind", outcome, reasons))
+        return result
 
-    def _assume_bound(self, key: str, node: str) -> None:
+    def _assume_bound(self, pod: PodInfo, node: str) -> None:
         """Count a pod Muster just bound as running there before its informer says so,
         as kube-scheduler assumes pods: a decision in between must not see the room free."""
         with self.source.exclusive() as snapshot:
-            with self._recent_lock:
-                recent = self._recent.get(key)
-            pod = snapshot.pods.get(key) or recent
-            if pod is not None:
-                apply(snapshot, AssumeBound(pod, node))
+            current = snapshot.pods.get(pod.key)
+            if current is None or current.uid == pod.uid:  # not another pod of that name
+                apply(snapshot, AssumeBound(current or pod, node))
 
     def _record(self, pod: PodInfo, verb: str, outcome: str, reasons: Sequence[str] = ()) -> None:
         self.log.record(pod.key, Decision(self.clock(), verb, outcome, tuple(reasons)))
@@ -287,6 +313,59 @@ class Extender:
     def _unschedulable(self, job: str, reason: str, plan_at_once: bool | None) -> None:
         if self.on_unschedulable is not None and plan_at_once is not None:
             self.on_unschedulable(job, reason, plan_at_once)
+
+
+def _known_pending(snapshot: ClusterState, key: str, uid: str) -> PodInfo | None:
+    """The informer's reading of pod ``key`` if it is the pod with ``uid`` and pending:
+    not bound, not finished, not being deleted (what kube-scheduler schedules)."""
+    pod = snapshot.pods.get(key)
+    if pod is None or pod.uid != uid or pod.node_name is not None:
+        return None
+    if pod.finished or pod.terminating:
+        return None
+    return pod
+
+
+def bind_refusal(
+    snapshot: ClusterState, key: str, uid: str, node: str, now: float
+) -> tuple[PodInfo | None, str]:
+    """May pod ``key`` (with ``uid``) be bound to ``node``?  ``(pod, "")`` with the
+    informer's reading of the pod when it may, else ``(None, why not)``.
+
+    Only when the pod is one the informer knows (name and UID) as pending, the node is
+    one it knows and the pod's node constraints allow (:func:`static_misfit`), a pod with
+    room reserved goes to its reserved node, and the node passes Muster's own filter for
+    the pod (:func:`filter_pod` on that one node: quota admission, room held for other
+    jobs, a gang placed whole).  kube-scheduler sends a bind only for a pod it has just
+    filtered, so none of these should refuse it: a refusal is a caller that is not
+    kube-scheduler, or a state that changed since the filter (kube-scheduler then tries
+    the pod again)."""
+    refused = f"muster: refused to bind pod {key} to node {node}: "
+    pod = snapshot.pods.get(key)
+    if pod is None:
+        return None, refused + "Muster's informer knows no such pod"
+    if pod.uid != uid:
+        return None, refused + f"PodUID {uid!r} is not the pod's UID"
+    if pod.node_name is not None:
+        return None, refused + f"it is bound to node {pod.node_name} already"
+    if pod.finished or pod.terminating:
+        state = f"it has {pod.phase.lower()}" if pod.finished else "it is being deleted"
+        return None, refused + state
+    known = snapshot.nodes.get(node)
+    if known is None:
+        return None, refused + "Muster's informer knows no such node"
+    misfit = static_misfit(pod, known)
+    if misfit is not None:
+        return None, refused + misfit
+    reserved = snapshot.reserved_node(key)
+    if reserved is not None and reserved != node:
+        job = snapshot.reservation_holder(key)
+        return None, refused + f"room for it (job {job}) is reserved on node {reserved}"
+    result = filter_pod(snapshot, pod, [node], as_extender=True, now=now)
+    if node not in result.passed:
+        why = result.unresolvable.get(node) or result.failed.get(node) or "it does not pass"
+        return None, refused + f"Muster's filter: {why}"
+    return pod, ""
 
 
 def postfilter_trigger(snapshot: ClusterState, pod: PodInfo, now: float) -> bool | None:

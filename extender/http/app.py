@@ -165,9 +165,9 @@ def create_app(
 
     def bind_verb(body: bytes, wait: bool) -> bytes:
         args = _decode(wire.ExtenderBindingArgs, body)
-        error = extender.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node)
-        decisions.labels("bind", "failed" if error else "bound").inc()
-        return to_json(wire.ExtenderBindingResult(Error=error))
+        bound = extender.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node)
+        decisions.labels("bind", bound.outcome).inc()
+        return to_json(wire.ExtenderBindingResult(Error=bound.error))
 
     # Filter and prioritize answer on the event loop: they are short (tens to hundreds of
     # microseconds), and kube-scheduler waits for each on its serial scheduling cycle, so

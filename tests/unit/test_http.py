@@ -106,9 +106,9 @@ def test_filter_full_nodes_mode_answers_in_nodes() -> None:
 def test_quota_rejection_is_unresolvable_with_the_reason_and_hands_the_job_on() -> None:
     client, extender, handed = cluster()
     pods = [scheduler_pod("a-0", gpu=8, group="big", preemptible=False)]
-    extra = [pod(f"a-{i}", gpu=8, group="big", preemptible=False) for i in (0, 1, 2)]
+    extra = [pod(f"a-{i}", gpu=8, group="big", preemptible=False) for i in (1, 2)]
     with extender.source.exclusive() as snap:
-        for item in extra:
+        for item in [pods[0], *extra]:
             snap.upsert_pod(parse_pod(item), now=extender.clock())  # seen just now
     result = client.post("/filter", json={"Pod": pods[0], "NodeNames": ["n0", "n3"]}).json()
     reason = (
@@ -254,10 +254,15 @@ def test_bind_through_a_binder() -> None:
         def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
             calls.append((namespace, name, uid, node))
 
-    client, _, _ = cluster(binder=Recorder())
-    body = {"PodName": "a-0", "PodNamespace": "team-a", "PodUID": "u", "Node": "n3"}
+    client, extender, _ = cluster(binder=Recorder())
+    with extender.source.exclusive() as snap:  # as the informer has it
+        snap.upsert_pod(parse_pod(scheduler_pod("a-0", gpu=4)))
+    body = {"PodName": "a-0", "PodNamespace": "team-a", "PodUID": "uid-a-0", "Node": "n3"}
     assert client.post("/bind", json=body).json() == {"Error": ""}
-    assert calls == [("team-a", "a-0", "u", "n3")]
+    assert calls == [("team-a", "a-0", "uid-a-0", "n3")]
+    # Counted on n3 at once, before the informer says it is bound.
+    with extender.source.exclusive() as snap:
+        assert snap.pods["team-a/a-0"].node_name == "n3"
 
 
 @pytest.mark.parametrize(
