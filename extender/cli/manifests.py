@@ -36,7 +36,7 @@ from extender.core.objects import (
 )
 from extender.core.podgroups import GANG_OBJECT_KINDS, gang_object_kind
 from extender.core.records import RecordKeys, believed_pod, forged_records
-from extender.core.reservations import restored_effects
+from extender.core.reservations import record_problems, restored_effects
 from extender.core.state import ClusterState
 from extender.core.topology import (
     KUEUE_TOPOLOGY_GROUP,
@@ -228,6 +228,8 @@ def load_manifests(
                 f"metadata.labels.{keys.QUOTA_NAME_LABEL}",
                 f"quota {named!r} is a parent quota; pods must use a leaf quota",
             )
+        for field_name, why in record_problems(pod):
+            raise document.error(field_name, why)
         try:
             min_available_annotation(pod)
             pod_topology_request(pod)

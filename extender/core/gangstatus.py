@@ -23,7 +23,8 @@ from extender.core.state import ClusterState, GangBackoff
 def backoff_seconds(snapshot: ClusterState, attempts: int) -> float:
     """How long a gang given up for the ``attempts``-th time waits before it is retried."""
     args = snapshot.args
-    return float(min(args.backoff_max_seconds, args.backoff_base_seconds * 2 ** (attempts - 1)))
+    doublings = min(max(attempts - 1, 0), 63)  # past 2**63 the maximum has long won
+    return float(min(args.backoff_max_seconds, args.backoff_base_seconds * 2**doublings))
 
 
 def give_up(snapshot: ClusterState, job: str, now: float) -> GangBackoff:

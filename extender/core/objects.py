@@ -207,9 +207,16 @@ def parse_time(value: object, field: str) -> float | None:
     return stamp.timestamp()
 
 
+#: 9999-12-31T23:59:59Z, the latest time RFC 3339 writes: no record of Muster's names a
+#: later one.
+LATEST_EPOCH = 253_402_300_799.0
+
+
 def format_time(epoch: float) -> str:
-    """Epoch seconds as an RFC 3339 UTC timestamp, as Kubernetes writes them."""
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Epoch seconds as an RFC 3339 UTC timestamp, as Kubernetes writes them (a time
+    outside years 1970 to 9999 as the nearest of those: never an error)."""
+    bounded = min(max(epoch, 0.0), LATEST_EPOCH) if epoch == epoch else 0.0
+    return dt.datetime.fromtimestamp(bounded, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_node(obj: Mapping[str, Any]) -> NodeInfo:

@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from base import keys
+from base.errors import ManifestError
 from extender.core.effects import BackOff, Effect, HoldRoom
-from extender.core.objects import PodInfo
+from extender.core.objects import LATEST_EPOCH, PodInfo, parse_time
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
 
@@ -45,8 +47,22 @@ def persisted_reservation(reservation: Reservation) -> dict[str, object]:
     }
 
 
+#: The most attempts a gang backoff may count (``2 ** 63`` backoffs is beyond any limit).
+MAX_BACKOFF_ATTEMPTS = 64
+
+
+def _is_time(value: object) -> TypeGuard[int | float]:
+    """A time a record of Muster's may name (not negative, not past year 9999)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0.0 <= value <= LATEST_EPOCH
+    )
+
+
 def parse_persisted(text: str) -> PersistedReservation | None:
-    """Read the annotation back; ``None`` if it is not one Muster wrote."""
+    """Read the annotation back; ``None`` if it is not one Muster wrote (times outside
+    :data:`LATEST_EPOCH`, an expiry before its creation, victims not ``namespace/name``)."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
@@ -59,10 +75,11 @@ def parse_persisted(text: str) -> PersistedReservation | None:
     if not (
         isinstance(job, str)
         and isinstance(node, str)
-        and isinstance(expires, int | float)
-        and isinstance(created, int | float)
+        and _is_time(expires)
+        and _is_time(created)
+        and created <= expires
         and isinstance(victims, list)
-        and all(isinstance(v, str) for v in victims)
+        and all(isinstance(v, str) and v.count("/") == 1 for v in victims)
     ):
         return None
     return PersistedReservation(job, node, float(created), float(expires), tuple(victims))
@@ -133,13 +150,16 @@ def restored_reservation(snapshot: ClusterState, pod: PodInfo) -> Reservation | 
     same = known is not None and known.created == persisted.created
     placements = dict(known.placements) if same and known is not None else {}
     placements[pod.key] = persisted.node
+    # No record holds room longer than the configured timeouts allow: its own timeout,
+    # and the extensions while its victims terminate.
+    longest = snapshot.args.reservation_timeout_seconds + TERMINATING_LIMIT_SECONDS
     return Reservation(
         job=pod.job,
         quota=quota,
         placements=placements,
         victims=persisted.victims,
         created=persisted.created,
-        expires=persisted.expires,
+        expires=min(persisted.expires, persisted.created + longest),
     )
 
 
@@ -162,12 +182,64 @@ def backoff_on(pod: PodInfo) -> GangBackoff | None:
     if (
         isinstance(attempts, bool)
         or not isinstance(attempts, int)
-        or attempts < 1
-        or not isinstance(given_up, int | float)
-        or not (until is None or isinstance(until, int | float))
+        or not 1 <= attempts <= MAX_BACKOFF_ATTEMPTS
+        or not _is_time(given_up)
+        or not (until is None or (_is_time(until) and until >= given_up))
     ):
         return None
     return GangBackoff(attempts, float(given_up), None if until is None else float(until))
+
+
+def record_problems(pod: PodInfo) -> list[tuple[str, str]]:
+    """Muster's records on ``pod`` that Muster could not have written: ``(field, why)``
+    for each (``simulate`` refuses such input, naming the field; the live informer
+    ignores them, as it ignores any record it cannot read)."""
+    problems = []
+    text = pod.annotations.get(keys.RESERVATION_ANNOTATION)
+    if text is not None and parse_persisted(text) is None:
+        problems.append(
+            (
+                f"metadata.annotations.{keys.RESERVATION_ANNOTATION}",
+                "not a reservation Muster writes: JSON with job, node, created <= expires "
+                "(epoch seconds, at most the end of year 9999) and victims (namespace/name)",
+            )
+        )
+    if keys.GANG_BACKOFF_ANNOTATION in pod.annotations and backoff_on(pod) is None:
+        problems.append(
+            (
+                f"metadata.annotations.{keys.GANG_BACKOFF_ANNOTATION}",
+                f"not a gang backoff Muster writes: JSON with attempts (1 to "
+                f"{MAX_BACKOFF_ATTEMPTS}), givenUp and until (epoch seconds, until >= givenUp, "
+                "or null)",
+            )
+        )
+    mark = pod.annotations.get(keys.SOFT_EVICTION_KEY)
+    if mark is not None and not _is_mark(mark):
+        problems.append(
+            (
+                f"metadata.annotations.{keys.SOFT_EVICTION_KEY}",
+                "not a soft-eviction mark Muster writes: a JSON object whose preemptor is a "
+                "job or null and whose timestamp, if any, is RFC 3339",
+            )
+        )
+    return problems
+
+
+def _is_mark(text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(value, dict):
+        return False
+    preemptor = value.get("preemptor")
+    if preemptor is not None and not (isinstance(preemptor, str) and preemptor.count("/") == 1):
+        return False
+    try:
+        stamp = parse_time(value.get("timestamp"), "timestamp")
+    except ManifestError:
+        return False
+    return stamp is None or _is_time(stamp)
 
 
 def restored_effects(snapshot: ClusterState, pod: PodInfo) -> list[Effect]:
@@ -180,6 +252,9 @@ def restored_effects(snapshot: ClusterState, pod: PodInfo) -> list[Effect]:
         effects.append(HoldRoom(reservation))
     backoff = backoff_on(pod)
     if backoff is not None:
+        if backoff.until is not None:  # no longer than the configured backoff allows
+            until = min(backoff.until, backoff.given_up + snapshot.args.backoff_max_seconds)
+            backoff = dataclasses.replace(backoff, until=until)
         effects.append(BackOff(pod.job, backoff))
     return effects
 

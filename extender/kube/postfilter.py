@@ -37,6 +37,7 @@ from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
 from extender.core.objects import PodInfo
+from extender.core.preemption.candidates import victim_refusal
 from extender.core.preemption.planner import PreemptionPlan, Victim, plan_job_preemption
 from extender.core.reservations import (
     EndedPlan,
@@ -85,6 +86,7 @@ class PostFilterLoop(Watched):
         self.committed = 0
         self.refused = 0
         self._written: set[str] = set()  # victim UIDs this process has marked or evicted
+        self._refused_logged: set[str] = set()  # victim UIDs the rules refused, logged once
         self._writers = ThreadPoolExecutor(WRITERS, thread_name_prefix="postfilter-write")
         #: Served on Muster's /metrics (see serve.py).
         self.time_to_mark = Histogram(
@@ -203,6 +205,18 @@ class PostFilterLoop(Watched):
                 and not snapshot.pods[key].departing  # marked, evicted, or kube-scheduler's
                 and snapshot.pods[key].node_name is not None
             ]
+            # Each victim checked against the rules again, whatever record named it.
+            refused = [
+                (pod, job, why)
+                for pod, job in unmarked
+                if (why := victim_refusal(snapshot, job, pod)) is not None
+            ]
+        for pod, job, why in refused:
+            if pod.uid not in self._refused_logged:
+                self._refused_logged.add(pod.uid)
+                log.warning("not marking %s for job %s: %s", pod.key, job, why)
+        refused_keys = {pod.key for pod, _, _ in refused}
+        unmarked = [(pod, job) for pod, job in unmarked if pod.key not in refused_keys]
         for pod, job in unmarked:
             self._remove(pod, job, f"completing the preemption for job {job}", delete_now)
         return len(unmarked)

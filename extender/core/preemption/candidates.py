@@ -33,11 +33,12 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
 from base.resources import add_into
+from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
 from extender.core.preemption.walk import (
     asking_for,
@@ -369,3 +370,46 @@ def _cohort_rule(preemptor: Preemptor, policy: QuotaPolicy) -> _Admission | None
     if policy.max_priority_threshold is not None:
         ceiling = min(ceiling, policy.max_priority_threshold)
     return (ceiling, Rule.BORROW, None, 0.0)
+
+
+def victim_refusal(snapshot: ClusterState, job: str, victim: PodInfo) -> str | None:
+    """Why ``victim`` may not be marked for ``job`` now, whatever record names it (``None``:
+    the rules allow it).  Checked before the victims of a reservation read back are marked
+    (a Muster that died between writing a reservation and marking its victims): the
+    victim must be running, preemptible, in a quota; the job must still wait, may preempt,
+    and its quota's policy must allow a pod of the victim's quota and priority.  Budgets
+    need no check here: the evictor evicts through the Eviction API, which honours them."""
+    pending = [pod for pod in snapshot.job_pods(job) if pod.node_name is None and not pod.finished]
+    if not pending:
+        return f"job {job} has no pending pods"
+    quota = snapshot.quota_name(pending[0])
+    if quota is None:
+        return f"job {job} has no quota it may use"
+    if not any(may_trigger_preemption(pod, snapshot.args) for pod in pending):
+        return f"job {job} may not trigger preemption"
+    if victim.node_name is None or victim.finished or victim.departing:
+        return f"{victim.key} is not running"
+    victim_quota = snapshot.quota_name(victim)
+    if victim_quota is None or not snapshot.preemptible(victim):
+        return f"{victim.key} is not preemptible"
+    preemptor = Preemptor(
+        job=job,
+        quota=quota,
+        priority=max(pod.priority for pod in pending),
+        created=min(pod.created for pod in snapshot.job_pods(job)),
+        borrows=False,
+        contested=frozenset(),
+    )
+    policy = snapshot.tree[quota].policy
+    if victim_quota == quota:
+        admissions = [_within_rule(preemptor, policy)]
+    else:
+        lending = _cohort_rule(preemptor, policy)
+        borrowing = _cohort_rule(replace(preemptor, borrows=True), policy)
+        admissions = [lending, borrowing]
+    for admission in admissions:
+        if admission is not None and _allowed(
+            snapshot, (victim,), admission, check_preemptible=True
+        ):
+            return None
+    return f"quota {quota}'s policy does not let job {job} preempt {victim.key}"
