@@ -1,0 +1,266 @@
+"""A tenant tries to walk out of its quota, on the real control plane (docs/security.md).
+
+The tenant is a ServiceAccount of team A's namespace with a Role over pods, Jobs and
+PodGroups in that namespace only, and writes through its own token, as a team member
+would.  Muster and the evictor run on the manifests' ServiceAccounts, behind a stock
+kube-scheduler.  Each attack of issue 32 is tried; what must follow is derived from the
+threat model: a pod's quota is the admins' choice, a record is believed only if Muster
+signed it, and a self-applied label gives a pod no standing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import localcluster as lc
+import pytest
+from e2e_support import Cluster, condition, make_pod
+from muster_process import MusterProcess
+from test_muster_extender import GPU
+from test_preemption_story import PREEMPTIBLE, SOFT_EVICTION, Teams, muster_with_evictor
+
+pytestmark = pytest.mark.e2e
+
+QUOTA_LABEL = "quota.scheduling.koordinator.sh/name"
+RESERVATION = "muster.dev/reservation"
+BACKOFF = "muster.dev/gang-backoff"
+GUARANTEED = {
+    "quota.scheduling.koordinator.sh/preemptible": "false",
+    "quota.scheduling.koordinator.sh/can-preempt": "true",
+}
+
+
+@pytest.fixture(scope="module")
+def service_tokens(control_plane: lc.ControlPlane) -> dict[str, Path]:
+    """Muster's and the evictor's kubeconfigs, with the manifests' RBAC."""
+    return control_plane.muster_kubeconfigs()
+
+
+@pytest.fixture
+def muster(
+    control_plane: lc.ControlPlane, tmp_path: Path, service_tokens: dict[str, Path]
+) -> Iterator[MusterProcess]:
+    """Muster (every verb, binding included) and the evictor, on their own tokens."""
+    with muster_with_evictor(
+        control_plane,
+        tmp_path,
+        service_tokens,
+        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
+    ) as process:
+        yield process
+
+
+def tenant_client(cluster: Cluster, namespace: str) -> lc.RestClient:
+    """A client with the token of a ServiceAccount that may write pods, Jobs and
+    PodGroups in ``namespace`` and nothing else."""
+    rest = cluster.rest
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "tenant", "namespace": namespace},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]},
+            {
+                "apiGroups": ["scheduling.x-k8s.io", "scheduling.sigs.k8s.io"],
+                "resources": ["podgroups"],
+                "verbs": ["*"],
+            },
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "tenant", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}],
+    }
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces"
+    rest.request("POST", f"{rbac}/{namespace}/roles", role)
+    rest.request("POST", f"{rbac}/{namespace}/rolebindings", binding)
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}}
+    rest.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", account)
+    answer = rest.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/tenant/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    client = lc.RestClient(cluster.plane.server, answer["status"]["token"], cluster.plane.ca_file)
+
+    def may_write_pods() -> bool | None:  # RBAC caches take a moment to see the binding
+        try:
+            client.request("GET", f"/api/v1/namespaces/{namespace}/pods")
+            return True
+        except lc.ApiError as error:
+            if error.status == 403:
+                return None
+            raise
+
+    lc.wait_until(may_write_pods, timeout=30, what="the tenant's Role to take effect")
+    return client
+
+
+def two_teams(cluster: Cluster, nodes: int, a_max: int) -> Teams:
+    """``nodes`` 8-GPU nodes; team A may use 0 to ``a_max`` GPUs (all of it borrowed),
+    team B is guaranteed 8 of up to 16."""
+    for i in range(nodes):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    return Teams(
+        cluster,
+        {"min": {GPU: "0"}, "max": {GPU: str(a_max)}},
+        {"min": {GPU: "8"}, "max": {GPU: "16"}},
+    )
+
+
+def untouched(teams: Teams, namespace: str, name: str) -> dict[str, Any]:
+    """The pod, asserted running and carrying none of a victim's marks."""
+    pod = teams.get(namespace, name)
+    assert pod is not None and pod["status"]["phase"] == "Running", name
+    assert SOFT_EVICTION not in pod["metadata"].get("labels", {}), name
+    assert condition(pod, "DisruptionTarget") is None, name
+    return pod
+
+
+def test_a_tenant_cannot_move_its_pods_to_another_quota_or_forge_muster_s_records(
+    cluster: Cluster, muster: MusterProcess
+) -> None:
+    teams = two_teams(cluster, 3, a_max=8)
+    try:
+        tenant_walks_out(cluster, teams, muster)
+    finally:
+        teams.cleanup()
+        with contextlib.suppress(lc.ApiError):
+            cluster.rest.request("DELETE", f"/api/v1/namespaces/kube-system/pods/{teams.a}-sys")
+
+
+def tenant_walks_out(cluster: Cluster, teams: Teams, muster: MusterProcess) -> None:
+    tenant = tenant_client(cluster, teams.a)
+    pods_a = f"/api/v1/namespaces/{teams.a}/pods"
+    # Team B borrows a node with a preemptible pod; kube-system runs a pod of its own.
+    teams.create(teams.b, "b-0", requests={GPU: 8}, labels=PREEMPTIBLE)
+    teams.wait(teams.b, "b-0", "Running")
+    borrowed_node = (teams.get(teams.b, "b-0") or {})["spec"]["nodeName"]
+    cluster.rest.request(
+        "POST",
+        "/api/v1/namespaces/kube-system/pods",
+        make_pod(f"{teams.a}-sys", requests={"cpu": "1"}),
+    )
+    teams.wait("kube-system", f"{teams.a}-sys", "Running")
+
+    # 1. Quota by label: a guaranteed, preempting 8-GPU pod naming team B's quota.  Team
+    #    B's quota is in namespace B and lists no other: the pod is refused, naming both.
+    stealer = make_pod("steal", requests={GPU: 8}, labels={**GUARANTEED, QUOTA_LABEL: teams.b})
+    tenant.request("POST", pods_a, stealer)
+
+    def refused_naming_the_label() -> bool | None:
+        decisions = muster.debug(f"pods/{teams.a}/steal").get("decisions", [])
+        text = json.dumps([d["reasons"] for d in decisions])
+        return (f"{QUOTA_LABEL}={teams.b}" in text and "does not admit" in text) or None
+
+    lc.wait_until(refused_naming_the_label, timeout=30, what="the quota label refused")
+
+    # 2. Forged reservations: two pods of one job that cannot run anyway (16 GPUs each,
+    #    over team A's max) claim both free nodes for 30 years and name team B's and
+    #    kube-system's pods as their victims.
+    free = [name for name in cluster.nodes if name != borrowed_node]
+    now = time.time()
+    for i, node_name in enumerate(free):
+        note = {
+            "job": f"{teams.a}/forged",
+            "node": node_name,
+            "created": now,
+            "expires": now + 10**9,
+            "victims": [f"{teams.b}/b-0", f"kube-system/{teams.a}-sys"],
+        }
+        forged = make_pod(
+            f"forged-{i}",
+            requests={GPU: 16},
+            labels={**PREEMPTIBLE, "pod-group.scheduling.sigs.k8s.io": "forged"},
+            annotations={RESERVATION: json.dumps(note)},
+        )
+        tenant.request("POST", pods_a, forged)
+    # Team B's guaranteed pod needs a whole free node, which the forged reservations
+    # claim: believed, it would wait (or evict); it runs.
+    teams.create(teams.b, "b-1", requests={GPU: 8}, labels=GUARANTEED)
+    teams.wait(teams.b, "b-1", "Running", timeout=60)
+
+    # 3. A forged gang backoff with an absurd attempt count, on a gang that fits: it runs
+    #    as if it had none.
+    for i in range(2):
+        backoff = json.dumps({"attempts": 10**30, "givenUp": time.time(), "until": None})
+        gang_pod = make_pod(
+            f"g-{i}",
+            requests={GPU: 1},
+            labels={**PREEMPTIBLE, "pod-group.scheduling.sigs.k8s.io": "g"},
+            annotations={BACKOFF: backoff, "gang.scheduling.koordinator.sh/min-available": "2"},
+        )
+        tenant.request("POST", pods_a, gang_pod)
+    for i in range(2):
+        teams.wait(teams.a, f"g-{i}", "Running", timeout=60)
+
+    # Nothing was marked anywhere, and Muster counted each forged record once per pod.
+    assert muster.metric("muster_forged_records_total", record=RESERVATION) == 2
+    assert muster.metric("muster_forged_records_total", record=BACKOFF) == 2
+    untouched(teams, teams.b, "b-0")
+    untouched(teams, "kube-system", f"{teams.a}-sys")
+    assert teams.events(teams.b, "Preempted") == []
+    assert (teams.get(teams.a, "steal") or {})["status"].get("phase") == "Pending"
+
+
+def test_a_self_applied_soft_eviction_label_does_not_stall_a_reclaim(
+    cluster: Cluster, muster: MusterProcess
+) -> None:
+    teams = two_teams(cluster, 2, a_max=16)
+    try:
+        self_applied_label(cluster, teams, muster)
+    finally:
+        teams.cleanup()
+
+
+def self_applied_label(cluster: Cluster, teams: Teams, muster: MusterProcess) -> None:
+    tenant = tenant_client(cluster, teams.a)
+    pods_a = f"/api/v1/namespaces/{teams.a}/pods"
+    # Team A borrows both nodes, and labels its own pods as already leaving.
+    for i in range(2):
+        tenant.request("POST", pods_a, make_pod(f"a-{i}", requests={GPU: 8}, labels=PREEMPTIBLE))
+        teams.wait(teams.a, f"a-{i}", "Running")
+        tenant.request(
+            "PATCH",
+            f"{pods_a}/a-{i}",
+            {"metadata": {"labels": {SOFT_EVICTION: "true"}}},
+            content_type="application/merge-patch+json",
+        )
+    # The evictor sees the labels and does not act on them: the marks are not Muster's.
+    assert muster.evictor_metrics_url is not None
+    evictor_url = muster.evictor_metrics_url
+
+    def evictor_refused() -> bool | None:
+        text = httpx.get(evictor_url, timeout=5).text
+        return 'muster_evictor_evictions_total{outcome="forged"} 2.0' in text or None
+
+    lc.wait_until(evictor_refused, timeout=30, what="the evictor to refuse the forged marks")
+    for i in range(2):
+        assert (teams.get(teams.a, f"a-{i}") or {})["status"]["phase"] == "Running"
+    # Team B, with nothing running, reclaims 8 GPUs of its min for a guaranteed pod.
+    # Believed, the labels would make both of team A's pods count as leaving: the plan
+    # would evict nothing and wait for ever.  They are not Muster's marks: one of them is
+    # the victim, marked by Muster, evicted, and team B's pod runs.
+    teams.create(teams.b, "b-0", requests={GPU: 8}, labels=GUARANTEED)
+    teams.wait(teams.b, "b-0", "Running", timeout=60)
+    preempted = lc.wait_until(
+        lambda: teams.events(teams.a, "Preempted") or None, timeout=30, what="Preempted event"
+    )
+    assert len(preempted) == 1
+    victim = preempted[0]["involvedObject"]["name"]
+    assert victim in ("a-0", "a-1")
+    lc.wait_until(
+        lambda: teams.get(teams.a, victim) is None or None, timeout=60, what=f"{victim} gone"
+    )
+    survivor = "a-1" if victim == "a-0" else "a-0"
+    assert (teams.get(teams.a, survivor) or {})["status"]["phase"] == "Running"
