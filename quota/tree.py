@@ -309,8 +309,8 @@ class QuotaTree:
             home = f"its namespace's quota is {own}" if own else "its namespace has no quota"
             raise QuotaMembershipError(
                 f"label {label}={named}: quota {named} does not admit namespace "
-                f"{namespace} ({home}; a quota admits the namespace it is in and those "
-                f"its {keys.QUOTA_NAMESPACES_ANNOTATION} annotation lists)"
+                f"{namespace} ({home}; an admin lists more namespaces in the quota's "
+                f"{keys.QUOTA_NAMESPACES_ANNOTATION})"
             )
         return named
 
