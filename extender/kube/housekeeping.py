@@ -2,15 +2,15 @@
 
 Every few seconds the leader writes each ElasticQuota's ``status.used`` (the
 requests of its bound or reserved pods, subtree included) and its
-non-preemptible part as the ``muster.dev/non-preemptible-used`` annotation,
-only where they changed; and soft-evicts the running pods of quotas whose
+non-preemptible part, ``status.nonPreemptibleUsed``, only where they changed,
+through the status subresource alone (Muster may not patch a quota's spec or
+metadata); and soft-evicts the running pods of quotas whose
 ``muster.dev/stop-policy`` is ``HoldAndDrain``, or whose ancestor's is (their
 filter already admits nothing new).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 
@@ -26,8 +26,6 @@ from quota.tree import StopPolicy
 
 log = logging.getLogger(__name__)
 
-NON_PREEMPTIBLE_USED_ANNOTATION = "muster.dev/non-preemptible-used"
-
 
 class Housekeeper(LeaderWorker):
     def __init__(
@@ -41,7 +39,8 @@ class Housekeeper(LeaderWorker):
         super().__init__(
             "housekeeping", source, writer, interval_seconds=interval_seconds, is_leader=is_leader
         )
-        self._written: dict[str, str] = {}  # quota object → the status last written
+        # quota object → the status fields last written (or found, before the first write)
+        self._written: dict[str, dict[str, dict[str, str]]] = {}
         self._drained: set[str] = set()  # pod UIDs marked for a drain
 
     def chores(self) -> Sequence[Callable[[float], object]]:
@@ -59,16 +58,34 @@ class Housekeeper(LeaderWorker):
                 wanted[key] = (group, spec.namespace, spec.name, used, np_used)
         written = 0
         for key, (group, namespace, name, used, np_used) in wanted.items():
-            fingerprint = json.dumps([used, np_used], sort_keys=True)
-            if self._written.get(key) == fingerprint:
+            status = {"used": used, "nonPreemptibleUsed": np_used}
+            before = self._written.get(key)
+            if before == status:
                 continue
             path = f"/apis/{group}/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
-            self.writer.merge_patch(f"{path}/status", {"status": {"used": used}})
-            annotation = {NON_PREEMPTIBLE_USED_ANNOTATION: json.dumps(np_used)}
-            self.writer.merge_patch(path, {"metadata": {"annotations": annotation}})
-            self._written[key] = fingerprint
+            if before is None:  # first time since this leader started: what is there now
+                before = self._stored_status(path)
+            # A merge patch: a resource no longer used (left out of the report) is removed
+            # with a null. A CRD whose status schema lacks nonPreemptibleUsed
+            # (scheduler-plugins' own) prunes it; Muster's metrics and /debug/quotas show it.
+            patch = {
+                field: {**dict.fromkeys(before.get(field, {})), **amounts}
+                for field, amounts in status.items()
+            }
+            self.writer.merge_patch(f"{path}/status", {"status": patch})
+            self._written[key] = status
             written += 1
         return written
+
+    def _stored_status(self, path: str) -> dict[str, dict[str, str]]:
+        """The ``used`` and ``nonPreemptibleUsed`` a quota object has now."""
+        stored = self.writer.retrying(lambda: self.writer.client.request("GET", path))
+        status = stored.get("status") or {}
+        return {
+            field: dict(amounts)
+            for field in ("used", "nonPreemptibleUsed")
+            if isinstance(amounts := status.get(field), dict)
+        }
 
     def drain_stopped_quotas(self) -> int:
         """Soft-evict the running pods of ``HoldAndDrain`` quotas; return how many."""

@@ -1,0 +1,86 @@
+"""The leader's ElasticQuota status (extender/kube/housekeeping.py): written through the
+status subresource alone (Muster's ClusterRole has no patch on the quota itself), the
+non-preemptible part in ``status.nonPreemptibleUsed``, and a resource no longer used
+removed, not left behind by the merge patch (no API server: the source is fed by hand)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from extender.core.config import MusterArgs
+from extender.kube.client import Json, KubeClient
+from extender.kube.housekeeping import Housekeeper
+from extender.kube.source import KubeSource
+from extender.kube.writer import ClusterWriter
+from tests.builders import node, pod, quota, record_keys
+
+GPU = "nvidia.com/gpu"
+PATH = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/elasticquotas/team-a"
+
+
+class FakeClient:
+    """Answers a GET of the quota with ``stored``; records every request."""
+
+    def __init__(self, stored: Json) -> None:
+        self.stored = stored
+        self.requests: list[tuple[str, str, Any]] = []
+
+    def request(self, method: str, path: str, body: Any = None, **_options: Any) -> Json:
+        self.requests.append((method, path, body))
+        return self.stored if method == "GET" else {}
+
+
+def keeper(stored: Json) -> tuple[KubeSource, Housekeeper, FakeClient]:
+    """Quota team-a, one node, and a Housekeeper writing through a fake client."""
+    client = FakeClient(stored)
+    source = KubeSource(
+        cast(KubeClient, object()), MusterArgs(), clock=lambda: 0.0, record_keys=record_keys
+    )
+    source._quota_handler("scheduling.x-k8s.io")("ADDED", quota("team-a", max={GPU: "16"}))
+    source._on_node("ADDED", node("n0"))
+    writer = ClusterWriter(cast(KubeClient, client), record_keys=record_keys)
+    return source, Housekeeper(source, writer), client
+
+
+def patches(client: FakeClient) -> list[tuple[str, Any]]:
+    return [(path, body) for method, path, body in client.requests if method == "PATCH"]
+
+
+def test_used_and_non_preemptible_used_go_to_the_status_subresource_only() -> None:
+    source, housekeeper, client = keeper({"metadata": {"name": "team-a"}})
+    source._on_pod("ADDED", pod("np", gpu=2, node="n0", preemptible=False))
+    source._on_pod("ADDED", pod("p", gpu=4, node="n0", preemptible=True))
+    assert housekeeper.write_quota_status() == 1
+    assert patches(client) == [
+        (
+            f"{PATH}/status",
+            {
+                "status": {
+                    "used": {GPU: "6", "pods": "2"},
+                    "nonPreemptibleUsed": {GPU: "2", "pods": "1"},
+                }
+            },
+        )
+    ]
+    # Unchanged usage is not written again; nothing ever patches the quota object itself.
+    assert housekeeper.write_quota_status() == 0
+    assert [path for path, _ in patches(client)] == [f"{PATH}/status"]
+
+
+def test_a_resource_no_longer_used_is_removed_from_the_status() -> None:
+    """A merge patch keeps keys it does not name: the leader names a resource it wrote (or
+    found there when it started) and no longer reports, with null."""
+    stored = {"status": {"used": {GPU: "8", "cpu": "1"}, "nonPreemptibleUsed": {GPU: "8"}}}
+    source, housekeeper, client = keeper(stored)
+    source._on_pod("ADDED", pod("p", gpu=4, node="n0", preemptible=True))
+    housekeeper.write_quota_status()
+    assert patches(client)[-1][1] == {
+        "status": {"used": {GPU: "4", "cpu": None, "pods": "1"}, "nonPreemptibleUsed": {GPU: None}}
+    }
+    # The stored status is read once, when the leader first writes a quota.
+    source._on_pod("DELETED", pod("p", gpu=4, node="n0", preemptible=True))
+    housekeeper.write_quota_status()
+    assert patches(client)[-1][1] == {
+        "status": {"used": {GPU: None, "pods": None}, "nonPreemptibleUsed": {}}
+    }
+    assert [method for method, _, _ in client.requests].count("GET") == 1
