@@ -39,10 +39,10 @@ from .binaries import (
 )
 from .controlplane import ControlPlane
 from .kubelet import RUN_SECONDS, KubeletEmulator
-from .pki import records_key_dir
+from .pki import MutualTlsPki, make_mutual_tls_pki, records_key_dir
 from .processes import ComponentError, free_port, free_ports
 from .rest import ApiError, RestClient
-from .scheduler import KEEP, ExtenderConfig, ManagedResource
+from .scheduler import KEEP, ExtenderConfig, ExtenderTLS, ManagedResource
 from .services import ServiceProcess
 from .waiting import wait_until
 from .watch import Watcher
@@ -55,8 +55,10 @@ __all__ = [
     "ComponentError",
     "ControlPlane",
     "ExtenderConfig",
+    "ExtenderTLS",
     "KubeletEmulator",
     "ManagedResource",
+    "MutualTlsPki",
     "RestClient",
     "ServiceProcess",
     "Watcher",
@@ -68,6 +70,7 @@ __all__ = [
     "koordinator",
     "kubernetes_minor",
     "kueue",
+    "make_mutual_tls_pki",
     "peers",
     "records_key_dir",
     "wait_until",

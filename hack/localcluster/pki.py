@@ -154,6 +154,53 @@ def _certificate_authority(
     return ca_key, ca_name, ca_cert
 
 
+@dataclass(frozen=True)
+class MutualTlsPki:
+    """A CA of its own, a serving certificate and a client certificate it signed (PEM):
+    an extender served with mTLS, and kube-scheduler's certificate to call it with."""
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+    client_cert_pem: bytes
+    client_key_pem: bytes
+
+    def write(self, directory: Path) -> dict[str, Path]:
+        """Each PEM in ``directory`` (``ca.crt``, ``tls.crt``, ``tls.key``, ``client.crt``,
+        ``client.key``); returns the paths by those names."""
+        directory.mkdir(parents=True, exist_ok=True)
+        contents = {
+            "ca.crt": self.ca_pem,
+            "tls.crt": self.cert_pem,
+            "tls.key": self.key_pem,
+            "client.crt": self.client_cert_pem,
+            "client.key": self.client_key_pem,
+        }
+        for name, pem in contents.items():
+            (directory / name).write_bytes(pem)
+        return {name: directory / name for name in contents}
+
+
+def make_mutual_tls_pki(common_name: str, client_name: str, ip: str = "127.0.0.1") -> MutualTlsPki:
+    """A throw-away CA, a serving certificate for ``ip`` (and ``localhost``) and a client
+    certificate for ``client_name``, both signed by it."""
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    later = now + dt.timedelta(days=7)
+    ca_key, ca_name, ca_cert = _certificate_authority(f"{common_name}-ca", now, later)
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(ip))]
+    key, cert = _serving_certificate(common_name, names, ca_key, ca_name, now, later)
+    client_key, client_cert = _serving_certificate(
+        client_name, [x509.DNSName(client_name)], ca_key, ca_name, now, later, client=True
+    )
+    return MutualTlsPki(
+        ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        key_pem=_pkcs8(key),
+        client_cert_pem=client_cert.public_bytes(serialization.Encoding.PEM),
+        client_key_pem=_pkcs8(client_key),
+    )
+
+
 def _serving_certificate(
     common_name: str,
     names: Sequence[x509.GeneralName],
@@ -161,8 +208,12 @@ def _serving_certificate(
     ca_name: x509.Name,
     now: dt.datetime,
     later: dt.datetime,
+    *,
+    client: bool = False,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A new key and a server certificate for ``names``, signed by the CA."""
+    """A new key and a server certificate for ``names`` (``client``: a client
+    certificate), signed by the CA."""
+    usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else None
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
@@ -175,7 +226,8 @@ def _serving_certificate(
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            x509.ExtendedKeyUsage([usage or x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+            critical=False,
         )
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False

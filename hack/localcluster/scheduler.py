@@ -30,6 +30,15 @@ class ManagedResource:
 
 
 @dataclass(frozen=True)
+class ExtenderTLS:
+    """Files on this machine for an extender's ``tlsConfig``."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+@dataclass(frozen=True)
 class ExtenderConfig:
     """The ``extenders`` entry of the KubeSchedulerConfiguration.
 
@@ -50,6 +59,9 @@ class ExtenderConfig:
     http_timeout: str = "5s"
     ignorable: bool = False
     managed_resources: tuple[ManagedResource, ...] = ()
+    #: HTTPS: kube-scheduler checks the extender's certificate against ``ca_file`` and
+    #: presents ``cert_file``/``key_file`` (its ``tlsConfig``); ``url_prefix`` is https.
+    tls: ExtenderTLS | None = None
 
     def to_config(self) -> Json:
         entry: Json = {"urlPrefix": self.url_prefix}
@@ -62,9 +74,15 @@ class ExtenderConfig:
             entry["preemptVerb"] = self.preempt_verb
         if self.bind:
             entry["bindVerb"] = self.bind_verb
+        if self.tls is not None:
+            entry["tlsConfig"] = {
+                "caFile": str(self.tls.ca_file),
+                "certFile": str(self.tls.cert_file),
+                "keyFile": str(self.tls.key_file),
+            }
         entry.update(
             {
-                "enableHTTPS": False,
+                "enableHTTPS": self.tls is not None,
                 "nodeCacheCapable": self.node_cache_capable,
                 "httpTimeout": self.http_timeout,
                 "ignorable": self.ignorable,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import httpx
 import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition, make_pod
-from muster_process import MusterProcess
+from muster_process import MUSTER, ROOT, MusterProcess
 from test_muster_extender import GPU
 from test_preemption_story import PREEMPTIBLE, SOFT_EVICTION, Teams, muster_with_evictor
 
@@ -264,3 +265,81 @@ def self_applied_label(cluster: Cluster, teams: Teams, muster: MusterProcess) ->
     )
     survivor = "a-1" if victim == "a-0" else "a-0"
     assert (teams.get(teams.a, survivor) or {})["status"]["phase"] == "Running"
+
+
+def test_only_kube_scheduler_s_client_certificate_reaches_the_extender(
+    cluster: Cluster,
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    service_tokens: dict[str, Path],
+) -> None:
+    """Muster served with mTLS, as the chart serves it: kube-scheduler, presenting the
+    client certificate its ``tlsConfig`` names, schedules through it; a client without a
+    certificate, or with one another CA signed, is refused before any verb runs."""
+    files = lc.make_mutual_tls_pki("muster", "kube-scheduler").write(tmp_path / "tls")
+    stranger = lc.make_mutual_tls_pki("other", "intruder").write(tmp_path / "stranger")
+    kubeconfig = service_tokens["muster"]
+    tls_port = lc.free_port()
+    muster = lc.ServiceProcess(
+        "muster serve (mTLS)",
+        lambda probe_port: [
+            *MUSTER,
+            "serve",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--records-key-dir",
+            str(lc.records_key_dir(kubeconfig.parent)),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(tls_port),
+            "--probe-port",
+            str(probe_port),  # plain HTTP: /readyz, /healthz, /metrics only
+            "--tls-cert",
+            str(files["tls.crt"]),
+            "--tls-key",
+            str(files["tls.key"]),
+            "--client-ca",
+            str(files["ca.crt"]),
+        ],
+        tmp_path / "muster.log",
+        cwd=ROOT,
+    )
+    muster.start()
+    url = f"https://127.0.0.1:{tls_port}"
+    scheduler_tls = lc.ExtenderTLS(files["ca.crt"], files["client.crt"], files["client.key"])
+    extender = lc.ExtenderConfig(url, bind=True, tls=scheduler_tls)
+    try:
+        with control_plane.using_extender(
+            extender, scheduler_config=control_plane.scheduler_overrides
+        ):
+            cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
+            cluster.create_pod("p", requests={GPU: 1}, labels=PREEMPTIBLE)
+            cluster.wait_running("p", timeout=60)
+            served = httpx.get(f"{muster.url}/metrics", timeout=5).text
+            assert any(
+                line.startswith("muster_extender_requests_total{")
+                and 'verb="bind"' in line
+                and 'code="200"' in line
+                and float(line.split()[-1]) >= 1
+                for line in served.splitlines()
+            ), "kube-scheduler bound through Muster over mTLS"
+            body = {"Pod": make_pod("x", requests={GPU: 1}), "NodeNames": ["n0"], "Nodes": None}
+            for client in (None, stranger):
+                with pytest.raises(httpx.TransportError):
+                    httpx.post(f"{url}/filter", json=body, verify=tls(files, client), timeout=5)
+            answered = httpx.post(f"{url}/filter", json=body, verify=tls(files, files), timeout=5)
+            assert answered.status_code == 200
+            # /debug is not served at all without --enable-debug-endpoints.
+            debug = httpx.get(f"{url}/debug/quotas", verify=tls(files, files), timeout=5)
+            assert debug.status_code == 404
+    finally:
+        muster.stop()
+
+
+def tls(server: dict[str, Path], client: dict[str, Path] | None) -> ssl.SSLContext:
+    """A client context trusting ``server``'s CA, presenting ``client``'s certificate."""
+    context = ssl.create_default_context(cafile=str(server["ca.crt"]))
+    if client is not None:
+        context.load_cert_chain(str(client["client.crt"]), str(client["client.key"]))
+    return context
