@@ -22,7 +22,8 @@ from extender.cli.scheduler_config import (
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "manifests" / "scheduler-config.yaml"
 SNAPSHOT = ROOT / "tests" / "scenarios" / "gang-fits-after-eviction.yaml"
-MUSTER = "http://muster.muster-system.svc:8888"
+#: The Service URL the chart renders (HTTPS by default), the sample's urlPrefix.
+MUSTER = "https://muster.muster-system.svc:8888"
 PREFIX = "muster check-scheduler-config: "
 
 
@@ -74,6 +75,20 @@ def test_sample_config_passes_when_named_by_url_prefix(capsys: pytest.CaptureFix
     code, out, _ = check(capsys, str(SAMPLE), "--url-prefix", MUSTER + "/")
     assert code == 0
     assert "only preemption authority" in out
+
+
+def test_tls_config_inline_or_by_files_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The chart's two shapes of kube-scheduler's ``tlsConfig``: the CA, client certificate
+    and key inline (base64, as the chart's Secret carries them), or files on its host."""
+    inline = {"serverName": "muster.muster-system.svc", "caData": "Y2E=", "certData": "Y2VydA=="}
+    files = {"caFile": "/pki/ca.crt", "certFile": "/pki/client.crt", "keyFile": "/pki/client.key"}
+    for tls in ({**inline, "keyData": "a2V5"}, files):
+        path = write(tmp_path, config(enableHTTPS=True, tlsConfig=tls))
+        code, out, err = check(capsys, path)
+        assert (code, err) == (0, ""), out
+        assert "only preemption authority" in out
 
 
 # --- findings a-d ------------------------------------------------------------------------
