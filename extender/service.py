@@ -25,7 +25,7 @@ from typing import NamedTuple, Protocol
 
 from extender.core.authority import governing_reason
 from extender.core.decisions import Decision, DecisionLog
-from extender.core.effects import AssumeBound, HoldRoom, ReleaseRoom, apply
+from extender.core.effects import AssumeBound, Effect, HoldRoom, ReleaseRoom, apply
 from extender.core.gang import filter_pod
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
@@ -129,6 +129,11 @@ class Binder(Protocol):
         ...
 
 
+#: How long a bind waits for the informer to deliver a pod it does not know yet.
+BIND_WAIT_SECONDS = 1.0
+#: How many bind calls may wait so at once (each holds a worker thread meanwhile).
+BIND_WAITERS = 8
+
 #: The decision log's note on a filter call for a pod the informer does not know as pending.
 NOT_KNOWN_NOTE = (
     "pod {key} (uid {uid}) is not one Muster's informer knows as pending: nothing was held for it"
@@ -158,8 +163,11 @@ class Extender:
         on_unschedulable: Callable[[str, str, bool], None] | None = None,
         log: DecisionLog | None = None,
         room_keeper: RoomKeeper | None = None,
+        bind_wait_seconds: float = BIND_WAIT_SECONDS,
     ) -> None:
         self.source = source
+        self.bind_wait_seconds = bind_wait_seconds
+        self._bind_waiters = threading.BoundedSemaphore(BIND_WAITERS)
         self.room_keeper = room_keeper
         self.clock = clock
         self.binder = binder
@@ -199,32 +207,19 @@ class Extender:
         holds as usual."""
         now = self.clock()
         plan_at_once: bool | None = None  # None: not the PostFilter's to plan
-        writes: list[tuple[Reservation | None, list[PodInfo]]] = []
         with self.source.exclusive(wait) as snapshot:
             snapshot.release_quota_holds(now)
             result = filter_pod(snapshot, pod, nodes, as_extender=True, now=now)
             known = _known_pending(snapshot, pod.key, pod.uid)
             trusted = known is not None and known.job == pod.job
-            for effect in result.effects if trusted else ():
-                if isinstance(effect, ReleaseRoom):  # read what was written before it goes
-                    writes.append((None, persisted_pods(snapshot, effect.job)))
-                apply(snapshot, effect)
-                if isinstance(effect, HoldRoom):
-                    reservation = effect.reservation
-                    pods = [snapshot.pods.get(key, pod) for key in reservation.placements]
-                    writes.append((reservation, pods))
+            writes = _apply(snapshot, result.effects) if trusted else []
             if (
                 trusted
                 and (result.quota_failures or not result.passed)
                 and self.on_unschedulable is not None
             ):
                 plan_at_once = postfilter_trigger(snapshot, pod, now)
-        if self.room_keeper is not None:
-            for held, written in writes:
-                if held is None:
-                    self.room_keeper.release(written)
-                else:
-                    self.room_keeper.hold(held, written)
+        self._persist(writes)
         # plan_at_once stays None for a pod not trusted: nothing is handed on for it.
         note = () if trusted else (NOT_KNOWN_NOTE.format(key=pod.key, uid=pod.uid),)
 
@@ -278,15 +273,23 @@ class Extender:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindResult:
         """Bind the pod, if Muster's own decisions allow it (:func:`bind_refusal`: one
         hold of the state); its error is the refusal, or why binding failed.  Every call
-        is in the decision log."""
+        is in the decision log.
+
+        kube-scheduler can bind a pod its own watch delivered before Muster's informer
+        did: a pod the informer does not know yet is waited for, up to
+        ``bind_wait_seconds`` (at most :data:`BIND_WAITERS` calls wait at once; more are
+        refused at once), rather than refused and retried after kube-scheduler's
+        backoff.  A gang placed by a filter call that raced the informer so (which held
+        nothing, see :meth:`filter`) has its room held here, as that call would have."""
         key = f"{namespace}/{name}"
         if self.binder is None:
             result = BindResult(NO_BINDER_ERROR, "failed")
         else:
-            now = self.clock()
-            with self.source.exclusive() as snapshot:
-                pod, refusal = bind_refusal(snapshot, key, uid, node, now)
-            result = BindResult(refusal, "refused")
+            check = self._checked(key, uid, node)
+            if check.unseen and self._await_informer(key, uid):
+                check = self._checked(key, uid, node)
+            pod = check.pod
+            result = BindResult(check.refusal, "refused")
             if pod is not None:
                 try:
                     self.binder.bind(namespace, name, uid, node)
@@ -298,6 +301,47 @@ class Extender:
         reasons = (result.error,) if result.error else ()
         self.log.record(key, Decision(self.clock(), "bind", outcome, reasons))
         return result
+
+    def _checked(self, key: str, uid: str, node: str) -> BindCheck:
+        """:func:`bind_refusal` in one hold, with the room it holds applied and persisted."""
+        now = self.clock()
+        with self.source.exclusive() as snapshot:
+            check = bind_refusal(snapshot, key, uid, node, now)
+            writes = _apply(snapshot, check.holds)
+        self._persist(writes)
+        return check
+
+    def _await_informer(self, key: str, uid: str) -> bool:
+        """Wait, up to ``bind_wait_seconds``, for the informer to know pod ``key`` with
+        ``uid`` (polling the state, each look a short hold); whether it came.  ``False``
+        at once when :data:`BIND_WAITERS` calls wait already, or the pod was deleted."""
+        if not self._bind_waiters.acquire(blocking=False):
+            return False
+        try:
+            deadline = time.monotonic() + self.bind_wait_seconds
+            pause = 0.002
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(pause, left))
+                pause = min(2 * pause, 0.05)
+                with self.source.exclusive() as snapshot:
+                    if snapshot.was_removed(uid):
+                        return False
+                    pod = snapshot.pods.get(key)
+                    if pod is not None and pod.uid == uid:
+                        return True
+            return False
+        finally:
+            self._bind_waiters.release()
+
+    def _persist(self, writes: Sequence[_Write]) -> None:
+        """Write on the pods what :func:`_apply` held or let go (outside the hold)."""
+        if self.room_keeper is None:
+            return
+        for held, written in writes:
+            if held is None:
+                self.room_keeper.release(written)
+            else:
+                self.room_keeper.hold(held, written)
 
     def _assume_bound(self, pod: PodInfo, node: str) -> None:
         """Count a pod Muster just bound as running there before its informer says so,
@@ -315,6 +359,24 @@ class Extender:
             self.on_unschedulable(job, reason, plan_at_once)
 
 
+#: A reservation written on its pods, or (``None``) one let go from them.
+_Write = tuple[Reservation | None, list[PodInfo]]
+
+
+def _apply(snapshot: ClusterState, effects: Sequence[Effect]) -> list[_Write]:
+    """Apply a decision's ``effects``; what the room keeper must write on pods for them."""
+    writes: list[_Write] = []
+    for effect in effects:
+        if isinstance(effect, ReleaseRoom):  # read what was written before it goes
+            writes.append((None, persisted_pods(snapshot, effect.job)))
+        apply(snapshot, effect)
+        if isinstance(effect, HoldRoom):
+            reservation = effect.reservation
+            pods = [snapshot.pods[key] for key in reservation.placements if key in snapshot.pods]
+            writes.append((reservation, pods))
+    return writes
+
+
 def _known_pending(snapshot: ClusterState, key: str, uid: str) -> PodInfo | None:
     """The informer's reading of pod ``key`` if it is the pod with ``uid`` and pending:
     not bound, not finished, not being deleted (what kube-scheduler schedules)."""
@@ -326,11 +388,20 @@ def _known_pending(snapshot: ClusterState, key: str, uid: str) -> PodInfo | None
     return pod
 
 
-def bind_refusal(
-    snapshot: ClusterState, key: str, uid: str, node: str, now: float
-) -> tuple[PodInfo | None, str]:
-    """May pod ``key`` (with ``uid``) be bound to ``node``?  ``(pod, "")`` with the
-    informer's reading of the pod when it may, else ``(None, why not)``.
+class BindCheck(NamedTuple):
+    """What :func:`bind_refusal` found: the ``pod`` to bind (``None`` if refused), the
+    ``refusal``, the room to hold for its gang (``holds``), and whether the informer
+    has not seen the pod (``unseen``: no pod of that name and UID, nor one removed)."""
+
+    pod: PodInfo | None
+    refusal: str
+    holds: tuple[Effect, ...] = ()
+    unseen: bool = False
+
+
+def bind_refusal(snapshot: ClusterState, key: str, uid: str, node: str, now: float) -> BindCheck:
+    """May pod ``key`` (with ``uid``) be bound to ``node``?  With the informer's reading
+    of the pod when it may, else why not.
 
     Only when the pod is one the informer knows (name and UID) as pending, the node is
     one it knows and the pod's node constraints allow (:func:`static_misfit`), a pod with
@@ -339,33 +410,35 @@ def bind_refusal(
     jobs, a gang placed whole).  kube-scheduler sends a bind only for a pod it has just
     filtered, so none of these should refuse it: a refusal is a caller that is not
     kube-scheduler, or a state that changed since the filter (kube-scheduler then tries
-    the pod again)."""
+    the pod again).  When the filter places the pod's gang whole only now (its filter
+    call raced the informer, and held nothing), ``holds`` holds that placement."""
     refused = f"muster: refused to bind pod {key} to node {node}: "
     pod = snapshot.pods.get(key)
-    if pod is None:
-        return None, refused + "Muster's informer knows no such pod"
-    if pod.uid != uid:
-        return None, refused + f"PodUID {uid!r} is not the pod's UID"
+    if pod is None or pod.uid != uid:
+        unseen = not snapshot.was_removed(uid)
+        if pod is None:
+            return BindCheck(None, refused + "Muster's informer knows no such pod", (), unseen)
+        return BindCheck(None, refused + f"PodUID {uid!r} is not the pod's UID", (), unseen)
     if pod.node_name is not None:
-        return None, refused + f"it is bound to node {pod.node_name} already"
+        return BindCheck(None, refused + f"it is bound to node {pod.node_name} already")
     if pod.finished or pod.terminating:
         state = f"it has {pod.phase.lower()}" if pod.finished else "it is being deleted"
-        return None, refused + state
+        return BindCheck(None, refused + state)
     known = snapshot.nodes.get(node)
     if known is None:
-        return None, refused + "Muster's informer knows no such node"
+        return BindCheck(None, refused + "Muster's informer knows no such node")
     misfit = static_misfit(pod, known)
     if misfit is not None:
-        return None, refused + misfit
+        return BindCheck(None, refused + misfit)
     reserved = snapshot.reserved_node(key)
     if reserved is not None and reserved != node:
         job = snapshot.reservation_holder(key)
-        return None, refused + f"room for it (job {job}) is reserved on node {reserved}"
+        return BindCheck(None, refused + f"room for it (job {job}) is reserved on node {reserved}")
     result = filter_pod(snapshot, pod, [node], as_extender=True, now=now)
     if node not in result.passed:
         why = result.unresolvable.get(node) or result.failed.get(node) or "it does not pass"
-        return None, refused + f"Muster's filter: {why}"
-    return pod, ""
+        return BindCheck(None, refused + f"Muster's filter: {why}")
+    return BindCheck(pod, "", tuple(e for e in result.effects if isinstance(e, HoldRoom)))
 
 
 def postfilter_trigger(snapshot: ClusterState, pod: PodInfo, now: float) -> bool | None:

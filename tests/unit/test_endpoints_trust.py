@@ -13,19 +13,21 @@ computed for it does ask for that harm, so the test fails if the rule is not kep
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+import extender.service as service
 from base import keys
 from extender.core.effects import HoldQuota, HoldRoom, ReleaseQuotaHold, ReleaseRoom
 from extender.core.gang import filter_pod
 from extender.core.objects import PodInfo, parse_pod
 from extender.core.state import ClusterState, Reservation
 from extender.http.app import create_app
-from extender.service import BindError, Extender, StaticSource
+from extender.service import BIND_WAITERS, BindError, Extender, StaticSource
 from tests.builders import node, pod, quota, snapshot
 
 GPU = "nvidia.com/gpu"
@@ -79,7 +81,7 @@ class Cluster:
     tainted one; quota team-a: min = max = 16 GPUs, team-b: max 32.  Muster over it
     through the HTTP app, with a recording binder and room keeper."""
 
-    def __init__(self) -> None:
+    def __init__(self, bind_wait_seconds: float = 0.0) -> None:
         nodes = [
             *(node(f"n{i}") for i in range(4)),
             node("cordoned", unschedulable=True),
@@ -100,6 +102,7 @@ class Cluster:
             binder=self.binder,
             room_keeper=self.keeper,
             on_unschedulable=lambda job, why, at_once: self.handed.append(job),
+            bind_wait_seconds=bind_wait_seconds,  # none: the informer has what it will have
         )
         self.client = TestClient(create_app(self.extender, debug_endpoints=True))
 
@@ -389,3 +392,86 @@ def test_a_malformed_bind_is_a_400_naming_the_field(body: dict[str, Any], messag
     assert response.status_code == 400
     assert message in response.json()["error"]
     assert c.binder.calls == []
+
+
+# ---- /bind: a pod that raced the informer ------------------------------------------------
+
+
+class InformerCatchesUp:
+    """Stands in for :mod:`time` in :mod:`extender.service`: the first pause of a bind
+    waiting for the informer is when the informer delivers ``objs``."""
+
+    def __init__(self, cluster: Cluster, *objs: Any) -> None:
+        self.cluster, self.objs = cluster, objs
+        self.pauses: list[float] = []
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+        if len(self.pauses) == 1:
+            self.cluster.know(*self.objs)
+
+
+def test_a_bind_waits_for_the_informer_to_deliver_the_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kube-scheduler's watch can deliver a pod before Muster's informer: its bind waits
+    (at most bind_wait_seconds) for the informer rather than being refused."""
+    c = Cluster(bind_wait_seconds=1.0)
+    late = sent("late", gpu=8, preemptible=False)
+    clock = InformerCatchesUp(c, late)
+    monkeypatch.setattr(service, "time", clock)
+    assert c.bind("late", "n1") == ""
+    assert clock.pauses == [0.002]  # delivered during the first pause
+    assert c.binder.calls == [("team-a", "late", "uid-late", "n1")]
+    # A pod that never comes is refused once the wait is over: pauses doubling to 50 ms,
+    # 1 s in all.
+    clock.pauses.clear()
+    assert "knows no such pod" in c.bind("never", "n1")
+    assert sum(clock.pauses) == pytest.approx(1.0)
+    assert max(clock.pauses) == 0.05
+
+
+def test_a_gang_placed_by_a_filter_that_raced_the_informer_holds_its_room_at_bind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    c = Cluster(bind_wait_seconds=1.0)
+    g0, g1 = gang_pod("g-0", "g", 2), gang_pod("g-1", "g", 2)
+    c.know(g1)
+    # g-0's filter call comes before the informer has g-0: the gang is complete with it
+    # and is placed whole, g-0 held to its node, but nothing is held (g-0 is not known).
+    answer = c.filter(g0)
+    (pinned,) = answer["NodeNames"]
+    assert "team-a/g" not in c.snap.reservations
+    # The bind comes as the informer delivers g-0: the placement is decided again and
+    # held (g-0 there, g-1 beside it), so g-1 keeps its room while g-0 binds.
+    monkeypatch.setattr(service, "time", InformerCatchesUp(c, g0))
+    assert c.bind("g-0", pinned) == ""
+    placements = c.snap.reservations["team-a/g"].placements
+    assert placements["team-a/g-0"] == pinned
+    assert placements["team-a/g-1"] not in ("n0", pinned)  # n0 is full (b-0)
+    assert c.keeper.writes == [("hold", ["team-a/g-0", "team-a/g-1"])]
+    assert c.filter(g1)["NodeNames"] == [placements["team-a/g-1"]]
+
+
+def test_binds_wait_for_the_informer_only_so_many_at_once_and_never_for_a_deleted_pod() -> None:
+    c = Cluster(bind_wait_seconds=30.0)  # a wait would fail the test by its length
+    gone = sent("gone", gpu=8)
+    c.know(gone)
+    with c.extender.source.exclusive() as snap:
+        snap.remove_pod("team-a/gone")
+    start = time.monotonic()
+    assert "knows no such pod" in c.bind("gone", "n1")  # deleted: nothing to wait for
+    waiters = c.extender._bind_waiters
+    for _ in range(BIND_WAITERS):  # as many binds waiting as may
+        assert waiters.acquire(blocking=False)
+    try:
+        assert "knows no such pod" in c.bind("ghost", "n1")
+    finally:
+        for _ in range(BIND_WAITERS):
+            waiters.release()
+    assert time.monotonic() - start < 5
