@@ -14,7 +14,6 @@ import contextlib
 import json
 import ssl
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,13 @@ import pytest
 from e2e_support import Cluster, condition, make_pod
 from muster_process import MUSTER, ROOT, MusterProcess
 from test_muster_extender import GPU
-from test_preemption_story import PREEMPTIBLE, SOFT_EVICTION, Teams, muster_with_evictor
+from test_preemption_story import (  # noqa: F401 (fixtures)
+    PREEMPTIBLE,
+    SOFT_EVICTION,
+    Teams,
+    muster_and_evictor,
+    tokens,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -35,26 +40,6 @@ GUARANTEED = {
     "quota.scheduling.koordinator.sh/preemptible": "false",
     "quota.scheduling.koordinator.sh/can-preempt": "true",
 }
-
-
-@pytest.fixture(scope="module")
-def service_tokens(control_plane: lc.ControlPlane) -> dict[str, Path]:
-    """Muster's and the evictor's kubeconfigs, with the manifests' RBAC."""
-    return control_plane.muster_kubeconfigs()
-
-
-@pytest.fixture
-def muster(
-    control_plane: lc.ControlPlane, tmp_path: Path, service_tokens: dict[str, Path]
-) -> Iterator[MusterProcess]:
-    """Muster (every verb, binding included) and the evictor, on their own tokens."""
-    with muster_with_evictor(
-        control_plane,
-        tmp_path,
-        service_tokens,
-        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
-    ) as process:
-        yield process
 
 
 def tenant_client(cluster: Cluster, namespace: str) -> lc.RestClient:
@@ -129,9 +114,10 @@ def untouched(teams: Teams, namespace: str, name: str) -> dict[str, Any]:
 
 
 def test_a_tenant_cannot_move_its_pods_to_another_quota_or_forge_muster_s_records(
-    cluster: Cluster, muster: MusterProcess
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
 ) -> None:
-    teams = two_teams(cluster, 3, a_max=8)
+    teams, muster = two_teams(cluster, 3, a_max=8), muster_and_evictor
     try:
         tenant_walks_out(cluster, teams, muster)
     finally:
@@ -215,9 +201,10 @@ def tenant_walks_out(cluster: Cluster, teams: Teams, muster: MusterProcess) -> N
 
 
 def test_a_self_applied_soft_eviction_label_does_not_stall_a_reclaim(
-    cluster: Cluster, muster: MusterProcess
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
 ) -> None:
-    teams = two_teams(cluster, 2, a_max=16)
+    teams, muster = two_teams(cluster, 2, a_max=16), muster_and_evictor
     try:
         self_applied_label(cluster, teams, muster)
     finally:
@@ -271,14 +258,14 @@ def test_only_kube_scheduler_s_client_certificate_reaches_the_extender(
     cluster: Cluster,
     control_plane: lc.ControlPlane,
     tmp_path: Path,
-    service_tokens: dict[str, Path],
+    tokens: dict[str, Path],  # noqa: F811
 ) -> None:
     """Muster served with mTLS, as the chart serves it: kube-scheduler, presenting the
     client certificate its ``tlsConfig`` names, schedules through it; a client without a
     certificate, or with one another CA signed, is refused before any verb runs."""
     files = lc.make_mutual_tls_pki("muster", "kube-scheduler").write(tmp_path / "tls")
     stranger = lc.make_mutual_tls_pki("other", "intruder").write(tmp_path / "stranger")
-    kubeconfig = service_tokens["muster"]
+    kubeconfig = tokens["muster"]
     tls_port = lc.free_port()
     muster = lc.ServiceProcess(
         "muster serve (mTLS)",
