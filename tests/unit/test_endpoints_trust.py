@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 
 import extender.service as service
 from base import keys
+from extender.cli import kubectl
 from extender.core.effects import HoldQuota, HoldRoom, ReleaseQuotaHold, ReleaseRoom
 from extender.core.gang import filter_pod
 from extender.core.objects import PodInfo, parse_pod
@@ -475,3 +476,23 @@ def test_binds_wait_for_the_informer_only_so_many_at_once_and_never_for_a_delete
         for _ in range(BIND_WAITERS):
             waiters.release()
     assert time.monotonic() - start < 5
+
+
+def test_kubectl_muster_says_when_a_muster_does_not_serve_debug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = Cluster()
+    off = TestClient(create_app(c.extender))  # as muster serve runs without the flag
+    base = "http://muster:8888"
+    monkeypatch.setattr(kubectl.httpx, "get", lambda url, timeout: off.get(url.removeprefix(base)))
+    for command in (["quotas"], ["jobs"], ["why", "b-0", "-n", "team-b"]):
+        assert kubectl.main(["--muster-url", base, *command]) == 2, command
+        err = capsys.readouterr().err
+        assert "does not serve /debug (start it with --enable-debug-endpoints)" in err
+    # A Muster serving /debug answers; a pod it does not know is still exit 1.
+    monkeypatch.setattr(
+        kubectl.httpx, "get", lambda url, timeout: c.client.get(url.removeprefix(base))
+    )
+    assert kubectl.main(["--muster-url", base, "why", "b-0", "-n", "team-b"]) == 0
+    assert kubectl.main(["--muster-url", base, "why", "nobody", "-n", "team-b"]) == 1
+    assert "does not know pod team-b/nobody" in capsys.readouterr().err
