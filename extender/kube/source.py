@@ -53,6 +53,9 @@ QUOTA_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
 
 
 class KubeSource:
+    #: The informers deliver pods as they are created (see ``ClusterSource``).
+    pods_arrive = True
+
     def __init__(
         self,
         client: KubeClient,

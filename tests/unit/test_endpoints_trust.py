@@ -77,6 +77,13 @@ class Keeper:
         self.writes.append(("release", [p.key for p in pods]))
 
 
+class InformedSource(StaticSource):
+    """A snapshot standing for a live cluster's: pods arrive through an informer (here,
+    :meth:`Cluster.know`), so a pod it lacks may still come, or be a phantom."""
+
+    pods_arrive = True
+
+
 class Cluster:
     """Four 8-GPU nodes (n0 full with team B's b-0; n1..n3 free), a cordoned one and a
     tainted one; quota team-a: min = max = 16 GPUs, team-b: max 32.  Muster over it
@@ -98,7 +105,7 @@ class Cluster:
         self.keeper = Keeper()
         self.handed: list[str] = []
         self.extender = Extender(
-            StaticSource(self.snap),
+            InformedSource(self.snap),
             clock=lambda: NOW,
             binder=self.binder,
             room_keeper=self.keeper,
@@ -435,6 +442,29 @@ def test_a_bind_waits_for_the_informer_to_deliver_the_pod(
     assert "knows no such pod" in c.bind("never", "n1")
     assert sum(clock.pauses) == pytest.approx(1.0)
     assert max(clock.pauses) == 0.05
+
+
+def test_a_filter_waits_for_the_informer_so_a_burst_stops_at_max(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kube-scheduler filters a new pod before Muster's informer has it: the call waits for
+    the informer (off the event loop), then holds the pod's quota as any known pod's, so
+    the next pod of the burst is refused at max (16 + 8 > 16)."""
+    c = Cluster(bind_wait_seconds=1.0)
+    first = sent("first", gpu=16, preemptible=False)
+    clock = InformerCatchesUp(c, first)
+    monkeypatch.setattr(service, "time", clock)
+    assert c.filter(first)["NodeNames"] == NODES
+    assert clock.pauses == [0.002]  # delivered during the first pause
+    assert c.used("team-a") == "16"  # held: the informer had it when the decision applied
+    second = sent("second", gpu=8, preemptible=False)
+    c.know(second)
+    assert c.filter(second)["NodeNames"] == []  # 16 held + 8 > max 16
+    # A pod nobody creates waits the whole second, then is answered holding nothing.
+    clock.pauses.clear()
+    c.filter(sent("ghost", gpu=8, preemptible=False))
+    assert sum(clock.pauses) == pytest.approx(1.0)
+    assert c.used("team-a") == "16"
 
 
 def test_a_gang_placed_by_a_filter_that_raced_the_informer_holds_its_room_at_bind(
