@@ -213,34 +213,21 @@ class Extender:
         the informer has not seen at all is first waited for, as :meth:`bind` waits (a
         new pod kube-scheduler's watch delivered first), so a real pod is held as its
         filter admits it."""
-        now = self.clock()
-        plan_at_once: bool | None = None  # None: not the PostFilter's to plan
-        unseen = False
-        if self.source.pods_arrive:
-            with self.source.exclusive(wait) as snapshot:
-                unseen = pod.key not in snapshot.pods and not snapshot.was_removed(pod.uid)
-        if unseen:
-            # kube-scheduler's watch may deliver a new pod before Muster's informer: wait
-            # for it (off the event loop), so that its quota is held as its filter admits
-            # it, and a burst stops at max.  A pod nobody created is answered after the
-            # wait, holding nothing.
-            if not wait:
-                raise StateBusy
-            self._await_informer(pod.key, pod.uid)
+        decided: _Filtered | None = None
         with self.source.exclusive(wait) as snapshot:
-            snapshot.release_quota_holds(now)
-            result = filter_pod(snapshot, pod, nodes, as_extender=True, now=now)
-            known = _known_pending(snapshot, pod.key, pod.uid)
-            # Over a fixed snapshot no informer brings pods: the calls are all there is
-            # (``muster serve --snapshot``, for trying the protocol), believed as before.
-            trusted = (known is not None and known.job == pod.job) or not self.source.pods_arrive
-            writes = _apply(snapshot, result.effects) if trusted else []
-            if (
-                trusted
-                and (result.quota_failures or not result.passed)
-                and self.on_unschedulable is not None
-            ):
-                plan_at_once = postfilter_trigger(snapshot, pod, now)
+            # kube-scheduler's watch may deliver a new pod before Muster's informer: it is
+            # waited for (off the event loop), so that its quota is held as its filter
+            # admits it, and a burst stops at max.  A pod nobody created is answered after
+            # the wait, holding nothing.  (One hold when the informer has the pod.)
+            if not (self.source.pods_arrive and _unseen(snapshot, pod.key, pod.uid)):
+                decided = self._decide(snapshot, pod, nodes)
+            elif not wait:
+                raise StateBusy  # nothing was changed: a worker thread waits
+        if decided is None:
+            self._await_informer(pod.key, pod.uid)
+            with self.source.exclusive() as snapshot:
+                decided = self._decide(snapshot, pod, nodes)
+        result, trusted, writes, plan_at_once = decided
         self._persist(writes)
         # plan_at_once stays None for a pod not trusted: nothing is handed on for it.
         note = () if trusted else (NOT_KNOWN_NOTE.format(key=pod.key, uid=pod.uid),)
@@ -269,6 +256,23 @@ class Extender:
             case FilterOutcome.ADMITTED:
                 record(f"all {len(nodes)} nodes passed")
         return result
+
+    def _decide(self, snapshot: ClusterState, pod: PodInfo, nodes: Sequence[str]) -> _Filtered:
+        """The filter's decision for ``pod``, its effects applied when the pod is trusted
+        (see :meth:`filter`); the caller holds ``snapshot``."""
+        now = self.clock()
+        snapshot.release_quota_holds(now)
+        result = filter_pod(snapshot, pod, nodes, as_extender=True, now=now)
+        known = _known_pending(snapshot, pod.key, pod.uid)
+        # Over a fixed snapshot no informer brings pods: the calls are all there is
+        # (``muster serve --snapshot``, for trying the protocol), believed as before.
+        trusted = (known is not None and known.job == pod.job) or not self.source.pods_arrive
+        writes = _apply(snapshot, result.effects) if trusted else []
+        plan_at_once: bool | None = None  # None: not the PostFilter's to plan
+        failed = result.quota_failures or not result.passed
+        if trusted and failed and self.on_unschedulable is not None:
+            plan_at_once = postfilter_trigger(snapshot, pod, now)
+        return _Filtered(result, trusted, writes, plan_at_once)
 
     def prioritize(
         self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True
@@ -308,7 +312,7 @@ class Extender:
             result = BindResult(NO_BINDER_ERROR, "failed")
         else:
             check = self._checked(key, uid, node)
-            if check.unseen and self._await_informer(key, uid):
+            if check.unseen and self.source.pods_arrive and self._await_informer(key, uid):
                 check = self._checked(key, uid, node)
             pod = check.pod
             result = BindResult(check.refusal, "refused")
@@ -385,6 +389,22 @@ class Extender:
 _Write = tuple[Reservation | None, list[PodInfo]]
 
 
+class _Filtered(NamedTuple):
+    """A filter decision: its result, whether the pod was trusted (its effects applied),
+    what to write on pods, and whether the PostFilter plans for its job at once."""
+
+    result: FilterResult
+    trusted: bool
+    writes: list[_Write]
+    plan_at_once: bool | None
+
+
+def _unseen(snapshot: ClusterState, key: str, uid: str) -> bool:
+    """Has the informer not delivered pod ``key`` with ``uid`` (nor seen it removed)?"""
+    pod = snapshot.pods.get(key)
+    return (pod is None or pod.uid != uid) and not snapshot.was_removed(uid)
+
+
 def _apply(snapshot: ClusterState, effects: Sequence[Effect]) -> list[_Write]:
     """Apply a decision's ``effects``; what the room keeper must write on pods for them."""
     writes: list[_Write] = []
@@ -437,7 +457,7 @@ def bind_refusal(snapshot: ClusterState, key: str, uid: str, node: str, now: flo
     refused = f"muster: refused to bind pod {key} to node {node}: "
     pod = snapshot.pods.get(key)
     if pod is None or pod.uid != uid:
-        unseen = not snapshot.was_removed(uid)
+        unseen = _unseen(snapshot, key, uid)
         if pod is None:
             return BindCheck(None, refused + "Muster's informer knows no such pod", (), unseen)
         return BindCheck(None, refused + f"PodUID {uid!r} is not the pod's UID", (), unseen)

@@ -13,6 +13,7 @@ computed for it does ask for that harm, so the test fails if the rule is not kep
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -526,3 +527,46 @@ def test_kubectl_muster_says_when_a_muster_does_not_serve_debug(
     assert kubectl.main(["--muster-url", base, "why", "b-0", "-n", "team-b"]) == 0
     assert kubectl.main(["--muster-url", base, "why", "nobody", "-n", "team-b"]) == 1
     assert "does not know pod team-b/nobody" in capsys.readouterr().err
+
+
+class CountingLock:
+    """The state's lock, counting how often it is taken."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self._lock = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.taken += 1
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def test_a_known_pods_filter_and_bind_check_each_hold_the_state_once() -> None:
+    """The happy path: one hold for the filter's decision (the unseen check included), one
+    for the bind's checks and one for counting the pod bound."""
+    c = Cluster(bind_wait_seconds=1.0)
+    obj = sent("a-0", gpu=8, preemptible=False)
+    c.know(obj)
+    lock = CountingLock()
+    c.extender.source._lock = lock  # type: ignore[attr-defined]
+    assert c.extender.filter(parse_pod(obj), NODES).passed == NODES
+    assert lock.taken == 1
+    lock.taken = 0
+    assert c.extender.bind("team-a", "a-0", "uid-a-0", "n1").error == ""
+    assert lock.taken == 2  # the checks, then counting it bound (after the API call)
+
+
+def test_a_pod_re_created_under_its_name_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The informer still has the deleted pod of that name (another UID): the new one's
+    filter waits for it, then holds its quota."""
+    c = Cluster(bind_wait_seconds=1.0)
+    c.know(sent("w-0", uid="old", gpu=8, preemptible=False))
+    new = sent("w-0", uid="new", gpu=8, preemptible=False)
+    clock = InformerCatchesUp(c, new)
+    monkeypatch.setattr(service, "time", clock)
+    assert c.filter(new)["NodeNames"] == NODES
+    assert clock.pauses == [0.002]
+    assert c.snap.quota_held("team-a/w-0") and c.snap.pods["team-a/w-0"].uid == "new"
