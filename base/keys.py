@@ -1,7 +1,7 @@
 """The label, annotation and condition keys Muster reads and writes.
 
-Compatible with Koordinator and scheduler-plugins; DESIGN.md's "Labels,
-annotations and arguments" table is the reference.  Every other module names
+Compatible with Koordinator and scheduler-plugins; the README's "Labels and
+annotations" table is the reference.  Every other module names
 these constants instead of spelling the strings.
 """
 

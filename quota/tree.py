@@ -9,7 +9,7 @@ Quotas form a tree through Koordinator's parent label; every ancestor's
 cohort under an implicit root.
 
 Kueue's preemption policies live on the quota as ``muster.dev/*``
-annotations (DESIGN.md); :class:`QuotaPolicy` holds them parsed.
+annotations (docs/design.md); :class:`QuotaPolicy` holds them parsed.
 """
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ def snapshot(
     return snap
 
 
-#: How a committed plan's victim stands while it leaves (DESIGN.md, Job-level preemption,
+#: How a committed plan's victim stands while it leaves (docs/design.md, Job-level preemption,
 #: step 6): named only by the job's reservation (its mark not written or not seen yet),
 #: marked for soft eviction, or marked and being deleted (the evictor's grace period).
 Leaving = Literal["promised", "marked", "terminating"]

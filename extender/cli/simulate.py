@@ -2,7 +2,7 @@
 
 Loads the files (:mod:`extender.cli.manifests`), runs the same core the
 extender serves (:func:`extender.core.whatif.run_simulation`), and prints
-the result as the JSON document ``SIMULATE.md`` specifies, or as a table for
+the result as the JSON document ``docs/simulate.md`` specifies, or as a table for
 a person.  Exit 0 when the simulation ran, 2 with a one-line error when the
 input is invalid.
 """
@@ -56,7 +56,7 @@ def simulate_files(
 
 
 def result_document(result: SimulationResult, snapshot: ClusterState) -> dict[str, Any]:
-    """The ``--output json`` document of SIMULATE.md."""
+    """The ``--output json`` document of docs/simulate.md."""
     quotas = {}
     for name in sorted(snapshot.tree.specs):
         report = usage_report(snapshot.ledger, name)

@@ -3,7 +3,7 @@
 A job (gang) is the set of pods sharing a pod-group name in a namespace (the
 pods of an all-or-nothing controller share its name); a pod with none is a job
 of one, keyed by its own name (``PodInfo.job``, read from the first of the keys
-DESIGN.md lists).  A controller's size (:func:`parse_owner_size`) is the gang
+docs/design.md lists).  A controller's size (:func:`parse_owner_size`) is the gang
 size of its pods' group when nothing else declares one.  Whether a pod may be a victim and
 whether it may trigger preemption follow its labels and Muster's arguments.
 """

@@ -4,7 +4,7 @@ A pod names its gang (:attr:`~extender.core.objects.PodInfo.group`); an object o
 same name in its namespace may declare how many of its pods must run together, how long
 it may wait, and which resources must be admitted together.  Four APIs write such
 objects, listed in :data:`GANG_OBJECT_KINDS` in the order of precedence the pods' own
-keys follow (DESIGN.md): Kubernetes' own gang API (KEP-4671: the ``PodGroup`` of
+keys follow (docs/design.md): Kubernetes' own gang API (KEP-4671: the ``PodGroup`` of
 ``scheduling.k8s.io`` v1alpha2 in 1.36 and v1beta1 in 1.37, the ``Workload`` of v1alpha1
 in 1.35), the scheduler-plugins ``PodGroup`` (both API groups), and Volcano's
 ``PodGroup``.  Each is parsed here into :class:`PodGroupInfo`; the live source watches

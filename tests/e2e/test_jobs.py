@@ -9,7 +9,7 @@ evictor run on the manifests' ServiceAccounts.
 Every story: four 8-GPU nodes; team A (min 32 = max 32 GPUs) and team B (min 0, max 32).
 Team B's filler Job runs four preemptible 8-GPU pods, one per node, borrowing all of it.
 Team A's training Job is a gang of four 8-GPU pods (pod-group label and min-available 4).
-Derived from DESIGN.md: team A is within its min (0 + 32 <= 32), so it reclaims from the
+Derived from docs/design.md: team A is within its min (0 + 32 <= 32), so it reclaims from the
 borrower; the gang needs every node, so all four filler pods are the victims, the gang
 binds whole, and the filler's replacements (the Job controller re-creates evicted pods)
 are pending while the gang runs: the room is the gang's, and team B's borrowing cannot
@@ -131,7 +131,7 @@ def test_a_job_gang_preempts_a_job_filler_whose_replacements_wait(
     trials: int,
 ) -> None:
     """(a) 10 seeded trials with varied arrival gaps.  The filler Job runs four pods, one
-    per node; team A (min 16 = max 16) submits a 2-pod gang.  Derived from DESIGN.md:
+    per node; team A (min 16 = max 16) submits a 2-pod gang.  Derived from docs/design.md:
     team A is within its min, so it reclaims from the borrower; the gang needs two whole
     nodes, so the victims are two filler pods (the most recently started, ties by name
     — start times have a one-second resolution, so the test checks the victims are two
@@ -267,7 +267,7 @@ def test_deleting_the_preemptor_job_releases_its_room_and_takes_back_its_marks(
     team A (min 16 = max 16) submits a 2-pod gang Job, so both filler pods are marked (no
     evictor runs: the test plays one, for one victim only).  One victim starts
     terminating; then the gang's Job is deleted and the garbage collector deletes its
-    pods.  Derived from DESIGN.md (a plan whose job is gone is undone): Muster releases
+    pods.  Derived from docs/design.md (a plan whose job is gone is undone): Muster releases
     the job's reservation, takes back the mark of the victim not yet leaving (label gone,
     ``DisruptionTarget`` False), and the terminating one goes on terminating."""
     with muster_without_evictor(control_plane, tmp_path, tokens, 300) as muster:
@@ -481,7 +481,7 @@ def test_a_budget_on_a_job_filler_kept_by_the_disruption_controller_decides_the_
 ) -> None:
     """(c) Two 8-GPU nodes borrowed by team B's Jobs ``etl`` then ``web`` (one pod each);
     ``web`` has a budget the disruption controller keeps at 0 disruptions allowed, ``etl``
-    none.  Team A (min 16) asks for one 8-GPU pod.  Derived from DESIGN.md: web's pod
+    none.  Team A (min 16) asks for one 8-GPU pod.  Derived from docs/design.md: web's pod
     started last and would go first, but a plan without it exists (etl's pod), so etl's
     is the victim and web's is spared, under BestEffort (a plan free of budgets is
     preferred) and Strict (a protected pod is never a victim) alike.  (Strict with only

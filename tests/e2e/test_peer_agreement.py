@@ -5,7 +5,7 @@ and each side's outcome is asserted.  The README's "Muster decides otherwise, an
 lists these cases.  Not part of ``make test`` (the peer takes minutes to build):
 ``make test-peers``.
 
-Expectations: Muster's from DESIGN.md; scheduler-plugins' from its v0.34.7 source
+Expectations: Muster's from docs/design.md; scheduler-plugins' from its v0.34.7 source
 (CapacityScheduling's PostFilter preempts for one pod whose quota stays within ``min``,
 taking pods of quotas above theirs; Coscheduling holds a group's pods at Permit and
 rejects them all when the group cannot be completed in time; an ElasticQuota's ``max``
@@ -128,7 +128,7 @@ def test_scheduler_plugins_evicts_for_a_gang_that_can_never_run_whole(
 def test_muster_evicts_nothing_for_a_gang_that_can_never_run_whole(
     muster_cluster: tuple[Cluster, MusterProcess],
 ) -> None:
-    """DESIGN.md, job-level preemption: evict only when the *whole* job then fits; four
+    """docs/design.md, job-level preemption: evict only when the *whole* job then fits; four
     8-GPU pods never fit on three 8-GPU nodes, so the PostFilter refuses and no borrower
     is marked or removed."""
     cluster, muster = muster_cluster
@@ -178,7 +178,7 @@ def test_scheduler_plugins_refuses_a_resource_absent_from_max(peer_cluster: Clus
 def test_muster_does_not_limit_a_resource_absent_from_max(
     muster_cluster: tuple[Cluster, MusterProcess],
 ) -> None:
-    """DESIGN.md, quota semantics: a resource absent from ``max`` is not limited by that
+    """docs/design.md, quota semantics: a resource absent from ``max`` is not limited by that
     quota; the pod binds."""
     cluster, _ = muster_cluster
     name = _pod_asking_what_max_does_not_name(cluster)

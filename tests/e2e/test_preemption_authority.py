@@ -4,7 +4,7 @@ kube-scheduler runs manifests/scheduler-config.yaml (Muster's filter and preempt
 A single 8-GPU pod that may trigger preemption arrives on two full 8-GPU nodes whose two
 pods both have lower priority, so kube-scheduler's own DefaultPreemption finds
 candidates and asks Muster's preempt verb.  One victim is enough.  In every seeded trial
-(random priorities, random creation order) exactly one pod is evicted, the one DESIGN.md
+(random priorities, random creation order) exactly one pod is evicted, the one docs/design.md
 picks; it carries Muster's soft-eviction label and annotation before it goes; the other
 stays unmarked; and kube-scheduler deletes nothing itself (no ``Preempted`` event from
 default-scheduler, no DisruptionTarget condition of its own on any pod).
@@ -15,7 +15,7 @@ Three stories, each the rule that makes its victim eligible:
 - a borrower reclaimed by a borrowing preemptor (``borrowWithinCohort: LowerPriority``);
 - a borrower reclaimed by a preemptor within its ``min`` (``reclaimWithinCohort: Any``).
 
-Each story's victim is the lower-priority pod: DESIGN.md's order is "other quotas first,
+Each story's victim is the lower-priority pod: docs/design.md's order is "other quotas first,
 lower priority first"; both candidates are in the same quota, so priority decides.
 """
 

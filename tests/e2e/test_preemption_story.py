@@ -157,7 +157,7 @@ def gang_fits_after_eviction(cluster: Cluster, muster: MusterProcess) -> None:
     try:
         fill_with_borrowers(teams, 4)
         # The victims are the two most recently started borrowers (startTime has a
-        # resolution of one second; ties go by name, as DESIGN.md's order says).
+        # resolution of one second; ties go by name, as docs/design.md's order says).
         borrowers = [f"b-{i}" for i in range(4)]
         started = {n: (teams.get(teams.b, n) or {})["status"]["startTime"] for n in borrowers}
         order = sorted(borrowers, key=lambda n: (-_epoch(started[n]), f"{teams.b}/{n}"))

@@ -39,7 +39,7 @@ def filter_and_apply(snap: ClusterState, candidate: PodInfo, now: float = NOW) -
 
 
 def test_a_burst_of_lone_pods_is_admitted_only_up_to_max() -> None:
-    # DESIGN.md, preemptible job: min(min, npRequest) + pUsed + job <= max, here
+    # docs/design.md, preemptible job: min(min, npRequest) + pUsed + job <= max, here
     # 0 + pUsed + 1 <= 3.  No binding is seen between the calls: each admitted pod must
     # count, so exactly the first three pass and the last two are turned away.
     snap = burst_cluster()

@@ -1,5 +1,5 @@
 """One preemption authority: which pods Muster governs, the preempt verb's answer, and
-kube-scheduler's own preemption seen from the cluster (DESIGN.md, the last paragraph of
+kube-scheduler's own preemption seen from the cluster (docs/design.md, the last paragraph of
 "Job-level preemption")."""
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def test_preempted_by_reads_the_disruption_target_condition() -> None:
 
 
 def test_a_job_is_in_flight_while_pods_marked_for_it_are_present() -> None:
-    # DESIGN.md: "in flight: a job whose victims were marked but are not gone yet" --
+    # docs/design.md: "in flight: a job whose victims were marked but are not gone yet" --
     # read from the marks themselves, so a Muster that died between marking the victims
     # and writing the reservation does not plan the job a second time.
     def marked(preemptor: str | None) -> dict[str, Any]:
@@ -281,7 +281,7 @@ def test_a_job_is_in_flight_while_pods_marked_for_it_are_present() -> None:
     refusal = plan_job_preemption(snap, "team-a/new", NOW)
     assert isinstance(refusal, Refusal) and "team-a/low" in refusal.reasons[0]
     # A mark for another job, or a drain's (no preemptor), does not hold this one back.
-    # DESIGN.md: pods already marked for another job "are gone for every rule here": the
+    # docs/design.md: pods already marked for another job "are gone for every rule here": the
     # marked pod is no candidate, and its 8 GPUs on n0 count as free (no reservation
     # holds them here), so the job fits once it is gone and nothing more is evicted.
     for other in ("team-a/someone-else", None):

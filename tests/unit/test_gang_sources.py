@@ -1,7 +1,7 @@
 """Gang membership from what the ecosystem writes (issue 26, item 2): one function, one
 order of precedence.
 
-DESIGN.md's pod-group keys, extended by the issue's list: Kubernetes' own gang API
+docs/design.md's pod-group keys, extended by the issue's list: Kubernetes' own gang API
 (``spec.schedulingGroup.podGroupName`` on v1.36+, ``spec.workloadRef`` on v1.35), the
 scheduler-plugins labels, Volcano's annotations, Kueue's plain-pod label (with its
 total-count annotation as the size), Koordinator's gang annotation, then the

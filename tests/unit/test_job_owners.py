@@ -139,7 +139,7 @@ ALL_OR_NOTHING = {"muster.dev/all-or-nothing": "true"}
 
 
 def test_an_all_or_nothing_controllers_pods_are_one_gang_named_after_it() -> None:
-    # DESIGN.md via the README's "Jobs and other controllers": with no pod-group name, the
+    # docs/design.md via the README's "Jobs and other controllers": with no pod-group name, the
     # all-or-nothing label makes a controller's pods one job named after the controller.
     a = owned("train-0", "Job", "train", ALL_OR_NOTHING)
     b = owned("train-1", "Job", "train", ALL_OR_NOTHING)

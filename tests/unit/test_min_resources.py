@@ -1,6 +1,6 @@
 """A PodGroup's ``minResources``: what the whole gang needs admitted together (issue 26).
 
-The rule (DESIGN.md, as amended by issue 26; README "Gangs declared by minResources"): a
+The rule (docs/design.md, as amended by issue 26; README "Gangs declared by minResources"): a
 job whose PodGroup declares ``minResources`` is charged ``max(used, minResources)`` per
 resource from its first admitted pod until its last pod ends.  So its first pod (a Spark
 driver, ``minMember: 1``) is admitted only where the quota has room for all of

@@ -1,7 +1,7 @@
 """Plans made back to back, while earlier plans' victims are still leaving (issue 23,
 item 4).
 
-DESIGN.md, Job-level preemption, step 2: "Pods already marked, or leaving, for another
+docs/design.md, Job-level preemption, step 2: "Pods already marked, or leaving, for another
 job are gone for every rule here: they are never candidates, and their quota is judged
 as it will be without them (two plans in a row keep every guarantee one plan keeps)."
 
@@ -25,7 +25,7 @@ Properties:
    and never below its ``min`` in such a resource;
 4. a job that reclaims ends within its own ``min``.
 
-Every expectation is DESIGN.md's, computed from the pods and quota specs, not read from
+Every expectation is docs/design.md's, computed from the pods and quota specs, not read from
 Muster's ledger.  The last tests pin down a case the property found (and that the
 generator now avoids): a gang's pods with different priorities or starts, one of them
 leaving alone.
@@ -226,7 +226,7 @@ def _on_its_way_out(manifest: dict[str, Any], how: str) -> dict[str, Any]:
 def _used(snap: ClusterState, name: str) -> dict[str, int]:
     """What quota ``name`` uses, counted from the pods themselves: those bound and not
     finished, and the pending pods a reservation holds room for (a job whose plan was
-    committed holds its quota until its pods bind: DESIGN.md, step 6)."""
+    committed holds its quota until its pods bind: docs/design.md, step 6)."""
     used: dict[str, int] = {}
     for item in snap.pods.values():
         if item.namespace != name or item.finished:
@@ -237,7 +237,7 @@ def _used(snap: ClusterState, name: str) -> dict[str, int]:
 
 
 def _contested(snap: ClusterState, job: str) -> frozenset[str]:
-    """The resources the job's pending pods ask for that some quota names (DESIGN.md: a
+    """The resources the job's pending pods ask for that some quota names (docs/design.md: a
     resource no quota names is outside quota accounting; the pod count is no quota's)."""
     named = {name for spec in snap.tree.specs.values() for name in (*spec.min, *spec.max)}
     return frozenset(
@@ -274,7 +274,7 @@ def test_a_plan_made_while_earlier_victims_leave_decides_what_it_would_once_they
     for step, job in enumerate(case.jobs):
         decision = plan_job_preemption(in_flight, job, NOW)
         settled = plan_job_preemption(gone, job, NOW)
-        # Property 1 (DESIGN.md step 2: leaving pods "are gone for every rule here"): the
+        # Property 1 (docs/design.md step 2: leaving pods "are gone for every rule here"): the
         # plan made while the earlier victims leave is the plan made once they left.
         assert decision == settled, (step, job, decision, settled)
         if isinstance(decision, Refusal):
@@ -344,7 +344,7 @@ def test_a_plan_made_while_earlier_victims_leave_decides_what_it_would_once_they
 # ---- a gang member leaving alone ------------------------------------------------------
 #
 # One pod of a running gang is terminating (deleted by someone, in its grace period); the
-# gang's other pod stays.  DESIGN.md step 2: a pod leaving is gone for every rule, so the
+# gang's other pod stays.  docs/design.md step 2: a pod leaving is gone for every rule, so the
 # gang is, for the plan, its staying pod alone: the victim order (step 3, "lower priority
 # first, most recently started first") and the policies' priority bounds read that pod's
 # priority and start, not the leaving one's.  The planner reads them off its victim unit,

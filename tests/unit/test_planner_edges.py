@@ -1,7 +1,7 @@
 """The planner's rules at the edges (issue #13): quota-tree paths, guarantees in every
 resource, "within min" after the job's own lower-priority work, stop policies on parents.
 
-Every expectation is derived by hand from DESIGN.md and the rule it tests (the comment
+Every expectation is derived by hand from docs/design.md and the rule it tests (the comment
 beside each says how).  Nodes have 8 GPUs and 32 CPUs; every pod asks for 8 GPUs, so
 one pod fills a node, and evicting one frees exactly one node.  Victims are ordered
 other quotas first, lower priority first, most recently started first.

@@ -221,7 +221,7 @@ def _assert_valid_and_minimal(
 
 # ---- a second job, planned while the first one's victims leave ------------------------
 #
-# DESIGN.md, Job-level preemption, step 2: pods "already marked, or leaving, for another
+# docs/design.md, Job-level preemption, step 2: pods "already marked, or leaving, for another
 # job are gone for every rule here: they are never candidates, and their quota is judged
 # as it will be without them".  So once the first job's plan is committed (its room
 # reserved: step 6), the oracle for a second job counts the first plan's victims as gone,

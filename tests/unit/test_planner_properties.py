@@ -162,7 +162,7 @@ def test_committed_plans_are_safe_complete_and_minimal(case: Any) -> None:
         assert victim.job != job
         assert current.node_name is not None
 
-    # DESIGN.md: pods already marked or leaving are gone for every rule a plan keeps, so
+    # docs/design.md: pods already marked or leaving are gone for every rule a plan keeps, so
     # the plan is judged on the cluster without its victims and without them.
     gone = frozenset(p.key for p in snap.leaving())
     after = build(case, victims | gone)
@@ -188,7 +188,7 @@ def test_committed_plans_are_safe_complete_and_minimal(case: Any) -> None:
     groups: dict[str, set[str]] = defaultdict(set)
     for victim in decision.victims:
         groups[victim.job].add(victim.pod.key)
-    # A job that reclaims (reclaimWithinCohort) must end within its min (DESIGN.md;
+    # A job that reclaims (reclaimWithinCohort) must end within its min (docs/design.md;
     # issue #13 rule 3): sparing a group that leaves it borrowing is not a valid plan.
     reclaims = any("reclaimWithinCohort" in victim.reason for victim in decision.victims)
     if reclaims:

@@ -258,7 +258,7 @@ def test_simulate_names_the_rack_a_gang_was_placed_in() -> None:
 def test_a_rack_that_holds_the_gang_once_leaving_pods_go_means_no_eviction_elsewhere() -> None:
     # Found in review: rack r1's three nodes each run a pod on its way out (terminating);
     # once they go, r1 holds the gang as it is.  Rack r2 runs three priority-1 borrowers.
-    # The plan is made as if the leaving pods were gone (DESIGN.md), so nothing is to be
+    # The plan is made as if the leaving pods were gone (docs/design.md), so nothing is to be
     # evicted: the planner refuses ("fits without evicting") rather than evict r2.
     nodes = [racked(f"a{i}", "r1") for i in range(3)] + [racked(f"b{i}", "r2") for i in range(3)]
     leaving = []

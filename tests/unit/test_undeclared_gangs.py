@@ -59,7 +59,7 @@ def test_the_first_pod_waits_while_its_siblings_arrive() -> None:
     # reason is the same sentence (kube-scheduler rewrites a condition when it changes).
     again = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 1.0)
     assert again.gang_waiting == first.gang_waiting
-    # Settled (1 s after the last pod joined): a gang of three, of which two fit. DESIGN.md:
+    # Settled (1 s after the last pod joined): a gang of three, of which two fit. docs/design.md:
     # "otherwise every pod of the job is rejected with one stable reason": none binds.
     settled = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 1.5)
     assert not settled.passed
@@ -99,7 +99,7 @@ def test_a_declared_size_needs_no_settling() -> None:
 
 def test_a_non_preemptible_gang_beyond_its_min_is_not_admitted_pod_by_pod() -> None:
     # Quota min 16 GPUs; three non-preemptible 8-GPU pods (24 > 16).  One pod alone fits
-    # the min, but the job is the three: DESIGN.md, non-preemptible job:
+    # the min, but the job is the three: docs/design.md, non-preemptible job:
     # npUsed + jobReq <= min, so once settled the quota turns the whole job away.
     snap = snapshot(
         [node("n1", gpu=32)], [], [quota("team-a", min={"nvidia.com/gpu": "16"}, max={})]

@@ -1,6 +1,6 @@
 """Job-level preemption: the PostFilter's decision for one job.
 
-:func:`plan_job_preemption` follows DESIGN.md's steps:
+:func:`plan_job_preemption` follows docs/design.md's steps:
 
 1. *Eligible?*  The job may trigger preemption, is not in flight (its own
    reservation, or kube-scheduler's preemption for it: see

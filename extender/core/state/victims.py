@@ -10,7 +10,7 @@ and all together, in **the victim order**, defined here and nowhere else:
    creation when it has not started);
 3. then by job name, then by quota: a stable key.
 
-"Other quotas first", the order's first rule in DESIGN.md, is the candidate walk's
+"Other quotas first", the order's first rule in docs/design.md, is the candidate walk's
 (:mod:`extender.core.preemption.candidates` takes other quotas' units before the
 preemptor's own); within each walk, units come in this order.
 
