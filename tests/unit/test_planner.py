@@ -245,14 +245,21 @@ def test_planning_is_deterministic() -> None:
     assert plan(build()) == plan(build())
 
 
-def test_a_running_pod_with_an_unknown_quota_still_takes_room() -> None:
+def test_a_running_pod_whose_quota_label_is_refused_counts_in_its_namespace_s_quota() -> None:
+    # "lost" names a quota that does not exist: its own job would be refused, but the pod
+    # is never charged to nothing (docs/security.md): it counts in team-b, its namespace's
+    # quota, as a preemptible pod.  team-b (min 0) borrows all 8 GPUs of n0, so team-a's
+    # trainer (8 GPUs, within team-a's min of 16) reclaims them: "lost" is the victim.
     pods = [
         pod("lost", "team-b", gpu=8, node="n0", quota="no-such-quota", preemptible=True),
         trainer("t-0", group="one"),
     ]
     snap = snapshot(NODES[:1], pods, two_teams())
     assert snap.free_on("n0")["nvidia.com/gpu"] == 0
-    decision = refusal(snap, "team-a/one")
-    assert "room for 0 of its 1" in decision.reasons[0]
+    assert snap.charged_to(snap.pods["team-b/lost"]) == "team-b"
+    assert snap.ledger["team-b"].used["nvidia.com/gpu"] == 8000
+    decision = plan_job_preemption(snap, "team-a/one", NOW)
+    assert isinstance(decision, PreemptionPlan)
+    assert [v.pod.key for v in decision.victims] == ["team-b/lost"]
     snap.remove_pod("team-b/lost")
     assert snap.free_on("n0")["nvidia.com/gpu"] == 8000

@@ -100,7 +100,7 @@ def observable(snap: ClusterState) -> dict[str, Any]:
         "reservations": dict(sorted(snap.reservations.items())),
         "holds": snap.book.holds(),
         "reserved_nodes": sorted(snap.nodes_with_reserved_room()),
-        "untallied": snap.has_untallied_pods(),
+        "charged_to": {key: snap.charged_to(snap.pods[key]) for key in sorted(snap.pods)},
     }
 
 

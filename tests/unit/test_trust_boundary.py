@@ -63,6 +63,24 @@ def test_a_label_naming_another_team_s_quota_is_refused_naming_the_label_and_quo
     assert not any(snap.ledger["team-a"].used.values())
 
 
+def test_relabelling_a_running_pod_keeps_it_in_its_namespace_s_quota() -> None:
+    # team-a (min = max = 8) runs 8 GPUs; its next 8-GPU pod is refused (8 + 8 > 8).  The
+    # tenant relabels the running pod with team-b's quota, then with one that does not
+    # exist: each time the pod stays counted in team-a (a refused label never takes a pod
+    # out of accounting), so the next pod is still refused.
+    quotas = [quota("team-a", min={GPU: "8"}, max={GPU: "8"}), quota("team-b", max={GPU: "8"})]
+    running = pod("a-0", "team-a", gpu=8, node="n0", preemptible=False)
+    nxt = pod("a-1", "team-a", gpu=8, preemptible=False)
+    snap = snapshot([node("n0"), node("n1")], [running, nxt], quotas)
+    for label in ("team-b", "nope"):
+        relabelled = pod("a-0", "team-a", gpu=8, node="n0", preemptible=False, quota=label)
+        snap.upsert_pod(parse_pod(relabelled))
+        assert snap.ledger["team-a"].used[GPU] == 8000
+        assert not any(snap.ledger["team-b"].used.values())
+        result = filter_pod(snap, snap.pods["team-a/a-1"], ["n1"], as_extender=True, now=NOW)
+        assert result.quota_failures and result.passed == []
+
+
 def test_a_namespace_with_a_quota_never_falls_to_the_default_quota() -> None:
     snap = snapshot([node("n0")], [], teams())
     for named in ("default", None):

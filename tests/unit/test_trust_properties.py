@@ -139,12 +139,12 @@ def test_tenant_input_never_moves_quotas_forges_records_or_widens_victims(
             for effect in restored_effects(snap, parsed):
                 apply(snap, effect)
 
-    # No pod is charged to a quota that does not admit its namespace.
+    # Every pod is charged to a quota that admits its namespace (a refused label leaves
+    # the pod in its namespace's quota, never in none).
     for key, held in snap.pods.items():
-        name = snap.quota_name(held)
-        if name is None:
-            continue
+        name = snap.charged_to(held)
         own = snap.tree.quota_in_namespace(held.namespace)
+        assert name is not None, key
         assert snap.tree.admits(name, held.namespace) or (name == "default" and own is None), key
     # Nothing the tenant wrote is held as Muster's: no reservation, no mark, no backoff.
     assert snap.reservations == {}

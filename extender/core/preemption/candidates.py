@@ -389,7 +389,7 @@ def victim_refusal(snapshot: ClusterState, job: str, victim: PodInfo) -> str | N
         return f"job {job} may not trigger preemption"
     if victim.node_name is None or victim.finished or victim.departing:
         return f"{victim.key} is not running"
-    victim_quota = snapshot.quota_name(victim)
+    victim_quota = snapshot.charged_to(victim)
     if victim_quota is None or not snapshot.preemptible(victim):
         return f"{victim.key} is not preemptible"
     preemptor = Preemptor(

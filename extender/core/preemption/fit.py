@@ -132,12 +132,10 @@ class JobFit:
         #: For each useful node, the resources it may lack at some point of the search.
         self._short: Mapping[str, frozenset[str]] = lacking
         #: For each useful node, the only resources it may lack for one more copy of a
-        #: shape as victims go (see :meth:`frees_what_is_missing`); ``None`` when a
-        #: victim could free room the snapshot's node totals do not count, which
-        #: breaks the bound this rests on.
-        self.lacking: Mapping[str, frozenset[str]] | None = (
-            None if snapshot.has_untallied_pods() else lacking
-        )
+        #: shape as victims go (see :meth:`frees_what_is_missing`).  (Every running pod
+        #: is in the node totals this bound rests on: one whose quota label is refused is
+        #: counted in its namespace's quota.)
+        self.lacking: Mapping[str, frozenset[str]] | None = lacking
         self._initial = [dict(shape.capacity) for shape in self.shapes]
         #: With slices: each node's domain of the slice level, and per shape how many of
         #: the job's bound pods of that shape each domain holds and (kept as victims come

@@ -274,9 +274,6 @@ class _DomainBounds:
         # (The pods of one shape share one memoised set: union the distinct ones.)
         eligible = frozenset().union(*{eligible_nodes(snapshot, pod) for pod in demand.unplaced})
         self.scarce = scarce = scarce_resource(demand.unplaced[0])
-        #: Running pods naming a quota that does not exist are in neither per-node memo:
-        #: then no bound is sound, and every domain is searched.
-        self.untallied = snapshot.has_untallied_pods()
         leaving = snapshot.leaving()
         unevictable: dict[str, Resources] = {}  # what leaving unevictable pods free, by node
         evictable: dict[str, list[PodInfo]] = {}  # leaving preemptible pods, by node
@@ -322,8 +319,6 @@ class _DomainBounds:
         """The domain's least (highest victim priority, victim count); or why it cannot
         hold the job whatever is evicted."""
         needed, most = self.needed, self.most[value]
-        if self.untallied:
-            return (-(2**31), 0)
         if most < needed:
             return (
                 f"room for at most {most} of its {needed} unplaced pods, even with every "

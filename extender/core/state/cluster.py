@@ -270,15 +270,20 @@ class ClusterState(RoomMixin, JobsMixin):
 
     def quota_of(self, pod: PodInfo) -> str:
         """The pod's quota; raises :class:`QuotaMembershipError` if its label names one it
-        may not use (missing, or not admitting its namespace)."""
+        may not use (missing, or not admitting its namespace): its job is refused."""
         unknown = self._unknown_quota.get(pod.key)
         if unknown is not None:
             raise QuotaMembershipError(unknown)
         quota = self._pod_quota.get(pod.key)
         return quota if quota is not None else self._resolve_quota(pod)
 
+    def charged_to(self, pod: PodInfo) -> str | None:
+        """The quota the pod is counted in (its own, or for a pod whose quota label is
+        refused, its namespace's); ``None`` for a pod the state does not hold."""
+        return self._pod_quota.get(pod.key)
+
     def quota_name(self, pod: PodInfo) -> str | None:
-        """The pod's quota, or ``None`` if it names one that does not exist."""
+        """The pod's quota, or ``None`` if its label names one it may not use."""
         try:
             return self.quota_of(pod)
         except QuotaMembershipError:
@@ -387,15 +392,6 @@ class ClusterState(RoomMixin, JobsMixin):
         """Requests of the preemptible pods bound to ``node``: the most eviction could free."""
         return self.node_usage.preemptible.get(node, {})
 
-    def has_untallied_pods(self) -> bool:
-        """Are there running pods :meth:`preemptible_on` leaves out though a victim gang
-        could take them along?  Those that name a quota that does not exist (they do
-        count in :meth:`free_on`)."""
-        return any(
-            self.pods[key].node_name is not None and not self.pods[key].finished
-            for key in self._unknown_quota
-        )
-
     # ---- the one path into the indexes ---------------------------------------------
 
     def _resolve_quota(self, pod: PodInfo) -> str:
@@ -436,15 +432,15 @@ class ClusterState(RoomMixin, JobsMixin):
             try:
                 self._pod_quota[key] = self._resolve_quota(pod)
             except QuotaMembershipError as error:
+                # Its job is refused (quota_of raises), but the pod is never charged to
+                # nothing: a label put on a running pod must not take it out of its
+                # quota's accounting, nor out of the victims.  It counts in the quota
+                # of its namespace (or the default quota), where it would be without it.
                 self._unknown_quota[key] = error.reason
-        quota = self._pod_quota.pop(key, None) if sign < 0 else self._pod_quota.get(key)
-        if quota is None:
-            # No quota to charge, but a running pod still takes room on its node.
-            if sign < 0:
-                self._unknown_quota.pop(key, None)
-            if pod.node_name is not None and live:
-                self.node_usage.bind(pod.node_name, key, pod.requests, preemptible=False, sign=sign)
-            return
+                self._pod_quota[key] = self.tree.quota_for(pod.namespace, None)
+        else:
+            self._unknown_quota.pop(key, None)
+        quota = self._pod_quota.pop(key) if sign < 0 else self._pod_quota[key]
         if not live:
             return
         preemptible = self.preemptible(pod)
