@@ -228,12 +228,16 @@ class QuotaTree:
         self.parents = frozenset(
             spec.parent for spec in self.specs.values() if spec.parent is not None
         ) | frozenset(spec.name for spec in self.specs.values() if spec.is_parent)
-        #: Each namespace's own leaf quota: the first by name that admits it.
+        #: Each namespace's own leaf quota: the first by name of those declared in it,
+        #: else the first by name of those listing it.
         self._by_namespace: dict[str, str] = {}
-        for name in sorted(self.specs, reverse=True):
-            if name not in self.parents and name != keys.DEFAULT_QUOTA:
-                for namespace in self._declared_namespaces(name):
-                    self._by_namespace[namespace] = name
+        leaves = [n for n in self.specs if n not in self.parents and n != keys.DEFAULT_QUOTA]
+        for name in sorted(leaves, reverse=True):
+            for namespace in self.specs[name].namespaces:
+                self._by_namespace[namespace] = name
+        for name in sorted(leaves, reverse=True):
+            if self.specs[name].namespace:
+                self._by_namespace[self.specs[name].namespace] = name
         #: The resources some quota names (in ``min`` or ``max``): those quota accounting
         #: is about.  One no quota names (cpu, where quotas name only GPUs) is nobody's
         #: guarantee and nobody's limit.
@@ -284,12 +288,13 @@ class QuotaTree:
 
     def admits(self, name: str, namespace: str) -> bool:
         """May pods of ``namespace`` be charged to quota ``name``?  Only where whoever
-        writes quotas said so: the quota, or one of its ancestors, is declared in that
-        namespace or lists it (a team's own subtree is the team's to divide)."""
-        return any(
-            namespace in self._declared_namespaces(quota)
-            for quota in (name, *self._ancestors[name])
-        )
+        writes quotas said so: the quota is declared in that namespace or lists it, or an
+        ancestor lists it (a subtree granted to a team is the team's to divide).  Where
+        an ancestor merely lives counts for nothing: quota objects often share one
+        namespace, and its pods must not choose among them."""
+        if namespace in self._declared_namespaces(name):
+            return True
+        return any(namespace in self.specs[quota].namespaces for quota in self._ancestors[name])
 
     def quota_for(self, namespace: str, named: str | None) -> str:
         """The quota a pod of ``namespace`` is charged to, its quota label naming ``named``

@@ -96,24 +96,22 @@ def test_a_namespace_with_a_quota_never_falls_to_the_default_quota() -> None:
 
 
 def test_an_admin_may_admit_more_namespaces_by_annotation_or_by_the_quota_tree() -> None:
-    shared = quota(
-        "shared",
-        namespace="platform",
-        max={GPU: "8"},
-        annotations={keys.QUOTA_NAMESPACES_ANNOTATION: json.dumps(["team-a"])},
-    )
-    org = quota("org", namespace="team-a", is_parent=True, max={GPU: "16"})
+    listing = {keys.QUOTA_NAMESPACES_ANNOTATION: json.dumps(["team-a"])}
+    shared = quota("shared", namespace="platform", max={GPU: "8"}, annotations=listing)
+    # The parent "org" lists team-a: its subtree is team-a's to divide.  It lives in
+    # namespace "quotas", with every other quota object: that grants "quotas" nothing.
+    org = quota("org", namespace="quotas", is_parent=True, max={GPU: "16"}, annotations=listing)
     child = quota("research", namespace="research", parent="org", max={GPU: "8"})
-    tree = QuotaTree(parse_elastic_quota(q) for q in (shared, org, child))
-    # listed by the annotation
-    assert tree.quota_for("team-a", "shared") == "shared"
-    # under the namespace's own (parent) quota: the team's own subtree
-    assert tree.quota_for("team-a", "research") == "research"
-    # the namespace's own leaf quota is the first by name that admits it ("shared"; the
-    # parent "org" is not a leaf)
-    assert tree.quota_for("team-a", None) == "shared"
-    with pytest.raises(QuotaMembershipError):
-        tree.quota_for("team-b", "shared")
+    own = quota("team-a", max={GPU: "4"})  # declared in namespace team-a
+    tree = QuotaTree(parse_elastic_quota(q) for q in (shared, org, child, own))
+    assert tree.quota_for("team-a", "shared") == "shared"  # listed by the annotation
+    assert tree.quota_for("team-a", "research") == "research"  # under a parent listing it
+    # The namespace's own quota is the one declared in it, though "shared" lists it and
+    # sorts first: listing a namespace admits it, it does not take it over.
+    assert tree.quota_for("team-a", None) == "team-a"
+    for namespace, named in (("team-b", "shared"), ("quotas", "research")):
+        with pytest.raises(QuotaMembershipError):
+            tree.quota_for(namespace, named)
     with pytest.raises(QuotaMembershipError, match="which does not exist"):
         tree.quota_for("team-a", "nope")
 
