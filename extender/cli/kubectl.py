@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _from_cluster(options: argparse.Namespace, live: str) -> int:
     args = load_args_file(options.config)
     if options.command == "whatif":
-        document, notes = simulate_files([live, *options.files], args)
+        document, notes = simulate_files([live, *options.files], args, tenant_input=True)
         for note in notes:
             if "ignored kind" not in note:  # the dump holds only what Muster reads
                 print(f"note: {note}", file=sys.stderr)
@@ -107,7 +107,7 @@ def _from_cluster(options: argparse.Namespace, live: str) -> int:
     if key not in snapshot.pods:
         print(f"{PROG}: pod {key} not found", file=sys.stderr)
         return 1
-    document, _notes = simulate_files([live], args)
+    document, _notes = simulate_files([live], args, tenant_input=True)
     answer: dict[str, Any] = {
         "pod": key,
         "source": "computed from the cluster (Muster not asked: no --muster-url)",
@@ -161,7 +161,7 @@ def _from_muster(options: argparse.Namespace) -> int:
 
 
 def _load(live: str, args: MusterArgs) -> ClusterState:
-    return load_manifests([live], args).snapshot
+    return load_manifests([live], args, tenant_input=True).snapshot
 
 
 def _print(document: dict[str, Any], output: str, table: Any) -> None:

@@ -35,7 +35,7 @@ from extender.core.objects import (
     parse_priority_class,
 )
 from extender.core.podgroups import GANG_OBJECT_KINDS, gang_object_kind
-from extender.core.records import RecordKeys, believed_pod, forged_records
+from extender.core.records import RecordKeys, believed_pod
 from extender.core.reservations import record_problems, restored_effects
 from extender.core.state import ClusterState
 from extender.core.topology import (
@@ -102,12 +102,22 @@ KUEUE_TOPOLOGY_API_VERSIONS = tuple(f"{KUEUE_TOPOLOGY_GROUP}/{v}" for v in ("v1b
 
 
 def load_manifests(
-    paths: Sequence[str | Path], args: MusterArgs, record_keys: RecordKeys | None = None
+    paths: Sequence[str | Path],
+    args: MusterArgs,
+    record_keys: RecordKeys | None = None,
+    *,
+    tenant_input: bool = False,
 ) -> LoadedManifests:
     """Parse, validate and load every object of ``paths`` into a new snapshot.  With
     ``record_keys``, records on pods that they do not verify are dropped first, as the
     live informer drops them (:func:`extender.core.records.believed_pod`), each with a
-    note; without, the records are believed as written (the files are the admin's)."""
+    note; without, the records are believed as written (the files are the admin's).
+
+    ``tenant_input``: the files are a dump of a live cluster (``kubectl muster``), whose
+    pods' labels and annotations tenants wrote: a pod's quota label Muster would refuse,
+    or a record Muster could not have written, is then a note (the label refused as the
+    live Muster refuses it, the record dropped as the informer drops it), not an input
+    error, so one tenant's pod cannot stop everyone's what-if."""
     notes: list[str] = []
     by_kind: dict[str, list[_Document]] = {
         "Node": [],
@@ -211,25 +221,34 @@ def load_manifests(
     sliced: dict[str, tuple[SliceRequest, PodInfo, _Document]] = {}
     while pods:
         document = pods.pop().full()  # each object let go once parsed (see _Deferred)
-        forged = forged_records(document.obj, record_keys) if record_keys is not None else ()
-        pod = _parse(document, lambda obj: parse_pod(believed_pod(obj, record_keys)[0], priorities))
+        believed, forged = believed_pod(document.obj, record_keys)
+        pod = _parse(document, partial(_parse_believed, believed, priorities))
         notes.extend(f"{pod.key}: ignoring {record}: Muster did not write it" for record in forged)
         if pod.key in snapshot.pods:
             raise document.error("metadata.name", f"duplicate Pod {pod.key!r}")
         if pod.node_name is not None and pod.node_name not in snapshot.nodes:
             raise document.error("spec.nodeName", f"unknown node {pod.node_name!r}")
         named = pod.labels.get(keys.QUOTA_NAME_LABEL)
+        label_problem = None
         if named and named not in snapshot.tree:
-            raise document.error(
-                f"metadata.labels.{keys.QUOTA_NAME_LABEL}", f"unknown quota {named!r}"
-            )
-        if named and named in snapshot.tree.parents:
-            raise document.error(
-                f"metadata.labels.{keys.QUOTA_NAME_LABEL}",
-                f"quota {named!r} is a parent quota; pods must use a leaf quota",
-            )
-        for field_name, why in record_problems(pod):
+            label_problem = f"unknown quota {named!r}"
+        elif named and named in snapshot.tree.parents:
+            label_problem = f"quota {named!r} is a parent quota; pods must use a leaf quota"
+        if label_problem is not None:
+            if not tenant_input:
+                raise document.error(f"metadata.labels.{keys.QUOTA_NAME_LABEL}", label_problem)
+            notes.append(f"{pod.key}: {label_problem}: its job is refused, as Muster would")
+        problems = record_problems(pod)
+        if problems and not tenant_input:
+            field_name, why = problems[0]
             raise document.error(field_name, why)
+        if problems:
+            dropped = [field_name.split("annotations.", 1)[1] for field_name, _ in problems]
+            pod = parse_pod(_without_records(believed, dropped), priorities)
+            notes.extend(
+                f"{pod.key}: ignoring {record}: {why}"
+                for record, (_, why) in zip(dropped, problems, strict=True)
+            )
         try:
             min_available_annotation(pod)
             pod_topology_request(pod)
@@ -248,6 +267,26 @@ def load_manifests(
         except ManifestError as error:
             raise document.error(error.field, error.message) from None
     return LoadedManifests(snapshot, notes)
+
+
+def _parse_believed(
+    believed: Mapping[str, Any], priorities: PriorityClasses, _obj: Mapping[str, Any]
+) -> PodInfo:
+    """``parse_pod`` of the pod as believed (its document's own object set aside)."""
+    return parse_pod(believed, priorities)
+
+
+def _without_records(obj: Mapping[str, Any], records: Sequence[str]) -> dict[str, Any]:
+    """A copy of the pod object without the annotations ``records`` (and, with the
+    soft-eviction mark, its label)."""
+    metadata = dict(obj.get("metadata") or {})
+    annotations = dict(metadata.get("annotations") or {})
+    labels = dict(metadata.get("labels") or {})
+    for record in records:
+        annotations.pop(record, None)
+        if record == keys.SOFT_EVICTION_KEY:
+            labels.pop(record, None)
+    return {**obj, "metadata": {**metadata, "annotations": annotations, "labels": labels}}
 
 
 def _parse(document: _Document, parser: Callable[[Mapping[str, Any]], _T]) -> _T:

@@ -48,9 +48,12 @@ def simulate_files(
     args: MusterArgs,
     now: float | None = None,
     record_keys: RecordKeys | None = None,
+    *,
+    tenant_input: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Run a simulation over manifest files; returns the JSON document and notes."""
-    loaded = load_manifests(paths, args, record_keys)
+    """Run a simulation over manifest files; returns the JSON document and notes
+    (``tenant_input``: a live cluster's dump, see :func:`load_manifests`)."""
+    loaded = load_manifests(paths, args, record_keys, tenant_input=tenant_input)
     result = run_simulation(loaded.snapshot, time.time() if now is None else now)
     return result_document(result, loaded.snapshot), loaded.notes + result.notes
 

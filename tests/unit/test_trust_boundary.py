@@ -338,3 +338,27 @@ def test_a_victim_a_record_names_is_checked_against_the_rules() -> None:
     assert "may not trigger" in (victim_refusal(snap, "team-a/k", pods["team-b/b-0"]) or "")
     # a job with no pending pods
     assert "no pending pods" in (victim_refusal(snap, "team-a/gone", pods["team-b/b-0"]) or "")
+
+
+def test_a_live_dump_with_tenants_lies_loads_with_notes_for_kubectl_muster(
+    tmp_path: Path,
+) -> None:
+    # kubectl muster reads a dump of the live cluster, whose labels and annotations
+    # tenants wrote: a quota label naming nothing, and a reservation Muster could not
+    # have written, are notes there (one tenant must not stop everyone's what-if), while
+    # simulate over an admin's own files refuses them, naming the field.
+    from extender.cli.manifests import InputError, load_manifests
+
+    odd = pod("odd", "team-a", gpu=1, quota="no-such-quota")
+    dump = tmp_path / "dump.json"
+    items = [node("n0"), *teams(), odd, forged_reservation([], expires=1e300)]
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    with pytest.raises(InputError, match=keys.QUOTA_NAME_LABEL):
+        load_manifests([dump], MusterArgs())
+    loaded = load_manifests([dump], MusterArgs(), tenant_input=True)
+    assert any("team-a/odd: unknown quota 'no-such-quota'" in n for n in loaded.notes)
+    assert any(f"team-a/sneaky: ignoring {keys.RESERVATION_ANNOTATION}" in n for n in loaded.notes)
+    sneaky = loaded.snapshot.pods["team-a/sneaky"]
+    assert keys.RESERVATION_ANNOTATION not in sneaky.annotations
+    assert loaded.snapshot.reservations == {}
+    assert loaded.snapshot.charged_to(loaded.snapshot.pods["team-a/odd"]) == "team-a"
