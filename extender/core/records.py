@@ -39,19 +39,24 @@ SIGNATURE_FIELD = "signature"
 
 @dataclass(frozen=True, slots=True)
 class RecordKeys:
-    """Named secret keys: records are signed with the last by name and believed when any
-    of them verifies (so a new key is added, then the old removed, losing no record)."""
+    """Named secret keys: records are believed when any of them verifies, and signed with
+    ``signer`` (by default the last by name), so a new key is added, then the old one
+    removed, losing no record."""
 
     keys: tuple[tuple[str, bytes], ...]
+    signer: str | None = None
 
     def __post_init__(self) -> None:
         if not self.keys:
             raise ValueError("at least one record key is needed")
         object.__setattr__(self, "keys", tuple(sorted(self.keys)))
+        if self.signer is not None and self.signer not in dict(self.keys):
+            raise ValueError(f"no record key {self.signer!r} to sign with")
 
     def sign(self, record: str, uid: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """``payload`` with its signature, as the annotation ``record`` of the pod ``uid``."""
-        key_id, secret = self.keys[-1]
+        key_id = self.signer if self.signer is not None else self.keys[-1][0]
+        secret = dict(self.keys)[key_id]
         signed = {name: value for name, value in payload.items() if name != SIGNATURE_FIELD}
         signed[SIGNATURE_FIELD] = f"{key_id}:{_mac(secret, record, uid, signed)}"
         return signed

@@ -187,15 +187,25 @@ def test_a_key_directory_muster_cannot_sign_with_is_refused_naming_the_file(
         read_key_directory(tmp_path / "missing")
 
 
-def test_a_key_directory_is_re_read_when_it_changes(tmp_path: Path) -> None:
+def test_a_key_directory_is_re_read_and_a_new_key_signs_only_once_settled(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "key-1").write_text("a" * 32)
     now = [0.0]
-    directory = KeyDirectory(tmp_path, recheck_seconds=5, clock=lambda: now[0])
+    directory = KeyDirectory(tmp_path, recheck_seconds=5, settle_seconds=180, clock=lambda: now[0])
     first = directory()
     (tmp_path / "key-2").write_text("b" * 32)
     assert directory() is first  # not re-checked before recheck_seconds
     now[0] = 10.0
-    assert [name for name, _ in directory().keys] == ["key-1", "key-2"]
+    keys_now = directory()
+    assert [name for name, _ in keys_now.keys] == ["key-1", "key-2"]
+    # key-2 was first seen at 10 s: it verifies at once, but key-1 signs until 190 s, so
+    # no replica whose copy of the Secret lags signs what the others cannot check yet.
+    signed_by_2 = RecordKeys((("key-2", b"b" * 32),)).sign(keys.GANG_BACKOFF_ANNOTATION, "u", {})
+    assert keys_now.verify(keys.GANG_BACKOFF_ANNOTATION, "u", signed_by_2)
+    assert keys_now.sign(keys.GANG_BACKOFF_ANNOTATION, "u", {})["signature"].startswith("key-1:")
+    now[0] = 190.0
+    assert directory().sign(keys.GANG_BACKOFF_ANNOTATION, "u", {})["signature"].startswith("key-2:")
 
 
 def forged_reservation(victims: list[str], expires: float = NOW + 10**9) -> dict[str, Any]:
