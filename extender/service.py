@@ -227,7 +227,7 @@ class Extender:
             self._await_informer(pod.key, pod.uid)
             with self.source.exclusive() as snapshot:
                 decided = self._decide(snapshot, pod, nodes)
-        result, trusted, writes, plan_at_once = decided
+        result, trusted, writes, plan_at_once, pod = decided
         self._persist(writes)
         # plan_at_once stays None for a pod not trusted: nothing is handed on for it.
         note = () if trusted else (NOT_KNOWN_NOTE.format(key=pod.key, uid=pod.uid),)
@@ -262,17 +262,20 @@ class Extender:
         (see :meth:`filter`); the caller holds ``snapshot``."""
         now = self.clock()
         snapshot.release_quota_holds(now)
-        result = filter_pod(snapshot, pod, nodes, as_extender=True, now=now)
+        # A pod the informer knows is decided as the informer read it (its records
+        # checked, its labels as stored), not as the request body says.
         known = _known_pending(snapshot, pod.key, pod.uid)
+        subject = known if known is not None else pod
+        result = filter_pod(snapshot, subject, nodes, as_extender=True, now=now)
         # Over a fixed snapshot no informer brings pods: the calls are all there is
         # (``muster serve --snapshot``, for trying the protocol), believed as before.
-        trusted = (known is not None and known.job == pod.job) or not self.source.pods_arrive
+        trusted = known is not None or not self.source.pods_arrive
         writes = _apply(snapshot, result.effects) if trusted else []
         plan_at_once: bool | None = None  # None: not the PostFilter's to plan
         failed = result.quota_failures or not result.passed
         if trusted and failed and self.on_unschedulable is not None:
-            plan_at_once = postfilter_trigger(snapshot, pod, now)
-        return _Filtered(result, trusted, writes, plan_at_once)
+            plan_at_once = postfilter_trigger(snapshot, subject, now)
+        return _Filtered(result, trusted, writes, plan_at_once, subject)
 
     def prioritize(
         self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True
@@ -397,6 +400,8 @@ class _Filtered(NamedTuple):
     trusted: bool
     writes: list[_Write]
     plan_at_once: bool | None
+    #: The pod decided for: the informer's reading when it has the pod.
+    subject: PodInfo
 
 
 def _unseen(snapshot: ClusterState, key: str, uid: str) -> bool:
