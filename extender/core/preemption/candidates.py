@@ -78,6 +78,25 @@ class Preemptor:
     within_min_by_own_work: bool = False
 
 
+def preemptor_of(
+    snapshot: ClusterState,
+    job: str,
+    quota: str,
+    unplaced: Sequence[PodInfo],
+    contested: frozenset[str],
+) -> Preemptor:
+    """The job as the policies see it before borrowing is judged: the highest priority of
+    its unplaced pods, created when its first pod was."""
+    return Preemptor(
+        job=job,
+        quota=quota,
+        priority=max(pod.priority for pod in unplaced),
+        created=min(pod.created for pod in snapshot.job_pods(job)),
+        borrows=False,
+        contested=contested,
+    )
+
+
 @dataclass(slots=True)
 class VictimGroup:
     """Pods that are evicted together: one pod, or the running pods of one gang.
@@ -392,14 +411,7 @@ def victim_refusal(snapshot: ClusterState, job: str, victim: PodInfo) -> str | N
     victim_quota = snapshot.charged_to(victim)
     if victim_quota is None or not snapshot.preemptible(victim):
         return f"{victim.key} is not preemptible"
-    preemptor = Preemptor(
-        job=job,
-        quota=quota,
-        priority=max(pod.priority for pod in pending),
-        created=min(pod.created for pod in snapshot.job_pods(job)),
-        borrows=False,
-        contested=frozenset(),
-    )
+    preemptor = preemptor_of(snapshot, job, quota, pending, frozenset())
     policy = snapshot.tree[quota].policy
     if victim_quota == quota:
         admissions = [_within_rule(preemptor, policy)]

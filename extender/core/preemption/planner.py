@@ -43,6 +43,7 @@ from extender.core.preemption.candidates import (
     describe,
     find_victim_groups,
     own_evictable_requests,
+    preemptor_of,
 )
 from extender.core.preemption.shapes import eligible_nodes
 from extender.core.preemption.simulation import Simulation, Wants
@@ -566,14 +567,7 @@ def _preemptor(snapshot: ClusterState, demand: JobDemand, ledger: QuotaLedger) -
     ``ledger``, after its own quota's pods it may evict are gone: a job that fits its
     ``min`` once its own lower-priority work is evicted reclaims from borrowers; it does
     not borrow."""
-    preemptor = Preemptor(
-        job=demand.job,
-        quota=demand.quota,
-        priority=max(pod.priority for pod in demand.unplaced),
-        created=min(pod.created for pod in snapshot.job_pods(demand.job)),
-        borrows=False,
-        contested=demand.asks,
-    )
+    preemptor = preemptor_of(snapshot, demand.job, demand.quota, demand.unplaced, demand.asks)
     if not would_borrow(ledger, demand.quota, demand.request, demand.asks):
         return preemptor
     request = dict(demand.request)
