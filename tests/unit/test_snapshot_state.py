@@ -106,6 +106,7 @@ def observable(snap: ClusterState) -> dict[str, Any]:
 
 def rebuild(snap: ClusterState, quotas: list[dict[str, Any]]) -> ClusterState:
     fresh = ClusterState(snap.args, [parse_elastic_quota(q) for q in quotas])
+    fresh.keep_preemptible(snap.preemptible_as_admitted())  # history, as reservations are
     for info in snap.nodes.values():
         fresh.upsert_node(info)
     for key in sorted(snap.pods):

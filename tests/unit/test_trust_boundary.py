@@ -372,3 +372,25 @@ def test_a_live_dump_with_tenants_lies_loads_with_notes_for_kubectl_muster(
     assert keys.RESERVATION_ANNOTATION not in sneaky.annotations
     assert loaded.snapshot.reservations == {}
     assert loaded.snapshot.charged_to(loaded.snapshot.pods["team-a/odd"]) == "team-a"
+
+
+def test_a_running_borrower_relabelled_non_preemptible_is_still_reclaimed() -> None:
+    # team-a (min 0) borrows n0's 8 GPUs with a preemptible pod; team-b (min 8) wants them
+    # back.  The tenant relabels its running pod preemptible: "false".  It was admitted
+    # preemptible (checked against max, not min): it stays preemptible, so team-b's
+    # reclaim still evicts it.  Believed, team-a's non-preemptible use would be 8 > min 0,
+    # a protection no quota granted, and the reclaim would be refused.
+    quotas = [quota("team-a", max={GPU: "8"}), quota("team-b", min={GPU: "8"}, max={GPU: "8"})]
+    borrower = pod("borrow", "team-a", gpu=8, node="n0", preemptible=True)
+    wanting = pod("b-0", "team-b", gpu=8, preemptible=False, can_preempt=True)
+    snap = snapshot([node("n0")], [borrower, wanting], quotas)
+    snap.upsert_pod(parse_pod(pod("borrow", "team-a", gpu=8, node="n0", preemptible=False)))
+    assert snap.preemptible(snap.pods["team-a/borrow"])
+    plan = plan_job_preemption(snap, "team-b/b-0", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [v.pod.key for v in plan.victims] == ["team-a/borrow"]
+    # A pending pod is admitted as its label says now: relabelled before it is counted, it
+    # is checked against min as any non-preemptible pod.
+    snap.upsert_pod(parse_pod(pod("p", "team-a", gpu=1, preemptible=True)))
+    snap.upsert_pod(parse_pod(pod("p", "team-a", gpu=1, preemptible=False)))
+    assert not snap.preemptible(snap.pods["team-a/p"])

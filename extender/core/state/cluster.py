@@ -117,6 +117,9 @@ class ClusterState(RoomMixin, JobsMixin):
         self._jobs: dict[str, set[str]] = {}
         self._pod_quota: dict[str, str] = {}
         self._unknown_quota: dict[str, str] = {}
+        #: UIDs of pods admitted preemptible whose label now says otherwise: they stay
+        #: preemptible (a tenant cannot protect borrowed room by relabelling a running pod).
+        self._preemptible_as_admitted: set[str] = set()
         self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
         self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
         self._departing: set[str] = set()  # bound pods on their way out (see leaving())
@@ -147,6 +150,14 @@ class ClusterState(RoomMixin, JobsMixin):
         """Add or replace a pod.  ``now``: when it is seen (live); a new pod of a pod group
         marks when its job last grew (:meth:`last_joined`), else its creation time does."""
         old = self.pods.get(pod.key)
+        if (
+            old is not None
+            and old.uid == pod.uid
+            and self.counts_as_used(old)
+            and self.preemptible(old)
+            and not is_preemptible(pod, self.args)
+        ):
+            self._preemptible_as_admitted.add(pod.uid)
         if old is not None:
             self._unindex(old)
         elif pod.group is not None:
@@ -179,6 +190,7 @@ class ClusterState(RoomMixin, JobsMixin):
         if pod is None:
             return
         self._removed[pod.uid] = None
+        self._preemptible_as_admitted.discard(pod.uid)
         if len(self._removed) > REMOVED_PODS_REMEMBERED:
             self._removed.popitem(last=False)
         quota = self._pod_quota.get(key)
@@ -290,7 +302,19 @@ class ClusterState(RoomMixin, JobsMixin):
             return None
 
     def preemptible(self, pod: PodInfo) -> bool:
-        return is_preemptible(pod, self.args)
+        """May the pod be a victim?  Its label (or the default), except that a pod
+        admitted preemptible stays so: the ``preemptible`` label changed to ``"false"`` on
+        a pod already counted (bound, reserved or held) asks for a protection its quota
+        never checked it against.  (Held in memory: a restarted Muster reads the labels.)"""
+        return pod.uid in self._preemptible_as_admitted or is_preemptible(pod, self.args)
+
+    def preemptible_as_admitted(self) -> frozenset[str]:
+        """The UIDs :meth:`preemptible` keeps preemptible against their label."""
+        return frozenset(self._preemptible_as_admitted)
+
+    def keep_preemptible(self, uids: Iterable[str]) -> None:
+        """Restore :meth:`preemptible_as_admitted` (a rebuilt state); before the pods."""
+        self._preemptible_as_admitted.update(uids)
 
     def counts_as_used(self, pod: PodInfo) -> bool:
         """Bound to a node and not finished, or pending with a reservation, or pending in
