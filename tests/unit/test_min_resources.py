@@ -185,3 +185,19 @@ def test_evicting_part_of_a_job_frees_its_pods_less_the_hold_they_leave_behind()
     members = (snap.pods["team-a/driver"], snap.pods["team-a/exec-0"])
     freed = _with_hold_change(snap, "team-a/spark", members, {GPU: 8000})
     assert freed.get(GPU, 0) == 0
+
+
+def test_min_resources_raised_after_admission_holds_no_more_than_was_admitted() -> None:
+    # The driver runs, admitted with the PodGroup's 24 GPUs held: 16 + 24 = 40 = max.  Its
+    # owner (a tenant may write its PodGroup) raises minResources to 100: admission never
+    # checked 100, so the hold stays 24 (used 40, not 116, which would refuse every other
+    # job of the quota and of any parent).  Lowered to 8, it holds 8 (16 + 8 = 24).
+    snap = cluster(40, driver("n2"))
+    assert gpus_used(snap) == 40
+    snap.set_pod_group(spark_group(100))
+    assert gpus_used(snap) == 40
+    snap.set_pod_group(spark_group(8))
+    assert gpus_used(snap) == 24
+    # Raised again: still no more than the 24 it was admitted with.
+    snap.set_pod_group(spark_group(30))
+    assert gpus_used(snap) == 40

@@ -120,6 +120,9 @@ class ClusterState(RoomMixin, JobsMixin):
         #: UIDs of pods admitted preemptible whose label now says otherwise: they stay
         #: preemptible (a tenant cannot protect borrowed room by relabelling a running pod).
         self._preemptible_as_admitted: set[str] = set()
+        #: Each running job's PodGroup ``minResources`` as its first counted pod was
+        #: admitted with (see :meth:`_hold_min_resources`).
+        self._admitted_min_resources: dict[str, dict[str, int]] = {}
         self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
         self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
         self._departing: set[str] = set()  # bound pods on their way out (see leaving())
@@ -484,10 +487,18 @@ class ClusterState(RoomMixin, JobsMixin):
 
     def _hold_min_resources(self, job: str) -> None:
         """Charge the job's ``minResources`` hold anew: after any change to its pods or
-        its PodGroup."""
+        its PodGroup.  The amount its first counted pod was admitted with is kept as the
+        most it may hold while the job runs: admission checked that amount, not one the
+        PodGroup's owner (a tenant) writes later."""
         old = self._min_holds.pop(job, None)
         if old is None and not self.declares_min_resources(job):
+            self._admitted_min_resources.pop(job, None)
             return  # the common case: no hold, none to make
+        group = self._pod_groups.get(job)
+        if not self._counted_pods(job):
+            self._admitted_min_resources.pop(job, None)
+        elif group is not None and job not in self._admitted_min_resources:
+            self._admitted_min_resources[job] = dict(group.min_resources)
         new = self.min_resources_hold_without(job, ())
         change_hold(self.ledger, old, new)
         if new is not None:
@@ -510,7 +521,11 @@ class ClusterState(RoomMixin, JobsMixin):
         counted = self._counted_pods(job, gone)
         if not counted:
             return None
-        amount = min_resources_hold(group.min_resources, self.job_used(job, gone))
+        declared: Mapping[str, int] = group.min_resources
+        admitted = self._admitted_min_resources.get(job)
+        if admitted is not None:  # raised since admission: no more than was admitted
+            declared = {name: min(v, admitted.get(name, 0)) for name, v in declared.items()}
+        amount = min_resources_hold(declared, self.job_used(job, gone))
         if not amount:
             return None
         first = self.pods[counted[0]]
