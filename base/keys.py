@@ -1,6 +1,6 @@
 """The label, annotation and condition keys Muster reads and writes.
 
-Compatible with Koordinator and scheduler-plugins; the README's "Labels and
+Compatible with Koordinator and scheduler-plugins; docs/configuration.md's "Labels and
 annotations" table is the reference.  Every other module names
 these constants instead of spelling the strings.
 """

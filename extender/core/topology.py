@@ -21,7 +21,7 @@ of levels, coarsest first (:func:`choose_levels`), is Muster's ``topologyLevels`
 argument when given; else the ``spec.levels[].nodeLabel`` of Kueue's ``Topology`` object
 (``kueue.x-k8s.io``, :func:`parse_kueue_topology`) whose levels hold the level asked for;
 else :data:`DEFAULT_LEVELS`.  Volcano's ``networkTopology`` is not read: its tiers are
-HyperNode objects, not node labels (README, "Topology-aware gangs").
+HyperNode objects, not node labels (docs/topology.md).
 
 *Slices* (:class:`SliceRequest`, Kueue's ``podset-slice-required-topology`` with
 ``podset-slice-size``: N): the gang's pods of one shape are cut into slices of N, each
