@@ -29,8 +29,8 @@ from extender.core.effects import AssumeBound, Effect, HoldRoom, ReleaseRoom, ap
 from extender.core.gang import filter_pod
 from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
+from extender.core.preemption.eligibility import ready_to_plan
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
-from extender.core.preemption.planner import ready_to_plan
 from extender.core.reservations import persisted_pods
 from extender.core.scheduling import (
     FilterOutcome,
@@ -491,7 +491,7 @@ def bind_refusal(snapshot: ClusterState, key: str, uid: str, node: str, now: flo
 def postfilter_trigger(snapshot: ClusterState, pod: PodInfo, now: float) -> bool | None:
     """For a pod that cannot be placed: ``None`` when its job is not Muster's to preempt
     for (kube-scheduler governs it), else whether the PostFilter should plan for the job
-    at once (see :func:`extender.core.preemption.planner.ready_to_plan`)."""
+    at once (see :func:`extender.core.preemption.eligibility.ready_to_plan`)."""
     if governing_reason(snapshot, pod) is None:
         return None
     return ready_to_plan(snapshot, pod.job, now)

@@ -7,7 +7,7 @@ and reservation rejections, from the ``preempt`` verb (kube-scheduler wants to
 preempt for the pod, and is given no victims: Muster is the one authority),
 and from pods whose ``PodScheduled`` condition turns ``False/Unschedulable``
 (the pod informer) (all through :meth:`PostFilterLoop.request`).  A job that cannot
-grow any more (see :func:`~extender.core.preemption.planner.ready_to_plan`) is planned at
+grow any more (see :func:`~extender.core.preemption.eligibility.ready_to_plan`) is planned at
 once; any other after a short quiet period (a gang of undeclared size is planned only once
 its pods stopped arriving, ``gangSettleSeconds``: the planner refuses it until then).
 

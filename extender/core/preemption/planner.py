@@ -7,6 +7,7 @@
    :mod:`extender.core.authority`), has at least its min-available pods,
    uses only constraints the core models, and its quota could admit it once
    victims are gone.
+   (:mod:`extender.core.preemption.eligibility`)
 2. *Candidates* and 3. *order*: :mod:`extender.core.preemption.candidates`.
 4. *Simulate*: remove victim groups in order from copies of the nodes and
    the quota ledger until every unplaced pod of the job fits and its quota
@@ -31,12 +32,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from base.resources import Resources, add_into
-from extender.core.authority import nominated_elsewhere, scheduler_preemption
 from extender.core.budgets import BudgetUse
-from extender.core.gangsize import arriving_reason, still_arriving
-from extender.core.jobs import may_trigger_preemption
-from extender.core.objects import PodInfo, format_time
+from extender.core.objects import PodInfo
 from extender.core.preemption.candidates import (
     Preemptor,
     VictimGroup,
@@ -45,9 +42,9 @@ from extender.core.preemption.candidates import (
     own_evictable_requests,
     preemptor_of,
 )
-from extender.core.preemption.shapes import eligible_nodes
+from extender.core.preemption.domains import DomainBounds
+from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.simulation import Simulation, Wants
-from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.scheduling import JobDemand, job_demand
 from extender.core.state import (
     ClusterState,
@@ -55,9 +52,8 @@ from extender.core.state import (
     Reservation,
     node_domains,
 )
-from extender.core.topology import scarce_resource
 from quota.accounting import QuotaLedger
-from quota.admission import job_admission_failures, unevictable_failures, would_borrow
+from quota.admission import job_admission_failures, would_borrow
 from quota.tree import QuotaMembershipError
 
 
@@ -117,7 +113,7 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
     # Earlier plans' victims still leaving (and terminating pods) count as gone for every
     # rule: the plan decides what it would once they are gone.
     settled = Overlay.settled(snapshot)
-    refusal = _ineligibility(snapshot, demand, now, settled.ledger)
+    refusal = ineligibility(snapshot, demand, now, settled.ledger)
     if refusal:
         return Refusal(job, tuple(refusal))
 
@@ -223,7 +219,7 @@ def _plan_in_cheapest_domain(
     if not domains:
         return _NotFound([f"no node has the label {level} its required topology names"])
     reasons: list[str] = []
-    bounds = _DomainBounds(snapshot, demand, domains)
+    bounds = DomainBounds(snapshot, demand, domains)
     ranked: list[tuple[tuple[int, int, int, str], frozenset[str]]] = []
     for value in sorted(domains):
         bound = bounds.of(value)
@@ -257,98 +253,6 @@ def _plan_in_cheapest_domain(
     if best is None:
         return _NotFound([f"no {level} domain holds the whole job, even after evictions", *reasons])
     return best[1]
-
-
-class _DomainBounds:
-    """What no plan inside a domain can do better than, from the nodes' running totals
-    and the victim index, without a search: how many of the job's pods fit at most with
-    every preemptible pod there gone, and the least (highest victim priority, victim
-    count) a plan there can cost.  Judged in the job's scarcest resource in aggregate
-    (fragments, quotas and budgets only make a real plan dearer).  One pass over the
-    domains' nodes and one over the running preemptible pods, for every domain at once."""
-
-    def __init__(
-        self, snapshot: ClusterState, demand: JobDemand, domains: Mapping[str, frozenset[str]]
-    ) -> None:
-        self.needed = needed = len(demand.unplaced)
-        self.smallest = smallest = _smallest_request(demand.unplaced)
-        # (The pods of one shape share one memoised set: union the distinct ones.)
-        eligible = frozenset().union(*{eligible_nodes(snapshot, pod) for pod in demand.unplaced})
-        self.scarce = scarce = scarce_resource(demand.unplaced[0])
-        leaving = snapshot.leaving()
-        unevictable: dict[str, Resources] = {}  # what leaving unevictable pods free, by node
-        evictable: dict[str, list[PodInfo]] = {}  # leaving preemptible pods, by node
-        for pod in leaving:
-            if pod.node_name is None:
-                continue
-            if snapshot.preemptible(pod):
-                evictable.setdefault(pod.node_name, []).append(pod)
-            else:
-                add_into(unevictable.setdefault(pod.node_name, {}), pod.requests)
-        unit = smallest.get(scarce, 0) or 1
-        self.most: dict[str, int] = {}
-        self.free: dict[str, int] = {}
-        #: (priority, scarce amount) of each preemptible pod that could be a victim there.
-        self.victims: dict[str, list[tuple[int, int]]] = {}
-        for value, names in domains.items():
-            most = free = 0
-            victims: list[tuple[int, int]] = []
-            for name in names & eligible:
-                # In the scarce resource alone: the others only lower the count.
-                room = snapshot.free_amount(name, scarce)
-                gone = unevictable[name].get(scarce, 0) if name in unevictable else 0
-                free += room + gone
-                most += min(
-                    needed, (room + gone + snapshot.preemptible_on(name).get(scarce, 0)) // unit
-                )
-                amounts = snapshot.preemptible_amounts(name, scarce)
-                going = evictable.get(name)
-                if going is None:
-                    victims.extend(amounts)
-                    continue
-                # Pods on their way out count as gone: free now, not victims.
-                rest = list(amounts)
-                for pod in going:
-                    amount = pod.requests.get(scarce, 0)
-                    if amount > 0 and (pod.priority, amount) in rest:
-                        rest.remove((pod.priority, amount))
-                        free += amount
-                victims.extend(rest)
-            self.most[value], self.free[value], self.victims[value] = most, free, victims
-
-    def of(self, value: str) -> tuple[int, int] | str:
-        """The domain's least (highest victim priority, victim count); or why it cannot
-        hold the job whatever is evicted."""
-        needed, most = self.needed, self.most[value]
-        if most < needed:
-            return (
-                f"room for at most {most} of its {needed} unplaced pods, even with every "
-                "preemptible pod there gone"
-            )
-        deficit = needed * self.smallest.get(self.scarce, 0) - self.free[value]
-        if deficit <= 0:
-            return (-(2**31), 0)
-        victims = sorted(self.victims[value])
-        freed = 0
-        for priority, amount in victims:
-            freed += amount
-            if freed >= deficit:
-                # No plan evicts only pods below this priority; and at this priority, none
-                # evicts fewer pods than the largest ones that free the deficit.
-                allowed = sorted((a for p, a in victims if p <= priority), reverse=True)
-                count, total = 0, 0
-                while total < deficit:
-                    total += allowed[count]
-                    count += 1
-                return (priority, count)
-        return f"too little {self.scarce} frees up even with every preemptible pod there gone"
-
-
-def _smallest_request(pods: Sequence[PodInfo]) -> dict[str, int]:
-    """Per resource the least any of ``pods`` asks for: a copy of it fits wherever any of
-    them does, so counting its copies bounds how many of them fit."""
-    names = set.intersection(*(set(pod.requests) for pod in pods)) if pods else set()
-    return {name: min(pod.requests[name] for pod in pods) for name in names}
 
 
 #: The refusal of a job that needs no preemption.
@@ -472,94 +376,6 @@ def _search(
     kept.sort(key=lambda g: g.order_key)
     jobs = {group.job for group in kept}
     return _Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
-
-
-def _ineligibility(
-    snapshot: ClusterState, demand: JobDemand, now: float, ledger: QuotaLedger
-) -> list[str]:
-    job = demand.job
-    # In flight is a fact of the cluster: the job holds a reservation, or its pods carry
-    # the one Muster wrote, until it is released, whether or not its time is up.
-    # (A copy left on pods after the release is cleared by the leader:
-    # reservations.settle_reservations.)
-    reservation = snapshot.reservations.get(job)
-    written = persisted_pods(snapshot, job)
-    if reservation is not None or written:
-        if reservation is not None and reservation.expires > now:
-            # A time, not the seconds left: the same answer from attempt to attempt.
-            until = f"its reservation holds until {format_time(reservation.expires)}"
-        else:
-            until = "its reservation's time is up and it is being released"
-        if reservation is not None:
-            victims = len(reservation.victims)
-        else:  # only what was written on the pods tells
-            victims = max(len(p.victims) for p in map(persisted_on, written) if p is not None)
-        what = "placement" if victims == 0 else "preemption"  # a gang placed whole: none
-        count = f"{victims} victims, " if victims else ""
-        return [
-            f"a {what} for this job is in flight ({count}room written on "
-            f"{len(written)} of its pods); {until}"
-        ]
-    if not demand.unplaced:
-        return ["every pod of the job is already placed"]
-    forbidden = [
-        pod.name for pod in demand.unplaced if not may_trigger_preemption(pod, snapshot.args)
-    ]
-    if forbidden:
-        return [
-            f"pods may not trigger preemption ({', '.join(forbidden)}): they need the label "
-            "quota.scheduling.koordinator.sh/can-preempt=true (or disableDefaultTriggerPreemption"
-            " false) and no preemptionPolicy Never"
-        ]
-    marked = snapshot.marked_victims(job)
-    if marked:
-        return [
-            f"a preemption for this job is in flight: {len(marked)} victims marked for it "
-            f"are still leaving ({', '.join(sorted(marked)[:5])})"
-        ]
-    foreign = scheduler_preemption(snapshot, job)
-    if foreign is not None:
-        return [
-            "kube-scheduler's own preemption is in flight for this job (it is deleting "
-            f"{', '.join(foreign.victims)}); Muster does not preempt for it a second time"
-        ]
-    arriving = next((p for p in demand.unplaced if still_arriving(snapshot, p, now)), None)
-    if arriving is not None:
-        return [arriving_reason(snapshot, job)]
-    missing = pods_missing(snapshot, job)
-    if missing:
-        needed = snapshot.min_available(job)
-        return [f"only {needed - missing} of the job's min-available {needed} pods exist yet"]
-    unsupported = sorted({c for pod in demand.unplaced for c in pod.unsupported})
-    if unsupported:
-        return [
-            "the job uses constraints Muster cannot simulate (" + ", ".join(unsupported) + "), "
-            "so it will not evict for a placement it cannot check"
-        ]
-    if demand.quota in snapshot.tree.parents:
-        return [f"quota {demand.quota} is a parent quota; pods must use a leaf quota"]
-    return unevictable_failures(ledger, demand.quota, demand.np_request)
-
-
-def pods_missing(snapshot: ClusterState, job: str) -> int:
-    """How many more of the job's pods must exist before it may preempt (0: enough)."""
-    created = sum(1 for key in snapshot.job_members(job) if not snapshot.pods[key].finished)
-    return max(0, snapshot.min_available(job) - created)
-
-
-def ready_to_plan(snapshot: ClusterState, job: str, now: float) -> bool:
-    """Should the PostFilter plan for ``job`` at once rather than after a short quiet
-    period?  Yes when waiting could gather nothing: a pod of no gang, a gang whose
-    declared size (PodGroup ``minMember`` or the min-available annotation) its pods
-    reach, or a gang of undeclared size that stopped growing (``gangSettleSeconds``);
-    and no pod of it carries a nomination Muster did not make (kube-scheduler's own
-    preemption, whose victims may reach Muster a moment after the nomination)."""
-    members = snapshot.job_members(job)
-    if not members:
-        return False
-    if any(still_arriving(snapshot, snapshot.pods[key], now) for key in members):
-        return False
-    return pods_missing(snapshot, job) == 0 and not nominated_elsewhere(snapshot, job)
 
 
 def _preemptor(snapshot: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:
