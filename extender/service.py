@@ -23,13 +23,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple, Protocol
 
-from extender.core.authority import governing_reason
+from extender.core.binding import BindCheck, bind_refusal, known_pending, unseen
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AssumeBound, Effect, HoldRoom, ReleaseRoom, apply
 from extender.core.gang import filter_pod
-from extender.core.nodefit import static_misfit
 from extender.core.objects import PodInfo
-from extender.core.preemption.eligibility import ready_to_plan
+from extender.core.preemption.eligibility import postfilter_trigger
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
 from extender.core.reservations import persisted_pods
 from extender.core.scheduling import (
@@ -219,7 +218,7 @@ class Extender:
             # waited for (off the event loop), so that its quota is held as its filter
             # admits it, and a burst stops at max.  A pod nobody created is answered after
             # the wait, holding nothing.  (One hold when the informer has the pod.)
-            if not (self.source.pods_arrive and _unseen(snapshot, pod.key, pod.uid)):
+            if not (self.source.pods_arrive and unseen(snapshot, pod.key, pod.uid)):
                 decided = self._decide(snapshot, pod, nodes)
             elif not wait:
                 raise StateBusy  # nothing was changed: a worker thread waits
@@ -264,7 +263,7 @@ class Extender:
         snapshot.release_quota_holds(now)
         # A pod the informer knows is decided as the informer read it (its records
         # checked, its labels as stored), not as the request body says.
-        known = _known_pending(snapshot, pod.key, pod.uid)
+        known = known_pending(snapshot, pod.key, pod.uid)
         subject = known if known is not None else pod
         result = filter_pod(snapshot, subject, nodes, as_extender=True, now=now)
         # Over a fixed snapshot no informer brings pods: the calls are all there is
@@ -404,12 +403,6 @@ class _Filtered(NamedTuple):
     subject: PodInfo
 
 
-def _unseen(snapshot: ClusterState, key: str, uid: str) -> bool:
-    """Has the informer not delivered pod ``key`` with ``uid`` (nor seen it removed)?"""
-    pod = snapshot.pods.get(key)
-    return (pod is None or pod.uid != uid) and not snapshot.was_removed(uid)
-
-
 def _apply(snapshot: ClusterState, effects: Sequence[Effect]) -> list[_Write]:
     """Apply a decision's ``effects``; what the room keeper must write on pods for them."""
     writes: list[_Write] = []
@@ -422,76 +415,3 @@ def _apply(snapshot: ClusterState, effects: Sequence[Effect]) -> list[_Write]:
             pods = [snapshot.pods[key] for key in reservation.placements if key in snapshot.pods]
             writes.append((reservation, pods))
     return writes
-
-
-def _known_pending(snapshot: ClusterState, key: str, uid: str) -> PodInfo | None:
-    """The informer's reading of pod ``key`` if it is the pod with ``uid`` and pending:
-    not bound, not finished, not being deleted (what kube-scheduler schedules)."""
-    pod = snapshot.pods.get(key)
-    if pod is None or pod.uid != uid or pod.node_name is not None:
-        return None
-    if pod.finished or pod.terminating:
-        return None
-    return pod
-
-
-class BindCheck(NamedTuple):
-    """What :func:`bind_refusal` found: the ``pod`` to bind (``None`` if refused), the
-    ``refusal``, the room to hold for its gang (``holds``), and whether the informer
-    has not seen the pod (``unseen``: no pod of that name and UID, nor one removed)."""
-
-    pod: PodInfo | None
-    refusal: str
-    holds: tuple[Effect, ...] = ()
-    unseen: bool = False
-
-
-def bind_refusal(snapshot: ClusterState, key: str, uid: str, node: str, now: float) -> BindCheck:
-    """May pod ``key`` (with ``uid``) be bound to ``node``?  With the informer's reading
-    of the pod when it may, else why not.
-
-    Only when the pod is one the informer knows (name and UID) as pending, the node is
-    one it knows and the pod's node constraints allow (:func:`static_misfit`), a pod with
-    room reserved goes to its reserved node, and the node passes Muster's own filter for
-    the pod (:func:`filter_pod` on that one node: quota admission, room held for other
-    jobs, a gang placed whole).  kube-scheduler sends a bind only for a pod it has just
-    filtered, so none of these should refuse it: a refusal is a caller that is not
-    kube-scheduler, or a state that changed since the filter (kube-scheduler then tries
-    the pod again).  When the filter places the pod's gang whole only now (its filter
-    call raced the informer, and held nothing), ``holds`` holds that placement."""
-    refused = f"muster: refused to bind pod {key} to node {node}: "
-    pod = snapshot.pods.get(key)
-    if pod is None or pod.uid != uid:
-        unseen = _unseen(snapshot, key, uid)
-        if pod is None:
-            return BindCheck(None, refused + "Muster's informer knows no such pod", (), unseen)
-        return BindCheck(None, refused + f"PodUID {uid!r} is not the pod's UID", (), unseen)
-    if pod.node_name is not None:
-        return BindCheck(None, refused + f"it is bound to node {pod.node_name} already")
-    if pod.finished or pod.terminating:
-        state = f"it has {pod.phase.lower()}" if pod.finished else "it is being deleted"
-        return BindCheck(None, refused + state)
-    known = snapshot.nodes.get(node)
-    if known is None:
-        return BindCheck(None, refused + "Muster's informer knows no such node")
-    misfit = static_misfit(pod, known)
-    if misfit is not None:
-        return BindCheck(None, refused + misfit)
-    reserved = snapshot.reserved_node(key)
-    if reserved is not None and reserved != node:
-        job = snapshot.reservation_holder(key)
-        return BindCheck(None, refused + f"room for it (job {job}) is reserved on node {reserved}")
-    result = filter_pod(snapshot, pod, [node], as_extender=True, now=now)
-    if node not in result.passed:
-        why = result.unresolvable.get(node) or result.failed.get(node) or "it does not pass"
-        return BindCheck(None, refused + f"Muster's filter: {why}")
-    return BindCheck(pod, "", tuple(e for e in result.effects if isinstance(e, HoldRoom)))
-
-
-def postfilter_trigger(snapshot: ClusterState, pod: PodInfo, now: float) -> bool | None:
-    """For a pod that cannot be placed: ``None`` when its job is not Muster's to preempt
-    for (kube-scheduler governs it), else whether the PostFilter should plan for the job
-    at once (see :func:`extender.core.preemption.eligibility.ready_to_plan`)."""
-    if governing_reason(snapshot, pod) is None:
-        return None
-    return ready_to_plan(snapshot, pod.job, now)

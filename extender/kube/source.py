@@ -32,6 +32,7 @@ from extender.core.effects import apply
 from extender.core.jobs import OWNER_KINDS, OwnerSize, parse_owner_size
 from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
 from extender.core.podgroups import GANG_OBJECT_KINDS, GangObjectKind, PodGroupInfo
+from extender.core.preemption.eligibility import postfilter_trigger
 from extender.core.records import RecordKeys, believed_pod
 from extender.core.reservations import restored_effects
 from extender.core.state import ClusterState
@@ -44,7 +45,7 @@ from extender.core.topology import (
 from extender.kube.client import Json, KubeClient
 from extender.kube.health import Health
 from extender.kube.informer import Handler, Informer, object_key
-from extender.service import holding, postfilter_trigger
+from extender.service import holding
 from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
 
 log = logging.getLogger(__name__)

@@ -3,15 +3,16 @@
 :func:`ineligibility` says why a job may not preempt yet (in flight, not allowed to
 trigger, still arriving, short of its min-available pods, constraints the core cannot
 simulate, a quota that could not admit it even once victims are gone);
-:func:`ready_to_plan` whether the PostFilter should plan for it at once.
+:func:`ready_to_plan` whether the PostFilter should plan for it at once, and
+:func:`postfilter_trigger` whether it is the PostFilter's at all.
 """
 
 from __future__ import annotations
 
-from extender.core.authority import nominated_elsewhere, scheduler_preemption
+from extender.core.authority import governing_reason, nominated_elsewhere, scheduler_preemption
 from extender.core.gangsize import arriving_reason, still_arriving
 from extender.core.jobs import may_trigger_preemption
-from extender.core.objects import format_time
+from extender.core.objects import PodInfo, format_time
 from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.scheduling import JobDemand
 from extender.core.state import ClusterState
@@ -107,3 +108,12 @@ def ready_to_plan(snapshot: ClusterState, job: str, now: float) -> bool:
     if any(still_arriving(snapshot, snapshot.pods[key], now) for key in members):
         return False
     return pods_missing(snapshot, job) == 0 and not nominated_elsewhere(snapshot, job)
+
+
+def postfilter_trigger(snapshot: ClusterState, pod: PodInfo, now: float) -> bool | None:
+    """For a pod that cannot be placed: ``None`` when its job is not Muster's to preempt
+    for (kube-scheduler governs it), else whether the PostFilter should plan for the job
+    at once (see :func:`ready_to_plan`)."""
+    if governing_reason(snapshot, pod) is None:
+        return None
+    return ready_to_plan(snapshot, pod.job, now)
