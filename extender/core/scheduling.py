@@ -196,7 +196,10 @@ def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
         return [waiting]
     if snapshot.counts_as_used(pod):
         return []  # its room is already charged (bound, reserved, or its job's hold)
-    demand = job_demand(snapshot, pod.job, including=pod)
+    try:
+        demand = job_demand(snapshot, pod.job, including=pod)
+    except QuotaMembershipError as error:  # another pod of the job names a quota it may not
+        return [error.reason]
     if not demand.unplaced:
         return []
     return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)

@@ -394,3 +394,18 @@ def test_a_running_borrower_relabelled_non_preemptible_is_still_reclaimed() -> N
     snap.upsert_pod(parse_pod(pod("p", "team-a", gpu=1, preemptible=True)))
     snap.upsert_pod(parse_pod(pod("p", "team-a", gpu=1, preemptible=False)))
     assert not snap.preemptible(snap.pods["team-a/p"])
+
+
+def test_a_gang_with_one_pod_naming_a_refused_quota_is_refused_whole_without_error() -> None:
+    # Found by the property test: the filter of a gang's honest pod read the quota of the
+    # job's first unplaced pod, whose label names a quota that does not exist, and raised.
+    # A job is admitted whole or not at all: one refused label refuses it, with the reason.
+    snap = snapshot([node("n0")], [], teams())
+    for name, label in (("t-0", "nope"), ("t-1", None), ("t-2", "team-b")):
+        snap.upsert_pod(parse_pod(pod(name, "team-a", gpu=1, group="g", quota=label)))
+    for name in ("t-0", "t-1", "t-2"):
+        result = filter_pod(snap, snap.pods[f"team-a/{name}"], ["n0"], as_extender=True, now=NOW)
+        assert result.passed == [], name
+        assert result.quota_failures, name
+    refusal = plan_job_preemption(snap, "team-a/g", NOW)
+    assert not isinstance(refusal, PreemptionPlan)

@@ -113,7 +113,7 @@ def tenant_pods(draw: st.DrawFn) -> list[dict[str, Any]]:
     return made
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tenant=tenant_pods())
 def test_tenant_input_never_moves_quotas_forges_records_or_widens_victims(
     tenant: list[dict[str, Any]],
