@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -137,17 +138,42 @@ def free_port() -> int:
 
 
 def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct TCP ports that are free on 127.0.0.1 right now."""
-    sockets: list[socket.socket] = []
+    """Return ``count`` distinct TCP ports that are free on 127.0.0.1 right now, chosen
+    below the kernel's ephemeral range: a port the kernel hands out for ``bind(0)`` comes
+    from the range it also gives outgoing connections, which can take it before the
+    component listens on it (seen: kube-apiserver failing with "address already in use"
+    while the e2e tier's clients connected around it)."""
+    low, high = listener_port_range()
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = _random.randrange(low, high)
+        if port not in chosen and _bindable(port):
+            chosen.append(port)
+    return chosen
+
+
+def listener_port_range() -> tuple[int, int]:
+    """Ports for listeners: the 20,000 below the ephemeral range
+    (``/proc/sys/net/ipv4/ip_local_port_range``, Linux's 32768 by default)."""
     try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    return max(1024, ephemeral_low - 20_000), ephemeral_low
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+#: Ports are drawn at random so that concurrent harnesses (pytest-xdist workers) rarely
+#: draw the same one; each is checked free before it is handed out.
+_random = random.SystemRandom()
 
 
 def port_is_free(port: int) -> bool:
