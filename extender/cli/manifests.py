@@ -35,7 +35,7 @@ from extender.core.objects import (
     parse_priority_class,
 )
 from extender.core.podgroups import GANG_OBJECT_KINDS, gang_object_kind
-from extender.core.records import RecordKeys, believed_pod
+from extender.core.records import RecordKeys, believed_pod, without_records
 from extender.core.reservations import record_problems, restored_effects
 from extender.core.state import ClusterState
 from extender.core.topology import (
@@ -244,7 +244,7 @@ def load_manifests(
             raise document.error(field_name, why)
         if problems:
             dropped = [field_name.split("annotations.", 1)[1] for field_name, _ in problems]
-            pod = parse_pod(_without_records(believed, dropped), priorities)
+            pod = parse_pod(without_records(believed, dropped), priorities)
             notes.extend(
                 f"{pod.key}: ignoring {record}: {why}"
                 for record, (_, why) in zip(dropped, problems, strict=True)
@@ -274,19 +274,6 @@ def _parse_believed(
 ) -> PodInfo:
     """``parse_pod`` of the pod as believed (its document's own object set aside)."""
     return parse_pod(believed, priorities)
-
-
-def _without_records(obj: Mapping[str, Any], records: Sequence[str]) -> dict[str, Any]:
-    """A copy of the pod object without the annotations ``records`` (and, with the
-    soft-eviction mark, its label)."""
-    metadata = dict(obj.get("metadata") or {})
-    annotations = dict(metadata.get("annotations") or {})
-    labels = dict(metadata.get("labels") or {})
-    for record in records:
-        annotations.pop(record, None)
-        if record == keys.SOFT_EVICTION_KEY:
-            labels.pop(record, None)
-    return {**obj, "metadata": {**metadata, "annotations": annotations, "labels": labels}}
 
 
 def _parse(document: _Document, parser: Callable[[Mapping[str, Any]], _T]) -> _T:

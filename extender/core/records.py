@@ -17,11 +17,10 @@ to all of them as if it were not there.
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,14 +121,17 @@ def believed_pod(
     forged = forged_records(obj, record_keys)
     if not forged:
         return obj, ()
-    believed = copy.copy(dict(obj))
-    metadata = dict(believed["metadata"])
+    return without_records(obj, forged), forged
+
+
+def without_records(obj: Mapping[str, Any], records: Sequence[str]) -> dict[str, Any]:
+    """A copy of the pod object without the record annotations ``records`` (and, with
+    the soft-eviction mark, its label)."""
+    metadata = dict(obj.get("metadata") or {})
     annotations = dict(metadata.get("annotations") or {})
     labels = dict(metadata.get("labels") or {})
-    for record in forged:
+    for record in records:
         annotations.pop(record, None)
         if record == keys.SOFT_EVICTION_KEY:
             labels.pop(record, None)
-    metadata["annotations"], metadata["labels"] = annotations, labels
-    believed["metadata"] = metadata
-    return believed, forged
+    return {**obj, "metadata": {**metadata, "annotations": annotations, "labels": labels}}

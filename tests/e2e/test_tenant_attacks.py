@@ -14,6 +14,7 @@ import contextlib
 import json
 import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,21 @@ def tenant_client(cluster: Cluster, namespace: str) -> lc.RestClient:
     return client
 
 
-def two_teams(cluster: Cluster, nodes: int, a_max: int) -> Teams:
+@contextlib.contextmanager
+def two_teams(cluster: Cluster, nodes: int, a_max: int) -> Iterator[Teams]:
     """``nodes`` 8-GPU nodes; team A may use 0 to ``a_max`` GPUs (all of it borrowed),
-    team B is guaranteed 8 of up to 16."""
+    team B is guaranteed 8 of up to 16; cleaned up after."""
     for i in range(nodes):
         cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    return Teams(
+    teams = Teams(
         cluster,
         {"min": {GPU: "0"}, "max": {GPU: str(a_max)}},
         {"min": {GPU: "8"}, "max": {GPU: "16"}},
     )
+    try:
+        yield teams
+    finally:
+        teams.cleanup()
 
 
 def untouched(teams: Teams, namespace: str, name: str) -> dict[str, Any]:
@@ -117,13 +123,13 @@ def test_a_tenant_cannot_move_its_pods_to_another_quota_or_forge_muster_s_record
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811
 ) -> None:
-    teams, muster = two_teams(cluster, 3, a_max=8), muster_and_evictor
-    try:
-        tenant_walks_out(cluster, teams, muster)
-    finally:
-        teams.cleanup()
-        with contextlib.suppress(lc.ApiError):
-            cluster.rest.request("DELETE", f"/api/v1/namespaces/kube-system/pods/{teams.a}-sys")
+    with two_teams(cluster, 3, a_max=8) as teams:
+        try:
+            tenant_walks_out(cluster, teams, muster_and_evictor)
+        finally:
+            system_pod = f"/api/v1/namespaces/kube-system/pods/{teams.a}-sys"
+            with contextlib.suppress(lc.ApiError):
+                cluster.rest.request("DELETE", system_pod)
 
 
 def tenant_walks_out(cluster: Cluster, teams: Teams, muster: MusterProcess) -> None:
@@ -204,11 +210,8 @@ def test_a_self_applied_soft_eviction_label_does_not_stall_a_reclaim(
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811
 ) -> None:
-    teams, muster = two_teams(cluster, 2, a_max=16), muster_and_evictor
-    try:
-        self_applied_label(cluster, teams, muster)
-    finally:
-        teams.cleanup()
+    with two_teams(cluster, 2, a_max=16) as teams:
+        self_applied_label(cluster, teams, muster_and_evictor)
 
 
 def self_applied_label(cluster: Cluster, teams: Teams, muster: MusterProcess) -> None:
