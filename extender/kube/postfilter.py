@@ -193,7 +193,8 @@ class PostFilterLoop(Watched):
 
     def complete_in_flight(self) -> int:
         """Mark the victims of in-flight reservations that are still unmarked (a Muster
-        that died between writing a reservation and marking its victims); return how many."""
+        that died between writing a reservation and marking its victims), and record the
+        disruption of those marked without it; return how many were marked."""
         with self.source.exclusive() as snapshot:
             delete_now = snapshot.args.pod_should_be_deleted_when_preempted
             unmarked = [
@@ -204,6 +205,18 @@ class PostFilterLoop(Watched):
                 and snapshot.pods[key].uid not in self._written
                 and not snapshot.pods[key].departing  # marked, evicted, or kube-scheduler's
                 and snapshot.pods[key].node_name is not None
+            ]
+            unrecorded = [
+                (pod, reservation.job)
+                for reservation in snapshot.reservations.values()
+                for key in reservation.victims
+                if (pod := snapshot.pods.get(key)) is not None
+                and pod.uid not in self._written
+                and pod.node_name is not None
+                and not pod.finished
+                and not pod.terminating
+                and pod.marked_for == reservation.job
+                and pod.preempted_by is None  # no DisruptionTarget yet
             ]
             # Each victim checked against the rules again, whatever record named it.
             refused = [
@@ -219,6 +232,13 @@ class PostFilterLoop(Watched):
         unmarked = [(pod, job) for pod, job in unmarked if pod.key not in refused_keys]
         for pod, job in unmarked:
             self._remove(pod, job, f"completing the preemption for job {job}", delete_now)
+        # A Muster stopped between a plan's marks and their conditions: the victims it
+        # marked (signed, so believed) get their DisruptionTarget and Preempted event now.
+        # A victim this process marked gets them from the plan itself (decide).
+        for pod, job in unrecorded:
+            self._written.add(pod.uid)
+            reason = f"completing the preemption for job {job}"
+            best_effort(pod, partial(self.writer.record_disruption, preemptor=job, reason=reason))
         return len(unmarked)
 
     def abandon_refused(self, now: float) -> list[str]:

@@ -317,3 +317,40 @@ def test_a_gang_still_arriving_is_planned_again_once_it_settles() -> None:
         settled = plan_job_preemption(snap, "team-a/g", NOW + 1.0)
     assert isinstance(settled, PreemptionPlan)
     assert [v.pod.key for v in settled.victims] == ["team-a/low"]
+
+
+def test_a_restarted_muster_records_the_disruption_of_victims_marked_before_it_stopped() -> None:
+    # A Muster killed between a plan's marks and their conditions: the restarted one sees
+    # the victim marked (Muster's signed mark) for the job of a reservation it rebuilt,
+    # without DisruptionTarget, and writes the condition and the Preempted event, once.
+    # It writes no mark: the victim has one.
+    source, _ = live_source()
+    client = RecordingClient()
+    loop = PostFilterLoop(
+        source,
+        ClusterWriter(cast(KubeClient, client), record_keys=record_keys),
+        DecisionLog(),
+        clock=lambda: NOW,
+    )
+    held = nominated(preemptor(), "n0")
+    note = {"job": "team-a/new", "node": "n0", "created": NOW, "expires": NOW + 300}
+    held["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = signed(
+        keys.RESERVATION_ANNOTATION, "team-a/new", note | {"victims": ["team-a/low"]}
+    )
+    source._on_pod("ADDED", held)
+    marked = victim("low", "n0", 1)
+    mark = {"initiator": "muster", "preemptor": "team-a/new", "timestamp": "2026-01-01T10:00:00Z"}
+    marked["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    marked["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
+        keys.SOFT_EVICTION_KEY, "team-a/low", mark
+    )
+    source._on_pod("MODIFIED", marked)
+    with source.exclusive() as snap:
+        assert snap.reservations["team-a/new"].victims == ("team-a/low",)
+    assert loop.complete_in_flight() == 0  # nothing left to mark
+    assert loop.complete_in_flight() == 0  # and recorded once
+    writes = [(method, path) for method, path, _ in client.calls]
+    assert writes == [
+        ("POST", "/api/v1/namespaces/team-a/events"),
+        ("PATCH", "/api/v1/namespaces/team-a/pods/low/status"),
+    ]
