@@ -14,7 +14,7 @@ import datetime as dt
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TypeGuard
 
 from base import keys
 from base.errors import ManifestError
@@ -101,7 +101,7 @@ class PodInfo:
         object.__setattr__(self, "soft_evicted", keys.SOFT_EVICTION_KEY in self.labels)
         marked_for = marked_at = None
         if self.soft_evicted and keys.SOFT_EVICTION_KEY in self.annotations:
-            marked_for, marked_at = _read_mark(self.annotations[keys.SOFT_EVICTION_KEY])
+            marked_for, marked_at, _ = read_mark(self.annotations[keys.SOFT_EVICTION_KEY])
         object.__setattr__(self, "marked_for", marked_for)
         object.__setattr__(self, "marked_at", marked_at)
         start = self.started if self.started is not None else self.created
@@ -148,21 +148,35 @@ NO_PRIORITY_CLASSES = PriorityClasses(values={})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def _read_mark(text: str) -> tuple[str | None, float | None]:
-    """The ``preemptor`` and ``timestamp`` of a soft-eviction annotation (JSON, as Muster
-    writes it); ``None`` for either that is missing or unreadable."""
+class Mark(NamedTuple):
+    """A soft-eviction annotation read back: the job it names as preemptor and when it
+    was written (``None`` for either missing or unreadable), and whether it is a mark
+    Muster writes (a JSON object whose preemptor is a job or null and whose timestamp,
+    if any, is RFC 3339 within years 1970 to 9999)."""
+
+    preemptor: str | None
+    timestamp: float | None
+    well_formed: bool
+
+
+def read_mark(text: str) -> Mark:
+    """The soft-eviction annotation ``text`` as a :class:`Mark`."""
     try:
         mark = json.loads(text)
     except (ValueError, RecursionError):
-        return None, None
+        return Mark(None, None, False)
     if not isinstance(mark, dict):
-        return None, None
+        return Mark(None, None, False)
     preemptor = mark.get("preemptor")
+    well_formed = preemptor is None or (isinstance(preemptor, str) and preemptor.count("/") == 1)
     try:
         stamp = parse_time(mark.get("timestamp"), "timestamp")
     except ManifestError:
-        stamp = None
-    return (preemptor if isinstance(preemptor, str) and preemptor else None), stamp
+        stamp, well_formed = None, False
+    if stamp is not None and not is_record_time(stamp):
+        well_formed = False
+    named = preemptor if isinstance(preemptor, str) and preemptor else None
+    return Mark(named, stamp, well_formed)
 
 
 def _group_name(
@@ -210,6 +224,16 @@ def parse_time(value: object, field: str) -> float | None:
 #: 9999-12-31T23:59:59Z, the latest time RFC 3339 writes: no record of Muster's names a
 #: later one.
 LATEST_EPOCH = 253_402_300_799.0
+
+
+def is_record_time(value: object) -> TypeGuard[int | float]:
+    """A time a record of Muster's may name (epoch seconds, not negative, not past year
+    9999)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0.0 <= value <= LATEST_EPOCH
+    )
 
 
 def format_time(epoch: float) -> str:

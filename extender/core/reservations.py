@@ -19,12 +19,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import TypeGuard
 
 from base import keys
-from base.errors import ManifestError
 from extender.core.effects import BackOff, Effect, HoldRoom
-from extender.core.objects import LATEST_EPOCH, PodInfo, parse_time
+from extender.core.objects import PodInfo, is_record_time, read_mark
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
 
@@ -51,18 +49,10 @@ def persisted_reservation(reservation: Reservation) -> dict[str, object]:
 MAX_BACKOFF_ATTEMPTS = 64
 
 
-def _is_time(value: object) -> TypeGuard[int | float]:
-    """A time a record of Muster's may name (not negative, not past year 9999)."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and 0.0 <= value <= LATEST_EPOCH
-    )
-
-
 def parse_persisted(text: str) -> PersistedReservation | None:
-    """Read the annotation back; ``None`` if it is not one Muster wrote (times outside
-    :data:`LATEST_EPOCH`, an expiry before its creation, victims not ``namespace/name``)."""
+    """Read the annotation back; ``None`` if it is not one Muster wrote (a time not
+    :func:`~extender.core.objects.is_record_time`, an expiry before its creation,
+    victims not ``namespace/name``)."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
@@ -75,8 +65,8 @@ def parse_persisted(text: str) -> PersistedReservation | None:
     if not (
         isinstance(job, str)
         and isinstance(node, str)
-        and _is_time(expires)
-        and _is_time(created)
+        and is_record_time(expires)
+        and is_record_time(created)
         and created <= expires
         and isinstance(victims, list)
         and all(isinstance(v, str) and v.count("/") == 1 for v in victims)
@@ -183,8 +173,8 @@ def backoff_on(pod: PodInfo) -> GangBackoff | None:
         isinstance(attempts, bool)
         or not isinstance(attempts, int)
         or not 1 <= attempts <= MAX_BACKOFF_ATTEMPTS
-        or not _is_time(given_up)
-        or not (until is None or (_is_time(until) and until >= given_up))
+        or not is_record_time(given_up)
+        or not (until is None or (is_record_time(until) and until >= given_up))
     ):
         return None
     return GangBackoff(attempts, float(given_up), None if until is None else float(until))
@@ -214,7 +204,7 @@ def record_problems(pod: PodInfo) -> list[tuple[str, str]]:
             )
         )
     mark = pod.annotations.get(keys.SOFT_EVICTION_KEY)
-    if mark is not None and not _is_mark(mark):
+    if mark is not None and not read_mark(mark).well_formed:
         problems.append(
             (
                 f"metadata.annotations.{keys.SOFT_EVICTION_KEY}",
@@ -223,23 +213,6 @@ def record_problems(pod: PodInfo) -> list[tuple[str, str]]:
             )
         )
     return problems
-
-
-def _is_mark(text: str) -> bool:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    if not isinstance(value, dict):
-        return False
-    preemptor = value.get("preemptor")
-    if preemptor is not None and not (isinstance(preemptor, str) and preemptor.count("/") == 1):
-        return False
-    try:
-        stamp = parse_time(value.get("timestamp"), "timestamp")
-    except ManifestError:
-        return False
-    return stamp is None or _is_time(stamp)
 
 
 def restored_effects(snapshot: ClusterState, pod: PodInfo) -> list[Effect]:
