@@ -203,15 +203,15 @@ class Extender:
         """Filter ``nodes`` for ``pod``; with ``wait`` false, :class:`StateBusy` rather
         than waiting for the snapshot (nothing is changed then).
 
-        The answer is computed for any pod, but only a pod the informer knows as pending
-        (same namespace/name and UID, not bound, finished or being deleted, of the same
-        job) keeps anything beyond this call: for any other (one nobody created: anyone
-        who reaches the port can send one) none of the decision's effects is applied (no
-        quota hold, no room held or let go, nothing persisted on pods, no PostFilter
-        trigger), so such a pod can neither block nor release a real pod's room.  A pod
-        the informer has not seen at all is first waited for, as :meth:`bind` waits (a
-        new pod kube-scheduler's watch delivered first), so a real pod is held as its
-        filter admits it."""
+        The answer is computed for any pod (one the informer knows, as the informer read
+        it), but only a pod the informer knows as pending (same namespace/name and UID,
+        not bound, finished or being deleted) keeps anything beyond this call: for any
+        other (one nobody created: anyone who reaches the port can send one) none of the
+        decision's effects is applied (no quota hold, no room held or let go, nothing
+        persisted on pods, no PostFilter trigger), so such a pod can neither block nor
+        release a real pod's room.  A pod the informer has not seen at all is first
+        waited for, as :meth:`bind` waits (a new pod kube-scheduler's watch delivered
+        first), so a real pod is held as its filter admits it."""
         decided: _Filtered | None = None
         with self.source.exclusive(wait) as snapshot:
             # kube-scheduler's watch may deliver a new pod before Muster's informer: it is

@@ -282,8 +282,8 @@ class QuotaTree:
         return strongest, source
 
     def quota_in_namespace(self, namespace: str) -> str | None:
-        """The namespace's own quota: the first leaf quota by name that admits it (declared
-        in it, or listing it in its namespaces annotation), or ``None``."""
+        """The namespace's own quota: the first leaf quota by name declared in it, else
+        the first listing it in its namespaces annotation, else ``None``."""
         return self._by_namespace.get(namespace)
 
     def admits(self, name: str, namespace: str) -> bool:

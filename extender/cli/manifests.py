@@ -11,6 +11,7 @@ skipped with a note.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -222,7 +223,8 @@ def load_manifests(
     while pods:
         document = pods.pop().full()  # each object let go once parsed (see _Deferred)
         believed, forged = believed_pod(document.obj, record_keys)
-        pod = _parse(document, partial(_parse_believed, believed, priorities))
+        document = dataclasses.replace(document, obj=believed)
+        pod = _parse(document, lambda obj: parse_pod(obj, priorities))
         notes.extend(f"{pod.key}: ignoring {record}: Muster did not write it" for record in forged)
         if pod.key in snapshot.pods:
             raise document.error("metadata.name", f"duplicate Pod {pod.key!r}")
@@ -244,7 +246,7 @@ def load_manifests(
             raise document.error(field_name, why)
         if problems:
             dropped = [field_name.split("annotations.", 1)[1] for field_name, _ in problems]
-            pod = parse_pod(without_records(believed, dropped), priorities)
+            pod = parse_pod(without_records(document.obj, dropped), priorities)
             notes.extend(
                 f"{pod.key}: ignoring {record}: {why}"
                 for record, (_, why) in zip(dropped, problems, strict=True)
@@ -267,13 +269,6 @@ def load_manifests(
         except ManifestError as error:
             raise document.error(error.field, error.message) from None
     return LoadedManifests(snapshot, notes)
-
-
-def _parse_believed(
-    believed: Mapping[str, Any], priorities: PriorityClasses, _obj: Mapping[str, Any]
-) -> PodInfo:
-    """``parse_pod`` of the pod as believed (its document's own object set aside)."""
-    return parse_pod(believed, priorities)
 
 
 def _parse(document: _Document, parser: Callable[[Mapping[str, Any]], _T]) -> _T:

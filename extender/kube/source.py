@@ -401,6 +401,8 @@ class KubeSource:
         """The pod as Muster believes it: records Muster did not write are dropped,
         counted, and logged once per pod and record."""
         believed, forged = believed_pod(obj, self.record_keys())
+        if not forged:
+            return obj  # the common case: nothing dropped, nothing copied
         uid = str((obj.get("metadata") or {}).get("uid"))
         for record in forged:
             seen = self._forged_seen.setdefault(uid, set())
