@@ -147,7 +147,7 @@ def free_ports(count: int) -> list[int]:
     chosen: list[int] = []
     while len(chosen) < count:
         port = _random.randrange(low, high)
-        if port not in chosen and _bindable(port):
+        if port not in chosen and port_is_free(port):
             chosen.append(port)
     return chosen
 
@@ -160,15 +160,6 @@ def listener_port_range() -> tuple[int, int]:
     except (OSError, ValueError, IndexError):
         ephemeral_low = 32768
     return max(1024, ephemeral_low - 20_000), ephemeral_low
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 #: Ports are drawn at random so that concurrent harnesses (pytest-xdist workers) rarely
