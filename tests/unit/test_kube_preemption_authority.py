@@ -161,6 +161,12 @@ def test_a_debounced_request_is_decided_after_its_quiet_period() -> None:
         loop.stop()
 
 
+def recording_loop(source: KubeSource, client: RecordingClient) -> PostFilterLoop:
+    """A PostFilter loop over ``source`` whose writes ``client`` records."""
+    writer = ClusterWriter(cast(KubeClient, client), record_keys=record_keys)
+    return PostFilterLoop(source, writer, DecisionLog(), clock=lambda: NOW)
+
+
 class RecordingClient:
     """A stand-in for the API client: records every request, answers ``{}``."""
 
@@ -216,12 +222,7 @@ def test_a_victim_evicted_before_its_condition_is_written_still_gets_its_preempt
 def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() -> None:
     source, _ = live_source()
     client = RecordingClient()
-    loop = PostFilterLoop(
-        source,
-        ClusterWriter(cast(KubeClient, client), record_keys=record_keys),
-        DecisionLog(),
-        clock=lambda: NOW,
-    )
+    loop = recording_loop(source, client)
     source._on_pod("ADDED", preemptor())
     with source.exclusive() as snap:
         plan = plan_job_preemption(snap, "team-a/new", NOW)
@@ -261,12 +262,7 @@ def test_an_expired_reservation_releases_muster_s_nomination_and_nothing_else() 
 def test_completing_in_flight_plans_leaves_kube_scheduler_s_victims_alone() -> None:
     source, _ = live_source()
     client = RecordingClient()
-    loop = PostFilterLoop(
-        source,
-        ClusterWriter(cast(KubeClient, client), record_keys=record_keys),
-        DecisionLog(),
-        clock=lambda: NOW,
-    )
+    loop = recording_loop(source, client)
     source._on_pod("MODIFIED", preempted(victim("low", "n0", 1)))
     source._on_pod("ADDED", nominated(preemptor(), "n0"))
     with source.exclusive() as snap:
@@ -326,12 +322,7 @@ def test_a_restarted_muster_records_the_disruption_of_victims_marked_before_it_s
     # It writes no mark: the victim has one.
     source, _ = live_source()
     client = RecordingClient()
-    loop = PostFilterLoop(
-        source,
-        ClusterWriter(cast(KubeClient, client), record_keys=record_keys),
-        DecisionLog(),
-        clock=lambda: NOW,
-    )
+    loop = recording_loop(source, client)
     held = nominated(preemptor(), "n0")
     note = {"job": "team-a/new", "node": "n0", "created": NOW, "expires": NOW + 300}
     held["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = signed(
