@@ -22,8 +22,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check base extender quota tests bench hack
-	$(VENV)/bin/ruff format --check base extender quota tests bench hack
+	$(VENV)/bin/ruff check base extender quota localcluster tests bench hack
+	$(VENV)/bin/ruff format --check base extender quota localcluster tests bench hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -5,7 +5,7 @@
                         [--packing most-allocated|default] [--gang-mode muster-filter|muster]
                         [--muster-ref REF] [--profile PREFIX] [--json PATH]
 
-Everything runs in one control plane (``hack/localcluster/``: etcd, kube-apiserver and
+Everything runs in one control plane (``localcluster/``: etcd, kube-apiserver and
 kube-scheduler built from the pinned modules, the harness's kubelet emulator) with one
 cluster shape: ``--nodes`` Ready nodes of 32 cpu, 128Gi and 8 ``nvidia.com/gpu``.
 Muster runs as a child process (``python -m extender.cli.main``) from the working tree, or
@@ -95,10 +95,9 @@ from typing import Any
 import httpx
 import urllib3
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "hack"))
+import localcluster as lc
 
-import localcluster as lc  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 Json = dict[str, Any]
 GPU = "nvidia.com/gpu"

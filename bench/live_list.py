@@ -4,7 +4,7 @@ pods, from process start to ``/readyz``, and its memory.
     python -m bench.live_list [--nodes 5000] [--pods 50000] [--threads 8] [--repeat 2]
                               [--refs REF,...] [--json PATH]
 
-One local control plane (``hack/localcluster``), kube-scheduler and the kubelet emulator
+One local control plane (``localcluster``), kube-scheduler and the kubelet emulator
 stopped.  ``--nodes`` nodes (8 GPUs, 64 CPUs) are registered, then ``--pods`` pods of
 ``bench.memory``'s shape (its quotas and priority classes too) are created already bound
 (``spec.nodeName`` set: no scheduling), concurrently from ``--threads`` client threads;

@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import localcluster as lc
 from bench.e2e import (
     TRIAL_LABEL,
     Evictor,
@@ -77,9 +78,6 @@ from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
 from bench.workload import PodSighting, SubmittedJob, holds_gpus, pod_gpus, trace_figures
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "hack"))
-
-import localcluster as lc  # noqa: E402
 
 Json = dict[str, Any]
 GPU = "nvidia.com/gpu"

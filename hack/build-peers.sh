@@ -22,7 +22,7 @@
 #                      admits workloads beside a stock kube-scheduler, and its CRDs and
 #                      webhook configurations (config/components/crd/bases/*.yaml and
 #                      config/components/webhook/*.yaml of the same module, copied to
-#                      bin/crds/ and bin/webhook/). hack/localcluster/kueue.py runs it on the local control
+#                      bin/crds/ and bin/webhook/). localcluster/kueue.py runs it on the local control
 #                      plane (`make test-peers`).
 #   koordinator        github.com/koordinator-sh/koordinator v1.6.0: its scheduler
 #                      (cmd/koord-scheduler: ElasticQuota, Coscheduling, Reservation, ...),
@@ -32,7 +32,7 @@
 #                      scheduling.sigs.k8s.io ElasticQuota and PodGroup in its own schema,
 #                      and its scheduling/slo/config.koordinator.sh kinds, whose informers
 #                      the scheduler starts whatever plugins are enabled).
-#                      hack/localcluster/koordinator.py runs it on the local control plane.
+#                      localcluster/koordinator.py runs it on the local control plane.
 #
 # Usage:
 #     hack/build-peers.sh [PEER]            build (or reuse); default scheduler-plugins

@@ -1,7 +1,7 @@
 """``make demo``: Muster on a real, local control plane, told as a timeline.
 
 Starts etcd, kube-apiserver, kube-scheduler and kube-controller-manager
-(``hack/localcluster/``), Muster as the scheduler's extender (``muster serve
+(``localcluster/``), Muster as the scheduler's extender (``muster serve
 --kubeconfig``) and the reference evictor (``muster evictor``); the harness plays the
 kubelet.  Then the showcase, submitting the kubectl-style YAML in ``examples/``:
 
@@ -32,8 +32,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import yaml
+
+import localcluster as lc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

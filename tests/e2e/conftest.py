@@ -22,9 +22,10 @@ import re
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster
+
+import localcluster as lc
 
 E2E_DIR = Path(__file__).resolve().parent
 _PLANE: lc.ControlPlane | None = None

@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import yaml
+
+import localcluster as lc
 
 Json = dict[str, Any]
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 import localcluster as lc
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 import yaml
 from e2e_support import Cluster, condition
@@ -24,6 +23,8 @@ from test_preemption_story import (  # noqa: F401 (tokens is a fixture)
     muster_with_evictor,
     tokens,
 )
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition
 from kubernetes import client as k8s
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

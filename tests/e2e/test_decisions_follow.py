@@ -35,12 +35,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition, make_pod, sample_scheduler_config
 from muster_process import MusterProcess
 from test_muster_extender import GPU, create_quota
 from test_preemption_story import SOFT_EVICTION, Teams, muster_with_evictor, tokens
+
+import localcluster as lc
 
 __all__ = ["tokens"]  # the module-scoped fixture, shared with the story tests
 

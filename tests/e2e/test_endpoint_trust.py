@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, make_pod
 from muster_process import MusterProcess
 from test_muster_extender import GPU, create_quota
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

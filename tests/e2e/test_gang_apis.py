@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition, make_pod, sample_scheduler_config
 from muster_process import MusterProcess
@@ -25,6 +24,8 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     muster_and_evictor,
     tokens,
 )
+
+import localcluster as lc
 
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups"
 SPARK_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # what the Spark operator writes

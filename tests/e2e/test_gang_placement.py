@@ -16,13 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 import yaml
 from e2e_support import Cluster, condition, make_pod
 from muster_process import MusterProcess
 from test_muster_extender import GPU
 from test_preemption_story import muster_with_evictor, tokens  # noqa: F401 (a fixture)
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition, make_job, make_pod
-from localcluster.common import parse_time
 from muster_process import MusterProcess
 from test_lifecycle import job_pods, muster_without_evictor
 from test_muster_extender import GPU
@@ -39,6 +37,9 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     muster_with_evictor,
     tokens,
 )
+
+import localcluster as lc
+from localcluster.common import parse_time
 
 pytestmark = pytest.mark.e2e
 

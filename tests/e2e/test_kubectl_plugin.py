@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 import yaml
 from e2e_support import Cluster, make_pod
@@ -24,6 +23,8 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     muster_and_evictor,
     tokens,
 )
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

@@ -11,13 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 import yaml
 from e2e_support import Cluster, condition, make_job, make_pod
 from muster_process import MusterProcess
 from test_muster_extender import GPU
 from test_preemption_story import PREEMPTIBLE, TRAINER, Teams, tokens  # noqa: F401
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

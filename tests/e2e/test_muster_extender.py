@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 import yaml
 from e2e_support import Cluster, condition, delete_namespaced
 from muster_process import MusterProcess
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

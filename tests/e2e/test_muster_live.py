@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition
 from muster_process import MusterProcess
 from test_muster_extender import GPU, create_quota
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

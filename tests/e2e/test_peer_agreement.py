@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster
 from muster_process import MusterProcess
@@ -30,6 +29,8 @@ from test_preemption_story import (  # noqa: F401  (muster_and_evictor, tokens: 
     muster_and_evictor,
     tokens,
 )
+
+import localcluster as lc
 
 pytestmark = pytest.mark.peers
 

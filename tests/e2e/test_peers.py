@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, Json, make_job, make_pod
+
+import localcluster as lc
 
 pytestmark = pytest.mark.peers
 

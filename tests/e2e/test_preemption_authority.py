@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition, sample_scheduler_config
 from muster_process import MusterProcess
 from test_muster_extender import GPU
 from test_preemption_story import SOFT_EVICTION, Teams, muster_with_evictor, tokens
+
+import localcluster as lc
 
 __all__ = ["tokens"]  # the module-scoped fixture, shared with the story tests
 

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition, delete_namespaced, make_pod, sample_scheduler_config
 from muster_process import MusterProcess, start_evictor
 from test_muster_extender import GPU, create_quota
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition
 from muster_process import MusterProcess
@@ -21,6 +20,8 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     muster_and_evictor,
     tokens,
 )
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

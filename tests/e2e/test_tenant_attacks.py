@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import localcluster as lc
 import pytest
 from e2e_support import Cluster, condition, make_pod
 from muster_process import MUSTER, ROOT, MusterProcess
@@ -31,6 +30,8 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     muster_and_evictor,
     tokens,
 )
+
+import localcluster as lc
 
 pytestmark = pytest.mark.e2e
 

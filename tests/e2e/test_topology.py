@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import localcluster as lc
 from e2e_support import Cluster
 from muster_process import MusterProcess
 from test_decisions_follow import _priority_class
@@ -23,6 +22,8 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     muster_and_evictor,
     tokens,
 )
+
+import localcluster as lc
 
 RACK = "cloud.provider.com/topology-rack"
 BLOCK = "cloud.provider.com/topology-block"

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "hack")]
+sys.path[:0] = [str(ROOT)]
 
 from tests.soak.run import run_soak  # noqa: E402
 

@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import localcluster as lc
 import yaml
-from localcluster.processes import wait_port_released
 
+import localcluster as lc
 from bench.workload import (
     GpuSeconds,
     completed_jobs,
@@ -47,6 +46,7 @@ from bench.workload import (
     pod_gpus,
 )
 from extender.kube.informer import object_key
+from localcluster.processes import wait_port_released
 from tests.soak.invariants import (
     Observer,
     Violation,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
-import localcluster as lc
 from fastapi.testclient import TestClient
 
+import localcluster as lc
 from extender.http.app import create_app
 from extender.kube.health import Health, Watched
 from extender.kube.worker import PeriodicWorker

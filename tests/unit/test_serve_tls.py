@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import localcluster as lc
 import pytest
 
+import localcluster as lc
 from extender.cli.serve import is_loopback
 from tests.certs import CertificateAuthority
 

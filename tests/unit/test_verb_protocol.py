@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import localcluster as lc
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
+import localcluster as lc
 from extender.http.asgi import MusterApp, Verb
 from extender.http.protocol import VerbProtocol, _OneWriteTransport
 from extender.service import Extender

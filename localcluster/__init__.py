@@ -2,8 +2,8 @@
 
 ``ControlPlane`` runs etcd, kube-apiserver, kube-scheduler and kube-controller-manager
 (upstream binaries built by ``hack/build-k8s.sh``) on 127.0.0.1 in a temporary directory,
-and ``KubeletEmulator`` plays the kubelet. Callers put ``hack/`` on ``sys.path`` and
-``import localcluster as lc``.
+and ``KubeletEmulator`` plays the kubelet. A package of the project (beside ``base``,
+``quota`` and ``extender``, not shipped in the image): ``import localcluster as lc``.
 
 Modules: ``controlplane`` (``ControlPlane``: lifecycle, components, logs, clients),
 ``scheduler`` (``ExtenderConfig``, kube-scheduler's configuration and restarts),

@@ -10,7 +10,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 Json = dict[str, Any]
 
