@@ -16,9 +16,9 @@ import sys
 
 from bench.clusters import add_gang, gpu_cluster
 from bench.http import _pod
+from extender.core.filter.nodes import filter_nodes
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import plan_job_preemption
-from extender.core.scheduling import filter_nodes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,16 +26,13 @@ from typing import NamedTuple, Protocol
 from extender.core.binding import BindCheck, bind_refusal, known_pending, unseen
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AssumeBound, Effect, HoldRoom, ReleaseRoom, apply
-from extender.core.gang import filter_pod
+from extender.core.filter.nodes import FilterOutcome, FilterResult
+from extender.core.filter.verb import filter_pod
 from extender.core.objects import PodInfo
+from extender.core.placement.score import score_nodes
 from extender.core.preemption.eligibility import postfilter_trigger
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
 from extender.core.reservations import persisted_pods
-from extender.core.scheduling import (
-    FilterOutcome,
-    FilterResult,
-    score_nodes,
-)
 from extender.core.state import ClusterState, Reservation
 
 

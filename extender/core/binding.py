@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from extender.core.effects import Effect, HoldRoom
-from extender.core.gang import filter_pod
-from extender.core.nodefit import static_misfit
+from extender.core.filter.verb import filter_pod
 from extender.core.objects import PodInfo
+from extender.core.placement.nodefit import static_misfit
 from extender.core.state import ClusterState
 
 

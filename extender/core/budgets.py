@@ -25,8 +25,7 @@ from typing import Any
 
 from base.errors import ManifestError
 from base.fields import mapping, string
-from extender.core.constraints import LabelSelector, parse_label_selector
-from extender.core.nodefit import selects
+from extender.core.constraints import LabelSelector, parse_label_selector, selects
 from extender.core.objects import PodInfo
 
 

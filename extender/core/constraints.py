@@ -3,12 +3,13 @@ required node affinity (node selector terms); and the label selectors other obje
 (PodDisruptionBudgets) select pods with.
 
 The types the parsers in :mod:`extender.core.objects` produce and
-:mod:`extender.core.nodefit` evaluates; invalid input is a
+:mod:`extender.core.placement.nodefit` evaluates; invalid input is a
 :class:`~base.errors.ManifestError` naming the field.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from base.errors import ManifestError
@@ -127,3 +128,31 @@ def parse_tolerations(value: object) -> tuple[Toleration, ...]:
             )
         )
     return tuple(tolerations)
+
+
+def selects(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
+    """Does a label selector select an object with these labels?"""
+    return all(labels.get(key) == value for key, value in selector.match_labels) and all(
+        requirement_holds(r, labels) for r in selector.match_expressions
+    )
+
+
+def requirement_holds(requirement: SelectorRequirement, labels: Mapping[str, str]) -> bool:
+    """Does one selector requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt) hold?"""
+    present = requirement.key in labels
+    value = labels.get(requirement.key, "")
+    operator = requirement.operator
+    if operator == "In":
+        return present and value in requirement.values
+    if operator == "NotIn":
+        return not present or value not in requirement.values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    # Gt / Lt compare integers; a label that is not one never matches.
+    try:
+        number, bound = int(value), int(requirement.values[0])
+    except (ValueError, IndexError):
+        return False
+    return present and (number > bound if operator == "Gt" else number < bound)

@@ -3,16 +3,47 @@
 A gang's size is declared (PodGroup ``minMember``, else the min-available annotation) or,
 undeclared, the pods that exist, trusted only once none has joined for
 ``gangSettleSeconds`` (:func:`still_arriving`).  The filter, the planner and the
-PostFilter loop all ask here; :mod:`extender.core.gang` places gangs whole.
+PostFilter loop all ask here; :mod:`extender.core.filter.gang` places gangs whole.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from base import keys
 from base.errors import ManifestError
 from extender.core.jobs import min_available_annotation
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class GangView:
+    """What one filter call reads of ``pod``'s job, gathered once (:func:`view_gang`)."""
+
+    job: str
+    #: min-available, counting the pod asked about (:func:`gang_size`).
+    size: int
+    #: Whether anything declares the size (:func:`declared_size`).
+    declared: bool
+    #: The job's pods neither finished nor terminating, the pod asked about among them
+    #: even when the state has not seen it yet.
+    live: tuple[PodInfo, ...]
+
+    @property
+    def bound(self) -> list[PodInfo]:
+        """Its live pods bound to a node and staying (not marked, preempted or terminating)."""
+        return [pod for pod in self.live if pod.node_name is not None and not pod.departing]
+
+
+def view_gang(snapshot: ClusterState, pod: PodInfo) -> GangView:
+    """``pod``'s job as the filter sees it, read once per call."""
+    declared = declared_size(snapshot, pod)
+    live = live_pods(snapshot, pod.job)
+    if pod.key not in snapshot.pods:
+        live.append(pod)
+    size = declared if declared is not None else _pods_that_exist(snapshot, pod)
+    return GangView(pod.job, size, declared is not None, tuple(live))
 
 
 def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
@@ -22,8 +53,10 @@ def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
     it is the pods that exist, which the filter trusts only once they stopped arriving
     (:func:`still_arriving`)."""
     declared = declared_size(snapshot, pod)
-    if declared is not None:
-        return declared
+    return declared if declared is not None else _pods_that_exist(snapshot, pod)
+
+
+def _pods_that_exist(snapshot: ClusterState, pod: PodInfo) -> int:
     members = snapshot.job_members(pod.job)
     return len(members) + (0 if pod.key in members else 1)
 
@@ -48,15 +81,20 @@ def size_declared(snapshot: ClusterState, pod: PodInfo) -> bool:
     return declared_size(snapshot, pod) is not None
 
 
-def still_arriving(snapshot: ClusterState, pod: PodInfo, now: float) -> bool:
+def still_arriving(
+    snapshot: ClusterState, pod: PodInfo, now: float, *, declared: bool | None = None
+) -> bool:
     """Is ``pod``'s job a pod group of undeclared size whose pods may still be arriving?
 
     Without a declared size, a gang is the pods that exist, and kube-scheduler asks about
     the first one before its siblings are created (a Job controller creates them one
     after another): so until no pod has joined it for ``gangSettleSeconds``, and while
     nothing of it is bound, reserved or held, the job is not decided.  A pod the state
-    has not seen yet has just joined."""
-    if pod.group is None or size_declared(snapshot, pod):
+    has not seen yet has just joined.  ``declared``: :func:`size_declared`, when the caller
+    knows it already."""
+    if declared is None:
+        declared = pod.group is not None and size_declared(snapshot, pod)
+    if pod.group is None or declared:
         return False
     settle = snapshot.args.gang_settle_seconds
     if pod.key in snapshot.pods:

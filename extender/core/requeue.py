@@ -8,7 +8,7 @@ admission hold released), the front door nudges the parked pods of the jobs that
 now pass Muster's filter (any update makes kube-scheduler retry a parked pod).
 
 :func:`pods_to_requeue` says which, oldest first; also the pods parked while their
-gang was short, now that it is complete (:func:`extender.core.gangstatus.parked_too_early`).
+gang was short, now that it is complete (:func:`extender.core.filter.gangstatus.parked_too_early`).
 Pure: the front door keeps the parked pods' messages (kube-scheduler's
 ``PodScheduled`` condition) and does the writing.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from extender.core.gang import filter_pod
-from extender.core.gangstatus import parked_too_early
+from extender.core.filter.gangstatus import parked_too_early
+from extender.core.filter.verb import filter_pod
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
 

@@ -18,13 +18,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from extender.core.effects import AssumeBound, HoldRoom, apply
-from extender.core.gang import filter_pod
+from extender.core.filter.nodes import FilterResult
+from extender.core.filter.verb import filter_pod
+from extender.core.placement.score import best_node, score_nodes
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.scheduling import (
-    FilterResult,
-    best_node,
-    score_nodes,
-)
 from extender.core.state import ClusterState
 from quota.tree import StopPolicy
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from extender.core.decisions import DecisionLog
-from extender.core.gangstatus import GangStatus, gang_status
+from extender.core.filter.admission import admission_failures
+from extender.core.filter.gangstatus import GangStatus, gang_status
 from extender.core.objects import PodInfo, format_time
-from extender.core.scheduling import admission_failures
 from extender.core.state import ClusterState
 from quota.accounting import usage_report
 
@@ -54,7 +54,7 @@ def waiting_pods(snapshot: ClusterState) -> Iterator[PodInfo]:
 
 def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
     """Jobs with pods still pending, holding a reservation, or backing off; gangs with
-    where they stand (:func:`extender.core.gangstatus.gang_status`)."""
+    where they stand (:func:`extender.core.filter.gangstatus.gang_status`)."""
     pending: dict[str, int] = {}
     for pod in waiting_pods(snapshot):
         pending[pod.job] = pending.get(pod.job, 0) + 1

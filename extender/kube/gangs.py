@@ -3,7 +3,7 @@
 Every second the leader:
 
 - gives up the gangs that have had fewer than min-available pods bound for their
-  timeout (:func:`extender.core.gangstatus.partially_bound`; the clock starts when the
+  timeout (:func:`extender.core.filter.gangstatus.partially_bound`; the clock starts when the
   leader first sees the gang so, and starts again on a new leader: a restart
   never gives a gang up early).  Their bound pods get the soft-eviction mark
   with reason ``GangTimeout``, their room is let go, and the backoff is written
@@ -12,7 +12,7 @@ Every second the leader:
   annotation: any update makes kube-scheduler retry a parked pod at once), oldest
   first by ``requeuingTimestamp`` (when given up, or when created);
 - writes each PodGroup's ``status`` (phase, scheduled, running, succeeded, failed)
-  where it changed (:func:`extender.core.gangstatus.gang_status`).
+  where it changed (:func:`extender.core.filter.gangstatus.gang_status`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from functools import partial
 
 from base import keys
 from extender.core.effects import BackOff, ReleaseRoom, apply
-from extender.core.gangstatus import gang_jobs, gang_status, give_up, partially_bound
+from extender.core.filter.gangstatus import gang_jobs, gang_status, give_up, partially_bound
 from extender.core.objects import PodInfo, format_time
 from extender.core.reservations import persisted_backoff, persisted_pods, reserved_by_muster
 from extender.kube.client import ApiError

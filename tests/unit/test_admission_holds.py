@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from extender.core.effects import apply
-from extender.core.gang import filter_pod
+from extender.core.filter.verb import filter_pod
 from extender.core.objects import PodInfo, parse_pod
 from extender.core.state import ClusterState, Reservation
 from tests.builders import node, pod, quota, snapshot

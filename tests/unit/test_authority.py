@@ -18,12 +18,12 @@ from extender.core.authority import (
 )
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
+from extender.core.filter.nodes import filter_nodes
 from extender.core.objects import parse_pod
 from extender.core.preemption.eligibility import ready_to_plan
 from extender.core.preemption.guard import guard_scheduler_preemption
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
 from extender.core.reservations import reserved_by_muster
-from extender.core.scheduling import filter_nodes
 from extender.core.state import ClusterState, Reservation
 from tests.builders import node, pod, quota, snapshot
 

@@ -25,7 +25,7 @@ import extender.service as service
 from base import keys
 from extender.cli import kubectl
 from extender.core.effects import HoldQuota, HoldRoom, ReleaseQuotaHold, ReleaseRoom
-from extender.core.gang import filter_pod
+from extender.core.filter.verb import filter_pod
 from extender.core.objects import PodInfo, parse_pod
 from extender.core.state import ClusterState, Reservation
 from extender.http.app import create_app

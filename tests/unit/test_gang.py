@@ -1,6 +1,6 @@
-"""All-or-nothing gang placement at the filter (:mod:`extender.core.gang`).
+"""All-or-nothing gang placement at the filter (:mod:`extender.core.filter.gang`).
 
-Every expectation here is worked out by hand from the rules in gang.py's module
+Every expectation here is worked out by hand from the rules in extender/core/filter/gang.py's module
 docstring (and JobFit.place's: shapes largest first, the pod being filtered first of
 its shape, nodes fullest-after-placement first, then by name); the comment beside
 each says how.  Pods ask for GPUs only, so "fits" is plain GPU arithmetic, and pods in
@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 
 from base import keys
-from extender.core import gang, gangsize, gangstatus
+from extender.core import gangsize
 from extender.core.config import parse_args
 from extender.core.effects import AssumeBound, HoldQuota, HoldRoom, ReleaseRoom, apply
+from extender.core.filter import gangstatus, verb
+from extender.core.filter.nodes import FilterResult, filter_nodes
 from extender.core.objects import PodInfo, parse_pod
 from extender.core.podgroups import PodGroupInfo
-from extender.core.scheduling import FilterResult, filter_nodes
 from extender.core.state import ClusterState, GangBackoff, Reservation
 from tests.builders import node, pod, quota, snapshot
 
@@ -52,7 +53,7 @@ def filter_one(
 ) -> FilterResult:
     """The filter for the pod ``team-a/<name>`` over ``nodes`` (default: every node)."""
     names = sorted(snap.nodes) if nodes is None else nodes
-    return gang.filter_pod(snap, snap.pods[key(name)], names, as_extender=as_extender, now=now)
+    return verb.filter_pod(snap, snap.pods[key(name)], names, as_extender=as_extender, now=now)
 
 
 def apply_all(snap: ClusterState, result: FilterResult) -> None:
@@ -127,7 +128,7 @@ def test_a_gang_that_fits_is_reserved_whole_and_each_pod_held_to_its_node(
     # A pod of another job asking for 8 GPUs: the only room on each node is held for
     # team-a/g, so every node fails (resolvably) for the reserved room.
     snap.upsert_pod(parse_pod(pod("other", "team-b", gpu=8)))
-    other = gang.filter_pod(
+    other = verb.filter_pod(
         snap, snap.pods["team-b/other"], ["n1", "n2", "n3"], as_extender=as_extender, now=NOW
     )
     assert other.passed == []
@@ -146,7 +147,7 @@ def test_the_held_pods_bind_one_by_one_and_the_reservation_ends_with_the_last() 
     hold = first.effects[0]
     assert isinstance(hold, HoldRoom)
     for pod_key, node_name in sorted(hold.reservation.placements.items()):
-        result = gang.filter_pod(
+        result = verb.filter_pod(
             snap, snap.pods[pod_key], ["n1", "n2", "n3"], as_extender=True, now=NOW
         )
         assert result.passed == [node_name]
@@ -224,7 +225,7 @@ def test_a_pod_not_yet_seen_by_the_informer_counts_as_created() -> None:
     snap = snapshot([node("n1"), node("n2"), node("n3")], gang_pods(2))
     snap.set_pod_group(PodGroupInfo("team-a", "g", min_member=3))
     newcomer = parse_pod(pod("g-2", gpu=8, group="g"))
-    result = gang.filter_pod(snap, newcomer, ["n1", "n2", "n3"], as_extender=True, now=NOW)
+    result = verb.filter_pod(snap, newcomer, ["n1", "n2", "n3"], as_extender=True, now=NOW)
     assert result.gang_placed and result.passed == ["n1"]
     hold = result.effects[0]
     assert isinstance(hold, HoldRoom)
@@ -244,7 +245,7 @@ def test_room_placed_for_a_pod_not_yet_seen_is_kept_while_the_informer_catches_u
         [node("n1"), node("n2")], [pod("g-1", gpu=8, group="g", annotations=annotations)]
     )
     unseen = parse_pod(pod("g-0", gpu=8, group="g", annotations=annotations))
-    placed = gang.filter_pod(snap, unseen, ["n1", "n2"], as_extender=True, now=NOW)
+    placed = verb.filter_pod(snap, unseen, ["n1", "n2"], as_extender=True, now=NOW)
     assert placed.gang_placed and placed.passed == ["n1"]
     apply_all(snap, placed)
     waiting = filter_one(snap, "g-1")
@@ -557,7 +558,7 @@ def test_a_pod_in_no_gang_is_filtered_exactly_as_filter_nodes_does(
     candidate: PodInfo = snap.pods[key(name)]
     assert not gangsize.is_gang(snap, candidate)
     names = ["n1", "n2", "n3", "gone"]
-    result = gang.filter_pod(snap, candidate, names, as_extender=as_extender, now=NOW)
+    result = verb.filter_pod(snap, candidate, names, as_extender=as_extender, now=NOW)
     held = {
         "lone": HoldQuota(candidate.job, (key("lone"),), NOW + 60),
         "big": HoldQuota(candidate.job, (key("big"),), NOW + 60),
@@ -595,7 +596,7 @@ def test_a_mixed_shape_gang_the_greedy_order_misses_is_placed_by_the_search() ->
     shapes = [(1, "1"), (2, "16"), (3, "3"), (1, "1")]
     pods = [pod(f"g-{i}", gpu=g, cpu=c, group="g") for i, (g, c) in enumerate(shapes)]
     snap = snapshot([node("n0", gpu=4, cpu="16"), node("n1", gpu=8, cpu="16")], pods)
-    result = gang.filter_pod(snap, snap.pods[key("g-0")], ["n0", "n1"], as_extender=True, now=NOW)
+    result = verb.filter_pod(snap, snap.pods[key("g-0")], ["n0", "n1"], as_extender=True, now=NOW)
     assert result.gang_placed, result
     (hold,) = [e for e in result.effects if isinstance(e, HoldRoom)]
     assert hold.reservation.placements[key("g-1")] == "n0"

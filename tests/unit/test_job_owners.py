@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from base.errors import ManifestError
-from extender.core import gang, gangsize
+from extender.core import gangsize
+from extender.core.filter import verb
 from extender.core.jobs import OwnerSize, parse_owner_size
 from extender.core.objects import parse_pod
 from extender.core.state import ClusterState
@@ -90,13 +91,13 @@ def test_the_first_pod_of_a_job_gang_waits_for_the_jobs_parallelism_not_a_settle
     snap.upsert_pod(first, now=T)
     assert gangsize.size_declared(snap, first) and gangsize.gang_size(snap, first) == 4
     assert not gangsize.still_arriving(snap, first, T + 0.01)
-    result = gang.filter_pod(snap, first, NODES, as_extender=True, now=T + 0.01)
+    result = verb.filter_pod(snap, first, NODES, as_extender=True, now=T + 0.01)
     assert not result.passed
     assert result.gang_waiting is not None and "waiting for 3 more pods" in result.gang_waiting
     for index in (1, 2, 3):
         snap.upsert_pod(trainer(index), now=T + 0.1 * index)
     # Four 8-GPU pods on one 32-GPU node: the whole gang fits, decided at once.
-    whole = gang.filter_pod(snap, snap.pods["team-a/train-0"], NODES, as_extender=True, now=T + 0.5)
+    whole = verb.filter_pod(snap, snap.pods["team-a/train-0"], NODES, as_extender=True, now=T + 0.5)
     assert whole.passed == ["n1"]
     assert snap.min_available(JOB) == 4
 
@@ -190,10 +191,10 @@ def test_an_all_or_nothing_stateful_set_waits_for_all_its_replicas() -> None:
     first = owned("web-0", "StatefulSet", "web", ALL_OR_NOTHING)
     snap.upsert_pod(first, now=T)
     assert gangsize.gang_size(snap, first) == 3
-    waiting = gang.filter_pod(snap, first, NODES, as_extender=True, now=T + 0.01)
+    waiting = verb.filter_pod(snap, first, NODES, as_extender=True, now=T + 0.01)
     assert not waiting.passed and waiting.gang_waiting is not None
     assert "waiting for 2 more pods" in waiting.gang_waiting
     for index in (1, 2):
         snap.upsert_pod(owned(f"web-{index}", "StatefulSet", "web", ALL_OR_NOTHING), now=T + index)
-    whole = gang.filter_pod(snap, snap.pods["team-a/web-0"], NODES, as_extender=True, now=T + 3)
+    whole = verb.filter_pod(snap, snap.pods["team-a/web-0"], NODES, as_extender=True, now=T + 3)
     assert whole.passed == []

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from base.errors import ManifestError
-from extender.core.nodefit import static_misfit
 from extender.core.objects import parse_node, parse_pod
+from extender.core.placement.nodefit import static_misfit
 from tests.builders import node, pod
 
 

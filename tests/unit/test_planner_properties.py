@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from base import keys
 from base.resources import add_into, fits
-from extender.core.preemption.fit import JobFit
+from extender.core.placement.demand import job_demand
+from extender.core.placement.fit import JobFit
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.scheduling import job_demand
 from extender.core.state import ClusterState
 from quota.admission import job_admission_failures, would_borrow
 from tests.builders import node, pod, quota, snapshot

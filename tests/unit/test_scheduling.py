@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from base import keys
+from extender.core.filter.nodes import filter_nodes
 from extender.core.objects import parse_node, parse_pod
-from extender.core.preemption.fit import JobFit
-from extender.core.scheduling import filter_nodes, packing_score, score_nodes, scored_resources
+from extender.core.placement.fit import JobFit
+from extender.core.placement.score import packing_score, score_nodes, scored_resources
 from extender.core.state import Reservation
 from tests.builders import T0, node, pod, quota, snapshot
 

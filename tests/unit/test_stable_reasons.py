@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from extender.core.gang import filter_pod
+from extender.core.filter.verb import filter_pod
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import Refusal, plan_job_preemption
 from extender.core.state import ClusterState, GangBackoff, Reservation

@@ -20,9 +20,9 @@ from base.errors import ManifestError
 from extender.cli import kubectl
 from extender.cli.manifests import InputError
 from extender.cli.simulate import simulate_files
-from extender.core import gang
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
+from extender.core.filter import gang, verb
 from extender.core.objects import parse_pod
 from extender.core.podgroups import parse_native_pod_group
 from extender.core.preemption.planner import (
@@ -93,7 +93,7 @@ QUOTAS = [
 
 
 def placed_nodes(snap: ClusterState, first: str = "t-0") -> dict[str, str]:
-    decision = gang.plan_gang_placement(snap, "team-a/train", first=snap.pods[f"team-a/{first}"])
+    decision = gang.plan_gang_placement(snap, first=snap.pods[f"team-a/{first}"])
     assert isinstance(decision, gang.GangPlacement), decision
     return dict(decision.placements)
 
@@ -161,7 +161,7 @@ def test_a_required_gang_no_rack_holds_waits_and_says_which_came_closest() -> No
     # gang waits (evicting may help), and the reason names the most one rack holds.
     nodes = [racked(f"a{i}", "r1") for i in range(2)] + [racked(f"b{i}", "r2") for i in range(2)]
     snap = snapshot(nodes, gang_pods(3, REQUIRED))
-    decision = gang.plan_gang_placement(snap, "team-a/train", first=snap.pods["team-a/t-0"])
+    decision = gang.plan_gang_placement(snap, first=snap.pods["team-a/t-0"])
     assert isinstance(decision, gang.GangWait) and decision.resolvable
     assert decision.reason == (
         f"gang team-a/train: no {RACK} domain holds all 3 pods (the most: 2 in {RACK}=r1); "
@@ -173,7 +173,7 @@ def test_a_required_gang_never_uses_an_unlabelled_node() -> None:
     # Rack r1 with 2 nodes and one node with no rack label: 3 nodes free, but only 2 in
     # a domain, so the gang of 3 waits.
     snap = snapshot([racked("a0", "r1"), racked("a1", "r1"), node("bare")], gang_pods(3, REQUIRED))
-    decision = gang.plan_gang_placement(snap, "team-a/train", first=snap.pods["team-a/t-0"])
+    decision = gang.plan_gang_placement(snap, first=snap.pods["team-a/t-0"])
     assert isinstance(decision, gang.GangWait)
 
 
@@ -236,7 +236,7 @@ def test_debug_jobs_names_the_domain_a_gang_was_placed_in() -> None:
     # The fullest-rack case above: the gang is reserved in r3, and /debug/jobs says so.
     nodes = [racked(f"b{i}", "r2") for i in range(4)] + [racked(f"c{i}", "r3") for i in range(3)]
     snap = snapshot(nodes, gang_pods(3, REQUIRED))
-    result = gang.filter_pod(
+    result = verb.filter_pod(
         snap, snap.pods["team-a/t-0"], sorted(snap.nodes), as_extender=True, now=NOW
     )
     for effect in result.effects:
@@ -394,7 +394,7 @@ def test_a_sliced_gang_no_rack_holds_a_slice_of_waits() -> None:
     # two nodes in one rack.  The gang waits, none placed, and says why.
     nodes = [racked("a0", "r1"), racked("b0", "r2"), racked("c0", "r3")]
     snap = snapshot(nodes, gang_pods(2, sliced("2")))
-    decision = gang.plan_gang_placement(snap, "team-a/train", first=snap.pods["team-a/t-0"])
+    decision = gang.plan_gang_placement(snap, first=snap.pods["team-a/t-0"])
     assert isinstance(decision, gang.GangWait) and decision.resolvable
     assert decision.reason == (
         f"gang team-a/train: 0 of 2 pods fit in slices of 2, each inside one {RACK} "

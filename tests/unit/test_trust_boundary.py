@@ -17,7 +17,7 @@ import pytest
 
 from base import keys
 from extender.core.config import MusterArgs
-from extender.core.gang import filter_pod
+from extender.core.filter.verb import filter_pod
 from extender.core.objects import format_time, parse_pod
 from extender.core.preemption.candidates import victim_refusal
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from base import keys
 from base.errors import ManifestError
 from extender.core.effects import apply
-from extender.core.gang import filter_pod
+from extender.core.filter.verb import filter_pod
 from extender.core.objects import parse_pod
 from extender.core.preemption.candidates import victim_refusal
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption

@@ -9,8 +9,9 @@ joined it for ``gangSettleSeconds`` (1 s by default); then it is decided whole.
 
 from __future__ import annotations
 
-from extender.core import gang, gangsize, gangstatus
+from extender.core import gangsize
 from extender.core.effects import apply
+from extender.core.filter import gangstatus, verb
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import Refusal, plan_job_preemption
 from extender.core.state import ClusterState
@@ -50,18 +51,18 @@ def test_the_first_pod_waits_while_its_siblings_arrive() -> None:
     # One 16-GPU node, three 8-GPU pods created 0.2 s apart: room for two of three.
     snap = cluster()
     arrive(snap, 0, T)
-    first = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 0.05)
+    first = verb.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 0.05)
     assert not first.passed and first.unresolvable  # no eviction helps: unresolvable
     assert first.gang_waiting == gangsize.arriving_reason(snap, JOB)
     arrive(snap, 1, T + 0.2)
     arrive(snap, 2, T + 0.4)
     # 1.0 s after the first pod, but only 0.6 s after the last: still arriving, and the
     # reason is the same sentence (kube-scheduler rewrites a condition when it changes).
-    again = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 1.0)
+    again = verb.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 1.0)
     assert again.gang_waiting == first.gang_waiting
     # Settled (1 s after the last pod joined): a gang of three, of which two fit. docs/design.md:
     # "otherwise every pod of the job is rejected with one stable reason": none binds.
-    settled = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 1.5)
+    settled = verb.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 1.5)
     assert not settled.passed
     assert settled.gang_waiting == "gang team-a/g: 2 of 3 pods fit; waiting for room for all 3"
 
@@ -70,7 +71,7 @@ def test_a_settled_gang_that_fits_is_placed_whole() -> None:
     snap = cluster(gpus=24)
     for index in range(3):
         arrive(snap, index, T + 0.2 * index)
-    result = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 1.5)
+    result = verb.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 1.5)
     assert result.gang_placed and result.passed == ["n1"]
     for effect in result.effects:
         apply(snap, effect)
@@ -83,7 +84,7 @@ def test_a_pod_not_seen_yet_has_just_joined() -> None:
     snap = cluster(gpus=24)
     arrive(snap, 0, T)
     unseen = parse_pod(pod("g-1", gpu=8, group="g", preemptible=True))
-    result = gang.filter_pod(snap, unseen, NODES, as_extender=True, now=T + 5)
+    result = verb.filter_pod(snap, unseen, NODES, as_extender=True, now=T + 5)
     assert result.gang_waiting == gangsize.arriving_reason(snap, JOB)
 
 
@@ -93,7 +94,7 @@ def test_a_declared_size_needs_no_settling() -> None:
     annotations = {"gang.scheduling.koordinator.sh/min-available": "2"}
     arrive(snap, 0, T, annotations=annotations)
     arrive(snap, 1, T + 0.1, annotations=annotations)
-    result = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 0.2)
+    result = verb.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 0.2)
     assert result.gang_placed
 
 
@@ -105,11 +106,11 @@ def test_a_non_preemptible_gang_beyond_its_min_is_not_admitted_pod_by_pod() -> N
         [node("n1", gpu=32)], [], [quota("team-a", min={"nvidia.com/gpu": "16"}, max={})]
     )
     arrive(snap, 0, T, preemptible=False)
-    early = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 0.1)
+    early = verb.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 0.1)
     assert not early.passed
     arrive(snap, 1, T + 0.2, preemptible=False)
     arrive(snap, 2, T + 0.4, preemptible=False)
-    late = gang.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 2)
+    late = verb.filter_pod(snap, snap.pods["team-a/g-0"], NODES, as_extender=True, now=T + 2)
     assert not late.passed
     assert late.quota_failures == (
         "quota team-a: non-preemptible nvidia.com/gpu 24 would exceed min 16",

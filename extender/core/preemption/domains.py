@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 
 from base.resources import Resources, add_into
 from extender.core.objects import PodInfo
-from extender.core.preemption.shapes import eligible_nodes
-from extender.core.scheduling import JobDemand
+from extender.core.placement.demand import JobDemand
+from extender.core.placement.shapes import eligible_nodes
 from extender.core.state import ClusterState
 from extender.core.topology import scarce_resource
 

@@ -13,8 +13,8 @@ from extender.core.authority import governing_reason, nominated_elsewhere, sched
 from extender.core.gangsize import arriving_reason, still_arriving
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo, format_time
+from extender.core.placement.demand import JobDemand
 from extender.core.reservations import persisted_on, persisted_pods
-from extender.core.scheduling import JobDemand
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
 from quota.admission import unevictable_failures

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
+from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.preemption.candidates import (
     Preemptor,
     VictimGroup,
@@ -45,7 +46,6 @@ from extender.core.preemption.candidates import (
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.simulation import Simulation, Wants
-from extender.core.scheduling import JobDemand, job_demand
 from extender.core.state import (
     ClusterState,
     Overlay,

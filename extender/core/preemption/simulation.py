@@ -1,6 +1,6 @@
 """The preemption planner's working state: the job's fit with victims taken out.
 
-:class:`Simulation` holds the job's :class:`~extender.core.preemption.fit.JobFit` (node
+:class:`Simulation` holds the job's :class:`~extender.core.placement.fit.JobFit` (node
 copies) and a copy of the quota ledger, and takes victim groups out and puts them back;
 :class:`Wants` tells the candidate walk which groups could still help.  The planner
 (:mod:`extender.core.preemption.planner`) drives both.
@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from extender.core.objects import PodInfo
+from extender.core.placement.demand import JobDemand
+from extender.core.placement.fit import JobFit
 from extender.core.preemption.candidates import VictimGroup
-from extender.core.preemption.fit import JobFit
-from extender.core.scheduling import JobDemand
 from extender.core.state import ClusterState
 from extender.core.topology import SliceRequest
 from quota.admission import job_admission_failures, min_violations, would_borrow

@@ -31,7 +31,7 @@ _Key = TypeVar("_Key", bound=Hashable)
 _Value = TypeVar("_Value")
 
 #: A job shape's needs (resource, amount) and its pod count: see
-#: :func:`extender.core.preemption.shapes.count_copies`.
+#: :func:`extender.core.placement.shapes.count_copies`.
 CopiesKey = tuple[tuple[tuple[str, int], ...], int]
 #: Copies that fit now, and the resources the node may lack for one more as victims go
 #: (``None``: evicting could not fit more there).
@@ -60,10 +60,10 @@ class NodeUsage:
         self.preemptible: dict[str, Resources] = {}
         self._pods: dict[str, set[str]] = {}
         #: node → a pod's scored wants → its packing score there (see
-        #: :func:`extender.core.scheduling.score_nodes`); dropped when the node changes.
+        #: :func:`extender.core.placement.score.score_nodes`); dropped when the node changes.
         self.scores: dict[str, dict[tuple[tuple[str, int], ...], int]] = {}
         #: node → a job shape → its copies there (see
-        #: :func:`extender.core.preemption.shapes.count_copies`); dropped when the node changes.
+        #: :func:`extender.core.placement.shapes.count_copies`); dropped when the node changes.
         self.copies: dict[str, dict[CopiesKey, Copies]] = {}
         #: node → its free room with every held room counted used (see :meth:`free_on`);
         #: dropped when the node changes.

@@ -19,10 +19,8 @@ constraints and the node's labels and taints, so planners cache it per pod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from base import keys
-from extender.core.constraints import LabelSelector, NodeSelectorTerm, SelectorRequirement
+from extender.core.constraints import NodeSelectorTerm, requirement_holds
 from extender.core.objects import NodeInfo, PodInfo
 
 
@@ -71,33 +69,6 @@ def _term_matches(term: NodeSelectorTerm, node: NodeInfo) -> bool:
     if not term.match_expressions and not term.match_fields:
         return False  # an empty term matches nothing, as in Kubernetes
     fields = {"metadata.name": node.name}
-    return all(_requirement_holds(r, node.labels) for r in term.match_expressions) and all(
-        _requirement_holds(r, fields) for r in term.match_fields
+    return all(requirement_holds(r, node.labels) for r in term.match_expressions) and all(
+        requirement_holds(r, fields) for r in term.match_fields
     )
-
-
-def selects(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
-    """Does a label selector select an object with these labels?"""
-    return all(labels.get(key) == value for key, value in selector.match_labels) and all(
-        _requirement_holds(r, labels) for r in selector.match_expressions
-    )
-
-
-def _requirement_holds(requirement: SelectorRequirement, labels: Mapping[str, str]) -> bool:
-    present = requirement.key in labels
-    value = labels.get(requirement.key, "")
-    operator = requirement.operator
-    if operator == "In":
-        return present and value in requirement.values
-    if operator == "NotIn":
-        return not present or value not in requirement.values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    # Gt / Lt compare integers; a label that is not one never matches.
-    try:
-        number, bound = int(value), int(requirement.values[0])
-    except (ValueError, IndexError):
-        return False
-    return present and (number > bound if operator == "Gt" else number < bound)

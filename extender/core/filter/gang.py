@@ -10,7 +10,7 @@ first time one of its pods asks:
   more pods"): no node helps.
 - Otherwise, after the job-level quota check, every unplaced pod of the job is
   placed on copies of the nodes (the preemption planner's
-  :class:`~extender.core.preemption.fit.JobFit`, with no victims).  If at least
+  :class:`~extender.core.placement.fit.JobFit`, with no victims).  If at least
   min-available pods would then be bound or placed, the placement is reserved for
   the job in the reservation book (the same book a preemption's room is held in, so
   other pods are kept off it and the front door persists it on the pods), and the
@@ -32,9 +32,10 @@ first time one of its pods asks:
   strategy: ``backoffBaseSeconds`` doubling per attempt up to ``backoffMaxSeconds``;
   past ``backoffLimitCount`` attempts, for good).
 
-A gang's size and arrival live in :mod:`extender.core.gangsize`, its backoff and status in
-:mod:`extender.core.gangstatus`.  Pure: decisions read the state and return effects
-(:mod:`extender.core.effects`).
+This module plans the placement; :mod:`.verb` decides, per filter call, whether to plan,
+hold a pod to its room, repair, or turn the job away.  A gang's size and arrival live in
+:mod:`extender.core.gangsize`, its backoff and status in :mod:`.gangstatus`.  Pure:
+decisions read the state and return effects (:mod:`extender.core.effects`).
 """
 
 from __future__ import annotations
@@ -43,26 +44,10 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.core.effects import Effect, HoldRoom, ReleaseQuotaHold, ReleaseRoom
-from extender.core.gangsize import (
-    arriving_reason,
-    bound_count,
-    gang_size,
-    is_gang,
-    live_pods,
-    still_arriving,
-    waiting_for_pods,
-)
-from extender.core.gangstatus import backoff_reason
+from extender.core.gangsize import GangView, view_gang
 from extender.core.objects import PodInfo
-from extender.core.preemption.fit import JobFit
-from extender.core.preemption.shapes import shape_of
-from extender.core.scheduling import (
-    FilterResult,
-    added_pods_admission_failures,
-    admission_hold,
-    filter_nodes,
-)
+from extender.core.placement.fit import JobFit
+from extender.core.placement.shapes import shape_of
 from extender.core.state import ClusterState, Reservation, node_domains
 from extender.core.topology import (
     SliceRequest,
@@ -110,35 +95,27 @@ class GangWait:
 
 def plan_gang_placement(
     snapshot: ClusterState,
-    job: str,
-    *,
     first: PodInfo,
+    *,
     allowed: Collection[str] | None = None,
     refused: frozenset[str] = frozenset(),
+    gang: GangView | None = None,
 ) -> GangPlacement | GangWait:
-    """Place the job's unbound pods whole: at least min-available bound or placed.
+    """Place the unbound pods of ``first``'s job whole: at least min-available bound or placed.
 
     ``first``: the pod being filtered (placed first of its shape, and only on
     ``allowed`` nodes: those kube-scheduler's own filters passed for it).  The job's
     own reservation, if any, is planned again in its place (its room counts as free).
-    A gang with a topology request is placed inside one domain (:func:`_plan_in_a_domain`).
+    ``gang``: the job as the filter call read it (read here when not given).  A gang
+    with a topology request is placed inside one domain (:func:`_plan_in_a_domain`).
     """
-    pods = live_pods(snapshot, job)
-    if first.key not in snapshot.pods:
-        pods.append(first)
-    unplaced = [pod for pod in pods if pod.node_name is None and pod.key != first.key]
+    gang = gang if gang is not None else view_gang(snapshot, first)
+    job = gang.job
+    unplaced = [pod for pod in gang.live if pod.node_name is None and pod.key != first.key]
     unplaced.insert(0, first)
     own = [pod.key for pod in unplaced if snapshot.reservation_holder(pod.key) == job]
     own += snapshot.book.vacancies_of(job)  # room kept for pods being re-created
-    attempt = _Attempt(
-        snapshot,
-        job,
-        first,
-        unplaced,
-        own,
-        needed=gang_size(snapshot, first),
-        bound=[pod for pod in pods if pod.node_name is not None and not pod.departing],
-    )
+    attempt = _Attempt(snapshot, job, first, unplaced, own, needed=gang.size, bound=gang.bound)
     slices = snapshot.slice_request(job, including=first)
     if slices is not None:
         attempt = dataclasses.replace(attempt, slices=slices)
@@ -278,160 +255,3 @@ def _swap_onto_allowed(
             swapped[pod.key], swapped[first.key] = placements[first.key], node
             return swapped
     return None
-
-
-def filter_pod(
-    snapshot: ClusterState,
-    pod: PodInfo,
-    node_names: Sequence[str],
-    *,
-    as_extender: bool,
-    now: float,
-) -> FilterResult:
-    """The filter for one pod: :func:`~extender.core.scheduling.filter_nodes`, and for a
-    pod of a gang the whole job's placement (see the module docstring).  The effects
-    the front door must apply are in ``FilterResult.effects``, with the admission hold
-    (:func:`~extender.core.scheduling.admission_hold`, at most ``quotaHoldSeconds``) of
-    every pod admitted whose job holds no reserved room: the live filter and
-    ``simulate`` apply the same ones."""
-    result = _filter_pod(snapshot, pod, node_names, as_extender=as_extender, now=now)
-    if result.quota_failures or not result.passed:
-        if pod.group is None and snapshot.quota_held(pod.key):
-            # Admitted before, turned away now: it is not about to bind.
-            return dataclasses.replace(result, effects=(*result.effects, ReleaseQuotaHold(pod.key)))
-        return result
-    if pod.job in snapshot.reservations or any(isinstance(e, HoldRoom) for e in result.effects):
-        return result  # room reserved for the job charges its quota already
-    hold = admission_hold(snapshot, pod, now + snapshot.args.quota_hold_seconds)
-    if hold is None:
-        return result
-    return dataclasses.replace(result, effects=(*result.effects, hold))
-
-
-def _filter_pod(
-    snapshot: ClusterState,
-    pod: PodInfo,
-    node_names: Sequence[str],
-    *,
-    as_extender: bool,
-    now: float,
-) -> FilterResult:
-    result = filter_nodes(snapshot, pod, node_names, as_extender=as_extender)
-    if result.quota_failures:
-        return result
-    if still_arriving(snapshot, pod, now):
-        return _turned_away(node_names, arriving_reason(snapshot, pod.job), resolvable=False)
-    if not is_gang(snapshot, pod):
-        return result
-    job = pod.job
-    backoff = snapshot.book.backoffs.get(job)
-    waiting = backoff_reason(job, backoff, now) if backoff is not None else None
-    if waiting is not None:
-        return _turned_away(node_names, waiting, resolvable=False)
-    needed = gang_size(snapshot, pod)
-    reservation = snapshot.reservations.get(job)
-    created = len(live_pods(snapshot, job)) + (0 if pod.key in snapshot.pods else 1)
-    if created < needed:  # a terminating pod is one its controller will replace
-        turned = _turned_away(
-            node_names,
-            f"{waiting_for_pods(job)}{needed - created} more pods "
-            f"({created} of min-available {needed} exist)",
-            resolvable=False,
-        )
-        if (
-            reservation is not None
-            and not reservation.victims
-            and not any(snapshot.not_seen_yet(key) for key in reservation.placements)
-        ):
-            return dataclasses.replace(turned, effects=(ReleaseRoom(job),))
-        # Room placed for pods Muster has not seen yet (a filter call for one of them
-        # placed the gang before the informer delivered it) stays the job's: they exist.
-        # Once they are seen, the gang is complete and its parked pods are nudged.
-        return turned
-    # Nodes kube-scheduler (or, in simulate, the node constraints) allow for this pod;
-    # the planner itself keeps to room not held for other jobs.
-    allowed = [name for name in node_names if name not in result.unresolvable]
-    reserved_node = snapshot.reserved_node(pod.key)
-    placed = bound_count(snapshot, job) + _reserved_count(snapshot, job)
-    if reserved_node is not None and reservation is not None:
-        if reserved_node in allowed and placed >= needed:
-            return result  # held to its reserved node by filter_nodes
-        if reserved_node in allowed:
-            # Bound pods of the gang are leaving (evicted as another job's victims): the
-            # rest must not bind alone.  Plan it whole again, or let its room go.
-            reserved_node = None
-            refused = reservation.refused
-        elif reservation.victims:
-            # Room freed by eviction: kube-scheduler may not have seen the victims go
-            # yet.  Its own delete event retries the pod; the room stays the job's.
-            return _turned_away(
-                node_names,
-                f"gang {job}: waiting for the room reserved on node {reserved_node}",
-                resolvable=False,
-            )
-        else:
-            refused = reservation.refused | {reserved_node}
-    elif placed >= needed:
-        return result  # the gang's min-available is placed: this pod is one more
-    else:
-        refused = reservation.refused if reservation is not None else frozenset()
-    decision = plan_gang_placement(snapshot, job, first=pod, allowed=allowed, refused=refused)
-    if isinstance(decision, GangPlacement) and snapshot.counts_as_used(pod):
-        # This pod's quota was checked when its room was reserved (or held); pods the plan
-        # adds now that its quota has not charged (a gang of undeclared size that grew
-        # since) were not: they must fit too, or the reservation would carry them past
-        # the quota's max.
-        failures = added_pods_admission_failures(snapshot, pod, decision.placements)
-        if failures:
-            reason = "; ".join(failures)
-            return FilterResult(
-                unresolvable=dict.fromkeys(node_names, reason), quota_failures=tuple(failures)
-            )
-    if isinstance(decision, GangWait) and reserved_node is not None and reservation is not None:
-        # No other room: does the job still fit whole as Muster sees the cluster?  Then
-        # kube-scheduler's refusal may pass (its cache can hold a pod that is already
-        # gone, or assumed and never bound): the room stays reserved, the pod is retried
-        # on kube-scheduler's next event, and the gang timeout ends a refusal that lasts.
-        mine = plan_gang_placement(snapshot, job, first=pod, refused=reservation.refused)
-        if isinstance(mine, GangPlacement):
-            return _turned_away(
-                node_names,
-                f"gang {job}: kube-scheduler refuses node {reserved_node} planned for pod "
-                f"{pod.name}, and no other room fits the gang; its room stays reserved",
-                resolvable=False,
-            )
-    if isinstance(decision, GangWait):
-        release: tuple[Effect, ...] = (ReleaseRoom(job),) if reservation is not None else ()
-        turned = _turned_away(node_names, decision.reason, resolvable=decision.resolvable)
-        return dataclasses.replace(turned, effects=release)
-    victims = reservation.victims if reservation is not None else ()
-    timeout = snapshot.args.reservation_timeout_seconds
-    hold = HoldRoom(decision.reservation(now, timeout, victims))
-    node = decision.placements.get(pod.key)
-    if node is None:  # min-available is placed without it; nothing of its shape fits
-        turned = _turned_away(
-            node_names,
-            f"gang {job} is placed without pod {pod.name}: no room for it",
-            resolvable=True,
-        )
-        return dataclasses.replace(turned, effects=(hold,))
-    held_here = f"gang {job} is placed whole; this pod goes to node {node}"
-    return FilterResult(
-        passed=[node],
-        failed={name: held_here for name in node_names if name != node},
-        pinned_to=node,
-        effects=(hold,),
-        gang_placed=True,
-    )
-
-
-def _reserved_count(snapshot: ClusterState, job: str) -> int:
-    return sum(1 for key in snapshot.job_members(job) if snapshot.reservation_holder(key) == job)
-
-
-def _turned_away(node_names: Sequence[str], reason: str, *, resolvable: bool) -> FilterResult:
-    """Every node fails for the job's reason (``resolvable``: evicting could help, so the
-    job goes to the PostFilter)."""
-    if resolvable:
-        return FilterResult(failed=dict.fromkeys(node_names, reason), gang_waiting=reason)
-    return FilterResult(unresolvable=dict.fromkeys(node_names, reason), gang_waiting=reason)

@@ -4,7 +4,7 @@ A *shape* is what makes two pods of a job interchangeable in a placement: the sa
 requests and node constraints (:func:`shape_of`).  :func:`count_copies` fills a shape's
 per-node capacity from the state's running totals (memoised per node) or from a settled
 overlay's rooms, and says on which nodes evicting could fit more, short of which
-resources.  :class:`~extender.core.preemption.fit.JobFit` keeps these counts as victims
+resources.  :class:`~extender.core.placement.fit.JobFit` keeps these counts as victims
 come and go.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from base.resources import Resources, copies_that_fit
-from extender.core.nodefit import constraint_signature, static_misfit
 from extender.core.objects import PodInfo
+from extender.core.placement.nodefit import constraint_signature, static_misfit
 from extender.core.state import ClusterState, Copies, Overlay, memoise_on_node
 
 

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from base.resources import Resources, add_into, copies_that_fit, fits
+from base.resources import Resources, add_into, copies_that_fit
 from extender.core.objects import PodInfo
-from extender.core.preemption.shapes import (
+from extender.core.placement.score import COMMON_RESOURCES, packing_score, scored_resources
+from extender.core.placement.search import search_placement
+from extender.core.placement.shapes import (
     Shape,
     copies_in,
     count_copies,
@@ -36,14 +38,8 @@ from extender.core.preemption.shapes import (
     shape_of,
     short_on,
 )
-from extender.core.scheduling import COMMON_RESOURCES, packing_score, scored_resources
 from extender.core.state import ClusterState, Overlay
 from extender.core.topology import SliceRequest, assign_slices, slices_fit
-
-#: Node trials the exhaustive placement may spend, and the most pods it searches for (see
-#: :meth:`JobFit._search_placement`).
-SEARCH_BUDGET = 5_000
-SEARCH_MAX_PODS = 256
 
 
 class JobFit:
@@ -302,7 +298,7 @@ class JobFit:
                     placement[remaining.pop(0).key] = node
                     add_into(used.setdefault(node, {}), shape.request)
             if remaining and not partial:
-                return self._search_placement() if len(self.shapes) > 1 else None
+                return search_placement(self.shapes, self.free) if len(self.shapes) > 1 else None
         return placement
 
     def _ranked(
@@ -361,52 +357,6 @@ class JobFit:
                         placement[remaining.pop(0).key] = node
                         add_into(used.setdefault(node, {}), shape.request)
         return placement
-
-    def _search_placement(self, budget: int = SEARCH_BUDGET) -> dict[str, str] | None:
-        """Every placement of the job's pods, depth first, until one fits or ``budget``
-        node trials are spent: what the greedy order misses when pods of several shapes
-        must share nodes (a small pod taking the room a large one needed).  Pods of one
-        shape are interchangeable, so each goes to a node no earlier than the one before
-        it (no placement is tried twice)."""
-        order = [(index, pod) for index, shape in enumerate(self.shapes) for pod in shape.pods]
-        if len(order) > SEARCH_MAX_PODS:
-            return None  # one level of recursion per pod: the greedy order stands
-        nodes = sorted({node for shape in self.shapes for node in shape.eligible})
-        rank = {node: i for i, node in enumerate(nodes)}
-        rooms: dict[str, Resources] = {}
-        placement: dict[str, str] = {}
-        trials = 0
-
-        def room(node: str) -> Resources:
-            if node not in rooms:
-                rooms[node] = dict(self.free(node))
-            return rooms[node]
-
-        def place_from(at: int, first: int) -> bool:
-            nonlocal trials
-            if at == len(order):
-                return True
-            index, pod = order[at]
-            shape = self.shapes[index]
-            for node in nodes[first:]:
-                if node not in shape.eligible:
-                    continue
-                trials += 1
-                if trials > budget:
-                    return False
-                free = room(node)
-                if not fits(shape.request, free):
-                    continue
-                add_into(free, shape.request, -1)
-                placement[pod.key] = node
-                same = at + 1 < len(order) and order[at + 1][0] == index
-                if place_from(at + 1, rank[node] if same else 0):
-                    return True
-                add_into(free, shape.request)
-                del placement[pod.key]
-            return False
-
-        return dict(placement) if place_from(0, 0) else None
 
 
 def _size(request: Resources) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """A gang over time: its backoff once given up (KEP-1282's requeue strategy), its status
 for its PodGroup, and which parked or partly bound gangs need a nudge or a timeout.
 
-Pure reads of the state; :mod:`extender.core.gang` places gangs whole, and the front
+Pure reads of the state; :mod:`extender.core.filter.gang` places gangs whole, and the front
 doors write what these functions decide.
 """
 

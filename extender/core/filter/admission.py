@@ -1,0 +1,128 @@
+"""Job-level quota admission for one pod's filter call.
+
+A pod is admitted when its whole job fits its quota (and every ancestor's max): the
+pods of the job the quota has not charged yet are checked together
+(:func:`~extender.core.placement.demand.job_demand`).  A pod whose job's preemption
+freed room waits until that room is free in fact (:func:`room_not_free_yet`).  An
+admitted pod's job is held against its quota until kube-scheduler binds it
+(:func:`admission_hold`), as kube-scheduler's cache assumes a pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from extender.core.effects import HoldQuota
+from extender.core.objects import PodInfo
+from extender.core.placement.demand import job_demand, uncharged_with_min_resources
+from extender.core.state import ClusterState
+from quota.admission import job_admission_failures, over_max_on_path
+from quota.tree import QuotaMembershipError
+
+
+def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
+    """Why the job of ``pod`` is not admitted by its quota; empty when it is."""
+    try:
+        quota = snapshot.quota_of(pod)
+    except QuotaMembershipError as error:
+        return [error.reason]
+    if quota in snapshot.tree.parents:
+        return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
+    waiting = room_not_free_yet(snapshot, pod)
+    if waiting is not None:
+        return [waiting]
+    if snapshot.counts_as_used(pod):
+        return []  # its room is already charged (bound, reserved, or its job's hold)
+    try:
+        demand = job_demand(snapshot, pod.job, including=pod)
+    except QuotaMembershipError as error:  # another pod of the job names a quota it may not
+        return [error.reason]
+    if not demand.unplaced:
+        return []
+    return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
+
+
+def room_not_free_yet(snapshot: ClusterState, pod: PodInfo) -> str | None:
+    """Why pending ``pod`` waits for room its job's preemption freed to be free in fact;
+    ``None`` when it need not.  A wait, not a refusal: the room comes once pods on their
+    way out have left (kube-scheduler waits the same way for its own nominated node's
+    terminating victims)."""
+    if pod.node_name is not None:
+        return None
+    if victims_still_there(snapshot, pod.job):
+        # Every pending pod of a job whose preemption victims are still there waits for
+        # them to go: the room its plan freed is still theirs, and binding now would put
+        # the quota (or an ancestor) above its max until they leave.  (One message while
+        # they leave: a changing one would requeue the pod at every victim.)
+        return (
+            f"quota room reserved for job {pod.job} is not free yet: its preemption's "
+            "victims are still there"
+        )
+    quota = snapshot.quota_name(pod) if pod.job in snapshot.reservations else None
+    if quota is not None:
+        over = over_max_on_path(snapshot.ledger, quota)
+        if over is not None:
+            # Its plan counted every pod on its way out as gone, its own victims and
+            # others (terminating, marked for other jobs), and saw only what its replica
+            # had seen: until those pods have left (or what another replica admitted
+            # meanwhile), the ledger, which counts them and the job's reserved room, is
+            # over a max on the job's path, and binding would keep it there.
+            return (
+                f"quota room reserved for job {pod.job} is not free yet: quota {over} is "
+                "over its max until pods on their way out have left"
+            )
+    return None
+
+
+def victims_still_there(snapshot: ClusterState, job: str) -> bool:
+    """Is a victim of ``job``'s preemption still there: a pod whose soft-eviction mark
+    names the job (until it is gone), or one its reservation counts on that is not yet
+    terminating (Muster's plan committed in memory before the informer reads its marks
+    back)?  Victims kube-scheduler preempted itself are deleted at once, unmarked: once
+    terminating, kube-scheduler's own nomination waits for them."""
+    if snapshot.marked_victims(job):
+        return True
+    reservation = snapshot.reservations.get(job)
+    if reservation is None:
+        return False
+    victims = (snapshot.pods.get(key) for key in reservation.victims)
+    return any(victim is not None and not victim.terminating for victim in victims)
+
+
+def added_pods_admission_failures(
+    snapshot: ClusterState, pod: PodInfo, placed: Collection[str]
+) -> list[str]:
+    """Why the ``placed`` pods of ``pod``'s job that its quota has not charged yet (pods
+    created after the job's room was reserved or held) do not fit the quota; empty when
+    they do."""
+    pods = [snapshot.pods[key] for key in placed if key in snapshot.pods]
+    np_request, p_request = uncharged_with_min_resources(snapshot, pod.job, pods)
+    if not np_request and not p_request:
+        return []
+    quota = snapshot.quota_of(pod)
+    return job_admission_failures(snapshot.ledger, quota, np_request, p_request)
+
+
+def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQuota | None:
+    """After ``pod`` passed admission, the hold that charges it, and its job's other
+    pending pods, to the quota until ``until`` (or until each is seen bound, deleted, or
+    turned away): kube-scheduler assumes the pod and binds it a moment later, and
+    Muster's cache sees the binding only then, so a pod filtered meanwhile must not be
+    admitted against the same room (kube-scheduler's own cache assumes a pod the same
+    way).  The job was admitted whole: its other pods are held with it.  ``pod`` itself
+    may not have reached the state yet: the hold carries it."""
+    unseen = () if pod.key in snapshot.pods else (pod,)
+    if pod.group is None:
+        return HoldQuota(pod.job, (pod.key,), until, unseen)
+    # A pod admitted before (held) extends its job's hold over the pods it held then: pods
+    # created since were never checked against the quota.
+    readmitted = snapshot.quota_held(pod.key)
+    pending = tuple(
+        other.key
+        for other in snapshot.job_pods(pod.job)
+        if other.node_name is None
+        and not other.finished
+        and not other.terminating
+        and (not readmitted or snapshot.quota_held(other.key))
+    ) + tuple(p.key for p in unseen)
+    return HoldQuota(pod.job, pending, until, unseen) if pending else None

@@ -1,0 +1,109 @@
+"""The packing score behind the ``prioritize`` verb: fill busy nodes, keep whole ones free.
+
+A pod's reserved node scores 10; any other node a *packing* score, 0..10: the mean, over
+the resources the pod asks for, of how full the node would be after placing it.  Only
+the scarce resources count when the pod asks for any (anything but cpu, memory,
+ephemeral-storage), so GPU pods fill GPU nodes one at a time and whole nodes stay free
+for gangs.  The planner's placements (:mod:`.fit`) break ties by the same score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+
+from base.resources import PODS
+from extender.core.objects import PodInfo
+from extender.core.state import ClusterState, memoise_on_node
+
+#: Resources every pod asks for; a pod asking for anything else is packed by that alone.
+COMMON_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", PODS})
+MAX_SCORE = 10
+
+
+def score_nodes(snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
+    """Integer scores 0..10 per node; see the module docstring.  A node's score depends only
+    on the pod's scored wants and on the node's totals, so it is memoised per node
+    (``snapshot.node_usage.scores``, dropped whenever the node's totals change)."""
+    reserved_node = snapshot.reserved_node(pod.key)
+    wants = tuple(_wants(pod.requests, scored_resources(pod.requests)))
+    usage = snapshot.node_usage
+    requested, held, memo = usage.requested, usage.reserved, usage.scores
+    nodes = snapshot.nodes
+    nothing: Mapping[str, int] = {}
+    scores = {}
+    for name in node_names:
+        known = memo.get(name)
+        if known is not None:
+            score = known.get(wants)
+            if score is not None and name != reserved_node:
+                scores[name] = score
+                continue
+        node = nodes.get(name)
+        if name == reserved_node:
+            scores[name] = MAX_SCORE
+        elif node is None:
+            scores[name] = 0
+        else:
+            rooms = held.get(name)
+            score = _mean_fullness(
+                wants,
+                node.allocatable,
+                requested.get(name, nothing),
+                rooms.values() if rooms else (),
+            )
+            scores[name] = score
+            memoise_on_node(memo, name, wants, score)
+    return scores
+
+
+def scored_resources(request: Mapping[str, int]) -> list[str]:
+    """The resources a pod is packed by: its scarce ones if any, else all it asks for."""
+    scarce = [name for name in request if name not in COMMON_RESOURCES]
+    return scarce or [name for name in request if name != PODS]
+
+
+def packing_score(
+    request: Mapping[str, int],
+    allocatable: Mapping[str, int],
+    requested: Mapping[str, int],
+    reserved: Iterable[Mapping[str, int]],
+    considered: Iterable[str],
+) -> int:
+    """``floor(10 * mean fullness after placing the pod)`` over ``considered`` resources."""
+    return _mean_fullness(_wants(request, considered), allocatable, requested, tuple(reserved))
+
+
+def _wants(request: Mapping[str, int], considered: Iterable[str]) -> list[tuple[str, int]]:
+    return [(name, request.get(name, 0)) for name in considered]
+
+
+def _mean_fullness(
+    wants: Iterable[tuple[str, int]],
+    allocatable: Mapping[str, int],
+    requested: Mapping[str, int],
+    reserved: Collection[Mapping[str, int]],
+) -> int:
+    """:func:`packing_score` for the pod's ``(resource, amount)`` wants; score_nodes calls
+    it for every candidate node, so it is kept to plain integer arithmetic."""
+    numerator, denominator, count = 0, 1, 0
+    for name, amount in wants:
+        capacity = allocatable.get(name, 0)
+        if capacity <= 0:
+            continue
+        used = requested.get(name, 0) + amount
+        if reserved:
+            used += sum(room.get(name, 0) for room in reserved)
+        # Accumulate the sum of used/capacity as one exact fraction.
+        numerator = numerator * capacity + min(used, capacity) * denominator
+        denominator *= capacity
+        count += 1
+    if count == 0:
+        return 0
+    return min(MAX_SCORE, (MAX_SCORE * numerator) // (denominator * count))
+
+
+def best_node(scores: Mapping[str, int]) -> str | None:
+    """The highest-scoring node, ties broken by name."""
+    if not scores:
+        return None
+    return min(scores, key=lambda name: (-scores[name], name))
