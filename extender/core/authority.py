@@ -42,7 +42,7 @@ from extender.core.state import ClusterState, Reservation
 _MUSTER_POD_LABELS = (keys.QUOTA_NAME_LABEL, keys.PREEMPTIBLE_LABEL, keys.CAN_PREEMPT_LABEL)
 
 
-def governing_reason(snapshot: ClusterState, pod: PodInfo) -> str | None:
+def governing_reason(state: ClusterState, pod: PodInfo) -> str | None:
     """Why Muster is the preemption authority for ``pod`` (as preemptor and as victim),
     or ``None`` when kube-scheduler is."""
     if pod.group is not None:
@@ -50,14 +50,14 @@ def governing_reason(snapshot: ClusterState, pod: PodInfo) -> str | None:
     for label in _MUSTER_POD_LABELS:
         if label in pod.labels:
             return f"it carries the label {label}"
-    declared = snapshot.tree.quota_in_namespace(pod.namespace)
+    declared = state.tree.quota_in_namespace(pod.namespace)
     if declared is not None:
         return f"its namespace has quota {declared}"
-    if snapshot.tree.default_is_explicit:
+    if state.tree.default_is_explicit:
         return f"it falls to the ElasticQuota {keys.DEFAULT_QUOTA}"
-    if not snapshot.args.disable_default_preemptible:
+    if not state.args.disable_default_preemptible:
         return "every pod may be Muster's victim (disableDefaultPreemptible: false)"
-    if may_trigger_preemption(pod, snapshot.args):
+    if may_trigger_preemption(pod, state.args):
         return "it may trigger Muster's preemption"
     return None
 
@@ -82,13 +82,13 @@ class SchedulerPreemption:
     victims: tuple[str, ...]  # pod keys, sorted
 
 
-def scheduler_preemption(snapshot: ClusterState, job: str) -> SchedulerPreemption | None:
+def scheduler_preemption(state: ClusterState, job: str) -> SchedulerPreemption | None:
     """kube-scheduler's own preemption in flight for ``job``, if there is one: a pending
     pod of the job nominated by kube-scheduler (not by Muster's reservation) to a node
     where a pod of lower priority is being preempted by kube-scheduler."""
     placements: dict[str, str] = {}
     victims: set[str] = set()
-    for pod in snapshot.job_pods(job):
+    for pod in state.job_pods(job):
         node = pod.nominated_node_name
         if node is None or pod.node_name is not None or pod.finished:
             continue
@@ -96,7 +96,7 @@ def scheduler_preemption(snapshot: ClusterState, job: str) -> SchedulerPreemptio
             continue  # Muster's own nomination (its victims carry Muster's marks)
         found = [
             other.key
-            for other in snapshot.pods_on(node)
+            for other in state.pods_on(node)
             if other.priority < pod.priority and preempted_by_scheduler(other)
         ]
         if found:
@@ -107,17 +107,17 @@ def scheduler_preemption(snapshot: ClusterState, job: str) -> SchedulerPreemptio
     return SchedulerPreemption(job, placements, tuple(sorted(victims)))
 
 
-def nominated_elsewhere(snapshot: ClusterState, job: str) -> bool:
+def nominated_elsewhere(state: ClusterState, job: str) -> bool:
     """Does a pending pod of ``job`` carry a nomination Muster did not make (no room
     reserved for it there)?  kube-scheduler nominates a pod when it preempts for it; the
     victims' ``DisruptionTarget`` may reach Muster a moment later."""
-    for key in snapshot.job_members(job):
-        pod = snapshot.pods[key]
+    for key in state.job_members(job):
+        pod = state.pods[key]
         node = pod.nominated_node_name
         if (
             node is not None
             and pod.node_name is None
-            and snapshot.reserved_node(key) != node
+            and state.reserved_node(key) != node
             and reserved_by_muster(pod) != node
         ):
             return True
@@ -125,22 +125,22 @@ def nominated_elsewhere(snapshot: ClusterState, job: str) -> bool:
 
 
 def hold_for_scheduler_preemption(
-    snapshot: ClusterState, job: str, now: float
+    state: ClusterState, job: str, now: float
 ) -> tuple[SchedulerPreemption, HoldRoom] | None:
     """If kube-scheduler is preempting for ``job`` and no room is held for it yet, what it
     is doing and the effect that holds the room on the nodes it nominated, in the
     reservation book, as for Muster's own plans (in memory only: the nomination and the
     victims' conditions are the record, and every replica derives the same from them)."""
-    if job in snapshot.reservations:
+    if job in state.reservations:
         return None
-    found = scheduler_preemption(snapshot, job)
+    found = scheduler_preemption(state, job)
     if found is None:
         return None
-    first = snapshot.pods[next(iter(found.placements))]
-    quota = snapshot.quota_name(first)
-    if quota is None or governing_reason(snapshot, first) is None:
+    first = state.pods[next(iter(found.placements))]
+    quota = state.quota_name(first)
+    if quota is None or governing_reason(state, first) is None:
         return None  # kube-scheduler's to preempt for: its own nomination holds the room
-    promised = snapshot.book.promised_victims()
+    promised = state.book.promised_victims()
     if any(victim in promised for victim in found.victims):
         return None  # those victims already free room held for another job
     reservation = Reservation(
@@ -149,11 +149,11 @@ def hold_for_scheduler_preemption(
         placements=dict(found.placements),
         victims=found.victims,
         created=now,
-        expires=now + snapshot.args.reservation_timeout_seconds,
+        expires=now + state.args.reservation_timeout_seconds,
     )
     return found, HoldRoom(reservation)
 
 
-def jobs_nominated_to(snapshot: ClusterState, node: str) -> set[str]:
+def jobs_nominated_to(state: ClusterState, node: str) -> set[str]:
     """The jobs with a pending pod nominated to ``node``."""
-    return {snapshot.pods[key].job for key in snapshot.nominated_to(node)}
+    return {state.pods[key].job for key in state.nominated_to(node)}

@@ -17,16 +17,16 @@ from extender.core.placement.nodefit import static_misfit
 from extender.core.state import ClusterState
 
 
-def unseen(snapshot: ClusterState, key: str, uid: str) -> bool:
+def unseen(state: ClusterState, key: str, uid: str) -> bool:
     """Has the informer not delivered pod ``key`` with ``uid`` (nor seen it removed)?"""
-    pod = snapshot.pods.get(key)
-    return (pod is None or pod.uid != uid) and not snapshot.was_removed(uid)
+    pod = state.pods.get(key)
+    return (pod is None or pod.uid != uid) and not state.was_removed(uid)
 
 
-def known_pending(snapshot: ClusterState, key: str, uid: str) -> PodInfo | None:
+def known_pending(state: ClusterState, key: str, uid: str) -> PodInfo | None:
     """The informer's reading of pod ``key`` if it is the pod with ``uid`` and pending:
     not bound, not finished, not being deleted (what kube-scheduler schedules)."""
-    pod = snapshot.pods.get(key)
+    pod = state.pods.get(key)
     if pod is None or pod.uid != uid or pod.node_name is not None:
         return None
     if pod.finished or pod.terminating:
@@ -45,7 +45,7 @@ class BindCheck(NamedTuple):
     unseen: bool = False
 
 
-def bind_refusal(snapshot: ClusterState, key: str, uid: str, node: str, now: float) -> BindCheck:
+def bind_refusal(state: ClusterState, key: str, uid: str, node: str, now: float) -> BindCheck:
     """May pod ``key`` (with ``uid``) be bound to ``node``?  With the informer's reading
     of the pod when it may, else why not.
 
@@ -59,28 +59,28 @@ def bind_refusal(snapshot: ClusterState, key: str, uid: str, node: str, now: flo
     the pod again).  When the filter places the pod's gang whole only now (its filter
     call raced the informer, and held nothing), ``holds`` holds that placement."""
     refused = f"muster: refused to bind pod {key} to node {node}: "
-    pod = snapshot.pods.get(key)
+    pod = state.pods.get(key)
     if pod is None or pod.uid != uid:
-        missing = unseen(snapshot, key, uid)
+        missing = unseen(state, key, uid)
         if pod is None:
             return BindCheck(None, refused + "Muster's informer knows no such pod", (), missing)
         return BindCheck(None, refused + f"PodUID {uid!r} is not the pod's UID", (), missing)
     if pod.node_name is not None:
         return BindCheck(None, refused + f"it is bound to node {pod.node_name} already")
     if pod.finished or pod.terminating:
-        state = f"it has {pod.phase.lower()}" if pod.finished else "it is being deleted"
-        return BindCheck(None, refused + state)
-    known = snapshot.nodes.get(node)
+        ended = f"it has {pod.phase.lower()}" if pod.finished else "it is being deleted"
+        return BindCheck(None, refused + ended)
+    known = state.nodes.get(node)
     if known is None:
         return BindCheck(None, refused + "Muster's informer knows no such node")
     misfit = static_misfit(pod, known)
     if misfit is not None:
         return BindCheck(None, refused + misfit)
-    reserved = snapshot.reserved_node(key)
+    reserved = state.reserved_node(key)
     if reserved is not None and reserved != node:
-        job = snapshot.reservation_holder(key)
+        job = state.reservation_holder(key)
         return BindCheck(None, refused + f"room for it (job {job}) is reserved on node {reserved}")
-    result = filter_pod(snapshot, pod, [node], as_extender=True, now=now)
+    result = filter_pod(state, pod, [node], as_extender=True, now=now)
     if node not in result.passed:
         why = result.unresolvable.get(node) or result.failed.get(node) or "it does not pass"
         return BindCheck(None, refused + f"Muster's filter: {why}")

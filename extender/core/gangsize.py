@@ -36,53 +36,53 @@ class GangView:
         return [pod for pod in self.live if pod.node_name is not None and not pod.departing]
 
 
-def view_gang(snapshot: ClusterState, pod: PodInfo) -> GangView:
+def view_gang(state: ClusterState, pod: PodInfo) -> GangView:
     """``pod``'s job as the filter sees it, read once per call."""
-    declared = declared_size(snapshot, pod)
-    live = live_pods(snapshot, pod.job)
-    if pod.key not in snapshot.pods:
+    declared = declared_size(state, pod)
+    live = live_pods(state, pod.job)
+    if pod.key not in state.pods:
         live.append(pod)
-    size = declared if declared is not None else _pods_that_exist(snapshot, pod)
+    size = declared if declared is not None else _pods_that_exist(state, pod)
     return GangView(pod.job, size, declared is not None, tuple(live))
 
 
-def gang_size(snapshot: ClusterState, pod: PodInfo) -> int:
+def gang_size(state: ClusterState, pod: PodInfo) -> int:
     """The min-available of ``pod``'s job, counting ``pod`` itself: kube-scheduler can
     ask about a pod before Muster's informer has seen it (its own annotation may be the
     only declaration, or it may be one pod more of a job of all its pods).  Undeclared,
     it is the pods that exist, which the filter trusts only once they stopped arriving
     (:func:`still_arriving`)."""
-    declared = declared_size(snapshot, pod)
-    return declared if declared is not None else _pods_that_exist(snapshot, pod)
+    declared = declared_size(state, pod)
+    return declared if declared is not None else _pods_that_exist(state, pod)
 
 
-def _pods_that_exist(snapshot: ClusterState, pod: PodInfo) -> int:
-    members = snapshot.job_members(pod.job)
+def _pods_that_exist(state: ClusterState, pod: PodInfo) -> int:
+    members = state.job_members(pod.job)
     return len(members) + (0 if pod.key in members else 1)
 
 
-def declared_size(snapshot: ClusterState, pod: PodInfo) -> int | None:
+def declared_size(state: ClusterState, pod: PodInfo) -> int | None:
     """The size of ``pod``'s job as declared, in order: its PodGroup's ``minMember``, a
     min-available annotation (of the job's pods, or of ``pod`` itself, which the state
     may not have seen yet), the size of the controller that owns its pods (a Job's
     ``parallelism``, capped by the completions still to go); ``None``: undeclared."""
-    declared = snapshot.declared_min_available(pod.job)
+    declared = state.declared_min_available(pod.job)
     if declared is not None:
         return declared
     try:
         declared = min_available_annotation(pod)
     except ManifestError:
         declared = None
-    return declared if declared is not None else snapshot.owner_size(pod)
+    return declared if declared is not None else state.owner_size(pod)
 
 
-def size_declared(snapshot: ClusterState, pod: PodInfo) -> bool:
+def size_declared(state: ClusterState, pod: PodInfo) -> bool:
     """Does anything (:func:`declared_size`) say how many pods ``pod``'s job has?"""
-    return declared_size(snapshot, pod) is not None
+    return declared_size(state, pod) is not None
 
 
 def still_arriving(
-    snapshot: ClusterState, pod: PodInfo, now: float, *, declared: bool | None = None
+    state: ClusterState, pod: PodInfo, now: float, *, declared: bool | None = None
 ) -> bool:
     """Is ``pod``'s job a pod group of undeclared size whose pods may still be arriving?
 
@@ -93,69 +93,67 @@ def still_arriving(
     has not seen yet has just joined.  ``declared``: :func:`size_declared`, when the caller
     knows it already."""
     if declared is None:
-        declared = pod.group is not None and size_declared(snapshot, pod)
+        declared = pod.group is not None and size_declared(state, pod)
     if pod.group is None or declared:
         return False
-    settle = snapshot.args.gang_settle_seconds
-    if pod.key in snapshot.pods:
-        joined = snapshot.last_joined(pod.job)
+    settle = state.args.gang_settle_seconds
+    if pod.key in state.pods:
+        joined = state.last_joined(pod.job)
         if joined is None or now - joined >= settle:
             return False
     elif settle <= 0:
         return False
     job = pod.job
-    if job in snapshot.reservations or bound_count(snapshot, job):
+    if job in state.reservations or bound_count(state, job):
         return False  # placed already: pods joining later are checked as they come
-    return not any(snapshot.quota_held(key) for key in snapshot.job_members(job))
+    return not any(state.quota_held(key) for key in state.job_members(job))
 
 
-def settles_at(snapshot: ClusterState, job: str, now: float) -> float | None:
+def settles_at(state: ClusterState, job: str, now: float) -> float | None:
     """When ``job``, a gang of undeclared size still arriving, will have had no pod join
     it for ``gangSettleSeconds`` (if none joins meanwhile); ``None`` if it is not one."""
-    members = [snapshot.pods[key] for key in snapshot.job_members(job)]
-    if not any(still_arriving(snapshot, pod, now) for pod in members):
+    members = [state.pods[key] for key in state.job_members(job)]
+    if not any(still_arriving(state, pod, now) for pod in members):
         return None
-    joined = snapshot.last_joined(job)
-    return (now if joined is None else joined) + snapshot.args.gang_settle_seconds
+    joined = state.last_joined(job)
+    return (now if joined is None else joined) + state.args.gang_settle_seconds
 
 
-def arriving_reason(snapshot: ClusterState, job: str) -> str:
+def arriving_reason(state: ClusterState, job: str) -> str:
     """Why the pods of a gang of undeclared size wait (one stable sentence per job)."""
     return (
         f"{waiting_for_pods(job)}its pods to stop arriving: its size is not declared "
         f"(PodGroup minMember, annotation {keys.GANG_MIN_AVAILABLE_ANNOTATION}, or the "
         f"parallelism of a Job owning its pods), so it "
         f"is the pods that exist once none has joined for "
-        f"{snapshot.args.gang_settle_seconds:g}s"
+        f"{state.args.gang_settle_seconds:g}s"
     )
 
 
-def settled_gangs(snapshot: ClusterState, now: float) -> int:
+def settled_gangs(state: ClusterState, now: float) -> int:
     """How many pod-group jobs have had no pod join for ``gangSettleSeconds``: a count
     that grows as gangs of undeclared size settle (the leader's cue to nudge)."""
-    settle = snapshot.args.gang_settle_seconds
-    return sum(1 for joined in snapshot.joined().values() if now - joined >= settle)
+    settle = state.args.gang_settle_seconds
+    return sum(1 for joined in state.joined().values() if now - joined >= settle)
 
 
-def is_gang(snapshot: ClusterState, pod: PodInfo) -> bool:
+def is_gang(state: ClusterState, pod: PodInfo) -> bool:
     """Is ``pod`` part of a job whose pods must be placed together?"""
-    return pod.group is not None and gang_size(snapshot, pod) > 1
+    return pod.group is not None and gang_size(state, pod) > 1
 
 
-def live_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
+def live_pods(state: ClusterState, job: str) -> list[PodInfo]:
     """The job's pods that are neither finished nor on their way out."""
-    return [pod for pod in snapshot.job_pods(job) if not pod.finished and not pod.terminating]
+    return [pod for pod in state.job_pods(job) if not pod.finished and not pod.terminating]
 
 
-def bound_count(snapshot: ClusterState, job: str) -> int:
+def bound_count(state: ClusterState, job: str) -> int:
     """How many of the job's pods are bound to a node and staying (not marked, preempted
     or terminating: a gang whose bound pods are evicted as victims must be placed again)."""
     return sum(
         1
-        for key in snapshot.job_members(job)
-        if (pod := snapshot.pods[key]).node_name is not None
-        and not pod.finished
-        and not pod.departing
+        for key in state.job_members(job)
+        if (pod := state.pods[key]).node_name is not None and not pod.finished and not pod.departing
     )
 
 

@@ -32,24 +32,24 @@ def turned_away_by_muster(message: str) -> bool:
     return any(text in message for text in MUSTER_REASONS)
 
 
-def pods_to_requeue(snapshot: ClusterState, parked: Mapping[str, str], now: float) -> list[str]:
+def pods_to_requeue(state: ClusterState, parked: Mapping[str, str], now: float) -> list[str]:
     """Of the parked pods (key → kube-scheduler's Unschedulable message), those to nudge:
     turned away by Muster for quota or reserved room, whose job's first parked pod
     Muster's filter now passes on some node; and those parked while their gang was
     short, now complete.  Oldest pod first."""
     chosen: dict[str, PodInfo] = {
-        key: snapshot.pods[key] for key in parked_too_early(snapshot, parked, now)
+        key: state.pods[key] for key in parked_too_early(state, parked, now)
     }
     by_job: dict[str, list[PodInfo]] = {}
     for key, message in parked.items():
-        pod = snapshot.pods.get(key)
+        pod = state.pods.get(key)
         if pod is None or pod.node_name is not None or not turned_away_by_muster(message):
             continue
         by_job.setdefault(pod.job, []).append(pod)
-    names = sorted(snapshot.nodes)
+    names = sorted(state.nodes)
     for pods in by_job.values():
         pods.sort(key=lambda pod: (pod.created, pod.key))
-        result = filter_pod(snapshot, pods[0], names, as_extender=False, now=now)
+        result = filter_pod(state, pods[0], names, as_extender=False, now=now)
         if result.passed and not result.quota_failures:
             chosen.update((pod.key, pod) for pod in pods)
     return [pod.key for pod in sorted(chosen.values(), key=lambda pod: (pod.created, pod.key))]

@@ -90,31 +90,31 @@ def reserved_by_muster(pod: PodInfo) -> str | None:
     return persisted.node if persisted is not None else None
 
 
-def stale_persisted_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
+def stale_persisted_pods(state: ClusterState, job: str) -> list[PodInfo]:
     """The job's pending pods carrying a reservation this state already let go (a copy
     read back after its release: see :attr:`ReservationBook.released`), and no newer
     one: what is left to clear, not a job in flight."""
-    released = snapshot.book.released.get(job)
-    if released is None or job in snapshot.reservations:
+    released = state.book.released.get(job)
+    if released is None or job in state.reservations:
         return []
     return [
         pod
-        for pod in persisted_pods(snapshot, job)
+        for pod in persisted_pods(state, job)
         if (persisted := persisted_on(pod)) is not None and persisted.created <= released
     ]
 
 
-def persisted_pods(snapshot: ClusterState, job: str) -> list[PodInfo]:
+def persisted_pods(state: ClusterState, job: str) -> list[PodInfo]:
     """The job's pending pods that carry a reservation Muster wrote: the ones to clear
     when the job lets its room go."""
     return [
         pod
-        for pod in snapshot.job_pods(job)
+        for pod in state.job_pods(job)
         if pod.node_name is None and not pod.finished and reserved_by_muster(pod) is not None
     ]
 
 
-def restored_reservation(snapshot: ClusterState, pod: PodInfo) -> Reservation | None:
+def restored_reservation(state: ClusterState, pod: PodInfo) -> Reservation | None:
     """The reservation to hold after reading the annotation on a pending ``pod``, or
     ``None`` when it changes nothing: every replica, and a restarted Muster, rebuilds
     in-flight reservations this way.
@@ -126,15 +126,15 @@ def restored_reservation(snapshot: ClusterState, pod: PodInfo) -> Reservation | 
     persisted = persisted_on(pod)
     if persisted is None:
         return None
-    released = snapshot.book.released.get(pod.job)
+    released = state.book.released.get(pod.job)
     if released is not None and persisted.created <= released:
         return None
-    known = snapshot.reservations.get(pod.job)
+    known = state.reservations.get(pod.job)
     if known is not None and (
         known.placements.get(pod.key) == persisted.node or persisted.created < known.created
     ):
         return None
-    quota = snapshot.quota_name(pod)
+    quota = state.quota_name(pod)
     if quota is None:
         return None
     same = known is not None and known.created == persisted.created
@@ -142,7 +142,7 @@ def restored_reservation(snapshot: ClusterState, pod: PodInfo) -> Reservation | 
     placements[pod.key] = persisted.node
     # No record holds room longer than the configured timeouts allow: its own timeout,
     # and the extensions while its victims terminate.
-    longest = snapshot.args.reservation_timeout_seconds + TERMINATING_LIMIT_SECONDS
+    longest = state.args.reservation_timeout_seconds + TERMINATING_LIMIT_SECONDS
     return Reservation(
         job=pod.job,
         quota=quota,
@@ -215,18 +215,18 @@ def record_problems(pod: PodInfo) -> list[tuple[str, str]]:
     return problems
 
 
-def restored_effects(snapshot: ClusterState, pod: PodInfo) -> list[Effect]:
+def restored_effects(state: ClusterState, pod: PodInfo) -> list[Effect]:
     """What reading a pending ``pod``'s annotations back changes: its job's reservation
     (:func:`restored_reservation`) and backoff.  The live informer and ``simulate``'s
     manifest loader both call this, so a dump of a cluster mid-decision reads the same."""
     effects: list[Effect] = []
-    reservation = restored_reservation(snapshot, pod)
+    reservation = restored_reservation(state, pod)
     if reservation is not None:
         effects.append(HoldRoom(reservation))
     backoff = backoff_on(pod)
     if backoff is not None:
         if backoff.until is not None:  # no longer than the configured backoff allows
-            until = min(backoff.until, backoff.given_up + snapshot.args.backoff_max_seconds)
+            until = min(backoff.until, backoff.given_up + state.args.backoff_max_seconds)
             backoff = dataclasses.replace(backoff, until=until)
         effects.append(BackOff(pod.job, backoff))
     return effects
@@ -252,7 +252,7 @@ class EndedPlan:
 
 
 def settle_reservations(
-    snapshot: ClusterState, now: float
+    state: ClusterState, now: float
 ) -> tuple[list[Reservation], list[EndedPlan]]:
     """Which reservations to extend and which plans to end, at ``now``.
 
@@ -266,72 +266,72 @@ def settle_reservations(
     reservation on the job's pods cleared)."""
     extended: list[Reservation] = []
     ended: list[EndedPlan] = []
-    timeout = snapshot.args.reservation_timeout_seconds
-    for job, reservation in sorted(snapshot.reservations.items()):
-        pods = snapshot.job_pods(job)
+    timeout = state.args.reservation_timeout_seconds
+    for job, reservation in sorted(state.reservations.items()):
+        pods = state.job_pods(job)
         # A job whose pods are all gone but whose room waits for their replacements (see
         # ClusterState.remove_pod) is still there.
-        present = bool(pods) or bool(snapshot.book.vacancies_of(job))
+        present = bool(pods) or bool(state.book.vacancies_of(job))
         if present and reservation.expires > now:
             continue
-        marked = snapshot.marked_pods(job)
+        marked = state.marked_pods(job)
         limit = reservation.created + timeout + TERMINATING_LIMIT_SECONDS
         if pods and now < limit and any(pod.terminating for pod in marked):
             until = now + TERMINATING_MARGIN_SECONDS
             extended.append(dataclasses.replace(reservation, expires=until))
             continue
         why = "its reservation timed out" if present else "the job is gone"
-        ended.append(ended_plan(snapshot, job, why))
+        ended.append(ended_plan(state, job, why))
     ended_jobs = {plan.job for plan in ended}
-    for job in sorted(snapshot.jobs_with_marked_victims()):
-        if job in snapshot.reservations or job in ended_jobs:
+    for job in sorted(state.jobs_with_marked_victims()):
+        if job in state.reservations or job in ended_jobs:
             continue
-        if not snapshot.job_pods(job):
+        if not state.job_pods(job):
             # Deleted with its last pod: no reservation is left, but marks still name it.
-            ended.append(ended_plan(snapshot, job, "the job is gone"))
+            ended.append(ended_plan(state, job, "the job is gone"))
             ended_jobs.add(job)
             continue
-        staying = [pod for pod in snapshot.marked_pods(job) if not pod.terminating]
+        staying = [pod for pod in state.marked_pods(job) if not pod.terminating]
         if staying and all(
             pod.marked_at is not None and now - pod.marked_at > timeout for pod in staying
         ):
             # Marks older than any reservation, for a job holding none (a leader that
             # stopped between a plan's end and its undo): nothing holds their room.
-            ended.append(ended_plan(snapshot, job, "its reservation ended"))
+            ended.append(ended_plan(state, job, "its reservation ended"))
             ended_jobs.add(job)
     # A released reservation's copy left on pods (its clearing lost, or read back after
     # the release) is cleared: it is not a job in flight.
-    for job in sorted(snapshot.book.released):
+    for job in sorted(state.book.released):
         if job in ended_jobs:
             continue
-        stale = stale_persisted_pods(snapshot, job)
+        stale = stale_persisted_pods(state, job)
         if stale:
             ended.append(EndedPlan(job, "its reservation was released", (), tuple(stale)))
     return extended, ended
 
 
-def ended_plan(snapshot: ClusterState, job: str, why: str) -> EndedPlan:
+def ended_plan(state: ClusterState, job: str, why: str) -> EndedPlan:
     """The plan of ``job`` ended now, for ``why``: its victims not yet leaving and its
     pods carrying the reservation Muster wrote (see :class:`EndedPlan`)."""
     return EndedPlan(
         job,
         why,
-        tuple(pod for pod in snapshot.marked_pods(job) if not pod.terminating),
-        tuple(persisted_pods(snapshot, job)),
+        tuple(pod for pod in state.marked_pods(job) if not pod.terminating),
+        tuple(persisted_pods(state, job)),
     )
 
 
-def refused_victims(snapshot: ClusterState, now: float) -> dict[str, list[PodInfo]]:
+def refused_victims(state: ClusterState, now: float) -> dict[str, list[PodInfo]]:
     """Per preempting job, its victims still bound and not terminating
     ``victimEvictionDeadlineSeconds`` after they were marked, that a budget allowing no
     more disruptions covers (the Eviction API refuses them): their plan is stuck."""
-    deadline = snapshot.args.victim_eviction_deadline_seconds
-    blocked = [b for b in snapshot.budgets.values() if b.disruptions_allowed <= 0]
+    deadline = state.args.victim_eviction_deadline_seconds
+    blocked = [b for b in state.budgets.values() if b.disruptions_allowed <= 0]
     if not blocked:
         return {}
     refused: dict[str, list[PodInfo]] = {}
-    for job in sorted(snapshot.jobs_with_marked_victims()):
-        for pod in snapshot.marked_pods(job):
+    for job in sorted(state.jobs_with_marked_victims()):
+        for pod in state.marked_pods(job):
             if (
                 pod.node_name is None
                 or pod.terminating

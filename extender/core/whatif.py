@@ -1,4 +1,4 @@
-"""Play kube-scheduler and Muster together over a snapshot: the engine of ``simulate``.
+"""Play kube-scheduler and Muster together over a cluster state: the engine of ``simulate``.
 
 Pending pods are taken in kube-scheduler's queue order (priority descending,
 then creation time, then the order they were fed in) and scheduled one at a
@@ -9,7 +9,7 @@ victims are removed at once, as if the eviction operator had deleted them,
 and its reservation steers the job's pods.  Rounds repeat until nothing
 changes.  Quotas with ``stop-policy: HoldAndDrain`` are drained first.
 
-Pure: the caller hands in the snapshot (which this mutates) and the time.
+Pure: the caller hands in the state (which this mutates) and the time.
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ class SimulationResult:
     notes: list[str] = field(default_factory=list)
 
 
-def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
-    """Schedule every pending pod of ``snapshot`` (mutated in place) until nothing changes."""
+def run_simulation(state: ClusterState, now: float) -> SimulationResult:
+    """Schedule every pending pod of ``state`` (mutated in place) until nothing changes."""
     result = SimulationResult()
-    _drain_stopped_quotas(snapshot, result)
-    order = {key: index for index, key in enumerate(snapshot.pods)}
+    _drain_stopped_quotas(state, result)
+    order = {key: index for index, key in enumerate(state.pods)}
     pending = sorted(
         (
             pod
-            for pod in snapshot.pods.values()
+            for pod in state.pods.values()
             if pod.node_name is None and not pod.finished and not pod.terminating
         ),
         key=lambda pod: (-pod.priority, pod.created, order[pod.key]),
@@ -68,17 +68,17 @@ def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
     for _round in range(max_rounds):
         changes_before = changes
         for pod in pending:
-            current = snapshot.pods.get(pod.key)
+            current = state.pods.get(pod.key)
             if current is None or current.node_name is not None:
                 continue
-            names = sorted(snapshot.nodes)
-            outcome = filter_pod(snapshot, current, names, as_extender=False, now=now)
+            names = sorted(state.nodes)
+            outcome = filter_pod(state, current, names, as_extender=False, now=now)
             for effect in outcome.effects:
-                apply(snapshot, effect)
+                apply(state, effect)
             if outcome.passed:
-                node = best_node(score_nodes(snapshot, current, outcome.passed))
+                node = best_node(score_nodes(state, current, outcome.passed))
                 assert node is not None
-                apply(snapshot, AssumeBound(current, node, started=now))
+                apply(state, AssumeBound(current, node, started=now))
                 result.placements[pod.key] = node
                 reasons.pop(pod.key, None)
                 changes += 1
@@ -90,9 +90,9 @@ def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
             if refused.get(job) == changes:
                 reasons[pod.key] += f" Preemption: {refusals[job]}"
                 continue
-            decision = plan_job_preemption(snapshot, job, now)
+            decision = plan_job_preemption(state, job, now)
             if isinstance(decision, PreemptionPlan):
-                _commit(snapshot, decision, now, result)
+                _commit(state, decision, now, result)
                 changes += 1
             else:
                 refused[job] = changes
@@ -103,14 +103,14 @@ def run_simulation(snapshot: ClusterState, now: float) -> SimulationResult:
     else:
         result.notes.append(f"stopped after {max_rounds} rounds without settling")
     for pod in pending:
-        current = snapshot.pods.get(pod.key)
+        current = state.pods.get(pod.key)
         if current is not None and current.node_name is None:
             result.unschedulable[pod.key] = reasons.get(pod.key, "not scheduled")
     # A pod placed and later evicted is not a placement.
     result.placements = {
         key: node
         for key, node in result.placements.items()
-        if key in snapshot.pods and snapshot.pods[key].node_name == node
+        if key in state.pods and state.pods[key].node_name == node
     }
     return result
 
@@ -127,7 +127,7 @@ def describe_filter_failure(outcome: FilterResult, node_count: int) -> str:
 
 
 def _commit(
-    snapshot: ClusterState, plan: PreemptionPlan, now: float, result: SimulationResult
+    state: ClusterState, plan: PreemptionPlan, now: float, result: SimulationResult
 ) -> None:
     for victim in plan.victims:
         result.evictions.append(
@@ -138,17 +138,17 @@ def _commit(
                 reason=victim.reason,
             )
         )
-        snapshot.remove_pod(victim.pod.key)
-    apply(snapshot, HoldRoom(plan.reservation(now, snapshot.args.reservation_timeout_seconds)))
+        state.remove_pod(victim.pod.key)
+    apply(state, HoldRoom(plan.reservation(now, state.args.reservation_timeout_seconds)))
 
 
-def _drain_stopped_quotas(snapshot: ClusterState, result: SimulationResult) -> None:
-    for name in sorted(snapshot.tree.specs):
-        stop, source = snapshot.tree.stop_policy(name)  # a parent's drains its subtree
+def _drain_stopped_quotas(state: ClusterState, result: SimulationResult) -> None:
+    for name in sorted(state.tree.specs):
+        stop, source = state.tree.stop_policy(name)  # a parent's drains its subtree
         if stop is not StopPolicy.HOLD_AND_DRAIN:
             continue
-        for pod in sorted(snapshot.pods.values(), key=lambda p: p.key):
-            if pod.node_name is None or pod.finished or snapshot.quota_name(pod) != name:
+        for pod in sorted(state.pods.values(), key=lambda p: p.key):
+            if pod.node_name is None or pod.finished or state.quota_name(pod) != name:
                 continue
             result.evictions.append(
                 Eviction(
@@ -158,4 +158,4 @@ def _drain_stopped_quotas(snapshot: ClusterState, result: SimulationResult) -> N
                     reason=f"quota {source} has stop-policy HoldAndDrain",
                 )
             )
-            snapshot.remove_pod(pod.key)
+            state.remove_pod(pod.key)

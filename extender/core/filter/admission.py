@@ -20,36 +20,36 @@ from quota.admission import job_admission_failures, over_max_on_path
 from quota.tree import QuotaMembershipError
 
 
-def admission_failures(snapshot: ClusterState, pod: PodInfo) -> list[str]:
+def admission_failures(state: ClusterState, pod: PodInfo) -> list[str]:
     """Why the job of ``pod`` is not admitted by its quota; empty when it is."""
     try:
-        quota = snapshot.quota_of(pod)
+        quota = state.quota_of(pod)
     except QuotaMembershipError as error:
         return [error.reason]
-    if quota in snapshot.tree.parents:
+    if quota in state.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
-    waiting = room_not_free_yet(snapshot, pod)
+    waiting = room_not_free_yet(state, pod)
     if waiting is not None:
         return [waiting]
-    if snapshot.counts_as_used(pod):
+    if state.counts_as_used(pod):
         return []  # its room is already charged (bound, reserved, or its job's hold)
     try:
-        demand = job_demand(snapshot, pod.job, including=pod)
+        demand = job_demand(state, pod.job, including=pod)
     except QuotaMembershipError as error:  # another pod of the job names a quota it may not
         return [error.reason]
     if not demand.unplaced:
         return []
-    return job_admission_failures(snapshot.ledger, quota, demand.np_request, demand.p_request)
+    return job_admission_failures(state.ledger, quota, demand.np_request, demand.p_request)
 
 
-def room_not_free_yet(snapshot: ClusterState, pod: PodInfo) -> str | None:
+def room_not_free_yet(state: ClusterState, pod: PodInfo) -> str | None:
     """Why pending ``pod`` waits for room its job's preemption freed to be free in fact;
     ``None`` when it need not.  A wait, not a refusal: the room comes once pods on their
     way out have left (kube-scheduler waits the same way for its own nominated node's
     terminating victims)."""
     if pod.node_name is not None:
         return None
-    if victims_still_there(snapshot, pod.job):
+    if victims_still_there(state, pod.job):
         # Every pending pod of a job whose preemption victims are still there waits for
         # them to go: the room its plan freed is still theirs, and binding now would put
         # the quota (or an ancestor) above its max until they leave.  (One message while
@@ -58,9 +58,9 @@ def room_not_free_yet(snapshot: ClusterState, pod: PodInfo) -> str | None:
             f"quota room reserved for job {pod.job} is not free yet: its preemption's "
             "victims are still there"
         )
-    quota = snapshot.quota_name(pod) if pod.job in snapshot.reservations else None
+    quota = state.quota_name(pod) if pod.job in state.reservations else None
     if quota is not None:
-        over = over_max_on_path(snapshot.ledger, quota)
+        over = over_max_on_path(state.ledger, quota)
         if over is not None:
             # Its plan counted every pod on its way out as gone, its own victims and
             # others (terminating, marked for other jobs), and saw only what its replica
@@ -74,36 +74,36 @@ def room_not_free_yet(snapshot: ClusterState, pod: PodInfo) -> str | None:
     return None
 
 
-def victims_still_there(snapshot: ClusterState, job: str) -> bool:
+def victims_still_there(state: ClusterState, job: str) -> bool:
     """Is a victim of ``job``'s preemption still there: a pod whose soft-eviction mark
     names the job (until it is gone), or one its reservation counts on that is not yet
     terminating (Muster's plan committed in memory before the informer reads its marks
     back)?  Victims kube-scheduler preempted itself are deleted at once, unmarked: once
     terminating, kube-scheduler's own nomination waits for them."""
-    if snapshot.marked_victims(job):
+    if state.marked_victims(job):
         return True
-    reservation = snapshot.reservations.get(job)
+    reservation = state.reservations.get(job)
     if reservation is None:
         return False
-    victims = (snapshot.pods.get(key) for key in reservation.victims)
+    victims = (state.pods.get(key) for key in reservation.victims)
     return any(victim is not None and not victim.terminating for victim in victims)
 
 
 def added_pods_admission_failures(
-    snapshot: ClusterState, pod: PodInfo, placed: Collection[str]
+    state: ClusterState, pod: PodInfo, placed: Collection[str]
 ) -> list[str]:
     """Why the ``placed`` pods of ``pod``'s job that its quota has not charged yet (pods
     created after the job's room was reserved or held) do not fit the quota; empty when
     they do."""
-    pods = [snapshot.pods[key] for key in placed if key in snapshot.pods]
-    np_request, p_request = uncharged_with_min_resources(snapshot, pod.job, pods)
+    pods = [state.pods[key] for key in placed if key in state.pods]
+    np_request, p_request = uncharged_with_min_resources(state, pod.job, pods)
     if not np_request and not p_request:
         return []
-    quota = snapshot.quota_of(pod)
-    return job_admission_failures(snapshot.ledger, quota, np_request, p_request)
+    quota = state.quota_of(pod)
+    return job_admission_failures(state.ledger, quota, np_request, p_request)
 
 
-def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQuota | None:
+def admission_hold(state: ClusterState, pod: PodInfo, until: float) -> HoldQuota | None:
     """After ``pod`` passed admission, the hold that charges it, and its job's other
     pending pods, to the quota until ``until`` (or until each is seen bound, deleted, or
     turned away): kube-scheduler assumes the pod and binds it a moment later, and
@@ -111,18 +111,18 @@ def admission_hold(snapshot: ClusterState, pod: PodInfo, until: float) -> HoldQu
     admitted against the same room (kube-scheduler's own cache assumes a pod the same
     way).  The job was admitted whole: its other pods are held with it.  ``pod`` itself
     may not have reached the state yet: the hold carries it."""
-    unseen = () if pod.key in snapshot.pods else (pod,)
+    unseen = () if pod.key in state.pods else (pod,)
     if pod.group is None:
         return HoldQuota(pod.job, (pod.key,), until, unseen)
     # A pod admitted before (held) extends its job's hold over the pods it held then: pods
     # created since were never checked against the quota.
-    readmitted = snapshot.quota_held(pod.key)
+    readmitted = state.quota_held(pod.key)
     pending = tuple(
         other.key
-        for other in snapshot.job_pods(pod.job)
+        for other in state.job_pods(pod.job)
         if other.node_name is None
         and not other.finished
         and not other.terminating
-        and (not readmitted or snapshot.quota_held(other.key))
+        and (not readmitted or state.quota_held(other.key))
     ) + tuple(p.key for p in unseen)
     return HoldQuota(pod.job, pending, until, unseen) if pending else None

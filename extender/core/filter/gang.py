@@ -94,7 +94,7 @@ class GangWait:
 
 
 def plan_gang_placement(
-    snapshot: ClusterState,
+    state: ClusterState,
     first: PodInfo,
     *,
     allowed: Collection[str] | None = None,
@@ -109,17 +109,17 @@ def plan_gang_placement(
     ``gang``: the job as the filter call read it (read here when not given).  A gang
     with a topology request is placed inside one domain (:func:`_plan_in_a_domain`).
     """
-    gang = gang if gang is not None else view_gang(snapshot, first)
+    gang = gang if gang is not None else view_gang(state, first)
     job = gang.job
     unplaced = [pod for pod in gang.live if pod.node_name is None and pod.key != first.key]
     unplaced.insert(0, first)
-    own = [pod.key for pod in unplaced if snapshot.reservation_holder(pod.key) == job]
-    own += snapshot.book.vacancies_of(job)  # room kept for pods being re-created
-    attempt = _Attempt(snapshot, job, first, unplaced, own, needed=gang.size, bound=gang.bound)
-    slices = snapshot.slice_request(job, including=first)
+    own = [pod.key for pod in unplaced if state.reservation_holder(pod.key) == job]
+    own += state.book.vacancies_of(job)  # room kept for pods being re-created
+    attempt = _Attempt(state, job, first, unplaced, own, needed=gang.size, bound=gang.bound)
+    slices = state.slice_request(job, including=first)
     if slices is not None:
         attempt = dataclasses.replace(attempt, slices=slices)
-    request = snapshot.topology_request(job, including=first)
+    request = state.topology_request(job, including=first)
     if request is None:
         return attempt.plan(allowed, refused)
     return _plan_in_a_domain(attempt, request, allowed, refused)
@@ -129,7 +129,7 @@ def plan_gang_placement(
 class _Attempt:
     """What one gang placement works with: the job's pods and how many must run."""
 
-    snapshot: ClusterState
+    state: ClusterState
     job: str
     first: PodInfo
     unplaced: list[PodInfo]
@@ -147,14 +147,14 @@ class _Attempt:
     ) -> GangPlacement | GangWait:
         """Place the unplaced pods, on the nodes of ``within`` only when given (``where``
         names them in the reason)."""
-        snapshot, job, first, needed = self.snapshot, self.job, self.first, self.needed
+        state, job, first, needed = self.state, self.job, self.first, self.needed
         bound = len(self.bound)
-        outside = frozenset() if within is None else frozenset(snapshot.nodes) - within
-        quota = snapshot.quota_of(first)
+        outside = frozenset() if within is None else frozenset(state.nodes) - within
+        quota = state.quota_of(first)
         for _attempt in range(_REPLANS + 1):
             excluded = refused | outside
             fit = JobFit(
-                snapshot,
+                state,
                 job,
                 self.unplaced,
                 excluded=excluded,
@@ -201,16 +201,14 @@ def _plan_in_a_domain(
     fullest domain that holds it whole, so large domains stay free for large gangs (a
     domain holding pods of the gang already bound is the only one).  A preferred level
     that no domain holds tries the next coarser level, then anywhere."""
-    snapshot, job = attempt.snapshot, attempt.job
+    state, job = attempt.state, attempt.job
     scarce = scarce_resource(attempt.first)
     best: tuple[int, str] | None = None  # the most pods one domain holds, and where
-    for level in levels_from(request, snapshot.topology_levels(request.level)):
+    for level in levels_from(request, state.topology_levels(request.level)):
         # The gang's bound pods fix its domain.
-        domains = node_domains(snapshot, level, {pod.node_name or "" for pod in attempt.bound})
+        domains = node_domains(state, level, {pod.node_name or "" for pod in attempt.bound})
         free = {
-            name: snapshot.free_on(name).get(scarce, 0)
-            for names in domains.values()
-            for name in names
+            name: state.free_on(name).get(scarce, 0) for names in domains.values() for name in names
         }
         for value, names in fullest_first(domains, free):
             where = f"{level}={value}"

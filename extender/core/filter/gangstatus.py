@@ -20,20 +20,20 @@ from extender.core.objects import format_time
 from extender.core.state import ClusterState, GangBackoff
 
 
-def backoff_seconds(snapshot: ClusterState, attempts: int) -> float:
+def backoff_seconds(state: ClusterState, attempts: int) -> float:
     """How long a gang given up for the ``attempts``-th time waits before it is retried."""
-    args = snapshot.args
+    args = state.args
     doublings = min(max(attempts - 1, 0), 63)  # past 2**63 the maximum has long won
     return float(min(args.backoff_max_seconds, args.backoff_base_seconds * 2**doublings))
 
 
-def give_up(snapshot: ClusterState, job: str, now: float) -> GangBackoff:
+def give_up(state: ClusterState, job: str, now: float) -> GangBackoff:
     """The backoff of ``job`` given up now (one attempt more than before)."""
-    previous = snapshot.book.backoffs.get(job)
+    previous = state.book.backoffs.get(job)
     attempts = (previous.attempts if previous is not None else 0) + 1
-    limit = snapshot.args.backoff_limit_count
+    limit = state.args.backoff_limit_count
     exhausted = limit is not None and attempts > limit
-    until = None if exhausted else now + backoff_seconds(snapshot, attempts)
+    until = None if exhausted else now + backoff_seconds(state, attempts)
     return GangBackoff(attempts=attempts, given_up=now, until=until)
 
 
@@ -70,19 +70,19 @@ class GangStatus:
     backoff: GangBackoff | None
 
 
-def gang_status(snapshot: ClusterState, job: str) -> GangStatus:
+def gang_status(state: ClusterState, job: str) -> GangStatus:
     """The gang's phase, in scheduler-plugins' PodGroup terms: ``Pending`` (fewer pods
     than min-available), ``PreScheduling`` (enough pods, none bound), ``Scheduling``
     (some bound), ``Scheduled`` (min-available bound), ``Running`` (min-available
     running), ``Failed`` (given up past the backoff limit)."""
-    pods = snapshot.job_pods(job)
+    pods = state.job_pods(job)
     live = [pod for pod in pods if not pod.finished and not pod.terminating]
     bound = [pod for pod in live if pod.node_name is not None]
     running = sum(1 for pod in bound if pod.phase == "Running")
     succeeded = sum(1 for pod in pods if pod.phase == "Succeeded")
     failed = sum(1 for pod in pods if pod.phase == "Failed")
-    needed = snapshot.min_available(job)
-    backoff = snapshot.book.backoffs.get(job)
+    needed = state.min_available(job)
+    backoff = state.book.backoffs.get(job)
     if backoff is not None and backoff.until is None:
         phase = "Failed"
     elif running + succeeded >= needed:
@@ -95,18 +95,18 @@ def gang_status(snapshot: ClusterState, job: str) -> GangStatus:
         phase = "Scheduling"
     else:
         phase = "PreScheduling"
-    reserved = sum(1 for pod in live if snapshot.reservation_holder(pod.key) == job)
+    reserved = sum(1 for pod in live if state.reservation_holder(pod.key) == job)
     return GangStatus(
         job, needed, len(live), len(bound), running, succeeded, failed, reserved, phase, backoff
     )
 
 
-def gang_jobs(snapshot: ClusterState) -> set[str]:
+def gang_jobs(state: ClusterState) -> set[str]:
     """The jobs with a pod of a pod group."""
-    return {pod.job for pod in snapshot.pods.values() if pod.group is not None}
+    return {pod.job for pod in state.pods.values() if pod.group is not None}
 
 
-def parked_too_early(snapshot: ClusterState, parked: Mapping[str, str], now: float) -> list[str]:
+def parked_too_early(state: ClusterState, parked: Mapping[str, str], now: float) -> list[str]:
     """Of the pods kube-scheduler parked (pod key → its Unschedulable message), those
     turned away because their gang had too few pods, whose gang now has enough, or
     because their gang of undeclared size was still growing, which has settled: the
@@ -114,26 +114,26 @@ def parked_too_early(snapshot: ClusterState, parked: Mapping[str, str], now: flo
     pending pod is created, nor when time passes).  Sorted, oldest pod first."""
     early = []
     for key, message in parked.items():
-        pod = snapshot.pods.get(key)
+        pod = state.pods.get(key)
         if pod is None or pod.group is None or pod.node_name is not None:
             continue
         prefix = waiting_for_pods(pod.job)
         if prefix not in message:
             continue
         if " more pods (" in message:
-            if len(live_pods(snapshot, pod.job)) >= snapshot.min_available(pod.job):
+            if len(live_pods(state, pod.job)) >= state.min_available(pod.job):
                 early.append(pod)
-        elif "to stop arriving" in message and not still_arriving(snapshot, pod, now):
+        elif "to stop arriving" in message and not still_arriving(state, pod, now):
             early.append(pod)
     return [pod.key for pod in sorted(early, key=lambda pod: (pod.created, pod.key))]
 
 
-def partially_bound(snapshot: ClusterState, gangs: set[str]) -> list[str]:
+def partially_bound(state: ClusterState, gangs: set[str]) -> list[str]:
     """Of ``gangs``, those with some, but fewer than min-available, pods bound and
     staying (:func:`bound_count`): the ones a timeout may give up."""
     partial = []
     for job in sorted(gangs):
-        needed = snapshot.min_available(job)
-        if needed > 1 and 0 < bound_count(snapshot, job) < needed:
+        needed = state.min_available(job)
+        if needed > 1 and 0 < bound_count(state, job) < needed:
             partial.append(job)
     return partial

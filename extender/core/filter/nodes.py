@@ -73,14 +73,14 @@ class FilterResult:
 
 
 def filter_nodes(
-    snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str], *, as_extender: bool
+    state: ClusterState, pod: PodInfo, node_names: Iterable[str], *, as_extender: bool
 ) -> FilterResult:
     """Sort ``node_names`` into passed, failed and unresolvable for ``pod``."""
     names = list(node_names)
-    failures = admission_failures(snapshot, pod)
+    failures = admission_failures(state, pod)
     if failures:
         reason = "; ".join(failures)
-        if room_not_free_yet(snapshot, pod) is not None:
+        if room_not_free_yet(state, pod) is not None:
             # Waiting for room on its way out: resolvable, as kube-scheduler's own wait
             # for a nominated node's terminating victims is.  Unresolvable would make
             # kube-scheduler preempt on another node (when it preempts by itself).
@@ -92,28 +92,28 @@ def filter_nodes(
     if as_extender:
         # kube-scheduler has judged node constraints and plain fit; only room held for
         # other pods can fail a node here, and most nodes hold none.
-        holding = snapshot.nodes_with_reserved_room()
+        holding = state.nodes_with_reserved_room()
         suspects = [name for name in names if name in holding] if holding else []
         for name in suspects:
-            held = snapshot.reserved_on(name)
-            if (len(held) > 1 or pod.key not in held) and name in snapshot.nodes:
-                failure = _resource_failure(snapshot, pod, name, as_extender=True)
+            held = state.reserved_on(name)
+            if (len(held) > 1 or pod.key not in held) and name in state.nodes:
+                failure = _resource_failure(state, pod, name, as_extender=True)
                 if failure is not None:
                     result.failed[name] = failure
         result.passed = [name for name in names if name not in result.failed] if suspects else names
     else:
         for name in names:
-            node = snapshot.nodes.get(name)
+            node = state.nodes.get(name)
             misfit = "node is not known" if node is None else static_misfit(pod, node)
             if misfit is not None:
                 result.unresolvable[name] = misfit
                 continue
-            failure = _resource_failure(snapshot, pod, name, as_extender=False)
+            failure = _resource_failure(state, pod, name, as_extender=False)
             if failure is None:
                 result.passed.append(name)
             else:
                 result.failed[name] = failure
-    reserved_node = snapshot.reserved_node(pod.key)
+    reserved_node = state.reserved_node(pod.key)
     if reserved_node is not None and reserved_node in result.passed and len(result.passed) > 1:
         # Room was freed for this pod on its reserved node: it goes there, not elsewhere
         # (where it would waste the eviction and could take room another job needs).
@@ -127,18 +127,18 @@ def filter_nodes(
 
 
 def _resource_failure(
-    snapshot: ClusterState, pod: PodInfo, node: str, *, as_extender: bool
+    state: ClusterState, pod: PodInfo, node: str, *, as_extender: bool
 ) -> str | None:
-    free = snapshot.free_on(node, for_pod=pod.key)
+    free = state.free_on(node, for_pod=pod.key)
     short = shortfall(pod.requests, free)
     if short is None:
         return None
-    held = {key: room for key, room in snapshot.reserved_on(node).items() if key != pod.key}
+    held = {key: room for key, room in state.reserved_on(node).items() if key != pod.key}
     if held:
         for room in held.values():
             add_into(free, room)
         if shortfall(pod.requests, free) is None:
-            holders = sorted({snapshot.reservation_holder(key) or key for key in held})
+            holders = sorted({state.reservation_holder(key) or key for key in held})
             return f"room on this node is reserved for job {', '.join(holders)}"
     if as_extender:
         return None  # kube-scheduler judges plain resource fit from its own cache

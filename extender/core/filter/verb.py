@@ -30,7 +30,7 @@ from extender.core.state import ClusterState, Reservation
 
 
 def filter_pod(
-    snapshot: ClusterState,
+    state: ClusterState,
     pod: PodInfo,
     node_names: Sequence[str],
     *,
@@ -43,22 +43,22 @@ def filter_pod(
     hold (:func:`~extender.core.filter.admission.admission_hold`, at most
     ``quotaHoldSeconds``) of every pod admitted whose job holds no reserved room: the live
     filter and ``simulate`` apply the same ones."""
-    result = _filter_pod(snapshot, pod, node_names, as_extender=as_extender, now=now)
+    result = _filter_pod(state, pod, node_names, as_extender=as_extender, now=now)
     if result.quota_failures or not result.passed:
-        if pod.group is None and snapshot.quota_held(pod.key):
+        if pod.group is None and state.quota_held(pod.key):
             # Admitted before, turned away now: it is not about to bind.
             return dataclasses.replace(result, effects=(*result.effects, ReleaseQuotaHold(pod.key)))
         return result
-    if pod.job in snapshot.reservations or any(isinstance(e, HoldRoom) for e in result.effects):
+    if pod.job in state.reservations or any(isinstance(e, HoldRoom) for e in result.effects):
         return result  # room reserved for the job charges its quota already
-    hold = admission_hold(snapshot, pod, now + snapshot.args.quota_hold_seconds)
+    hold = admission_hold(state, pod, now + state.args.quota_hold_seconds)
     if hold is None:
         return result
     return dataclasses.replace(result, effects=(*result.effects, hold))
 
 
 def _filter_pod(
-    snapshot: ClusterState,
+    state: ClusterState,
     pod: PodInfo,
     node_names: Sequence[str],
     *,
@@ -66,19 +66,19 @@ def _filter_pod(
     now: float,
 ) -> FilterResult:
     """The nodes sorted for ``pod``; then, for a pod of a gang, the whole job decided."""
-    result = filter_nodes(snapshot, pod, node_names, as_extender=as_extender)
+    result = filter_nodes(state, pod, node_names, as_extender=as_extender)
     if result.quota_failures or pod.group is None:
         return result
-    gang = view_gang(snapshot, pod)
-    turned = _turned_away_whole(snapshot, pod, gang, node_names, now)
+    gang = view_gang(state, pod)
+    turned = _turned_away_whole(state, pod, gang, node_names, now)
     if turned is not None or gang.size <= 1:
         return turned or result
     # Nodes kube-scheduler (or, in simulate, the node constraints) allow for this pod;
     # the planner itself keeps to room not held for other jobs.
     allowed = [name for name in node_names if name not in result.unresolvable]
-    reservation = snapshot.reservations.get(gang.job)
-    reserved_node = snapshot.reserved_node(pod.key)
-    placed = len(gang.bound) + _reserved_count(snapshot, gang.job)
+    reservation = state.reservations.get(gang.job)
+    reserved_node = state.reserved_node(pod.key)
+    placed = len(gang.bound) + _reserved_count(state, gang.job)
     if reserved_node is not None and reservation is not None:
         if reserved_node in allowed and placed >= gang.size:
             return result  # held to its reserved node by filter_nodes
@@ -101,21 +101,21 @@ def _filter_pod(
         return result  # the gang's min-available is placed: this pod is one more
     else:
         refused = reservation.refused if reservation is not None else frozenset()
-    decision = plan_gang_placement(snapshot, pod, allowed=allowed, refused=refused, gang=gang)
-    return _decided(snapshot, pod, gang, node_names, decision, reserved_node, now)
+    decision = plan_gang_placement(state, pod, allowed=allowed, refused=refused, gang=gang)
+    return _decided(state, pod, gang, node_names, decision, reserved_node, now)
 
 
 def _turned_away_whole(
-    snapshot: ClusterState, pod: PodInfo, gang: GangView, node_names: Sequence[str], now: float
+    state: ClusterState, pod: PodInfo, gang: GangView, node_names: Sequence[str], now: float
 ) -> FilterResult | None:
     """Every pod of the job turned away before any placement is tried: its pods are still
     arriving, it is in backoff, or fewer than min-available exist; ``None`` otherwise."""
     job = gang.job
-    if still_arriving(snapshot, pod, now, declared=gang.declared):
-        return _turned_away(node_names, arriving_reason(snapshot, job), resolvable=False)
+    if still_arriving(state, pod, now, declared=gang.declared):
+        return _turned_away(node_names, arriving_reason(state, job), resolvable=False)
     if gang.size <= 1:
         return None
-    backoff = snapshot.book.backoffs.get(job)
+    backoff = state.book.backoffs.get(job)
     waiting = backoff_reason(job, backoff, now) if backoff is not None else None
     if waiting is not None:
         return _turned_away(node_names, waiting, resolvable=False)
@@ -129,11 +129,11 @@ def _turned_away_whole(
         f"({created} of min-available {gang.size} exist)",
         resolvable=False,
     )
-    reservation = snapshot.reservations.get(job)
+    reservation = state.reservations.get(job)
     if (
         reservation is not None
         and not reservation.victims
-        and not any(snapshot.not_seen_yet(key) for key in reservation.placements)
+        and not any(state.not_seen_yet(key) for key in reservation.placements)
     ):
         return dataclasses.replace(turned, effects=(ReleaseRoom(job),))
     # Room placed for pods Muster has not seen yet (a filter call for one of them
@@ -143,7 +143,7 @@ def _turned_away_whole(
 
 
 def _decided(
-    snapshot: ClusterState,
+    state: ClusterState,
     pod: PodInfo,
     gang: GangView,
     node_names: Sequence[str],
@@ -155,13 +155,13 @@ def _decided(
     the pod held to its node, or the job turned away (its old room released, unless
     kube-scheduler's refusal may pass)."""
     job = gang.job
-    reservation = snapshot.reservations.get(job)
-    if isinstance(decision, GangPlacement) and snapshot.counts_as_used(pod):
+    reservation = state.reservations.get(job)
+    if isinstance(decision, GangPlacement) and state.counts_as_used(pod):
         # This pod's quota was checked when its room was reserved (or held); pods the plan
         # adds now that its quota has not charged (a gang of undeclared size that grew
         # since) were not: they must fit too, or the reservation would carry them past
         # the quota's max.
-        failures = added_pods_admission_failures(snapshot, pod, decision.placements)
+        failures = added_pods_admission_failures(state, pod, decision.placements)
         if failures:
             reason = "; ".join(failures)
             return FilterResult(
@@ -169,14 +169,14 @@ def _decided(
             )
     if isinstance(decision, GangWait):
         if reserved_node is not None and reservation is not None:
-            kept = _room_kept(snapshot, pod, gang, node_names, reservation, reserved_node)
+            kept = _room_kept(state, pod, gang, node_names, reservation, reserved_node)
             if kept is not None:
                 return kept
         release: tuple[Effect, ...] = (ReleaseRoom(job),) if reservation is not None else ()
         turned = _turned_away(node_names, decision.reason, resolvable=decision.resolvable)
         return dataclasses.replace(turned, effects=release)
     victims = reservation.victims if reservation is not None else ()
-    timeout = snapshot.args.reservation_timeout_seconds
+    timeout = state.args.reservation_timeout_seconds
     hold = HoldRoom(decision.reservation(now, timeout, victims))
     node = decision.placements.get(pod.key)
     if node is None:  # min-available is placed without it; nothing of its shape fits
@@ -197,7 +197,7 @@ def _decided(
 
 
 def _room_kept(
-    snapshot: ClusterState,
+    state: ClusterState,
     pod: PodInfo,
     gang: GangView,
     node_names: Sequence[str],
@@ -209,7 +209,7 @@ def _room_kept(
     hold a pod that is already gone, or assumed and never bound): the room stays
     reserved, the pod is retried on kube-scheduler's next event, and the gang timeout
     ends a refusal that lasts.  ``None``: it does not fit; let the room go."""
-    mine = plan_gang_placement(snapshot, pod, refused=reservation.refused, gang=gang)
+    mine = plan_gang_placement(state, pod, refused=reservation.refused, gang=gang)
     if not isinstance(mine, GangPlacement):
         return None
     return _turned_away(
@@ -220,8 +220,8 @@ def _room_kept(
     )
 
 
-def _reserved_count(snapshot: ClusterState, job: str) -> int:
-    return sum(1 for key in snapshot.job_members(job) if snapshot.reservation_holder(key) == job)
+def _reserved_count(state: ClusterState, job: str) -> int:
+    return sum(1 for key in state.job_members(job) if state.reservation_holder(key) == job)
 
 
 def _turned_away(node_names: Sequence[str], reason: str, *, resolvable: bool) -> FilterResult:

@@ -42,14 +42,14 @@ class JobDemand:
         return total
 
 
-def job_demand(snapshot: ClusterState, job: str, including: PodInfo | None = None) -> JobDemand:
+def job_demand(state: ClusterState, job: str, including: PodInfo | None = None) -> JobDemand:
     """The unplaced part of ``job`` (raises :class:`QuotaMembershipError`).
 
-    ``including``: a pod of the job the snapshot may not hold yet (kube-scheduler
+    ``including``: a pod of the job the state may not hold yet (kube-scheduler
     can ask about a pod before Muster's informer has seen it).
     """
-    pods = snapshot.job_pods(job)
-    if including is not None and including.key not in snapshot.pods:
+    pods = state.job_pods(job)
+    if including is not None and including.key not in state.pods:
         pods.append(including)
     unplaced = tuple(
         pod
@@ -57,24 +57,24 @@ def job_demand(snapshot: ClusterState, job: str, including: PodInfo | None = Non
         if not pod.finished
         and not pod.terminating
         and pod.node_name is None
-        and snapshot.reserved_node(pod.key) is None
+        and state.reserved_node(pod.key) is None
     )
-    np_request, p_request = uncharged_with_min_resources(snapshot, job, unplaced)
-    quota = snapshot.quota_of(unplaced[0] if unplaced else pods[0])
+    np_request, p_request = uncharged_with_min_resources(state, job, unplaced)
+    quota = state.quota_of(unplaced[0] if unplaced else pods[0])
     return JobDemand(job, quota, unplaced, np_request, p_request)
 
 
 def uncharged_with_min_resources(
-    snapshot: ClusterState, job: str, pods: Iterable[PodInfo]
+    state: ClusterState, job: str, pods: Iterable[PodInfo]
 ) -> tuple[Resources, Resources]:
     """The non-preemptible and the preemptible requests that admitting ``pods`` of ``job``
     adds to its quota's charge: those its quota has not charged yet, with the job's
     ``minResources`` (:func:`_with_min_resources`)."""
-    return _with_min_resources(snapshot, job, *_uncharged_requests(snapshot, pods))
+    return _with_min_resources(state, job, *_uncharged_requests(state, pods))
 
 
 def _with_min_resources(
-    snapshot: ClusterState, job: str, np_request: Resources, p_request: Resources
+    state: ClusterState, job: str, np_request: Resources, p_request: Resources
 ) -> tuple[Resources, Resources]:
     """What admitting the job's uncharged pods adds to its quota's charge, which is
     ``max(used, minResources)`` per resource for a job whose PodGroup declares
@@ -82,11 +82,11 @@ def _with_min_resources(
     first pods ask for the whole of it, and later ones only for what they add beyond the
     hold.  The difference from the pods' own requests is on the side (non-preemptible or
     preemptible) the job's pods are on; any other job's requests are returned as they are."""
-    group = snapshot.pod_group(job)
+    group = state.pod_group(job)
     if group is None or not group.min_resources or not (np_request or p_request):
         return np_request, p_request
-    used = snapshot.job_used(job)
-    hold = snapshot.min_resources_held(job)
+    used = state.job_used(job)
+    hold = state.min_resources_held(job)
     held = hold.amount if hold is not None else {}
     preemptible = bool(p_request) or not np_request
     main = dict(p_request if preemptible else np_request)
@@ -110,13 +110,13 @@ def _with_min_resources(
 
 
 def _uncharged_requests(
-    snapshot: ClusterState, pods: Iterable[PodInfo]
+    state: ClusterState, pods: Iterable[PodInfo]
 ) -> tuple[Resources, Resources]:
     """The non-preemptible and the preemptible requests of those ``pods`` their quota has
     not charged yet (not bound, reserved, or held by their job's admission)."""
     np_request: Resources = {}
     p_request: Resources = {}
     for pod in pods:
-        if not snapshot.counts_as_used(pod):
-            add_into(p_request if snapshot.preemptible(pod) else np_request, pod.requests)
+        if not state.counts_as_used(pod):
+            add_into(p_request if state.preemptible(pod) else np_request, pod.requests)
     return np_request, p_request

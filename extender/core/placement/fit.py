@@ -45,14 +45,14 @@ from extender.core.topology import SliceRequest, assign_slices, slices_fit
 class JobFit:
     """Copies-that-fit bookkeeping for one job over a changing set of removed victims.
 
-    Capacities of every eligible node are counted straight from the snapshot's
+    Capacities of every eligible node are counted straight from the state's
     running totals; a node's free room is copied only when the planner first
     looks at it or changes it (most nodes are never touched).
     """
 
     def __init__(
         self,
-        snapshot: ClusterState,
+        state: ClusterState,
         job: str,
         pods: Sequence[PodInfo],
         *,
@@ -69,7 +69,7 @@ class JobFit:
         ``slices``: the job's slices, with ``bound`` its pods on nodes already (their
         domains may hold incomplete slices); nodes without the slice level's label are in
         no domain, and hold none of the pods."""
-        self.snapshot = snapshot
+        self.state = state
         self.job = job
         self.slices = slices
         shapes: dict[object, Shape] = {}
@@ -77,20 +77,18 @@ class JobFit:
             key = shape_of(pod)
             shape = shapes.get(key)
             if shape is None:
-                eligible = eligible_nodes(snapshot, pod)
+                eligible = eligible_nodes(state, pod)
                 if excluded:
                     eligible = eligible.difference(excluded)
                 if slices is not None:
                     level = slices.level
-                    eligible = frozenset(n for n in eligible if level in snapshot.nodes[n].labels)
+                    eligible = frozenset(n for n in eligible if level in state.nodes[n].labels)
                 shape = Shape(dict(pod.requests), [], eligible, {}, 0)
                 shapes[key] = shape
             shape.pods.append(pod)
         #: The node copies (free room) and the quota ledger copy,
         #: with the removed victims taken out.
-        self.overlay = (
-            Overlay.settled(snapshot, released) if settled else Overlay(snapshot, released)
-        )
+        self.overlay = Overlay.settled(state, released) if settled else Overlay(state, released)
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
@@ -105,7 +103,7 @@ class JobFit:
                     key=lambda need: need[0] in COMMON_RESOURCES,
                 )
             )
-            shorts = count_copies(snapshot, shape, released, self.overlay)
+            shorts = count_copies(state, shape, released, self.overlay)
             counted.append(shorts)
             for node, short in shorts.items():
                 lacking[node] = lacking[node] | short if node in lacking else short
@@ -145,7 +143,7 @@ class JobFit:
     def _count_slices(
         self, slices: SliceRequest, shapes: Mapping[object, Shape], bound: Sequence[PodInfo]
     ) -> None:
-        nodes = self.snapshot.nodes
+        nodes = self.state.nodes
         for name in self.eligible:
             self._domain[name] = nodes[name].labels[slices.level]
         keys = {id(shape): key for key, shape in shapes.items()}
@@ -183,7 +181,7 @@ class JobFit:
 
         (A node that gained nothing holds as many copies as before any removal, and
         so with any part of its victims back.)  The node copies become the
-        snapshot's nodes without ``pods``: the same room as putting the others back
+        state's nodes without ``pods``: the same room as putting the others back
         one by one, found without touching them.
         """
         self.overlay.forget_rooms()
@@ -314,7 +312,7 @@ class JobFit:
             free = self.free(node)
             if node in used:
                 add_into(free, used[node], -1)
-            allocatable = self.snapshot.nodes[node].allocatable
+            allocatable = self.state.nodes[node].allocatable
             taken = {name: allocatable.get(name, 0) - free.get(name, 0) for name in considered}
             score = packing_score(shape.request, allocatable, taken, (), considered)
             ranked.append((-score, node, free))

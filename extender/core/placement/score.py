@@ -20,15 +20,15 @@ COMMON_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", PODS})
 MAX_SCORE = 10
 
 
-def score_nodes(snapshot: ClusterState, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
+def score_nodes(state: ClusterState, pod: PodInfo, node_names: Iterable[str]) -> dict[str, int]:
     """Integer scores 0..10 per node; see the module docstring.  A node's score depends only
     on the pod's scored wants and on the node's totals, so it is memoised per node
-    (``snapshot.node_usage.scores``, dropped whenever the node's totals change)."""
-    reserved_node = snapshot.reserved_node(pod.key)
+    (``state.node_usage.scores``, dropped whenever the node's totals change)."""
+    reserved_node = state.reserved_node(pod.key)
     wants = tuple(_wants(pod.requests, scored_resources(pod.requests)))
-    usage = snapshot.node_usage
+    usage = state.node_usage
     requested, held, memo = usage.requested, usage.reserved, usage.scores
-    nodes = snapshot.nodes
+    nodes = state.nodes
     nothing: Mapping[str, int] = {}
     scores = {}
     for name in node_names:

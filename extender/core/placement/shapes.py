@@ -38,23 +38,23 @@ def shape_of(pod: PodInfo) -> tuple[object, ...]:
     return (tuple(sorted(pod.requests.items())), constraint_signature(pod))
 
 
-def eligible_nodes(snapshot: ClusterState, pod: PodInfo) -> frozenset[str]:
+def eligible_nodes(state: ClusterState, pod: PodInfo) -> frozenset[str]:
     """Nodes that pass the pod's static constraints and could hold it when empty (memoised)."""
     key = ("eligible", constraint_signature(pod), tuple(sorted(pod.requests.items())))
-    cached = snapshot.node_memo.get(key)
+    cached = state.node_memo.get(key)
     if cached is not None:
         return cached
     eligible = frozenset(
         name
-        for name, node in snapshot.nodes.items()
+        for name, node in state.nodes.items()
         if copies_that_fit(pod.requests, node.allocatable, 1) and static_misfit(pod, node) is None
     )
-    snapshot.node_memo[key] = eligible
+    state.node_memo[key] = eligible
     return eligible
 
 
 def count_copies(
-    snapshot: ClusterState, shape: Shape, released: Collection[str], overlay: Overlay
+    state: ClusterState, shape: Shape, released: Collection[str], overlay: Overlay
 ) -> dict[str, frozenset[str]]:
     """Fill ``shape.capacity``: the copies that fit in each eligible node's free room
     (:meth:`~extender.core.state.ClusterState.free_on`), where any do.
@@ -65,12 +65,12 @@ def count_copies(
     holds, at any point of the search (see :func:`copies_on`).
 
     Both depend only on the shape and the node's totals, so they are memoised per node
-    (``snapshot.node_usage.copies``, dropped whenever the node's totals change), except
+    (``state.node_usage.copies``, dropped whenever the node's totals change), except
     when some reserved pods' room counts as free (``released``), and on the nodes of pods
     a settled overlay counts as gone (``overlay.left``), read from the overlay.
     """
-    usage = snapshot.node_usage
-    nodes = snapshot.nodes
+    usage = state.node_usage
+    nodes = state.nodes
     key = (shape.needs, shape.size)
     memo = None if released else usage.copies
     capacity = shape.capacity
@@ -91,7 +91,7 @@ def count_copies(
                 if released
                 else usage.free_room(node, allocatable)
             )
-            entry = copies_on(shape, free, snapshot.preemptible_on(node), shared)
+            entry = copies_on(shape, free, state.preemptible_on(node), shared)
             if memo is not None:
                 memoise_on_node(memo, node, key, entry)
         now, short = entry

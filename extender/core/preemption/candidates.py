@@ -79,7 +79,7 @@ class Preemptor:
 
 
 def preemptor_of(
-    snapshot: ClusterState,
+    state: ClusterState,
     job: str,
     quota: str,
     unplaced: Sequence[PodInfo],
@@ -91,7 +91,7 @@ def preemptor_of(
         job=job,
         quota=quota,
         priority=max(pod.priority for pod in unplaced),
-        created=min(pod.created for pod in snapshot.job_pods(job)),
+        created=min(pod.created for pod in state.job_pods(job)),
         borrows=False,
         contested=contested,
     )
@@ -165,12 +165,12 @@ class Wanted(Protocol):
 
 
 def find_victim_groups(
-    snapshot: ClusterState, preemptor: Preemptor, wanted: Wanted, ledger: QuotaLedger
+    state: ClusterState, preemptor: Preemptor, wanted: Wanted, ledger: QuotaLedger
 ) -> Iterator[VictimGroup]:
     """Every victim group the policies allow and ``wanted(pods, quota)`` accepts, in
     preemption order, built lazily.
 
-    The snapshot keeps all victim units in one sorted list (and each quota's in
+    The state keeps all victim units in one sorted list (and each quota's in
     its own), so this walks the other quotas' units, then the preemptor's, up to
     where a policy's priority ceiling cuts them: a planner that stops early
     never touches the rest.  ``wanted`` is asked before the policy checks.
@@ -189,7 +189,7 @@ def find_victim_groups(
     Which quotas borrow is read from ``ledger``: the plan's settled view, in which
     earlier plans' victims still leaving are gone.
     """
-    policy = snapshot.tree[preemptor.quota].policy
+    policy = state.tree[preemptor.quota].policy
     # Per phase: its units, the same split by what they ask for (or None), its quotas and
     # how they are admitted.
     phases: list[
@@ -204,20 +204,20 @@ def find_victim_groups(
     if cohort is not None:
         borrowing = frozenset(
             quota
-            for quota in snapshot.tree.specs
+            for quota in state.tree.specs
             if quota != preemptor.quota
             and reclaimable(ledger, quota, preemptor.quota, preemptor.contested)
         )
         if borrowing:
-            victims = snapshot.victims
+            victims = state.victims
             phases.append((victims.units(), victims.units_asking(), borrowing, cohort))
     own = _within_rule(preemptor, policy)
     if own is not None:
-        phases.append((snapshot.victims.units(preemptor.quota), None, {preemptor.quota}, own))
-    promised = snapshot.book.promised_victims()
-    unit_pods = snapshot.victims.unit_pods()
+        phases.append((state.victims.units(preemptor.quota), None, {preemptor.quota}, own))
+    promised = state.book.promised_victims()
+    unit_pods = state.victims.unit_pods()
     own_quota = preemptor.quota
-    settled = settled_units(snapshot, promised)
+    settled = settled_units(state, promised)
     for units, asking, quotas, admission in phases:
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
@@ -229,9 +229,9 @@ def find_victim_groups(
             sources = (
                 [units]
                 if asking is None
-                else asking_for(asking, snapshot.victims.asks_of_scattered(), lacking)
+                else asking_for(asking, state.victims.asks_of_scattered(), lacking)
             )
-            screen = places_wanted(lacking, snapshot.victims.unit_resources())
+            screen = places_wanted(lacking, state.victims.unit_resources())
             entries = screened(sources, last, screen)
         if settled:
             entries = with_settled(entries, settled, quotas, last)
@@ -240,7 +240,7 @@ def find_victim_groups(
                 continue
             unit = unit_pods[job]
             # A placed unit is all of its job's pods (see UnitPlace).
-            size = len(unit) if place[0] else len(snapshot.job_members(job))
+            size = len(unit) if place[0] else len(state.job_members(job))
             if size == len(unit) and not wanted(unit, quota):
                 continue
             members: tuple[PodInfo, ...]
@@ -256,12 +256,12 @@ def find_victim_groups(
                 rule = (
                     admission[1]
                     if priority <= ceiling
-                    else _allowed(snapshot, members, admission, check_preemptible=False)
+                    else _allowed(state, members, admission, check_preemptible=False)
                 )
             else:
                 members = tuple(
                     member
-                    for member in snapshot.job_pods(job)
+                    for member in state.job_pods(job)
                     if member.node_name is not None
                     and not member.finished
                     and not member.departing
@@ -270,7 +270,7 @@ def find_victim_groups(
                 if not members or not wanted(members, quota):
                     continue
                 # A gang's pods may not all be preemptible.
-                rule = _allowed(snapshot, members, admission, check_preemptible=True)
+                rule = _allowed(state, members, admission, check_preemptible=True)
                 if len(members) == 1:
                     requests = members[0].requests
                 else:
@@ -280,22 +280,22 @@ def find_victim_groups(
                     requests = total
             if rule is None:
                 continue
-            if snapshot.declares_min_resources(job):
-                requests = _with_hold_change(snapshot, job, members, requests)
+            if state.declares_min_resources(job):
+                requests = _with_hold_change(state, job, members, requests)
             yield VictimGroup(
                 job, quota, members, requests, priority, -negative_start, quota != own_quota, rule
             )
 
 
 def _with_hold_change(
-    snapshot: ClusterState, job: str, members: tuple[PodInfo, ...], requests: Mapping[str, int]
+    state: ClusterState, job: str, members: tuple[PodInfo, ...], requests: Mapping[str, int]
 ) -> Mapping[str, int]:
     """What evicting ``members`` frees in their quota when their job's PodGroup declares
     ``minResources``: their requests, plus the job's hold as it is, less the hold it keeps
     without them (it grows while other pods of the job still count, and goes with the
     last one)."""
-    before = snapshot.min_resources_held(job)
-    after = snapshot.min_resources_hold_without(job, {pod.key for pod in members})
+    before = state.min_resources_held(job)
+    after = state.min_resources_hold_without(job, {pod.key for pod in members})
     freed = dict(requests)
     if before is not None:
         add_into(freed, before.amount)
@@ -304,22 +304,22 @@ def _with_hold_change(
     return freed
 
 
-def own_evictable_requests(snapshot: ClusterState, preemptor: Preemptor) -> dict[str, int]:
+def own_evictable_requests(state: ClusterState, preemptor: Preemptor) -> dict[str, int]:
     """The requests of the pods of the job's own quota that ``withinQuota`` lets it
     evict (preemptible, bound, staying, not promised to another job): what the job's
     quota would use less of once its own lower-priority work is gone."""
-    admission = _within_rule(preemptor, snapshot.tree[preemptor.quota].policy)
+    admission = _within_rule(preemptor, state.tree[preemptor.quota].policy)
     if admission is None:
         return {}
     ceiling, _rule, equal_rule, _created_after = admission
     last = ceiling + 1 if equal_rule is not None else ceiling
-    units = snapshot.victims.units(preemptor.quota)
-    promised = snapshot.book.promised_victims()
+    units = state.victims.units(preemptor.quota)
+    promised = state.book.promised_victims()
     freed: dict[str, int] = {}
     entries: Iterator[UnitEntry] = itertools.islice(
         units, bisect.bisect_right(units, last, key=by_priority)
     )
-    settled = settled_units(snapshot, promised)
+    settled = settled_units(state, promised)
     if settled:
         entries = with_settled(entries, settled, {preemptor.quota}, last)
     for _unit_priority, _start, job, _quota, _place in entries:
@@ -327,18 +327,18 @@ def own_evictable_requests(snapshot: ClusterState, preemptor: Preemptor) -> dict
             continue
         members = tuple(
             pod
-            for pod in snapshot.victims.unit_pods()[job]
+            for pod in state.victims.unit_pods()[job]
             if not pod.departing and pod.key not in promised
         )
         # A gang goes whole or not at all: every pod of it must be allowed.
-        if _allowed(snapshot, members, admission, check_preemptible=True) is not None:
+        if _allowed(state, members, admission, check_preemptible=True) is not None:
             for pod in members:
                 add_into(freed, pod.requests)
     return freed
 
 
 def _allowed(
-    snapshot: ClusterState,
+    state: ClusterState,
     members: tuple[PodInfo, ...],
     admission: _Admission,
     *,
@@ -348,7 +348,7 @@ def _allowed(
     ceiling, rule, equal_rule, created_after = admission
     result = rule
     for member in members:
-        if check_preemptible and not snapshot.preemptible(member):
+        if check_preemptible and not state.preemptible(member):
             return None
         if member.priority <= ceiling:
             continue
@@ -391,28 +391,28 @@ def _cohort_rule(preemptor: Preemptor, policy: QuotaPolicy) -> _Admission | None
     return (ceiling, Rule.BORROW, None, 0.0)
 
 
-def victim_refusal(snapshot: ClusterState, job: str, victim: PodInfo) -> str | None:
+def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None:
     """Why ``victim`` may not be marked for ``job`` now, whatever record names it (``None``:
     the rules allow it).  Checked before the victims of a reservation read back are marked
     (a Muster that died between writing a reservation and marking its victims): the
     victim must be running, preemptible, in a quota; the job must still wait, may preempt,
     and its quota's policy must allow a pod of the victim's quota and priority.  Budgets
     need no check here: the evictor evicts through the Eviction API, which honours them."""
-    pending = [pod for pod in snapshot.job_pods(job) if pod.node_name is None and not pod.finished]
+    pending = [pod for pod in state.job_pods(job) if pod.node_name is None and not pod.finished]
     if not pending:
         return f"job {job} has no pending pods"
-    quota = snapshot.quota_name(pending[0])
+    quota = state.quota_name(pending[0])
     if quota is None:
         return f"job {job} has no quota it may use"
-    if not any(may_trigger_preemption(pod, snapshot.args) for pod in pending):
+    if not any(may_trigger_preemption(pod, state.args) for pod in pending):
         return f"job {job} may not trigger preemption"
     if victim.node_name is None or victim.finished or victim.departing:
         return f"{victim.key} is not running"
-    victim_quota = snapshot.charged_to(victim)
-    if victim_quota is None or not snapshot.preemptible(victim):
+    victim_quota = state.charged_to(victim)
+    if victim_quota is None or not state.preemptible(victim):
         return f"{victim.key} is not preemptible"
-    preemptor = preemptor_of(snapshot, job, quota, pending, frozenset())
-    policy = snapshot.tree[quota].policy
+    preemptor = preemptor_of(state, job, quota, pending, frozenset())
+    policy = state.tree[quota].policy
     if victim_quota == quota:
         admissions = [_within_rule(preemptor, policy)]
     else:
@@ -420,8 +420,6 @@ def victim_refusal(snapshot: ClusterState, job: str, victim: PodInfo) -> str | N
         borrowing = _cohort_rule(replace(preemptor, borrows=True), policy)
         admissions = [lending, borrowing]
     for admission in admissions:
-        if admission is not None and _allowed(
-            snapshot, (victim,), admission, check_preemptible=True
-        ):
+        if admission is not None and _allowed(state, (victim,), admission, check_preemptible=True):
             return None
     return f"quota {quota}'s policy does not let job {job} preempt {victim.key}"

@@ -27,20 +27,20 @@ class DomainBounds:
     domains' nodes and one over the running preemptible pods, for every domain at once."""
 
     def __init__(
-        self, snapshot: ClusterState, demand: JobDemand, domains: Mapping[str, frozenset[str]]
+        self, state: ClusterState, demand: JobDemand, domains: Mapping[str, frozenset[str]]
     ) -> None:
         self.needed = needed = len(demand.unplaced)
         self.smallest = smallest = smallest_request(demand.unplaced)
         # (The pods of one shape share one memoised set: union the distinct ones.)
-        eligible = frozenset().union(*{eligible_nodes(snapshot, pod) for pod in demand.unplaced})
+        eligible = frozenset().union(*{eligible_nodes(state, pod) for pod in demand.unplaced})
         self.scarce = scarce = scarce_resource(demand.unplaced[0])
-        leaving = snapshot.leaving()
+        leaving = state.leaving()
         unevictable: dict[str, Resources] = {}  # what leaving unevictable pods free, by node
         evictable: dict[str, list[PodInfo]] = {}  # leaving preemptible pods, by node
         for pod in leaving:
             if pod.node_name is None:
                 continue
-            if snapshot.preemptible(pod):
+            if state.preemptible(pod):
                 evictable.setdefault(pod.node_name, []).append(pod)
             else:
                 add_into(unevictable.setdefault(pod.node_name, {}), pod.requests)
@@ -54,13 +54,13 @@ class DomainBounds:
             victims: list[tuple[int, int]] = []
             for name in names & eligible:
                 # In the scarce resource alone: the others only lower the count.
-                room = snapshot.free_amount(name, scarce)
+                room = state.free_amount(name, scarce)
                 gone = unevictable[name].get(scarce, 0) if name in unevictable else 0
                 free += room + gone
                 most += min(
-                    needed, (room + gone + snapshot.preemptible_on(name).get(scarce, 0)) // unit
+                    needed, (room + gone + state.preemptible_on(name).get(scarce, 0)) // unit
                 )
-                amounts = snapshot.preemptible_amounts(name, scarce)
+                amounts = state.preemptible_amounts(name, scarce)
                 going = evictable.get(name)
                 if going is None:
                     victims.extend(amounts)

@@ -21,7 +21,7 @@ from quota.admission import unevictable_failures
 
 
 def ineligibility(
-    snapshot: ClusterState, demand: JobDemand, now: float, ledger: QuotaLedger
+    state: ClusterState, demand: JobDemand, now: float, ledger: QuotaLedger
 ) -> list[str]:
     """Why the job may not preempt now (empty: it may), step 1 of the planner; ``ledger``
     is the plan's settled view of the quotas."""
@@ -30,8 +30,8 @@ def ineligibility(
     # the one Muster wrote, until it is released, whether or not its time is up.
     # (A copy left on pods after the release is cleared by the leader:
     # reservations.settle_reservations.)
-    reservation = snapshot.reservations.get(job)
-    written = persisted_pods(snapshot, job)
+    reservation = state.reservations.get(job)
+    written = persisted_pods(state, job)
     if reservation is not None or written:
         if reservation is not None and reservation.expires > now:
             # A time, not the seconds left: the same answer from attempt to attempt.
@@ -50,33 +50,31 @@ def ineligibility(
         ]
     if not demand.unplaced:
         return ["every pod of the job is already placed"]
-    forbidden = [
-        pod.name for pod in demand.unplaced if not may_trigger_preemption(pod, snapshot.args)
-    ]
+    forbidden = [pod.name for pod in demand.unplaced if not may_trigger_preemption(pod, state.args)]
     if forbidden:
         return [
             f"pods may not trigger preemption ({', '.join(forbidden)}): they need the label "
             "quota.scheduling.koordinator.sh/can-preempt=true (or disableDefaultTriggerPreemption"
             " false) and no preemptionPolicy Never"
         ]
-    marked = snapshot.marked_victims(job)
+    marked = state.marked_victims(job)
     if marked:
         return [
             f"a preemption for this job is in flight: {len(marked)} victims marked for it "
             f"are still leaving ({', '.join(sorted(marked)[:5])})"
         ]
-    foreign = scheduler_preemption(snapshot, job)
+    foreign = scheduler_preemption(state, job)
     if foreign is not None:
         return [
             "kube-scheduler's own preemption is in flight for this job (it is deleting "
             f"{', '.join(foreign.victims)}); Muster does not preempt for it a second time"
         ]
-    arriving = next((p for p in demand.unplaced if still_arriving(snapshot, p, now)), None)
+    arriving = next((p for p in demand.unplaced if still_arriving(state, p, now)), None)
     if arriving is not None:
-        return [arriving_reason(snapshot, job)]
-    missing = pods_missing(snapshot, job)
+        return [arriving_reason(state, job)]
+    missing = pods_missing(state, job)
     if missing:
-        needed = snapshot.min_available(job)
+        needed = state.min_available(job)
         return [f"only {needed - missing} of the job's min-available {needed} pods exist yet"]
     unsupported = sorted({c for pod in demand.unplaced for c in pod.unsupported})
     if unsupported:
@@ -84,36 +82,36 @@ def ineligibility(
             "the job uses constraints Muster cannot simulate (" + ", ".join(unsupported) + "), "
             "so it will not evict for a placement it cannot check"
         ]
-    if demand.quota in snapshot.tree.parents:
+    if demand.quota in state.tree.parents:
         return [f"quota {demand.quota} is a parent quota; pods must use a leaf quota"]
     return unevictable_failures(ledger, demand.quota, demand.np_request)
 
 
-def pods_missing(snapshot: ClusterState, job: str) -> int:
+def pods_missing(state: ClusterState, job: str) -> int:
     """How many more of the job's pods must exist before it may preempt (0: enough)."""
-    created = sum(1 for key in snapshot.job_members(job) if not snapshot.pods[key].finished)
-    return max(0, snapshot.min_available(job) - created)
+    created = sum(1 for key in state.job_members(job) if not state.pods[key].finished)
+    return max(0, state.min_available(job) - created)
 
 
-def ready_to_plan(snapshot: ClusterState, job: str, now: float) -> bool:
+def ready_to_plan(state: ClusterState, job: str, now: float) -> bool:
     """Should the PostFilter plan for ``job`` at once rather than after a short quiet
     period?  Yes when waiting could gather nothing: a pod of no gang, a gang whose
     declared size (PodGroup ``minMember`` or the min-available annotation) its pods
     reach, or a gang of undeclared size that stopped growing (``gangSettleSeconds``);
     and no pod of it carries a nomination Muster did not make (kube-scheduler's own
     preemption, whose victims may reach Muster a moment after the nomination)."""
-    members = snapshot.job_members(job)
+    members = state.job_members(job)
     if not members:
         return False
-    if any(still_arriving(snapshot, snapshot.pods[key], now) for key in members):
+    if any(still_arriving(state, state.pods[key], now) for key in members):
         return False
-    return pods_missing(snapshot, job) == 0 and not nominated_elsewhere(snapshot, job)
+    return pods_missing(state, job) == 0 and not nominated_elsewhere(state, job)
 
 
-def postfilter_trigger(snapshot: ClusterState, pod: PodInfo, now: float) -> bool | None:
+def postfilter_trigger(state: ClusterState, pod: PodInfo, now: float) -> bool | None:
     """For a pod that cannot be placed: ``None`` when its job is not Muster's to preempt
     for (kube-scheduler governs it), else whether the PostFilter should plan for the job
     at once (see :func:`ready_to_plan`)."""
-    if governing_reason(snapshot, pod) is None:
+    if governing_reason(state, pod) is None:
         return None
-    return ready_to_plan(snapshot, pod.job, now)
+    return ready_to_plan(state, pod.job, now)

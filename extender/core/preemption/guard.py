@@ -41,27 +41,27 @@ class GuardResult:
 
 
 def guard_scheduler_preemption(
-    snapshot: ClusterState, pod: PodInfo, proposed: Mapping[str, Sequence[str]]
+    state: ClusterState, pod: PodInfo, proposed: Mapping[str, Sequence[str]]
 ) -> GuardResult:
     """Answer kube-scheduler's proposed ``node → victim UIDs`` for ``pod``."""
-    governed = governing_reason(snapshot, pod)
+    governed = governing_reason(state, pod)
     if governed is not None:
         note = f"Muster preempts for {pod.key} itself, for its whole job: {governed}"
         return GuardResult({}, (note,), hand_to_postfilter=True)
-    by_uid = {p.uid: p for node in proposed for p in snapshot.pods_on(node)}
-    promised = snapshot.book.promised_victims()
+    by_uid = {p.uid: p for node in proposed for p in state.pods_on(node)}
+    promised = state.book.promised_victims()
     # The pod's own reserved room never blocks it; a pod Muster does not govern has none.
-    overlay = Overlay(snapshot)
+    overlay = Overlay(state)
     kept: dict[str, list[str]] = {}
     notes = []
     for node, uids in sorted(proposed.items()):
-        if node not in snapshot.nodes:
+        if node not in state.nodes:
             notes.append(f"{node}: unknown node")
             continue
         chosen = []
         for uid in uids:
             victim = by_uid.get(uid)
-            why = _veto(snapshot, victim, promised)
+            why = _veto(state, victim, promised)
             if victim is not None and why is None:
                 overlay.take([victim])
                 chosen.append(uid)
@@ -73,19 +73,19 @@ def guard_scheduler_preemption(
             notes.append(f"{node}: the victims left do not make room")
             continue
         kept[node] = chosen
-    budgets = BudgetUse(snapshot.budgets.values())
+    budgets = BudgetUse(state.budgets.values())
     violations = {
         node: budgets.violation_count(by_uid[uid] for uid in uids) for node, uids in kept.items()
     }
     return GuardResult(kept, tuple(notes), pdb_violations=violations)
 
 
-def _veto(snapshot: ClusterState, victim: PodInfo | None, promised: set[str]) -> str | None:
+def _veto(state: ClusterState, victim: PodInfo | None, promised: set[str]) -> str | None:
     if victim is None:
         return "unknown to Muster on this node"
     if victim.departing or victim.key in promised:
         return "already on its way out"
-    governed = governing_reason(snapshot, victim)
+    governed = governing_reason(state, victim)
     if governed is not None:
         return f"Muster governs it ({governed}): only Muster preempts it, and marks it"
     return None

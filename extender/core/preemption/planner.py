@@ -23,7 +23,7 @@
    :class:`PreemptionPlan` (victims with reasons, pod → node placement) or a
    :class:`Refusal` with reasons.  Applying a plan is the caller's business.
 
-Pure and deterministic: the same snapshot and time give the same answer.
+Pure and deterministic: the same state and time give the same answer.
 """
 
 from __future__ import annotations
@@ -93,48 +93,48 @@ class _Layout:
     """The job's slices (Kueue's podset slices), if it asks for them, and its pods on
     nodes already, which fix its domain and may hold incomplete slices."""
 
-    def __init__(self, snapshot: ClusterState, job: str) -> None:
-        self.slices = snapshot.slice_request(job)
+    def __init__(self, state: ClusterState, job: str) -> None:
+        self.slices = state.slice_request(job)
         self.bound = tuple(
             pod
-            for pod in snapshot.job_pods(job)
+            for pod in state.job_pods(job)
             if pod.node_name is not None and not pod.finished and not pod.departing
         )
 
 
-def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:
+def plan_job_preemption(state: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:
     """Decide whether evicting some running pods lets the *whole* job run, and which."""
     try:
-        demand = job_demand(snapshot, job)
+        demand = job_demand(state, job)
     except QuotaMembershipError as error:
         return Refusal(job, (error.reason,))
     except IndexError:
         return Refusal(job, ("the job has no pods",))
     # Earlier plans' victims still leaving (and terminating pods) count as gone for every
     # rule: the plan decides what it would once they are gone.
-    settled = Overlay.settled(snapshot)
-    refusal = ineligibility(snapshot, demand, now, settled.ledger)
+    settled = Overlay.settled(state)
+    refusal = ineligibility(state, demand, now, settled.ledger)
     if refusal:
         return Refusal(job, tuple(refusal))
 
-    preemptor = _preemptor(snapshot, demand, settled.ledger)
-    spent = [pod for pod in snapshot.leaving() if not pod.terminating]
-    request = snapshot.topology_request(job)
-    layout = _Layout(snapshot, job)
+    preemptor = _preemptor(state, demand, settled.ledger)
+    spent = [pod for pod in state.leaving() if not pod.terminating]
+    request = state.topology_request(job)
+    layout = _Layout(state, job)
     if request is None or not request.required:
         # A preferred level never causes an eviction a required one would not: the plan
         # is made as for a job without topology (slices, which are required, kept).
-        found = _plan(snapshot, demand, preemptor, settled.ledger, spent, layout=layout)
+        found = _plan(state, demand, preemptor, settled.ledger, spent, layout=layout)
     else:
         found = _plan_in_cheapest_domain(
-            snapshot, demand, preemptor, settled.ledger, spent, request.level, layout
+            state, demand, preemptor, settled.ledger, spent, request.level, layout
         )
     if isinstance(found, _NotFound):
         return Refusal(job, tuple(found.reasons))
     victims: list[Victim] = []
-    budgets = BudgetUse(snapshot.budgets.values(), spent)
+    budgets = BudgetUse(state.budgets.values(), spent)
     for group in found.kept:
-        reason = describe(group, preemptor, snapshot.tree[group.quota].governed)
+        reason = describe(group, preemptor, state.tree[group.quota].governed)
         if group.job in found.below_min:
             reason += f"; {found.below_min[group.job]}, and no plan spares it"
         broken = budgets.violations(group.pods)
@@ -146,7 +146,7 @@ def plan_job_preemption(snapshot: ClusterState, job: str, now: float) -> Preempt
 
 
 def _plan(
-    snapshot: ClusterState,
+    state: ClusterState,
     demand: JobDemand,
     preemptor: Preemptor,
     ledger: QuotaLedger,
@@ -159,9 +159,9 @@ def _plan(
     is found without: victims that break a guarantee in a resource the job does not ask
     for, or a PodDisruptionBudget (under pdbPolicy BestEffort), budgets first.
     ``within``: the nodes of the one domain the job is planned in."""
-    best_effort = snapshot.args.pdb_policy == "BestEffort"
+    best_effort = state.args.pdb_policy == "BestEffort"
     found = _search(
-        snapshot,
+        state,
         demand,
         preemptor,
         ledger,
@@ -179,7 +179,7 @@ def _plan(
         ):
             continue
         retried = _search(
-            snapshot,
+            state,
             demand,
             preemptor,
             ledger,
@@ -202,7 +202,7 @@ def _plan(
 
 
 def _plan_in_cheapest_domain(
-    snapshot: ClusterState,
+    state: ClusterState,
     demand: JobDemand,
     preemptor: Preemptor,
     ledger: QuotaLedger,
@@ -215,11 +215,11 @@ def _plan_in_cheapest_domain(
     budgets broken, then the lowest highest victim priority, then the fewest victim pods,
     then the domain's name.  A domain holding pods of the job already bound is the only
     one; a domain that holds the job as it is ends the search (no preemption)."""
-    domains = node_domains(snapshot, level, {pod.node_name or "" for pod in layout.bound})
+    domains = node_domains(state, level, {pod.node_name or "" for pod in layout.bound})
     if not domains:
         return _NotFound([f"no node has the label {level} its required topology names"])
     reasons: list[str] = []
-    bounds = DomainBounds(snapshot, demand, domains)
+    bounds = DomainBounds(state, demand, domains)
     ranked: list[tuple[tuple[int, int, int, str], frozenset[str]]] = []
     for value in sorted(domains):
         bound = bounds.of(value)
@@ -235,7 +235,7 @@ def _plan_in_cheapest_domain(
         value = bound_cost[3]
         if best is not None and best[0] <= bound_cost:
             break
-        found = _plan(snapshot, demand, preemptor, ledger, spent, names, layout=layout)
+        found = _plan(state, demand, preemptor, ledger, spent, names, layout=layout)
         if isinstance(found, _NotFound):
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
                 return found
@@ -277,7 +277,7 @@ class _NotFound:
 
 
 def _search(
-    snapshot: ClusterState,
+    state: ClusterState,
     demand: JobDemand,
     preemptor: Preemptor,
     ledger: QuotaLedger,
@@ -296,7 +296,7 @@ def _search(
     flight not evicted yet (``spent``), a PodDisruptionBudget does not allow.  ``ledger``:
     the settled quota usage the candidates' borrowing is judged on."""
     simulation = Simulation(
-        snapshot,
+        state,
         demand,
         within_min=preemptor.within_min_by_own_work,
         within=within,
@@ -307,15 +307,15 @@ def _search(
     wants = Wants(simulation)
     if wants.nodes_ok and wants.quota_ok:
         return _NotFound([FITS_ALREADY], fits=True)
-    spare_budgets = spare_budgets or snapshot.args.pdb_policy == "Strict"
-    budgets = BudgetUse(snapshot.budgets.values(), spent)
+    spare_budgets = spare_budgets or state.args.pdb_policy == "Strict"
+    budgets = BudgetUse(state.budgets.values(), spent)
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
     skipped_for_budgets: list[str] = []
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
-    refused = snapshot.book.refused_victims.get(demand.job, ())
-    for group in find_victim_groups(snapshot, preemptor, wants, ledger):
+    refused = state.book.refused_victims.get(demand.job, ())
+    for group in find_victim_groups(state, preemptor, wants, ledger):
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
@@ -329,7 +329,7 @@ def _search(
                     guaranteed_skipped = True
                     continue
                 below_min[group.job] = guaranteed
-        if spare_budgets and snapshot.budgets:
+        if spare_budgets and state.budgets:
             broken = budgets.violations(group.pods)
             if broken:
                 skipped_for_budgets.extend(broken)
@@ -342,7 +342,7 @@ def _search(
     else:
         reasons = _why_no_fit(demand, simulation, skipped_for_min)
         if skipped_for_budgets:
-            policy = snapshot.args.pdb_policy
+            policy = state.args.pdb_policy
             reasons.append(
                 f"spared for their PodDisruptionBudgets (pdbPolicy {policy}): "
                 + "; ".join(sorted(set(skipped_for_budgets)))
@@ -378,16 +378,16 @@ def _search(
     return _Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
 
 
-def _preemptor(snapshot: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:
+def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:
     """The job as the policies see it.  Whether it borrows is judged on the settled
     ``ledger``, after its own quota's pods it may evict are gone: a job that fits its
     ``min`` once its own lower-priority work is evicted reclaims from borrowers; it does
     not borrow."""
-    preemptor = preemptor_of(snapshot, demand.job, demand.quota, demand.unplaced, demand.asks)
+    preemptor = preemptor_of(state, demand.job, demand.quota, demand.unplaced, demand.asks)
     if not would_borrow(ledger, demand.quota, demand.request, demand.asks):
         return preemptor
     request = dict(demand.request)
-    for name, amount in own_evictable_requests(snapshot, preemptor).items():
+    for name, amount in own_evictable_requests(state, preemptor).items():
         request[name] = request.get(name, 0) - amount
     borrows = would_borrow(ledger, demand.quota, request, demand.asks)
     return dataclasses.replace(preemptor, borrows=borrows, within_min_by_own_work=not borrows)

@@ -73,7 +73,7 @@ class Simulation:
 
     def __init__(
         self,
-        snapshot: ClusterState,
+        state: ClusterState,
         demand: JobDemand,
         *,
         within_min: bool = False,
@@ -84,14 +84,14 @@ class Simulation:
         """``within``: the nodes of the one domain a topology-aware job is planned in: its
         pods go there, and its victims come from there only; ``slices``: the job's slices
         (with ``bound``, its pods on nodes already), each to fit in one domain."""
-        self.snapshot = snapshot
+        self.state = state
         self.demand = demand
         self.within_min = within_min
         self.within = within
         self._others_taken = 0  # victim groups of other quotas taken out now
-        outside = () if within is None else frozenset(snapshot.nodes) - within
+        outside = () if within is None else frozenset(state.nodes) - within
         self.fit = JobFit(
-            snapshot,
+            state,
             demand.job,
             demand.unplaced,
             excluded=outside,
@@ -126,7 +126,7 @@ class Simulation:
         """Does the usage of ``quota`` enter the job's quota checks?"""
         counts = self._counts.get(quota)
         if counts is None:
-            tree = self.snapshot.tree
+            tree = self.state.tree
             own = self.demand.quota
             limited = {a for a in tree.ancestors(own) if tree[a].max}
             counts = quota == own or bool(limited.intersection(tree.ancestors(quota)))
@@ -137,7 +137,7 @@ class Simulation:
         """The quotas whose ``min`` a victim of ``quota`` must not break (those with one)."""
         guards = self._guards.get(quota)
         if guards is None:
-            tree = self.snapshot.tree
+            tree = self.state.tree
             path = tree.path_below_common_ancestor(quota, self.demand.quota)
             guards = tuple(name for name in path if any(tree[name].min.values()))
             self._guards[quota] = guards

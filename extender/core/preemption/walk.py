@@ -26,20 +26,20 @@ by_priority = itemgetter(0)
 by_place = itemgetter(4)
 
 
-def settled_units(snapshot: ClusterState, promised: Collection[str]) -> dict[str, UnitEntry | None]:
+def settled_units(state: ClusterState, promised: Collection[str]) -> dict[str, UnitEntry | None]:
     """The victim units some of whose pods are leaving (marked, terminating, promised to
     another plan), each keyed as it will be once they are gone: the priority and start of
     its staying pods only, placed :data:`SCATTERED` (``None``: nothing of it stays).  The
     index keys a unit by all its pods; a plan counts leaving pods as gone for every rule,
     the victim order's priority ceiling and order included."""
-    units = snapshot.victims.unit_pods()
-    jobs = {pod.job for pod in snapshot.leaving() if pod.job in units}
+    units = state.victims.unit_pods()
+    jobs = {pod.job for pod in state.leaving() if pod.job in units}
     settled: dict[str, UnitEntry | None] = {}
     for job in jobs:
         staying = [p for p in units[job] if not p.departing and p.key not in promised]
         if len(staying) == len(units[job]):
             continue
-        quota = snapshot.victims.quota_of(job)
+        quota = state.victims.quota_of(job)
         settled[job] = (
             (
                 max(p.priority for p in staying),
