@@ -18,6 +18,11 @@ soft-eviction label and annotation, a ``DisruptionTarget`` condition and a
 ``podShouldBeDeletedWhenPreempted``); the preemptor's pods get the
 reservation as an annotation and ``status.nominatedNodeName``, which also
 makes kube-scheduler retry them.  Reservations that time out are released.
+
+The loop decides; :class:`~extender.kube.issuer.PlanIssuer` writes.
+:meth:`PostFilterLoop.decide` plans under the state's hold (:meth:`PostFilterLoop._plan`:
+a :class:`~extender.kube.issuer.Commitment`, its room held, or a :class:`Refused`), then
+hands a commitment to the issuer, which only writes.
 """
 
 from __future__ import annotations
@@ -25,38 +30,54 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
-from typing import TypeVar
-
-import httpx
-from prometheus_client import Histogram
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
 from extender.core.objects import PodInfo
 from extender.core.preemption.candidates import victim_refusal
-from extender.core.preemption.planner import PreemptionPlan, Victim, plan_job_preemption
+from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.reservations import (
     EndedPlan,
     ended_plan,
     persisted_reservation,
     refused_victims,
-    reserved_by_muster,
     settle_reservations,
 )
-from extender.kube.client import ApiError
+from extender.core.state import ClusterState
 from extender.kube.health import Watched
+from extender.kube.issuer import Commitment, PlanIssuer
 from extender.kube.source import KubeSource
-from extender.kube.writer import ClusterWriter, best_effort
+from extender.kube.writer import ClusterWriter
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-#: Concurrent writes for one plan (a gang's victims' marks, its pods' reservations).
-WRITERS = 8
+
+@dataclass(frozen=True)
+class Refused:
+    """The planner found no plan for a job: why, for its pending pods' decision log."""
+
+    job: str
+    reasons: tuple[str, ...]
+    #: The job's pending pods (keys): each gets the refusal in its decision log.
+    pending: tuple[str, ...]
+    #: When a gang still arriving settles (planned again then), or ``None``.
+    settles: float | None
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """What in-flight reservations still lack (a Muster that stopped half-way)."""
+
+    delete_now: bool
+    #: Victims (with their job) not marked yet, that the rules still allow.
+    unmarked: list[tuple[PodInfo, str]]
+    #: Victims marked for their job without their ``DisruptionTarget`` yet.
+    unrecorded: list[tuple[PodInfo, str]]
+    #: Victims the rules refuse now, and why.
+    refused: list[tuple[PodInfo, str, str]]
 
 
 class PostFilterLoop(Watched):
@@ -71,7 +92,6 @@ class PostFilterLoop(Watched):
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self.source = source
-        self.writer = writer
         self.decisions = decisions
         self.clock = clock
         self.debounce_seconds = debounce_seconds
@@ -85,17 +105,11 @@ class PostFilterLoop(Watched):
         self._init_health()
         self.committed = 0
         self.refused = 0
-        self._written: set[str] = set()  # victim UIDs this process has marked or evicted
         self._refused_logged: set[str] = set()  # victim UIDs the rules refused, logged once
-        self._writers = ThreadPoolExecutor(WRITERS, thread_name_prefix="postfilter-write")
+        #: Writes what this loop decides (and nothing else).
+        self.issuer = PlanIssuer(writer, clock=clock)
         #: Served on Muster's /metrics (see serve.py).
-        self.time_to_mark = Histogram(
-            "muster_time_to_mark_seconds",
-            "From the creation of a preempting job's last pod to its victims marked (or "
-            "evicted), by the leader's clock; creation times have one-second resolution.",
-            buckets=(0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0),
-            registry=None,
-        )
+        self.time_to_mark = self.issuer.time_to_mark
 
     def start(self) -> PostFilterLoop:
         self._thread.start()
@@ -106,17 +120,7 @@ class PostFilterLoop(Watched):
         self._stop.set()
         self._wake.set()
         self._thread.join(5)
-        self._writers.shutdown(wait=False)
-
-    def _each(self, write: Callable[[_T], object], items: Sequence[_T]) -> None:
-        """``write`` every item, concurrently (each one a few API calls, so a gang's
-        victims are marked in about the time of one); returns when all are done."""
-        if len(items) <= 1:
-            for item in items:
-                write(item)
-            return
-        for _ in self._writers.map(write, items):
-            pass
+        self.issuer.close()
 
     def request(self, job: str, reason: str = "", at_once: bool = False) -> None:
         """Ask for a preemption decision about ``job``: at once (``ready_to_plan``: a lone
@@ -163,83 +167,26 @@ class PostFilterLoop(Watched):
             if self._due and min(self._due.values()) <= self.clock():
                 self._wake.set()
 
-    def _remove(
-        self, pod: PodInfo, job: str, reason: str, delete_now: bool, *, label_only: bool = False
-    ) -> bool:
-        """Mark a victim for soft eviction (or evict it at once), once it succeeds; a
-        failure is left for :meth:`complete_in_flight` to retry.  ``label_only``: the mark
-        alone, its condition and event left to the caller.  Returns whether it was
-        written now."""
-        if pod.uid in self._written:
-            return False
-        try:
-            if delete_now:
-                self.writer.evict(pod.namespace, pod.name, pod.uid, None)
-            elif label_only:
-                self.writer.label_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
-            else:
-                self.writer.mark_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
-        except ApiError as error:
-            if error.status not in (404, 409):  # not gone or replaced: try again later
-                log.warning("victim %s: %s (will retry)", pod.key, error)
-                return False
-            self._written.add(pod.uid)  # gone or replaced: nothing more to write
-            return False
-        except httpx.HTTPError as error:
-            log.warning("victim %s: %s (will retry)", pod.key, error)
-            return False
-        self._written.add(pod.uid)
-        return True
-
     def complete_in_flight(self) -> int:
         """Mark the victims of in-flight reservations that are still unmarked (a Muster
         that died between writing a reservation and marking its victims), and record the
         disruption of those marked without it; return how many were marked."""
         with self.source.exclusive() as snapshot:
-            delete_now = snapshot.args.pod_should_be_deleted_when_preempted
-            unmarked = [
-                (snapshot.pods[key], reservation.job)
-                for reservation in snapshot.reservations.values()
-                for key in reservation.victims
-                if key in snapshot.pods
-                and snapshot.pods[key].uid not in self._written
-                and not snapshot.pods[key].departing  # marked, evicted, or kube-scheduler's
-                and snapshot.pods[key].node_name is not None
-            ]
-            unrecorded = [
-                (pod, reservation.job)
-                for reservation in snapshot.reservations.values()
-                for key in reservation.victims
-                if (pod := snapshot.pods.get(key)) is not None
-                and pod.uid not in self._written
-                and pod.node_name is not None
-                and not pod.finished
-                and not pod.terminating
-                and pod.marked_for == reservation.job
-                and pod.preempted_by is None  # no DisruptionTarget yet
-            ]
-            # Each victim checked against the rules again, whatever record named it.
-            refused = [
-                (pod, job, why)
-                for pod, job in unmarked
-                if (why := victim_refusal(snapshot, job, pod)) is not None
-            ]
-        for pod, job, why in refused:
+            unfinished = _unfinished(snapshot, self.issuer.written)
+        for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)
                 log.warning("not marking %s for job %s: %s", pod.key, job, why)
-        refused_keys = {pod.key for pod, _, _ in refused}
-        unmarked = [(pod, job) for pod, job in unmarked if pod.key not in refused_keys]
-        for pod, job in unmarked:
-            self._remove(pod, job, f"completing the preemption for job {job}", delete_now)
+        for pod, job in unfinished.unmarked:
+            reason = f"completing the preemption for job {job}"
+            self.issuer.remove(pod, job, reason, unfinished.delete_now)
         # A Muster stopped between a plan's marks and their conditions: the victims it
         # marked (signed, so believed) get their DisruptionTarget and Preempted event now.
         # A victim this process marked gets them from the plan itself (decide).
-        for pod, job in unrecorded:
-            self._written.add(pod.uid)
+        for pod, job in unfinished.unrecorded:
             reason = f"completing the preemption for job {job}"
-            best_effort(pod, partial(self.writer.record_disruption, preemptor=job, reason=reason))
-        return len(unmarked)
+            self.issuer.record_disruption(pod, job, reason)
+        return len(unfinished.unmarked)
 
     def abandon_refused(self, now: float) -> list[str]:
         """Abandon the plans a PodDisruptionBudget stalls: a victim still refused
@@ -276,123 +223,121 @@ class PostFilterLoop(Watched):
         return ended
 
     def _undo(self, plan: EndedPlan, now: float) -> None:
-        """Take back what Muster wrote for a plan that ended without its job binding: the
-        marks of its victims not yet leaving first, then the reservation on the job's
-        pods (the update makes kube-scheduler retry them), with events."""
+        """Take back what Muster wrote for a plan that ended without its job binding
+        (:meth:`PlanIssuer.undo`), and say so in the job's decision log."""
         reason = f"preemption for job {plan.job} abandoned: {plan.why}"
         if plan.unmark or plan.release:
             log.warning("%s; undoing what was written for it", reason)
-        for pod in plan.unmark:
-            best_effort(pod, partial(self.writer.unmark_victim, reason=reason))
-            self._written.discard(pod.uid)
-        for pod in plan.release:
-            nominated = pod.nominated_node_name == reserved_by_muster(pod)
-            best_effort(pod, partial(self.writer.release_room, nominated=nominated))
-        if plan.unmark and plan.release:
-            event = partial(
-                self.writer.event, reason="PreemptionAbandoned", message=reason, kind="Warning"
-            )
-            best_effort(plan.release[0], event)
+        self.issuer.undo(plan, reason)
         if plan.release:
             record = Decision(now, "postfilter", "abandoned", (reason,))
             self.decisions.record(plan.release[0].key, record)
 
-    def _persist(self, pod: PodInfo, persisted: dict[str, object], node: str) -> None:
-        """Write the reservation on a preemptor pod (its own node added)."""
-        try:
-            self.writer.persist_reservation(pod, persisted | {"node": node})
-        except (ApiError, httpx.HTTPError) as error:
-            log.warning("reservation of %s: %s", pod.key, error)
-
-    def _nominate(self, pod: PodInfo, node: str) -> None:
-        try:
-            self.writer.nominate(pod, node)
-        except (ApiError, httpx.HTTPError) as error:
-            log.warning("nominating %s for %s: %s", node, pod.key, error)
-
     def decide(self, job: str, now: float) -> PreemptionPlan | None:
-        """Plan for ``job``; on a plan, hold its room and write it to the cluster."""
+        """Plan for ``job`` (:meth:`_plan`, which decides and holds the plan's room); on a
+        plan, write it to the cluster (:meth:`_commit`: the issuer's writes)."""
         if not self.is_leader():
             return None  # lost the Lease since the loop looked: the new leader decides
+        decided = self._plan(job, now)
+        if isinstance(decided, Refused):
+            self._refuse(decided, now)
+            return None
+        if decided is None:
+            return None
+        self._commit(decided, now)
+        return decided.plan
+
+    def _plan(self, job: str, now: float) -> Commitment | Refused | None:
+        """The decision, in one hold of the state: a plan (its room held in memory, so
+        the very next filter keeps other pods off it), a refusal, or ``None`` for a job
+        in flight already (its room is held, its pods are being retried)."""
         with self.source.exclusive() as snapshot:
             if job in snapshot.reservations:
-                return None  # in flight: its room is held, its pods are being retried
+                return None
             decision = plan_job_preemption(snapshot, job, now)
             if not isinstance(decision, PreemptionPlan):
-                pending = [p.key for p in snapshot.job_pods(job) if p.node_name is None]
+                pending = (p.key for p in snapshot.members.job_pods(job) if p.node_name is None)
                 # A gang still arriving is planned once it settles: nothing else may ask
                 # again (when kube-scheduler's own filters reject every node, its pods'
                 # messages are not Muster's, and no nudge comes).
                 settled = settles_at(snapshot, job, now)
-            else:
-                timeout = snapshot.args.reservation_timeout_seconds
-                reservation = decision.reservation(now, timeout)
-                apply(snapshot, HoldRoom(reservation))
-                delete_now = snapshot.args.pod_should_be_deleted_when_preempted
-                preemptor_pods = [snapshot.pods[key] for key in decision.placements]
-                last_created = max(p.created for p in snapshot.job_pods(job))
-        if not isinstance(decision, PreemptionPlan):
-            if settled is not None:
-                with self._lock:
-                    self._due[job] = min(settled, self._due.get(job, settled))
-            self.refused += 1
-            for key in pending:
-                self.decisions.record(
-                    key, Decision(now, "postfilter", "no preemption", decision.reasons)
-                )
-            return None
-        self.committed += 1
-        log.info("preempting for %s: %d victims", job, len(decision.victims))
-        # Victims are marked first (nothing stands between the plan and the marks): a
-        # mark names its job, and a job is in flight while pods marked for it are present,
-        # so a Muster restarted half-way never plans it again.  Then the reservation,
-        # which also names the victims (a restarted Muster finishes marking them, see
-        # complete_in_flight), and the nominations; then each victim's DisruptionTarget
-        # condition and event.  Each step writes its pods concurrently.  An eviction
-        # leaves no mark: with podShouldBeDeletedWhenPreempted the reservation is written
-        # first.
-        persisted = persisted_reservation(reservation)
-        placements = decision.placements
-        if delete_now:
-            self._each(
-                lambda pod: self._persist(pod, persisted, placements[pod.key]), preemptor_pods
+                return Refused(job, decision.reasons, tuple(pending), settled)
+            reservation = decision.reservation(now, snapshot.args.reservation_timeout_seconds)
+            apply(snapshot, HoldRoom(reservation))
+            return Commitment(
+                plan=decision,
+                persisted=persisted_reservation(reservation),
+                preemptor_pods=tuple(snapshot.pods[key] for key in decision.placements),
+                delete_now=snapshot.args.pod_should_be_deleted_when_preempted,
+                last_created=max(p.created for p in snapshot.members.job_pods(job)),
             )
-        # Each victim's mark is one patch, all at once; its condition and event follow the
-        # plan's other writes (they are for people and controllers, not for Muster).
-        marked: list[Victim] = []
 
-        def mark(victim: Victim) -> None:
-            if self._remove(victim.pod, job, victim.reason, delete_now, label_only=True):
-                marked.append(victim)
+    def _refuse(self, refused: Refused, now: float) -> None:
+        """No plan: ask again when a gang still arriving settles; count and log it."""
+        if refused.settles is not None:
+            with self._lock:
+                due = self._due.get(refused.job, refused.settles)
+                self._due[refused.job] = min(refused.settles, due)
+        self.refused += 1
+        for key in refused.pending:
+            self.decisions.record(
+                key, Decision(now, "postfilter", "no preemption", refused.reasons)
+            )
 
-        self._each(mark, decision.victims)
-        # Creation timestamps have one-second resolution: the figure is within a second.
-        self.time_to_mark.observe(max(0.0, self.clock() - last_created))
-
-        def hold(pod: PodInfo) -> None:
-            if not delete_now:
-                self._persist(pod, persisted, placements[pod.key])
-            self._nominate(pod, placements[pod.key])
-
-        self._each(hold, preemptor_pods)
-        for pod in preemptor_pods:
+    def _commit(self, commitment: Commitment, now: float) -> None:
+        """Write a committed plan: what Muster relies on first (marks, reservation,
+        nominations), the decision log, then what people and controllers read
+        (conditions, events)."""
+        plan = commitment.plan
+        self.committed += 1
+        log.info("preempting for %s: %d victims", plan.job, len(plan.victims))
+        marked = self.issuer.write_plan(commitment)
+        for pod in commitment.preemptor_pods:
             self.decisions.record(
                 pod.key,
                 Decision(
                     now,
                     "postfilter",
-                    f"preempting: {len(decision.victims)} victims, room held on "
-                    f"{placements[pod.key]}",
-                    tuple(f"{v.pod.key}: {v.reason}" for v in decision.victims),
+                    f"preempting: {len(plan.victims)} victims, room held on "
+                    f"{plan.placements[pod.key]}",
+                    tuple(f"{v.pod.key}: {v.reason}" for v in plan.victims),
                 ),
             )
-        if not delete_now:
-            record = partial(self.writer.record_disruption, preemptor=job)
-            self._each(
-                lambda victim: best_effort(victim.pod, partial(record, reason=victim.reason)),
-                marked,
-            )
-        if preemptor_pods:
-            victims = ", ".join(v.pod.key for v in decision.victims)
-            self.writer.event(preemptor_pods[0], "Preempting", f"Job {job} preempts {victims}")
-        return decision
+        self.issuer.announce(commitment, marked)
+
+
+def _unfinished(snapshot: ClusterState, written: set[str]) -> Unfinished:
+    """What the in-flight reservations of ``snapshot`` still lack, leaving out the victims
+    this process has written (``written``): each victim is checked against the rules
+    again, whatever record named it."""
+    unmarked = [
+        (snapshot.pods[key], reservation.job)
+        for reservation in snapshot.reservations.values()
+        for key in reservation.victims
+        if key in snapshot.pods
+        and snapshot.pods[key].uid not in written
+        and not snapshot.pods[key].departing  # marked, evicted, or kube-scheduler's
+        and snapshot.pods[key].node_name is not None
+    ]
+    unrecorded = [
+        (pod, reservation.job)
+        for reservation in snapshot.reservations.values()
+        for key in reservation.victims
+        if (pod := snapshot.pods.get(key)) is not None
+        and pod.uid not in written
+        and pod.node_name is not None
+        and not pod.finished
+        and not pod.terminating
+        and pod.marked_for == reservation.job
+        and pod.preempted_by is None  # no DisruptionTarget yet
+    ]
+    refused = [
+        (pod, job, why)
+        for pod, job in unmarked
+        if (why := victim_refusal(snapshot, job, pod)) is not None
+    ]
+    refused_keys = {pod.key for pod, _, _ in refused}
+    allowed = [(pod, job) for pod, job in unmarked if pod.key not in refused_keys]
+    return Unfinished(
+        snapshot.args.pod_should_be_deleted_when_preempted, allowed, unrecorded, refused
+    )

@@ -1,0 +1,202 @@
+"""The PostFilter's writes: a committed plan issued to the cluster, an ended one taken back.
+
+:class:`~extender.kube.postfilter.PostFilterLoop` decides, under the state's hold (the
+plan, its room held in memory), and hands what it decided here as a :class:`Commitment`.
+A :class:`PlanIssuer` only writes, through :class:`~extender.kube.writer.ClusterWriter`:
+it decides nothing and never holds the state (as Kueue's preemptor has ``GetTargets``,
+which decides, and ``IssuePreemptions``, which only writes; kube-scheduler's default
+preemption an evaluator and an executor).  It remembers the victims this process has
+written, so that none is written twice, and measures the time from a job's last pod to
+its victims marked.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+import httpx
+from prometheus_client import Histogram
+
+from extender.core.objects import PodInfo
+from extender.core.preemption.planner import PreemptionPlan, Victim
+from extender.core.reservations import EndedPlan, reserved_by_muster
+from extender.kube.client import ApiError
+from extender.kube.writer import ClusterWriter, best_effort
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+#: Concurrent writes for one plan (a gang's victims' marks, its pods' reservations).
+WRITERS = 8
+
+
+@dataclass(frozen=True)
+class Commitment:
+    """A plan the PostFilter committed to: its room is held in memory already; what is
+    left is to write it to the cluster."""
+
+    plan: PreemptionPlan
+    #: The reservation as written on each preemptor pod (its own node added per pod).
+    persisted: dict[str, object]
+    preemptor_pods: tuple[PodInfo, ...]
+    #: ``podShouldBeDeletedWhenPreempted``: victims are evicted at once, not marked.
+    delete_now: bool
+    #: When the job's last pod was created (for the time to mark).
+    last_created: float
+
+    @property
+    def job(self) -> str:
+        return self.plan.job
+
+
+class PlanIssuer:
+    """Writes what the PostFilter decided; see the module's docstring."""
+
+    def __init__(self, writer: ClusterWriter, *, clock: Callable[[], float] = time.time) -> None:
+        self.writer = writer
+        self.clock = clock
+        #: Victim UIDs this process has marked or evicted (or found gone): never again.
+        self.written: set[str] = set()
+        self._writers = ThreadPoolExecutor(WRITERS, thread_name_prefix="postfilter-write")
+        #: Served on Muster's /metrics (see serve.py).
+        self.time_to_mark = Histogram(
+            "muster_time_to_mark_seconds",
+            "From the creation of a preempting job's last pod to its victims marked (or "
+            "evicted), by the leader's clock; creation times have one-second resolution.",
+            buckets=(0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0),
+            registry=None,
+        )
+
+    def close(self) -> None:
+        self._writers.shutdown(wait=False)
+
+    def write_plan(self, commitment: Commitment) -> list[Victim]:
+        """The writes Muster itself relies on; returns the victims marked now.
+
+        Victims are marked first (nothing stands between the plan and the marks): a mark
+        names its job, and a job is in flight while pods marked for it are present, so a
+        Muster restarted half-way never plans it again.  Then the reservation, which also
+        names the victims (a restarted Muster finishes marking them, see
+        :meth:`PostFilterLoop.complete_in_flight`), and the nominations.  Each step
+        writes its pods concurrently.  An eviction leaves no mark: with
+        podShouldBeDeletedWhenPreempted the reservation is written first."""
+        job, placements = commitment.job, commitment.plan.placements
+        if commitment.delete_now:
+            self._each(
+                lambda pod: self._persist(pod, commitment.persisted, placements[pod.key]),
+                commitment.preemptor_pods,
+            )
+        # Each victim's mark is one patch, all at once; its condition and event follow the
+        # plan's other writes (see announce).
+        marked: list[Victim] = []
+
+        def mark(victim: Victim) -> None:
+            if self.remove(victim.pod, job, victim.reason, commitment.delete_now, label_only=True):
+                marked.append(victim)
+
+        self._each(mark, commitment.plan.victims)
+        # Creation timestamps have one-second resolution: the figure is within a second.
+        self.time_to_mark.observe(max(0.0, self.clock() - commitment.last_created))
+
+        def hold(pod: PodInfo) -> None:
+            if not commitment.delete_now:
+                self._persist(pod, commitment.persisted, placements[pod.key])
+            self._nominate(pod, placements[pod.key])
+
+        self._each(hold, commitment.preemptor_pods)
+        return marked
+
+    def announce(self, commitment: Commitment, marked: Sequence[Victim]) -> None:
+        """The writes for people and controllers, not for Muster: each victim ``marked``
+        gets its ``DisruptionTarget`` condition and ``Preempted`` event, the job's first
+        pod a ``Preempting`` event."""
+        job = commitment.job
+        if not commitment.delete_now:
+            record = partial(self.writer.record_disruption, preemptor=job)
+            self._each(
+                lambda victim: best_effort(victim.pod, partial(record, reason=victim.reason)),
+                marked,
+            )
+        if commitment.preemptor_pods:
+            victims = ", ".join(v.pod.key for v in commitment.plan.victims)
+            first = commitment.preemptor_pods[0]
+            self.writer.event(first, "Preempting", f"Job {job} preempts {victims}")
+
+    def remove(
+        self, pod: PodInfo, job: str, reason: str, delete_now: bool, *, label_only: bool = False
+    ) -> bool:
+        """Mark a victim for soft eviction (or evict it at once), once it succeeds; a
+        failure is left for :meth:`PostFilterLoop.complete_in_flight` to retry.
+        ``label_only``: the mark alone, its condition and event left to the caller.
+        Returns whether it was written now."""
+        if pod.uid in self.written:
+            return False
+        try:
+            if delete_now:
+                self.writer.evict(pod.namespace, pod.name, pod.uid, None)
+            elif label_only:
+                self.writer.label_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
+            else:
+                self.writer.mark_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
+        except ApiError as error:
+            if error.status not in (404, 409):  # not gone or replaced: try again later
+                log.warning("victim %s: %s (will retry)", pod.key, error)
+                return False
+            self.written.add(pod.uid)  # gone or replaced: nothing more to write
+            return False
+        except httpx.HTTPError as error:
+            log.warning("victim %s: %s (will retry)", pod.key, error)
+            return False
+        self.written.add(pod.uid)
+        return True
+
+    def record_disruption(self, pod: PodInfo, job: str, reason: str) -> None:
+        """The ``DisruptionTarget`` condition and ``Preempted`` event of a victim marked
+        (by a Muster stopped before it recorded them), once."""
+        self.written.add(pod.uid)
+        best_effort(pod, partial(self.writer.record_disruption, preemptor=job, reason=reason))
+
+    def undo(self, plan: EndedPlan, reason: str) -> None:
+        """Take back what was written for ``plan``: the marks of its victims not yet
+        leaving first, then the reservation on the job's pods (the update makes
+        kube-scheduler retry them), with an event saying ``reason``."""
+        for pod in plan.unmark:
+            best_effort(pod, partial(self.writer.unmark_victim, reason=reason))
+            self.written.discard(pod.uid)
+        for pod in plan.release:
+            nominated = pod.nominated_node_name == reserved_by_muster(pod)
+            best_effort(pod, partial(self.writer.release_room, nominated=nominated))
+        if plan.unmark and plan.release:
+            event = partial(
+                self.writer.event, reason="PreemptionAbandoned", message=reason, kind="Warning"
+            )
+            best_effort(plan.release[0], event)
+
+    def _each(self, write: Callable[[_T], object], items: Sequence[_T]) -> None:
+        """``write`` every item, concurrently (each one a few API calls, so a gang's
+        victims are marked in about the time of one); returns when all are done."""
+        if len(items) <= 1:
+            for item in items:
+                write(item)
+            return
+        for _ in self._writers.map(write, items):
+            pass
+
+    def _persist(self, pod: PodInfo, persisted: dict[str, object], node: str) -> None:
+        """Write the reservation on a preemptor pod (its own node added)."""
+        try:
+            self.writer.persist_reservation(pod, persisted | {"node": node})
+        except (ApiError, httpx.HTTPError) as error:
+            log.warning("reservation of %s: %s", pod.key, error)
+
+    def _nominate(self, pod: PodInfo, node: str) -> None:
+        try:
+            self.writer.nominate(pod, node)
+        except (ApiError, httpx.HTTPError) as error:
+            log.warning("nominating %s for %s: %s", node, pod.key, error)
