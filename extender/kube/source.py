@@ -7,6 +7,10 @@ ReplicaSets and StatefulSets (their size, and whether they still exist) are list
 watched; every event is translated by the core's parsers and applied to one
 :class:`ClusterState` under a lock, which decisions hold while they read.  Ready once every
 informer has listed once.  An object the parsers reject is skipped and counted, never fatal.
+
+The pods' handler is here, with what a pod event sets off (a reservation rebuilt, the
+PostFilter asked, kube-scheduler's own preemption noticed, forged records dropped); the
+handlers of every other kind are :class:`~extender.kube.handlers.ObjectHandlers`'s.
 """
 
 from __future__ import annotations
@@ -26,12 +30,11 @@ from extender.core.authority import (
     jobs_nominated_to,
     preempted_by_scheduler,
 )
-from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
-from extender.core.jobs import OWNER_KINDS, OwnerSize, parse_owner_size
-from extender.core.objects import PodInfo, PriorityClasses, parse_node, parse_pod
-from extender.core.podgroups import GANG_OBJECT_KINDS, GangObjectKind, PodGroupInfo
+from extender.core.jobs import OWNER_KINDS
+from extender.core.objects import PodInfo, parse_pod
+from extender.core.podgroups import GANG_OBJECT_KINDS
 from extender.core.preemption.eligibility import postfilter_trigger
 from extender.core.records import RecordKeys, believed_pod
 from extender.core.reservations import restored_effects
@@ -40,20 +43,20 @@ from extender.core.topology import (
     KUEUE_TOPOLOGY_GROUP,
     KUEUE_TOPOLOGY_PLURAL,
     KUEUE_TOPOLOGY_VERSION,
-    parse_kueue_topology,
 )
 from extender.kube.client import Json, KubeClient
+from extender.kube.handlers import ObjectHandlers
 from extender.kube.health import Health
-from extender.kube.informer import Handler, Informer, object_key
+from extender.kube.informer import Informer, object_key
 from extender.service import holding
-from quota.tree import QuotaSpec, QuotaTreeError, parse_elastic_quota
+from quota.tree import QuotaSpec
 
 log = logging.getLogger(__name__)
 
 QUOTA_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
 
 
-class KubeSource:
+class KubeSource(ObjectHandlers):
     #: The informers deliver pods as they are created (see ``ClusterSource``).
     pods_arrive = True
 
@@ -72,13 +75,7 @@ class KubeSource:
         self.snapshot = ClusterState(args)
         self.state_lock = threading.RLock()
         self.rejected: dict[str, str] = {}  # object → why it was skipped
-        self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
-        self._applied: dict[str, QuotaSpec] = {}  # what the snapshot has, by quota name
-        self._priorities: dict[str, tuple[int, bool]] = {}
-        self._priority_view: PriorityClasses | None = None  # of _priorities, built on use
-        self._pod_group_apis: dict[str, str] = {}  # job → its status-written PodGroup's API
-        #: "apiVersion/kind/ns/name" of each gang-declaring object → the jobs it declares.
-        self._declared: dict[str, tuple[str, ...]] = {}
+        self._init_object_handlers()
         self._parked: dict[str, str] = {}  # pending pod → kube-scheduler's Unschedulable message
         #: Called with (job, reason, plan at once) when a pod of a job Muster governs turns
         #: PodScheduled=False/Unschedulable.
@@ -101,7 +98,15 @@ class KubeSource:
             registry=None,
         )
         self._forged_seen: dict[str, set[str]] = {}  # pod UID → its forged records, logged
-        self.informers = [
+        self.informers = self._informers(client)
+        #: The health of the informers and of every background thread registered with it.
+        self.health = Health()
+        for informer in self.informers:
+            self.health.add(informer)
+
+    def _informers(self, client: KubeClient) -> list[Informer]:
+        """One informer per kind, each with its handler."""
+        return [
             Informer(client, "/apis/scheduling.k8s.io/v1/priorityclasses", self._on_priority),
             Informer(client, "/api/v1/nodes", self._on_node, keep_objects=False),
             *(
@@ -126,10 +131,6 @@ class KubeSource:
             ),
             Informer(client, "/api/v1/pods", self._on_pod, keep_objects=False),
         ]
-        #: The health of the informers and of every background thread registered with it.
-        self.health = Health()
-        for informer in self.informers:
-            self.health.add(informer)
 
     def quota_objects(self) -> dict[str, tuple[str, QuotaSpec]]:
         """Every ElasticQuota object seen: ``group/namespace/name`` → (API group, spec)."""
@@ -170,17 +171,7 @@ class KubeSource:
     def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
         return holding(self.state_lock, self.snapshot, wait)
 
-    # ---- handlers (informer threads) ----------------------------------------------
-
-    def _on_node(self, kind: str, obj: Json) -> None:
-        with self.state_lock:
-            if kind == "DELETED":
-                self.snapshot.remove_node(object_key(obj))
-                return
-            try:
-                self.snapshot.upsert_node(parse_node(obj))
-            except ManifestError as error:
-                self._reject(obj, error)
+    # ---- the pods' handler (an informer thread) ------------------------------------
 
     def _on_pod(self, kind: str, obj: Json) -> None:
         trigger: tuple[str, str, bool] | None = None
@@ -258,145 +249,6 @@ class KubeSource:
         for effect in restored_effects(self.snapshot, pod):
             apply(self.snapshot, effect)
 
-    def _on_priority(self, kind: str, obj: Json) -> None:
-        with self.state_lock:
-            self._priority_view = None
-            name = object_key(obj)
-            if kind == "DELETED":
-                self._priorities.pop(name, None)
-            else:
-                value = obj.get("value")
-                if isinstance(value, int):
-                    self._priorities[name] = (value, bool(obj.get("globalDefault", False)))
-
-    def _priority_classes(self) -> PriorityClasses:
-        """The PriorityClasses seen, as the pod parser takes them (built once per change:
-        every pod event asks)."""
-        if self._priority_view is None:
-            priorities = self._priorities.values()
-            default = next((value for value, is_default in priorities if is_default), 0)
-            self._priority_view = PriorityClasses(
-                values={name: value for name, (value, _) in self._priorities.items()},
-                global_default=default,
-            )
-        return self._priority_view
-
-    def _quota_handler(self, group: str) -> Handler:
-        def handle(kind: str, obj: Json) -> None:
-            key = f"{group}/{object_key(obj)}"
-            with self.state_lock:
-                if kind == "DELETED":
-                    self._quotas.pop(key, None)
-                else:
-                    try:
-                        self._quotas[key] = parse_elastic_quota(obj)
-                    except ManifestError as error:
-                        self._reject(obj, error)
-                        self._quotas.pop(key, None)
-                self._apply_quotas()
-
-        return handle
-
-    def _apply_quotas(self) -> None:
-        """Hand the snapshot every valid quota; a duplicate name keeps the first by key."""
-        specs: dict[str, QuotaSpec] = {}
-        for key in sorted(self._quotas):
-            spec = self._quotas[key]
-            if spec.name in specs:
-                self.rejected[key] = f"duplicate quota name {spec.name!r}"
-                continue
-            specs[spec.name] = spec
-        if specs == self._applied:
-            return  # e.g. only status or annotations changed: nothing to re-index
-        try:
-            self.snapshot.set_quotas(specs.values())
-            self._applied = specs
-        except QuotaTreeError as error:
-            self.rejected[f"quota/{error.quota}"] = str(error)
-            log.warning("quota tree: %s; keeping the previous quotas", error)
-
-    def _gang_object_handler(self, kind: GangObjectKind) -> Handler:
-        """Record the gangs an object of ``kind`` declares; an update forgets what it no
-        longer declares, a deletion (or an unreadable object) all of it."""
-
-        def handle(event: str, obj: Json) -> None:
-            metadata = obj.get("metadata") or {}
-            namespace = str(metadata.get("namespace") or "default")
-            key = f"{kind.api_version}/{kind.kind}/{namespace}/{metadata.get('name')}"
-            groups: tuple[PodGroupInfo, ...] = ()
-            if event != "DELETED":
-                try:
-                    groups = kind.read(obj)
-                except ManifestError as error:
-                    with self.state_lock:
-                        self._reject(
-                            {"apiVersion": kind.api_version, "kind": kind.kind, **obj}, error
-                        )
-            with self.state_lock:
-                jobs = tuple(group.job for group in groups)
-                for job in self._declared.pop(key, ()):
-                    if job not in jobs:
-                        if kind.writes_status:
-                            self._pod_group_apis.pop(job, None)
-                        group_namespace, group_name = job.split("/", 1)
-                        self.snapshot.forget_pod_group(group_namespace, group_name, kind.rank)
-                if groups:
-                    self._declared[key] = jobs
-                for group in groups:
-                    if kind.writes_status:
-                        self._pod_group_apis[group.job] = kind.group
-                    self.snapshot.set_pod_group(group)
-
-        return handle
-
-    def _owner_handler(self, owner_kind: str) -> Callable[[str, Json], None]:
-        def handle(kind: str, obj: Json) -> None:
-            """A Job, ReplicaSet or StatefulSet: how many pods it runs at once (the gang
-            size of the pod group its pods form, when nothing else declares one).
-            Deleted, or being deleted, it re-creates no pod: the room its pods left for
-            replacements is let go (see ``ClusterState.forget_owner``)."""
-            metadata = obj.get("metadata") or {}
-            namespace = str(metadata.get("namespace") or "default")
-            controller = f"{owner_kind}/{metadata.get('name')}"
-            with self.state_lock:
-                if kind == "DELETED" or metadata.get("deletionTimestamp"):
-                    self.snapshot.forget_owner(namespace, controller)
-                    return
-                self.snapshot.owner_present(namespace, controller)
-                try:
-                    self.snapshot.set_owner_size(parse_owner_size(owner_kind, obj))
-                except ManifestError as error:
-                    # its pods' gang size is what arrives
-                    self._reject({"kind": owner_kind, **obj}, error)
-                    self.snapshot.set_owner_size(OwnerSize(namespace, controller, None))
-
-        return handle
-
-    def _on_budget(self, kind: str, obj: Json) -> None:
-        with self.state_lock:
-            if kind == "DELETED":
-                self.snapshot.forget_budget(*object_key(obj).split("/", 1))
-                return
-            try:
-                self.snapshot.set_budget(parse_pod_disruption_budget(obj))
-            except ManifestError as error:
-                self._reject(obj, error)  # ignored: it protects nothing Muster knows of
-                self.snapshot.forget_budget(*object_key(obj).split("/", 1))
-
-    def _on_kueue_topology(self, kind: str, obj: Json) -> None:
-        """Kueue's Topology: the order of topology levels, when ``topologyLevels`` is
-        empty (an API the server does not serve lists nothing)."""
-        with self.state_lock:
-            if kind == "DELETED":
-                self.snapshot.forget_kueue_topology(object_key(obj))
-                return
-            try:
-                name, levels = parse_kueue_topology(obj)
-            except ManifestError as error:
-                self._reject({"kind": "Topology", **obj}, error)
-                return
-            self.snapshot.set_kueue_topology(name, levels)
-
     def _believed(self, obj: Json) -> Json:
         """The pod as Muster believes it: records Muster did not write are dropped,
         counted, and logged once per pod and record."""
@@ -413,11 +265,6 @@ class KubeSource:
                     "ignoring %s on pod %s: Muster did not write it", record, object_key(obj)
                 )
         return dict(believed)
-
-    def _reject(self, obj: Json, error: Exception) -> None:
-        key = f"{obj.get('kind', '?')}/{object_key(obj)}"
-        self.rejected[key] = str(error)
-        log.warning("skipping %s: %s", key, error)
 
 
 def _unschedulable_reason(obj: Json) -> str | None:
