@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-import extender.service as service
+import extender.service.verbs as service
 from base import keys
 from extender.cli import kubectl
 from extender.core.effects import HoldQuota, HoldRoom, ReleaseQuotaHold, ReleaseRoom

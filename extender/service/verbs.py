@@ -1,27 +1,18 @@
-"""The extender service: the decisions behind each kube-scheduler verb.
+"""The extender service's verbs: :class:`Extender`, one method per kube-scheduler verb.
 
-This is the seam between the front doors and the core.  The HTTP app
-(:mod:`extender.http`) turns wire JSON into calls here; the cluster comes
-from a :class:`ClusterSource` (the Kubernetes adapter's informers, or a fixed
-snapshot read from manifests); binding goes through an optional
-:class:`Binder`.  Every decision is written to a :class:`DecisionLog`, and
-the jobs Muster governs that cannot be placed (rejected for quota or
-reservation reasons, or proposed for kube-scheduler's own preemption) are
-handed on through ``on_unschedulable`` (the PostFilter loop's trigger).
-
-The verbs trust only what kube-scheduler would send, since anyone who reaches the port
-can call them: ``filter`` answers for any pod, but keeps nothing for a pod the informer
-does not know as pending (:meth:`Extender.filter`), and ``bind`` binds only a pod the
-informer knows as pending, to a node Muster's own decisions allow (:func:`bind_refusal`).
+A verb decides with the core under a hold of the state (:meth:`ClusterSource.exclusive`)
+and applies the decision's effects in that same hold; outside it, it persists what must be
+written on pods (:class:`RoomKeeper`), records the decision (:class:`DecisionLog`) and
+hands on the jobs the PostFilter must plan (``on_unschedulable``).  A pod a call names
+that the informer has not delivered yet is waited for (:meth:`Extender._await_informer`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from extender.core.binding import BindCheck, bind_refusal, known_pending, unseen
 from extender.core.decisions import Decision, DecisionLog
@@ -34,102 +25,13 @@ from extender.core.preemption.eligibility import postfilter_trigger
 from extender.core.preemption.guard import GuardResult, guard_scheduler_preemption
 from extender.core.reservations import persisted_pods
 from extender.core.state import ClusterState, Reservation
-
-
-class StateBusy(Exception):
-    """The state is held (an informer update, or a long decision) and the caller asked
-    not to wait: the HTTP front door then moves the request off its event loop."""
-
-
-class ClusterSource(Protocol):
-    """Where the service reads the cluster from."""
-
-    #: Do pods keep arriving (an informer on a live cluster)?  Then a pod a call names
-    #: that the state lacks may be on its way; in a fixed snapshot it never comes.
-    pods_arrive: bool
-
-    def ready(self) -> bool:
-        """Has the first full sync happened?"""
-        ...
-
-    def problems(self) -> list[str]:
-        """What is wrong with the source's background work now (empty: nothing)."""
-        ...
-
-    def lasting_problems(self) -> list[str]:
-        """The problems that have lasted long enough that a restart should cure them."""
-        ...
-
-    def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
-        """The cluster state, held exclusively: the informers' updates, each decision with
-        the effects it returns (applied before letting go, so nothing comes between),
-        and the debug views all take this one hold; with ``wait`` false,
-        :class:`StateBusy` if someone else has it."""
-        ...
-
-
-class _Lock(Protocol):
-    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
-
-    def release(self) -> None: ...
-
-
-@contextmanager
-def holding(lock: _Lock, snapshot: ClusterState, wait: bool) -> Iterator[ClusterState]:
-    """``snapshot`` under ``lock``; :class:`StateBusy` if ``wait`` is false and the
-    lock is taken.  (The one implementation of :meth:`ClusterSource.reading`.)"""
-    if not lock.acquire(blocking=wait):
-        raise StateBusy
-    try:
-        yield snapshot
-    finally:
-        lock.release()
-
-
-class StaticSource:
-    """A fixed snapshot (``muster serve --snapshot``, tests)."""
-
-    pods_arrive = False
-
-    def __init__(self, snapshot: ClusterState) -> None:
-        self._snapshot = snapshot
-        self._lock = threading.Lock()
-
-    def ready(self) -> bool:
-        return True
-
-    def problems(self) -> list[str]:
-        return []
-
-    def lasting_problems(self) -> list[str]:
-        return []
-
-    def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
-        return holding(self._lock, self._snapshot, wait)
-
-
-class RoomKeeper(Protocol):
-    """Persists the room the filter holds for gangs it places whole (on the pods, so
-    every replica and a restarted Muster hold it too), in the order decided."""
-
-    def hold(self, reservation: Reservation, pods: Sequence[PodInfo]) -> None:
-        """Write ``reservation`` on ``pods`` (its pending pods), each with its node."""
-        ...
-
-    def release(self, pods: Sequence[PodInfo]) -> None:
-        """Drop the reservation written on ``pods``: the gang waits whole again."""
-        ...
-
-
-class BindError(RuntimeError):
-    """Binding failed; the message says why."""
-
-
-class Binder(Protocol):
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pod's Binding (raises :class:`BindError`)."""
-        ...
-
+from extender.service.sources import (
+    Binder,
+    BindError,
+    ClusterSource,
+    RoomKeeper,
+    StateBusy,
+)
 
 #: How long a filter or bind call waits for the informer to deliver a pod it does not
 #: know yet.
@@ -349,7 +251,7 @@ class Extender:
                 time.sleep(min(pause, left))
                 pause = min(2 * pause, 0.05)
                 with self.source.exclusive() as snapshot:
-                    if snapshot.was_removed(uid):
+                    if snapshot.members.was_removed(uid):
                         return False
                     pod = snapshot.pods.get(key)
                     if pod is not None and pod.uid == uid:
