@@ -199,9 +199,9 @@ def load_manifests(
         snapshot.upsert_node(node)
     for document in by_kind["Topology"]:
         name, levels = _parse(document, parse_kueue_topology)  # as the live informer reads it
-        if name in snapshot.kueue_topologies:
+        if name in snapshot.declarations.kueue_topologies:
             raise document.error("metadata.name", f"duplicate Topology {name!r}")
-        snapshot.set_kueue_topology(name, levels)
+        snapshot.declarations.set_kueue_topology(name, levels)
     for kind in ("PodGroup", "Workload"):
         for document in by_kind[kind]:
             entry = gang_object_kind(document.obj.get("apiVersion"), kind)
@@ -210,7 +210,7 @@ def load_manifests(
                 snapshot.set_pod_group(group)
     for kind in OWNER_KINDS:
         for document in by_kind[kind]:
-            snapshot.set_owner_size(_parse(document, partial(parse_owner_size, kind)))
+            snapshot.declarations.set_owner_size(_parse(document, partial(parse_owner_size, kind)))
     for document in by_kind["PodDisruptionBudget"]:
         budget = _parse(document, parse_pod_disruption_budget)
         if budget.key in snapshot.budgets:

@@ -88,7 +88,7 @@ def scheduler_preemption(state: ClusterState, job: str) -> SchedulerPreemption |
     where a pod of lower priority is being preempted by kube-scheduler."""
     placements: dict[str, str] = {}
     victims: set[str] = set()
-    for pod in state.job_pods(job):
+    for pod in state.members.job_pods(job):
         node = pod.nominated_node_name
         if node is None or pod.node_name is not None or pod.finished:
             continue
@@ -111,7 +111,7 @@ def nominated_elsewhere(state: ClusterState, job: str) -> bool:
     """Does a pending pod of ``job`` carry a nomination Muster did not make (no room
     reserved for it there)?  kube-scheduler nominates a pod when it preempts for it; the
     victims' ``DisruptionTarget`` may reach Muster a moment later."""
-    for key in state.job_members(job):
+    for key in state.members.job_members(job):
         pod = state.pods[key]
         node = pod.nominated_node_name
         if (
@@ -156,4 +156,4 @@ def hold_for_scheduler_preemption(
 
 def jobs_nominated_to(state: ClusterState, node: str) -> set[str]:
     """The jobs with a pending pod nominated to ``node``."""
-    return {state.pods[key].job for key in state.nominated_to(node)}
+    return {state.pods[key].job for key in state.members.nominated_to(node)}

@@ -20,7 +20,7 @@ from extender.core.state import ClusterState
 def unseen(state: ClusterState, key: str, uid: str) -> bool:
     """Has the informer not delivered pod ``key`` with ``uid`` (nor seen it removed)?"""
     pod = state.pods.get(key)
-    return (pod is None or pod.uid != uid) and not state.was_removed(uid)
+    return (pod is None or pod.uid != uid) and not state.members.was_removed(uid)
 
 
 def known_pending(state: ClusterState, key: str, uid: str) -> PodInfo | None:

@@ -86,7 +86,7 @@ def apply(state: ClusterState, effect: Effect) -> None:
     match effect:
         case HoldQuota(job=job, pods=pods, until=until, unseen=unseen):
             for pod in unseen:
-                if pod.key not in state.pods and not state.was_removed(pod.uid):
+                if pod.key not in state.pods and not state.members.was_removed(pod.uid):
                     state.upsert_pod(pod)  # the informer's copy replaces it when it comes
             state.hold_quota(job, pods, until)
         case ReleaseQuotaHold(pod=key):
@@ -105,7 +105,7 @@ def apply(state: ClusterState, effect: Effect) -> None:
         case AssumeBound(pod=pod, node=node, started=started):
             current = state.pods.get(pod.key)
             if current is None:
-                if state.was_removed(pod.uid):
+                if state.members.was_removed(pod.uid):
                     return  # deleted meanwhile: never bring it back as a ghost
                 current = pod  # bound before the informer delivered it
             if current.node_name is not None:

@@ -57,7 +57,7 @@ def gang_size(state: ClusterState, pod: PodInfo) -> int:
 
 
 def _pods_that_exist(state: ClusterState, pod: PodInfo) -> int:
-    members = state.job_members(pod.job)
+    members = state.members.job_members(pod.job)
     return len(members) + (0 if pod.key in members else 1)
 
 
@@ -66,14 +66,14 @@ def declared_size(state: ClusterState, pod: PodInfo) -> int | None:
     min-available annotation (of the job's pods, or of ``pod`` itself, which the state
     may not have seen yet), the size of the controller that owns its pods (a Job's
     ``parallelism``, capped by the completions still to go); ``None``: undeclared."""
-    declared = state.declared_min_available(pod.job)
+    declared = state.declarations.declared_min_available(pod.job)
     if declared is not None:
         return declared
     try:
         declared = min_available_annotation(pod)
     except ManifestError:
         declared = None
-    return declared if declared is not None else state.owner_size(pod)
+    return declared if declared is not None else state.declarations.owner_size(pod)
 
 
 def size_declared(state: ClusterState, pod: PodInfo) -> bool:
@@ -98,7 +98,7 @@ def still_arriving(
         return False
     settle = state.args.gang_settle_seconds
     if pod.key in state.pods:
-        joined = state.last_joined(pod.job)
+        joined = state.members.last_joined(pod.job)
         if joined is None or now - joined >= settle:
             return False
     elif settle <= 0:
@@ -106,16 +106,16 @@ def still_arriving(
     job = pod.job
     if job in state.reservations or bound_count(state, job):
         return False  # placed already: pods joining later are checked as they come
-    return not any(state.quota_held(key) for key in state.job_members(job))
+    return not any(state.quota_held(key) for key in state.members.job_members(job))
 
 
 def settles_at(state: ClusterState, job: str, now: float) -> float | None:
     """When ``job``, a gang of undeclared size still arriving, will have had no pod join
     it for ``gangSettleSeconds`` (if none joins meanwhile); ``None`` if it is not one."""
-    members = [state.pods[key] for key in state.job_members(job)]
+    members = [state.pods[key] for key in state.members.job_members(job)]
     if not any(still_arriving(state, pod, now) for pod in members):
         return None
-    joined = state.last_joined(job)
+    joined = state.members.last_joined(job)
     return (now if joined is None else joined) + state.args.gang_settle_seconds
 
 
@@ -134,7 +134,7 @@ def settled_gangs(state: ClusterState, now: float) -> int:
     """How many pod-group jobs have had no pod join for ``gangSettleSeconds``: a count
     that grows as gangs of undeclared size settle (the leader's cue to nudge)."""
     settle = state.args.gang_settle_seconds
-    return sum(1 for joined in state.joined().values() if now - joined >= settle)
+    return sum(1 for joined in state.members.joined().values() if now - joined >= settle)
 
 
 def is_gang(state: ClusterState, pod: PodInfo) -> bool:
@@ -144,7 +144,7 @@ def is_gang(state: ClusterState, pod: PodInfo) -> bool:
 
 def live_pods(state: ClusterState, job: str) -> list[PodInfo]:
     """The job's pods that are neither finished nor on their way out."""
-    return [pod for pod in state.job_pods(job) if not pod.finished and not pod.terminating]
+    return [pod for pod in state.members.job_pods(job) if not pod.finished and not pod.terminating]
 
 
 def bound_count(state: ClusterState, job: str) -> int:
@@ -152,7 +152,7 @@ def bound_count(state: ClusterState, job: str) -> int:
     or terminating: a gang whose bound pods are evicted as victims must be placed again)."""
     return sum(
         1
-        for key in state.job_members(job)
+        for key in state.members.job_members(job)
         if (pod := state.pods[key]).node_name is not None and not pod.finished and not pod.departing
     )
 

@@ -109,7 +109,7 @@ def persisted_pods(state: ClusterState, job: str) -> list[PodInfo]:
     when the job lets its room go."""
     return [
         pod
-        for pod in state.job_pods(job)
+        for pod in state.members.job_pods(job)
         if pod.node_name is None and not pod.finished and reserved_by_muster(pod) is not None
     ]
 
@@ -268,13 +268,13 @@ def settle_reservations(
     ended: list[EndedPlan] = []
     timeout = state.args.reservation_timeout_seconds
     for job, reservation in sorted(state.reservations.items()):
-        pods = state.job_pods(job)
+        pods = state.members.job_pods(job)
         # A job whose pods are all gone but whose room waits for their replacements (see
         # ClusterState.remove_pod) is still there.
         present = bool(pods) or bool(state.book.vacancies_of(job))
         if present and reservation.expires > now:
             continue
-        marked = state.marked_pods(job)
+        marked = state.members.marked_pods(job)
         limit = reservation.created + timeout + TERMINATING_LIMIT_SECONDS
         if pods and now < limit and any(pod.terminating for pod in marked):
             until = now + TERMINATING_MARGIN_SECONDS
@@ -283,15 +283,15 @@ def settle_reservations(
         why = "its reservation timed out" if present else "the job is gone"
         ended.append(ended_plan(state, job, why))
     ended_jobs = {plan.job for plan in ended}
-    for job in sorted(state.jobs_with_marked_victims()):
+    for job in sorted(state.members.jobs_with_marked_victims()):
         if job in state.reservations or job in ended_jobs:
             continue
-        if not state.job_pods(job):
+        if not state.members.job_pods(job):
             # Deleted with its last pod: no reservation is left, but marks still name it.
             ended.append(ended_plan(state, job, "the job is gone"))
             ended_jobs.add(job)
             continue
-        staying = [pod for pod in state.marked_pods(job) if not pod.terminating]
+        staying = [pod for pod in state.members.marked_pods(job) if not pod.terminating]
         if staying and all(
             pod.marked_at is not None and now - pod.marked_at > timeout for pod in staying
         ):
@@ -316,7 +316,7 @@ def ended_plan(state: ClusterState, job: str, why: str) -> EndedPlan:
     return EndedPlan(
         job,
         why,
-        tuple(pod for pod in state.marked_pods(job) if not pod.terminating),
+        tuple(pod for pod in state.members.marked_pods(job) if not pod.terminating),
         tuple(persisted_pods(state, job)),
     )
 
@@ -330,8 +330,8 @@ def refused_victims(state: ClusterState, now: float) -> dict[str, list[PodInfo]]
     if not blocked:
         return {}
     refused: dict[str, list[PodInfo]] = {}
-    for job in sorted(state.jobs_with_marked_victims()):
-        for pod in state.marked_pods(job):
+    for job in sorted(state.members.jobs_with_marked_victims()):
+        for pod in state.members.marked_pods(job):
             if (
                 pod.node_name is None
                 or pod.terminating

@@ -60,13 +60,13 @@ def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
         pending[pod.job] = pending.get(pod.job, 0) + 1
     result = {}
     for job in sorted(set(pending) | set(snapshot.reservations) | set(snapshot.book.backoffs)):
-        pods = snapshot.job_pods(job)
+        pods = snapshot.members.job_pods(job)
         reservation = snapshot.reservations.get(job)
         gang = gang_status(snapshot, job) if any(p.group is not None for p in pods) else None
         result[job] = {
             "pods": len(pods),
             "pending": pending.get(job, 0),
-            "minAvailable": snapshot.min_available(job),
+            "minAvailable": snapshot.declarations.min_available(job),
             "quota": snapshot.quota_name(pods[0]) if pods else None,
             "state": "in flight" if reservation is not None else "pending",
             "reservation": None
@@ -92,7 +92,7 @@ def _topology(snapshot: ClusterState, job: str) -> dict[str, Any] | None:
     """The job's topology request and the domain its bound and reserved pods are in, and
     its slices (Kueue's podset slices: ``slices``, only when it asks for them)."""
     placement = snapshot.topology_placement(job)
-    slices = snapshot.slice_request(job)
+    slices = snapshot.declarations.slice_request(job)
     if placement is None and slices is None:
         return None
     found: dict[str, Any] = {}

@@ -75,17 +75,17 @@ class GangKeeper(LeaderWorker):
                     del self._partial_since[job]
             for job in partly:
                 since = self._partial_since.setdefault(job, now)
-                if now - since < snapshot.gang_timeout_seconds(job):
+                if now - since < snapshot.declarations.gang_timeout_seconds(job):
                     continue
                 backoff = give_up(snapshot, job, now)
-                pods = snapshot.job_pods(job)
+                pods = snapshot.members.job_pods(job)
                 bound = [p for p in pods if p.node_name is not None and not p.departing]
                 pending = [p for p in pods if p.node_name is None and not p.finished]
                 released = persisted_pods(snapshot, job)
                 apply(snapshot, ReleaseRoom(job))
                 apply(snapshot, BackOff(job, backoff))
-                timeout = snapshot.gang_timeout_seconds(job)
-                needed = snapshot.min_available(job)
+                timeout = snapshot.declarations.gang_timeout_seconds(job)
+                needed = snapshot.declarations.min_available(job)
                 given_up.append((job, backoff, bound, pending, released, timeout, needed))
                 del self._partial_since[job]
         for job, backoff, bound, pending, released, timeout, needed in given_up:
@@ -142,7 +142,11 @@ class GangKeeper(LeaderWorker):
                     continue
                 if self._nudged.get(job) == backoff.until:
                     continue
-                pods = [p for p in snapshot.job_pods(job) if p.node_name is None and not p.finished]
+                pods = [
+                    p
+                    for p in snapshot.members.job_pods(job)
+                    if p.node_name is None and not p.finished
+                ]
                 if not pods:
                     continue
                 created = min(p.created for p in pods)
@@ -177,13 +181,13 @@ class GangKeeper(LeaderWorker):
                     del snapshot.book.backoffs[job]
                     forget.extend(
                         pod
-                        for pod in snapshot.job_pods(job)
+                        for pod in snapshot.members.job_pods(job)
                         if keys.GANG_BACKOFF_ANNOTATION in pod.annotations
                     )
             wanted = []
             for job in sorted(jobs):
                 api = self.source.pod_group_api(job)
-                if api is None or snapshot.pod_group(job) is None:
+                if api is None or snapshot.declarations.pod_group(job) is None:
                     continue
                 status = gang_status(snapshot, job)
                 body: dict[str, object] = {

@@ -211,7 +211,7 @@ class Observer:
     def _preemptor_quota(self, victim: PodInfo) -> str | None:
         """The quota of the job a mark names: that of a pod of it the observer has seen."""
         assert victim.marked_for is not None
-        pods = self.state.job_pods(victim.marked_for)
+        pods = self.state.members.job_pods(victim.marked_for)
         return self.state.quota_name(pods[0]) if pods else None
 
     def _check_bind(self, pod: PodInfo, at: float) -> None:
@@ -251,7 +251,7 @@ class Observer:
         """The checks over the whole state at one instant (call it every few seconds)."""
         partial = set()
         for job in sorted({p.job for p in self.state.pods.values()}):
-            pods = [p for p in self.state.job_pods(job) if p.node_name and not p.finished]
+            pods = [p for p in self.state.members.job_pods(job) if p.node_name and not p.finished]
             marked_for = {p.marked_for for p in pods if p.marked_for and not p.terminating}
             unmarked = [p.key for p in pods if not p.departing]
             if not marked_for or not unmarked:

@@ -235,7 +235,7 @@ def test_a_growing_gang_is_not_planned_at_once() -> None:
     # its pods" is one); planning it at once would plan for one pod of two.  It is
     # planned once no pod has joined it for gangSettleSeconds (1 s by default).
     snap.upsert_pod(parse_pod(pod("u-0", group="u", gpu=8)), now=NOW)
-    assert snap.min_available("team-a/u") == 1
+    assert snap.declarations.min_available("team-a/u") == 1
     assert not ready_to_plan(snap, "team-a/u", NOW + 0.5)
     snap.upsert_pod(parse_pod(pod("u-1", group="u", gpu=8)), now=NOW + 0.5)
     assert not ready_to_plan(snap, "team-a/u", NOW + 1.2)
@@ -288,7 +288,7 @@ def test_a_job_is_in_flight_while_pods_marked_for_it_are_present() -> None:
     # Once the marked victim is gone, the job may be planned again.
     snap.upsert_pod(parse_pod(marked("team-a/new")))
     snap.remove_pod("team-a/low")
-    assert snap.marked_victims("team-a/new") == ()
+    assert snap.members.marked_victims("team-a/new") == ()
     again = plan_job_preemption(snap, "team-a/new", NOW)
     assert isinstance(again, Refusal)
     assert again.reasons == ("the job fits without evicting anything",)
@@ -309,7 +309,7 @@ def test_a_nomination_muster_made_is_not_kube_schedulers_and_room_is_held_once()
     snap.upsert_pod(parse_pod(nominated(mine, "n0")))
     critical = nominated(pod("critical", "kube-system", gpu=8, priority=2_000_000_000), "n0")
     snap.upsert_pod(parse_pod(critical))
-    assert sorted(snap.nominated_to("n0")) == ["kube-system/critical", "team-a/new"]
+    assert sorted(snap.members.nominated_to("n0")) == ["kube-system/critical", "team-a/new"]
     assert scheduler_preemption(snap, "team-a/new") is None
     assert hold_room(snap, "team-a/new", NOW) is None
     # critical's own preemption is found, but the room is kube-scheduler's to hold:
@@ -351,10 +351,10 @@ def test_the_marked_index_follows_quota_changes_and_finished_pods() -> None:
     manifest["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = mark
     snap.upsert_pod(parse_pod(manifest))
     snap.set_quotas(snap.tree.specs.values())  # every pod re-indexed
-    assert list(snap.marked_victims("team-a/new")) == ["team-a/low"]
+    assert list(snap.members.marked_victims("team-a/new")) == ["team-a/low"]
     manifest["status"]["phase"] = "Succeeded"
     snap.upsert_pod(parse_pod(manifest))
-    assert snap.marked_victims("team-a/new") == ()
+    assert snap.members.marked_victims("team-a/new") == ()
 
 
 def test_with_every_pod_preemptible_every_pod_is_musters() -> None:

@@ -153,7 +153,7 @@ def test_the_held_pods_bind_one_by_one_and_the_reservation_ends_with_the_last() 
         assert result.passed == [node_name]
         apply(snap, AssumeBound(snap.pods[pod_key], node_name))
     assert snap.reservations == {}
-    assert sorted(p.node_name or "" for p in snap.job_pods(JOB)) == ["n1", "n2", "n3"]
+    assert sorted(p.node_name or "" for p in snap.members.job_pods(JOB)) == ["n1", "n2", "n3"]
 
 
 def test_a_pod_deleted_as_muster_bound_it_is_not_brought_back_as_a_ghost() -> None:

@@ -106,7 +106,7 @@ def test_every_replica_of_a_135_workload_pod_group_is_sized_by_it() -> None:
     for replica in ("0", "1"):
         ref = {"workloadRef": {"name": "wl", "podGroup": "workers", "podGroupReplicaKey": replica}}
         snap.upsert_pod(parse_pod(pod(f"w-{replica}", gpu=1, spec=ref)))
-        assert snap.declared_min_available(f"team-a/wl-workers-{replica}") == 2
+        assert snap.declarations.declared_min_available(f"team-a/wl-workers-{replica}") == 2
 
 
 def test_a_scheduler_plugins_pod_group_declares_min_member_timeout_and_min_resources() -> None:
@@ -156,11 +156,11 @@ def test_the_first_api_in_order_declares_a_job_and_the_next_takes_over_when_it_g
     (second,) = native.read({"metadata": meta(), "spec": spec})
     snap.set_pod_group(first)
     snap.set_pod_group(second)
-    assert snap.declared_min_available("team-a/g") == 4
+    assert snap.declarations.declared_min_available("team-a/g") == 4
     snap.forget_pod_group("team-a", "g", native.rank)
-    assert snap.declared_min_available("team-a/g") == 2
+    assert snap.declarations.declared_min_available("team-a/g") == 2
     snap.forget_pod_group("team-a", "g", plugins.rank)
-    assert snap.declared_min_available("team-a/g") is None
+    assert snap.declarations.declared_min_available("team-a/g") is None
 
 
 def test_a_native_gang_waits_whole_for_its_declared_size() -> None:

@@ -120,7 +120,7 @@ def bound_per_job(snap: ClusterState, jobs: list[str]) -> dict[str, int]:
     return {
         job: sum(
             1
-            for p in snap.job_pods(job)
+            for p in snap.members.job_pods(job)
             if p.node_name is not None and not p.finished and not p.terminating
         )
         for job in jobs
@@ -135,7 +135,7 @@ def test_no_gang_ends_with_fewer_than_min_available_pods_bound(case: Any) -> Non
     jobs = sorted(needed)
     assert all(count == 0 for count in bound_per_job(snap, jobs).values())  # none starts bound
     job_of = {key: p.job for key, p in snap.pods.items()}  # evicted pods leave the state
-    declared = {job: snap.declared_min_available(job) for job in jobs}
+    declared = {job: snap.declarations.declared_min_available(job) for job in jobs}
     result = run_simulation(snap, NOW)
     bound = bound_per_job(snap, jobs)
     # A gang of undeclared size is all its pods that exist: one that lost pods to a

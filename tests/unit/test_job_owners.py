@@ -81,7 +81,7 @@ def trainer(index: int, *, owner: str | None = "train", group: str | None = "tra
 
 def cluster(parallelism: int = 4) -> ClusterState:
     snap = snapshot([node("n1", gpu=32)], [], [quota("team-a", max={"nvidia.com/gpu": "64"})])
-    snap.set_owner_size(parse_owner_size("Job", job({"parallelism": parallelism})))
+    snap.declarations.set_owner_size(parse_owner_size("Job", job({"parallelism": parallelism})))
     return snap
 
 
@@ -99,7 +99,7 @@ def test_the_first_pod_of_a_job_gang_waits_for_the_jobs_parallelism_not_a_settle
     # Four 8-GPU pods on one 32-GPU node: the whole gang fits, decided at once.
     whole = verb.filter_pod(snap, snap.pods["team-a/train-0"], NODES, as_extender=True, now=T + 0.5)
     assert whole.passed == ["n1"]
-    assert snap.min_available(JOB) == 4
+    assert snap.declarations.min_available(JOB) == 4
 
 
 def test_an_annotation_or_pod_group_declares_before_the_job_and_bare_pods_are_unaffected() -> None:
@@ -117,7 +117,7 @@ def test_an_annotation_or_pod_group_declares_before_the_job_and_bare_pods_are_un
     assert gangsize.gang_size(snap, first) == 2  # the annotation comes first
     # A Job's pod with no pod-group name is a job of its own: the Job's size is not its.
     lone = trainer(5, group=None)
-    assert snap.owner_size(lone) is None and gangsize.gang_size(snap, lone) == 1
+    assert snap.declarations.owner_size(lone) is None and gangsize.gang_size(snap, lone) == 1
 
 
 def test_a_deleted_job_no_longer_declares_a_size() -> None:
@@ -185,7 +185,7 @@ def test_an_all_or_nothing_stateful_set_waits_for_all_its_replicas() -> None:
     # (3), the first pod waits for the two others, and with all three there, the whole
     # gang does not fit one 16-GPU node: no pod passes (none is bound in part).
     snap = snapshot([node("n1", gpu=16)], [], [quota("team-a", max={"nvidia.com/gpu": "64"})])
-    snap.set_owner_size(
+    snap.declarations.set_owner_size(
         parse_owner_size("StatefulSet", replica_set("StatefulSet", {"replicas": 3}))
     )
     first = owned("web-0", "StatefulSet", "web", ALL_OR_NOTHING)

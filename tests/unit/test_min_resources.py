@@ -98,7 +98,7 @@ def test_a_started_job_holds_the_rest_for_its_pods_to_come_and_not_for_others() 
         snap.upsert_pod(parse_pod(executor(i, "n3" if i == 0 else f"n{i - 1}")))
         assert gpus_used(snap) == 40, i
     # Used now 16 + 24 = 40 ≥ 24 declared: nothing is held beyond the pods.
-    assert snap.min_resources_held("team-a/spark") is None
+    assert snap.min_resources.held("team-a/spark") is None
     # A fourth executor goes beyond minResources and asks for its own 8: 40 + 8 ≤ 48.
     snap.upsert_pod(parse_pod(executor(3)))
     assert admission_failures(snap, snap.pods["team-a/exec-3"]) == []

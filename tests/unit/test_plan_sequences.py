@@ -242,7 +242,7 @@ def _contested(snap: ClusterState, job: str) -> frozenset[str]:
     named = {name for spec in snap.tree.specs.values() for name in (*spec.min, *spec.max)}
     return frozenset(
         name
-        for item in snap.job_pods(job)
+        for item in snap.members.job_pods(job)
         if item.node_name is None and snap.reserved_node(item.key) is None
         for name, amount in item.requests.items()
         if amount > 0 and name in named and name != PODS

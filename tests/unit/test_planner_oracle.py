@@ -155,7 +155,7 @@ def test_the_planner_finds_a_plan_whenever_one_exists_and_spares_every_group_it_
 ) -> None:
     nodes, pods = case
     snap = snapshot(nodes, pods, QUOTAS)
-    job = [p for p in snap.job_pods(JOB) if p.node_name is None]
+    job = [p for p in snap.members.job_pods(JOB) if p.node_name is None]
     requests = [p.requests for p in job]
     fits_already, oracle = _oracle(snap, requests)
     decision = plan_job_preemption(snap, JOB, NOW)
@@ -279,7 +279,7 @@ def test_a_second_job_planned_while_the_first_ones_victims_leave_is_planned_as_a
     # The room the in-flight cluster offers, the first plan's victims counted as gone, is
     # the room once they are gone, node by node; and so is every answer the oracle gives.
     assert _free_after(in_flight, set(), first_victims) == _free_after(gone, set())
-    requests = [p.requests for p in in_flight.job_pods(SECOND)]
+    requests = [p.requests for p in in_flight.members.job_pods(SECOND)]
     fits_already, oracle = _oracle(in_flight, requests, first_victims)
     assert (fits_already, oracle) == _oracle(gone, requests)
 
@@ -294,7 +294,7 @@ def test_a_second_job_planned_while_the_first_ones_victims_leave_is_planned_as_a
         return
     # Never one of the first plan's victims again; valid and minimal where they are gone.
     assert first_victims.isdisjoint(v.pod.key for v in decision.victims)
-    _assert_valid_and_minimal(gone, gone.job_pods(SECOND), decision)
+    _assert_valid_and_minimal(gone, gone.members.job_pods(SECOND), decision)
 
 
 # ---- topology: every domain, every victim subset (issue 27) - -------------------------
@@ -332,7 +332,11 @@ def _rack_oracle(
         inside = [
             group
             for group in _groups(snap)
-            if all(p.node_name in names for p in snap.job_pods(group) if p.node_name is not None)
+            if all(
+                p.node_name in names
+                for p in snap.members.job_pods(group)
+                if p.node_name is not None
+            )
         ]
 
         def placeable(evicted: AbstractSet[str], names: set[str] = names) -> bool:
@@ -355,7 +359,7 @@ def test_a_rack_bound_job_is_planned_in_one_rack_whenever_one_can_hold_it(
 ) -> None:
     nodes, pods = case
     snap = snapshot(nodes, pods, QUOTAS)
-    job = [p for p in snap.job_pods(JOB) if p.node_name is None]
+    job = [p for p in snap.members.job_pods(JOB) if p.node_name is None]
     requests = [p.requests for p in job]
     fits_already, found = _rack_oracle(snap, requests)
     decision = plan_job_preemption(snap, JOB, NOW)
@@ -445,7 +449,7 @@ def test_a_sliced_job_is_planned_in_whole_slices_whenever_it_can_be(
 ) -> None:
     nodes, pods = case
     snap = snapshot(nodes, pods, QUOTAS)
-    job = [p for p in snap.job_pods(JOB) if p.node_name is None]
+    job = [p for p in snap.members.job_pods(JOB) if p.node_name is None]
     requests = [p.requests for p in job]
     fits_already = _sliceable(snap, requests, _free_after(snap, set()))
     groups = _groups(snap)

@@ -12,12 +12,8 @@ import yaml
 from extender.cli import serve
 from extender.cli.main import main
 from extender.cli.manifests import InputError
-from extender.cli.scheduler_config import (
-    Finding,
-    check_scheduler_config,
-    load_scheduler_config,
-    muster_extender,
-)
+from extender.cli.scheduler_config import Finding, check_scheduler_config, muster_extender
+from extender.cli.scheduler_config_shape import load_scheduler_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "manifests" / "scheduler-config.yaml"

@@ -53,7 +53,7 @@ def observable(snap: ClusterState) -> dict[str, Any]:
                 {k: _nonzero(v) for k, v in snap.reserved_on(name).items()},
                 _nonzero(snap.preemptible_on(name)),
                 sorted(p.key for p in snap.pods_on(name)),
-                sorted(snap.nominated_to(name)),
+                sorted(snap.members.nominated_to(name)),
             )
             for name in sorted(snap.nodes)
         },
@@ -90,11 +90,11 @@ def observable(snap: ClusterState) -> dict[str, Any]:
             for key in pods
         },
         "jobs": {
-            job: (sorted(snap.job_members(job)), snap.min_available(job))
+            job: (sorted(snap.members.job_members(job)), snap.declarations.min_available(job))
             for job in sorted({snap.pods[key].job for key in pods})
         },
         "marked": {
-            job: sorted(snap.marked_victims(job))
+            job: sorted(snap.members.marked_victims(job))
             for job in sorted({snap.pods[key].job for key in pods} | {"qa/p0", "qa/g"})
         },
         "reservations": dict(sorted(snap.reservations.items())),
@@ -106,7 +106,9 @@ def observable(snap: ClusterState) -> dict[str, Any]:
 
 def rebuild(snap: ClusterState, quotas: list[dict[str, Any]]) -> ClusterState:
     fresh = ClusterState(snap.args, [parse_elastic_quota(q) for q in quotas])
-    fresh.keep_preemptible(snap.preemptible_as_admitted())  # history, as reservations are
+    fresh.membership.keep_preemptible(
+        snap.membership.kept_preemptible()
+    )  # history, as reservations are
     for info in snap.nodes.values():
         fresh.upsert_node(info)
     for key in sorted(snap.pods):
@@ -210,7 +212,9 @@ class SnapshotEvents(RuleBasedStateMachine):
         keys_ = sorted(self.snap.pods)
         job = self.snap.pods[data.draw(st.sampled_from(keys_))].job
         # A reservation places only its own job's pending pods (a plan's, or restored).
-        chosen = sorted(k for k in self.snap.job_members(job) if not self.snap.pods[k].node_name)
+        chosen = sorted(
+            k for k in self.snap.members.job_members(job) if not self.snap.pods[k].node_name
+        )
         if not chosen:
             return
         placements = {key: data.draw(st.sampled_from(NODES)) for key in chosen}

@@ -550,11 +550,11 @@ def test_a_preferred_gang_falls_back_along_the_kueue_topologys_levels() -> None:
     preferred = {keys.KUEUE_PREFERRED_TOPOLOGY_ANNOTATION: KUEUE_RACKS[1]}
     snap = snapshot(nodes, gang_pods(3, preferred))
     assert {"a0", "a1"} <= set(placed_nodes(snap).values())
-    snap.set_kueue_topology("default", KUEUE_RACKS)
-    assert snap.topology_levels(KUEUE_RACKS[1]) == KUEUE_RACKS
+    snap.declarations.set_kueue_topology("default", KUEUE_RACKS)
+    assert snap.declarations.topology_levels(KUEUE_RACKS[1]) == KUEUE_RACKS
     assert set(placed_nodes(snap).values()) <= {"m0", "m1", "m2", "m3"}
-    snap.forget_kueue_topology("default")
-    assert snap.topology_levels(KUEUE_RACKS[1]) == DEFAULT_LEVELS
+    snap.declarations.forget_kueue_topology("default")
+    assert snap.declarations.topology_levels(KUEUE_RACKS[1]) == DEFAULT_LEVELS
 
 
 def test_simulate_reads_a_kueue_topology_from_the_dump(tmp_path: Path) -> None:
@@ -594,11 +594,11 @@ def test_the_live_source_reads_kueue_topologies_through_the_same_parser() -> Non
     assert "/apis/kueue.x-k8s.io/v1beta1/topologies" in paths
     obj = kueue_topology("default", [{"nodeLabel": label} for label in KUEUE_RACKS])
     source._on_kueue_topology("ADDED", obj)
-    assert source.snapshot.kueue_topologies == {"default": KUEUE_RACKS}
+    assert source.snapshot.declarations.kueue_topologies == {"default": KUEUE_RACKS}
     source._on_kueue_topology("MODIFIED", {"metadata": {}, "spec": None})  # no name: skipped
     assert source.rejected == {"Topology/": "metadata.name: expected a non-empty string"}
     source._on_kueue_topology("DELETED", obj)
-    assert source.snapshot.kueue_topologies == {}
+    assert source.snapshot.declarations.kueue_topologies == {}
 
 
 def test_a_sliced_gang_with_a_required_block_preempts_in_the_cheapest_block() -> None:

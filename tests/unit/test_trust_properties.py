@@ -152,7 +152,7 @@ def test_tenant_input_never_moves_quotas_forges_records_or_widens_victims(
     assert snap.book.backoffs == {}
     # Every plan's victims are ones the rules allow.
     for job in sorted({p.job for p in snap.pods.values() if p.namespace == "team-a"}):
-        pending = [p for p in snap.job_pods(job) if p.node_name is None]
+        pending = [p for p in snap.members.job_pods(job) if p.node_name is None]
         for member in pending:
             filter_pod(snap, member, ["n0", "n1", "n2"], as_extender=True, now=NOW)
         if not pending:

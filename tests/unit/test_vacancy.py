@@ -295,6 +295,6 @@ def test_only_the_deleted_jobs_room_goes() -> None:
     assert not snap.forget_owner("team-a", "Job/other")
     assert snap.book.vacancies_of(JOB) == ["team-a/t-1#vacated"]
     snap.forget_owner("team-a", "Job/train")
-    snap.owner_present("team-a", "Job/train")
+    snap.declarations.owner_present("team-a", "Job/train")
     snap.remove_pod("team-a/t-0", now=T0 + 6)
     assert snap.book.vacancies_of(JOB) == ["team-a/t-0#vacated"]

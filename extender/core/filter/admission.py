@@ -80,7 +80,7 @@ def victims_still_there(state: ClusterState, job: str) -> bool:
     terminating (Muster's plan committed in memory before the informer reads its marks
     back)?  Victims kube-scheduler preempted itself are deleted at once, unmarked: once
     terminating, kube-scheduler's own nomination waits for them."""
-    if state.marked_victims(job):
+    if state.members.marked_victims(job):
         return True
     reservation = state.reservations.get(job)
     if reservation is None:
@@ -119,7 +119,7 @@ def admission_hold(state: ClusterState, pod: PodInfo, until: float) -> HoldQuota
     readmitted = state.quota_held(pod.key)
     pending = tuple(
         other.key
-        for other in state.job_pods(pod.job)
+        for other in state.members.job_pods(pod.job)
         if other.node_name is None
         and not other.finished
         and not other.terminating

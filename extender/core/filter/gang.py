@@ -46,9 +46,10 @@ from dataclasses import dataclass
 
 from extender.core.gangsize import GangView, view_gang
 from extender.core.objects import PodInfo
+from extender.core.placement.domains import node_domains
 from extender.core.placement.fit import JobFit
 from extender.core.placement.shapes import shape_of
-from extender.core.state import ClusterState, Reservation, node_domains
+from extender.core.state import ClusterState, Reservation
 from extender.core.topology import (
     SliceRequest,
     TopologyRequest,
@@ -116,10 +117,10 @@ def plan_gang_placement(
     own = [pod.key for pod in unplaced if state.reservation_holder(pod.key) == job]
     own += state.book.vacancies_of(job)  # room kept for pods being re-created
     attempt = _Attempt(state, job, first, unplaced, own, needed=gang.size, bound=gang.bound)
-    slices = state.slice_request(job, including=first)
+    slices = state.declarations.slice_request(job, including=first)
     if slices is not None:
         attempt = dataclasses.replace(attempt, slices=slices)
-    request = state.topology_request(job, including=first)
+    request = state.declarations.topology_request(job, including=first)
     if request is None:
         return attempt.plan(allowed, refused)
     return _plan_in_a_domain(attempt, request, allowed, refused)
@@ -204,7 +205,7 @@ def _plan_in_a_domain(
     state, job = attempt.state, attempt.job
     scarce = scarce_resource(attempt.first)
     best: tuple[int, str] | None = None  # the most pods one domain holds, and where
-    for level in levels_from(request, state.topology_levels(request.level)):
+    for level in levels_from(request, state.declarations.topology_levels(request.level)):
         # The gang's bound pods fix its domain.
         domains = node_domains(state, level, {pod.node_name or "" for pod in attempt.bound})
         free = {

@@ -75,13 +75,13 @@ def gang_status(state: ClusterState, job: str) -> GangStatus:
     than min-available), ``PreScheduling`` (enough pods, none bound), ``Scheduling``
     (some bound), ``Scheduled`` (min-available bound), ``Running`` (min-available
     running), ``Failed`` (given up past the backoff limit)."""
-    pods = state.job_pods(job)
+    pods = state.members.job_pods(job)
     live = [pod for pod in pods if not pod.finished and not pod.terminating]
     bound = [pod for pod in live if pod.node_name is not None]
     running = sum(1 for pod in bound if pod.phase == "Running")
     succeeded = sum(1 for pod in pods if pod.phase == "Succeeded")
     failed = sum(1 for pod in pods if pod.phase == "Failed")
-    needed = state.min_available(job)
+    needed = state.declarations.min_available(job)
     backoff = state.book.backoffs.get(job)
     if backoff is not None and backoff.until is None:
         phase = "Failed"
@@ -121,7 +121,7 @@ def parked_too_early(state: ClusterState, parked: Mapping[str, str], now: float)
         if prefix not in message:
             continue
         if " more pods (" in message:
-            if len(live_pods(state, pod.job)) >= state.min_available(pod.job):
+            if len(live_pods(state, pod.job)) >= state.declarations.min_available(pod.job):
                 early.append(pod)
         elif "to stop arriving" in message and not still_arriving(state, pod, now):
             early.append(pod)
@@ -133,7 +133,7 @@ def partially_bound(state: ClusterState, gangs: set[str]) -> list[str]:
     staying (:func:`bound_count`): the ones a timeout may give up."""
     partial = []
     for job in sorted(gangs):
-        needed = state.min_available(job)
+        needed = state.declarations.min_available(job)
         if needed > 1 and 0 < bound_count(state, job) < needed:
             partial.append(job)
     return partial

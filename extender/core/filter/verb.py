@@ -221,7 +221,7 @@ def _room_kept(
 
 
 def _reserved_count(state: ClusterState, job: str) -> int:
-    return sum(1 for key in state.job_members(job) if state.reservation_holder(key) == job)
+    return sum(1 for key in state.members.job_members(job) if state.reservation_holder(key) == job)
 
 
 def _turned_away(node_names: Sequence[str], reason: str, *, resolvable: bool) -> FilterResult:

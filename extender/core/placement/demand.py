@@ -48,7 +48,7 @@ def job_demand(state: ClusterState, job: str, including: PodInfo | None = None) 
     ``including``: a pod of the job the state may not hold yet (kube-scheduler
     can ask about a pod before Muster's informer has seen it).
     """
-    pods = state.job_pods(job)
+    pods = state.members.job_pods(job)
     if including is not None and including.key not in state.pods:
         pods.append(including)
     unplaced = tuple(
@@ -82,11 +82,11 @@ def _with_min_resources(
     first pods ask for the whole of it, and later ones only for what they add beyond the
     hold.  The difference from the pods' own requests is on the side (non-preemptible or
     preemptible) the job's pods are on; any other job's requests are returned as they are."""
-    group = state.pod_group(job)
+    group = state.declarations.pod_group(job)
     if group is None or not group.min_resources or not (np_request or p_request):
         return np_request, p_request
     used = state.job_used(job)
-    hold = state.min_resources_held(job)
+    hold = state.min_resources.held(job)
     held = hold.amount if hold is not None else {}
     preemptible = bool(p_request) or not np_request
     main = dict(p_request if preemptible else np_request)

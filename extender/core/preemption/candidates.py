@@ -91,7 +91,7 @@ def preemptor_of(
         job=job,
         quota=quota,
         priority=max(pod.priority for pod in unplaced),
-        created=min(pod.created for pod in state.job_pods(job)),
+        created=min(pod.created for pod in state.members.job_pods(job)),
         borrows=False,
         contested=contested,
     )
@@ -240,7 +240,7 @@ def find_victim_groups(
                 continue
             unit = unit_pods[job]
             # A placed unit is all of its job's pods (see UnitPlace).
-            size = len(unit) if place[0] else len(state.job_members(job))
+            size = len(unit) if place[0] else len(state.members.job_members(job))
             if size == len(unit) and not wanted(unit, quota):
                 continue
             members: tuple[PodInfo, ...]
@@ -261,7 +261,7 @@ def find_victim_groups(
             else:
                 members = tuple(
                     member
-                    for member in state.job_pods(job)
+                    for member in state.members.job_pods(job)
                     if member.node_name is not None
                     and not member.finished
                     and not member.departing
@@ -280,7 +280,7 @@ def find_victim_groups(
                     requests = total
             if rule is None:
                 continue
-            if state.declares_min_resources(job):
+            if state.declarations.declares_min_resources(job):
                 requests = _with_hold_change(state, job, members, requests)
             yield VictimGroup(
                 job, quota, members, requests, priority, -negative_start, quota != own_quota, rule
@@ -294,8 +294,8 @@ def _with_hold_change(
     ``minResources``: their requests, plus the job's hold as it is, less the hold it keeps
     without them (it grows while other pods of the job still count, and goes with the
     last one)."""
-    before = state.min_resources_held(job)
-    after = state.min_resources_hold_without(job, {pod.key for pod in members})
+    before = state.min_resources.held(job)
+    after = state.min_resources.hold_without(state, job, {pod.key for pod in members})
     freed = dict(requests)
     if before is not None:
         add_into(freed, before.amount)
@@ -398,7 +398,9 @@ def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None
     victim must be running, preemptible, in a quota; the job must still wait, may preempt,
     and its quota's policy must allow a pod of the victim's quota and priority.  Budgets
     need no check here: the evictor evicts through the Eviction API, which honours them."""
-    pending = [pod for pod in state.job_pods(job) if pod.node_name is None and not pod.finished]
+    pending = [
+        pod for pod in state.members.job_pods(job) if pod.node_name is None and not pod.finished
+    ]
     if not pending:
         return f"job {job} has no pending pods"
     quota = state.quota_name(pending[0])

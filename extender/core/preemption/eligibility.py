@@ -57,7 +57,7 @@ def ineligibility(
             "quota.scheduling.koordinator.sh/can-preempt=true (or disableDefaultTriggerPreemption"
             " false) and no preemptionPolicy Never"
         ]
-    marked = state.marked_victims(job)
+    marked = state.members.marked_victims(job)
     if marked:
         return [
             f"a preemption for this job is in flight: {len(marked)} victims marked for it "
@@ -74,7 +74,7 @@ def ineligibility(
         return [arriving_reason(state, job)]
     missing = pods_missing(state, job)
     if missing:
-        needed = state.min_available(job)
+        needed = state.declarations.min_available(job)
         return [f"only {needed - missing} of the job's min-available {needed} pods exist yet"]
     unsupported = sorted({c for pod in demand.unplaced for c in pod.unsupported})
     if unsupported:
@@ -89,8 +89,8 @@ def ineligibility(
 
 def pods_missing(state: ClusterState, job: str) -> int:
     """How many more of the job's pods must exist before it may preempt (0: enough)."""
-    created = sum(1 for key in state.job_members(job) if not state.pods[key].finished)
-    return max(0, state.min_available(job) - created)
+    created = sum(1 for key in state.members.job_members(job) if not state.pods[key].finished)
+    return max(0, state.declarations.min_available(job) - created)
 
 
 def ready_to_plan(state: ClusterState, job: str, now: float) -> bool:
@@ -100,7 +100,7 @@ def ready_to_plan(state: ClusterState, job: str, now: float) -> bool:
     reach, or a gang of undeclared size that stopped growing (``gangSettleSeconds``);
     and no pod of it carries a nomination Muster did not make (kube-scheduler's own
     preemption, whose victims may reach Muster a moment after the nomination)."""
-    members = state.job_members(job)
+    members = state.members.job_members(job)
     if not members:
         return False
     if any(still_arriving(state, state.pods[key], now) for key in members):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
+from extender.core.placement.domains import node_domains
 from extender.core.preemption.candidates import (
     Preemptor,
     VictimGroup,
@@ -50,7 +51,6 @@ from extender.core.state import (
     ClusterState,
     Overlay,
     Reservation,
-    node_domains,
 )
 from quota.accounting import QuotaLedger
 from quota.admission import job_admission_failures, would_borrow
@@ -94,10 +94,10 @@ class _Layout:
     nodes already, which fix its domain and may hold incomplete slices."""
 
     def __init__(self, state: ClusterState, job: str) -> None:
-        self.slices = state.slice_request(job)
+        self.slices = state.declarations.slice_request(job)
         self.bound = tuple(
             pod
-            for pod in state.job_pods(job)
+            for pod in state.members.job_pods(job)
             if pod.node_name is not None and not pod.finished and not pod.departing
         )
 
@@ -119,7 +119,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
 
     preemptor = _preemptor(state, demand, settled.ledger)
     spent = [pod for pod in state.leaving() if not pod.terminating]
-    request = state.topology_request(job)
+    request = state.declarations.topology_request(job)
     layout = _Layout(state, job)
     if request is None or not request.required:
         # A preferred level never causes an eviction a required one would not: the plan

@@ -1,14 +1,15 @@
-"""The cluster as the core sees it: :class:`ClusterState`, a façade over small indexes.
+"""The cluster as the core sees it: :class:`ClusterState`, made of small parts.
 
-Fed one object at a time (by the informers, by ``simulate`` from manifests, by tests),
-it keeps what decisions read without walking the whole cluster: the objects (nodes,
-pods, the quota tree, pod groups, disruption budgets); per job its pods, the pods
-marked for it, per node the pods nominated to it; and the indexes of their own modules: node usage
+Fed one object at a time (by the informers, by ``simulate`` from manifests, by tests), it
+keeps what decisions read without walking the whole cluster, in parts with fields of
+their own: the pods and who they belong to (:mod:`.directory`), what jobs declare
+(:mod:`.declarations`), the quota each pod counts in (:mod:`.membership`), node usage
 (:mod:`.nodes`), the quota ledger (:mod:`quota.accounting`), victim units
-(:mod:`.victims`), reservations and admission holds (:mod:`.book`); its mixins :mod:`.room`
-(held room added, ended, expired) and :mod:`.jobview` (what it knows per job).
+(:mod:`.victims`), reservations and holds (:mod:`.book`), ``minResources`` holds
+(:mod:`.minresources`).  Its room operations (reservations added, ended, expired) are
+:mod:`.room`'s.
 
-Every change to a pod reaches every index through one path, :meth:`ClusterState._count`
+Every change to a pod reaches every part through one path, :meth:`ClusterState._count`
 (the old version out, the new one in).  A pod *counts as used* when it is bound, or
 pending with a reservation or an admission hold: its requests are charged to its quota,
 and reserved room is held on its node.  Decisions read a state and never change it; the
@@ -18,24 +19,24 @@ front doors apply the effects they return (:mod:`extender.core.effects`).
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
-from base import keys
 from base.resources import Resources, add_into
 from extender.core.budgets import DisruptionBudget
 from extender.core.config import MusterArgs
 from extender.core.jobs import is_preemptible
 from extender.core.objects import NodeInfo, PodInfo
-from extender.core.podgroups import PodGroupInfo, min_resources_hold
-from extender.core.state.book import Reservation, ReservationBook, Vacancy
-from extender.core.state.jobview import JobsMixin
+from extender.core.podgroups import PodGroupInfo
+from extender.core.state.book import Reservation, ReservationBook
+from extender.core.state.declarations import JobDeclarations
+from extender.core.state.directory import PodDirectory
+from extender.core.state.membership import QuotaMembership
+from extender.core.state.minresources import MinResourcesHolds
 from extender.core.state.nodes import NodeUsage, memoise_on_node
 from extender.core.state.room import RoomMixin
 from extender.core.state.victims import VictimIndex
-from extender.core.topology import domains_of
 from quota.accounting import QuotaLedger
 from quota.tree import QuotaMembershipError, QuotaSpec, QuotaTree
 
@@ -43,56 +44,18 @@ from quota.tree import QuotaMembershipError, QuotaSpec, QuotaTree
 #: topology level); cleared on change.
 NodeMemo = dict[tuple[object, ...], frozenset[Any]]
 
-#: How many removed pods' UIDs the state remembers (see :meth:`ClusterState.was_removed`).
-REMOVED_PODS_REMEMBERED = 10_000
 
-
-def node_domains(
-    state: ClusterState, level: str, holding: Collection[str] = ()
-) -> dict[str, frozenset[str]]:
-    """The domains of a topology level (:func:`extender.core.topology.domains_of`),
-    memoised until a node changes; with ``holding`` (the nodes a job's bound pods are
-    on, which fix its domain), only the domains holding all of them."""
-    key = ("domains", level)
-    cached = state.node_memo.get(key)
-    if cached is None:
-        cached = frozenset(domains_of(state.nodes.values(), level).items())
-        state.node_memo[key] = cached
-    return {value: names for value, names in cached if names.issuperset(holding)}
-
-
-class MinResourcesHold(NamedTuple):
-    """A started job's PodGroup ``minResources`` beyond its pods' use, charged to
-    ``quota`` as used (see :func:`~extender.core.podgroups.min_resources_hold`)."""
-
-    quota: str
-    amount: Resources
-    preemptible: bool
-
-
-def change_hold(
-    ledger: QuotaLedger, old: MinResourcesHold | None, new: MinResourcesHold | None
-) -> None:
-    """Charge ``new`` in place of ``old`` to ``ledger``, as used room no pod requests."""
-    for hold, sign in ((old, -1), (new, 1)):
-        if hold is not None:
-            ledger.charge(
-                hold.quota,
-                hold.amount,
-                preemptible=hold.preemptible,
-                used=True,
-                sign=sign,
-                requested=False,
-            )
-
-
-class ClusterState(RoomMixin, JobsMixin):
-    """Nodes, pods, quotas, pod groups and reservations, with the indexes decisions need."""
+class ClusterState(RoomMixin):
+    """Nodes, pods, quotas, pod groups and reservations, with the parts decisions read."""
 
     def __init__(self, args: MusterArgs | None = None, quotas: Iterable[QuotaSpec] = ()) -> None:
         self.args = args if args is not None else MusterArgs()
         self.nodes: dict[str, NodeInfo] = {}
-        self.pods: dict[str, PodInfo] = {}
+        self.members = PodDirectory()
+        #: The pods by key (:attr:`members`' map; read-only outside the state).
+        self.pods = self.members.pods
+        self.declarations = JobDeclarations(self.args, self.members)
+        self.membership = QuotaMembership(self.args)
         self.tree = QuotaTree(quotas, self.args.default_quota())
         self.ledger = QuotaLedger(self.tree)
         #: Per node: requested, reserved and preemptible totals (read-only outside).
@@ -101,35 +64,13 @@ class ClusterState(RoomMixin, JobsMixin):
         self.book = ReservationBook()
         #: Memo for planners: facts derived from nodes only.
         self.node_memo: NodeMemo = {}
-        self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group"): the winner
-        self._declarations: dict[str, dict[int, PodGroupInfo]] = {}  # job → rank → one
-        self._owner_sizes: dict[str, int] = {}  # "ns/Kind/name" → pods it runs at once
-        #: Kueue's Topology objects: name → their levels, coarsest first.
-        self.kueue_topologies: dict[str, tuple[str, ...]] = {}
-        self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
-        #: Controllers seen deleted, ``namespace/Kind/name``: their pods do not come back.
-        self._gone_owners: OrderedDict[str, None] = OrderedDict()
         #: Counts changes that free room only Muster sees (quotas replaced, reservations
         #: and admission holds let go): what makes parked pods worth a nudge.
         self.room_epoch = 0
         #: PodDisruptionBudgets, by ``namespace/name``.
         self.budgets: dict[str, DisruptionBudget] = {}
-        self._jobs: dict[str, set[str]] = {}
-        self._pod_quota: dict[str, str] = {}
-        self._unknown_quota: dict[str, str] = {}
-        #: UIDs of pods admitted preemptible whose label now says otherwise: they stay
-        #: preemptible (a tenant cannot protect borrowed room by relabelling a running pod).
-        self._preemptible_as_admitted: set[str] = set()
-        #: Each running job's PodGroup ``minResources`` as its first counted pod was
-        #: admitted with (see :meth:`_hold_min_resources`).
-        self._admitted_min_resources: dict[str, dict[str, int]] = {}
-        self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
-        self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
-        self._departing: set[str] = set()  # bound pods on their way out (see leaving())
-        self._joined: dict[str, float] = {}  # pod-group job → when its newest pod was seen
-        #: Job → (quota, amount, preemptible): what its PodGroup's ``minResources`` holds
-        #: in its quota beyond its pods' use (see :func:`min_resources_hold`).
-        self._min_holds: dict[str, MinResourcesHold] = {}
+        #: What started jobs' PodGroup ``minResources`` hold beyond their pods' use.
+        self.min_resources = MinResourcesHolds()
 
     # ---- feeding -------------------------------------------------------------------
 
@@ -151,7 +92,9 @@ class ClusterState(RoomMixin, JobsMixin):
 
     def upsert_pod(self, pod: PodInfo, now: float | None = None) -> None:
         """Add or replace a pod.  ``now``: when it is seen (live); a new pod of a pod group
-        marks when its job last grew (:meth:`last_joined`), else its creation time does."""
+        marks when its job last grew (:meth:`PodDirectory.last_joined
+        <extender.core.state.directory.PodDirectory.last_joined>`), else its creation time
+        does."""
         old = self.pods.get(pod.key)
         if (
             old is not None
@@ -160,22 +103,15 @@ class ClusterState(RoomMixin, JobsMixin):
             and self.preemptible(old)
             and not is_preemptible(pod, self.args)
         ):
-            self._preemptible_as_admitted.add(pod.uid)
+            self.membership.keep_preemptible((pod.uid,))  # it stays preemptible
         if old is not None:
             self._unindex(old)
         elif pod.group is not None:
             seen = now if now is not None else pod.created
-            self._joined[pod.job] = max(seen, self._joined.get(pod.job, seen))
+            self.members.joins(pod.job, seen)
         self.pods[pod.key] = pod
         if old is None and pod.node_name is None and not pod.finished:
-            # A reservation made before this pod reached the state (the filter can place a
-            # pod the informer has not delivered yet) holds its room from now on.
-            reservation = self.book.reservations.get(pod.job)
-            node = reservation.placements.get(pod.key) if reservation is not None else None
-            if node is not None and self.book.reserved(pod.key) is None:
-                self.book.reserve(pod.key, pod.job, node)
-            elif node is None and reservation is not None:
-                self._fill_vacancy(pod, reservation)
+            self._take_reserved_room(pod)
         if pod.node_name is not None or pod.finished:
             # Bound or done: it no longer holds reserved room or admission quota.
             if self.book.reserved(pod.key) is not None:
@@ -192,40 +128,15 @@ class ClusterState(RoomMixin, JobsMixin):
         pod = self.pods.pop(key, None)
         if pod is None:
             return
-        self._removed[pod.uid] = None
-        self._preemptible_as_admitted.discard(pod.uid)
-        if len(self._removed) > REMOVED_PODS_REMEMBERED:
-            self._removed.popitem(last=False)
-        quota = self._pod_quota.get(key)
+        self.membership.forget_preemptible(pod.uid)
+        quota = self.membership.charged_to(key)
         self._unindex(pod)
+        self.members.removed(pod)
         reserved = self.book.reserved(key)
         if reserved is not None:
-            # Only a pod a controller owns comes back: a bare pod's room goes with it.
-            replaced = (
-                pod.controller is not None
-                and pod.node_name is None
-                and f"{pod.namespace}/{pod.controller}" not in self._gone_owners
-            )
-            if now is not None and quota is not None and replaced:
-                until = now + self.args.vacated_room_seconds
-                vacancy = Vacancy(
-                    pod.job,
-                    reserved[1],
-                    quota,
-                    pod.requests,
-                    self.preemptible(pod),
-                    until,
-                    pod.controller or "",
-                    key,
-                )
-                self.book.unreserve(key)
-                self._hold_vacancy(vacancy)
-            else:
-                self._drop_reserved_pod(key)
+            self._leave_reserved_room(pod, reserved[1], quota, now)
         self.book.unhold(key)
-        if pod.job not in self._jobs:
-            self._joined.pop(pod.job, None)
-        if pod.job not in self._jobs and not self.book.vacancies_of(pod.job):
+        if not self.members.has_job(pod.job) and not self.book.vacancies_of(pod.job):
             # Its job's last pod, and no room kept for a replacement: nothing remains.
             self.book.released.pop(pod.job, None)
             self.book.refused_victims.pop(pod.job, None)
@@ -237,11 +148,6 @@ class ClusterState(RoomMixin, JobsMixin):
             self.book.reservations[pod.job] = dataclasses.replace(
                 reservation, placements=placements
             )
-
-    def was_removed(self, uid: str) -> bool:
-        """Was a pod with this UID removed (one of the last few thousand)?  A pod bound
-        just as it was deleted must not come back from a copy of it held elsewhere."""
-        return uid in self._removed
 
     def not_seen_yet(self, key: str) -> bool:
         """Is ``key``, placed by its job's reservation, a pod the state does not hold yet?  A
@@ -276,6 +182,19 @@ class ClusterState(RoomMixin, JobsMixin):
     def forget_budget(self, namespace: str, name: str) -> None:
         self.budgets.pop(f"{namespace}/{name}", None)
 
+    def set_pod_group(self, group: PodGroupInfo) -> None:
+        """Record a gang declaration (a PodGroup's ``minMember``, schedule timeout and
+        ``minResources``).  Where two APIs declare one job, the lower ``rank`` wins."""
+        self.declarations.set_pod_group(group)
+        self._hold_min_resources(group.job)
+
+    def forget_pod_group(self, namespace: str, name: str, rank: int = 0) -> None:
+        """The declaration of that rank is gone (or unreadable): another API's, if any,
+        declares the job; else its pods are a job of all of them."""
+        job = f"{namespace}/{name}"
+        self.declarations.forget_pod_group(job, rank)
+        self._hold_min_resources(job)
+
     # ---- reading: pods, jobs, quotas -----------------------------------------------
 
     @property
@@ -286,16 +205,12 @@ class ClusterState(RoomMixin, JobsMixin):
     def quota_of(self, pod: PodInfo) -> str:
         """The pod's quota; raises :class:`QuotaMembershipError` if its label names one it
         may not use (missing, or not admitting its namespace): its job is refused."""
-        unknown = self._unknown_quota.get(pod.key)
-        if unknown is not None:
-            raise QuotaMembershipError(unknown)
-        quota = self._pod_quota.get(pod.key)
-        return quota if quota is not None else self._resolve_quota(pod)
+        return self.membership.quota_of(pod, self.tree)
 
     def charged_to(self, pod: PodInfo) -> str | None:
         """The quota the pod is counted in (its own, or for a pod whose quota label is
         refused, its namespace's); ``None`` for a pod the state does not hold."""
-        return self._pod_quota.get(pod.key)
+        return self.membership.charged_to(pod.key)
 
     def quota_name(self, pod: PodInfo) -> str | None:
         """The pod's quota, or ``None`` if its label names one it may not use."""
@@ -309,15 +224,7 @@ class ClusterState(RoomMixin, JobsMixin):
         admitted preemptible stays so: the ``preemptible`` label changed to ``"false"`` on
         a pod already counted (bound, reserved or held) asks for a protection its quota
         never checked it against.  (Held in memory: a restarted Muster reads the labels.)"""
-        return pod.uid in self._preemptible_as_admitted or is_preemptible(pod, self.args)
-
-    def preemptible_as_admitted(self) -> frozenset[str]:
-        """The UIDs :meth:`preemptible` keeps preemptible against their label."""
-        return frozenset(self._preemptible_as_admitted)
-
-    def keep_preemptible(self, uids: Iterable[str]) -> None:
-        """Restore :meth:`preemptible_as_admitted` (a rebuilt state); before the pods."""
-        self._preemptible_as_admitted.update(uids)
+        return self.membership.preemptible(pod)
 
     def counts_as_used(self, pod: PodInfo) -> bool:
         """Bound to a node and not finished, or pending with a reservation, or pending in
@@ -335,32 +242,24 @@ class ClusterState(RoomMixin, JobsMixin):
         :meth:`counts_as_used` (but those keyed in ``gone``), and the room kept for pods
         being re-created (vacancies)."""
         used: Resources = {}
-        for key in self._counted_pods(job, gone):
+        for key in self.counted_pods(job, gone):
             add_into(used, self.pods[key].requests)
         for holder in self.book.vacancies_of(job):
             add_into(used, self.book.vacancies[holder].requests)
         return used
 
-    def _counted_pods(self, job: str, gone: Collection[str] = ()) -> list[str]:
+    def counted_pods(self, job: str, gone: Collection[str] = ()) -> list[str]:
         """The keys of the job's pods charged to a quota as used, but ``gone``, in order."""
         return sorted(
             key
-            for key in self._jobs.get(job, ())
-            if key not in gone and key in self._pod_quota and self.counts_as_used(self.pods[key])
+            for key in self.members.job_members(job)
+            if key not in gone
+            and self.membership.charged_to(key) is not None
+            and self.counts_as_used(self.pods[key])
         )
-
-    def min_resources_held(self, job: str) -> MinResourcesHold | None:
-        """What the job's PodGroup ``minResources`` holds in its quota beyond its pods'
-        use, charged as used; ``None`` for a job that declares none, or has not started,
-        or whose pods use all of it."""
-        return self._min_holds.get(job)
 
     def quota_held(self, pod_key: str) -> bool:
         return self.book.is_held(pod_key)
-
-    def nominated_to(self, node: str) -> Collection[str]:
-        """Keys of the pending pods whose ``status.nominatedNodeName`` is ``node``."""
-        return self._nominated.get(node, ())
 
     def reserved_node(self, pod_key: str) -> str | None:
         reserved = self.book.reserved(pod_key)
@@ -408,7 +307,7 @@ class ClusterState(RoomMixin, JobsMixin):
                     for pod in self.pods_on(node)
                     if pod.requests.get(resource, 0) > 0
                     and not pod.finished
-                    and pod.key in self._pod_quota
+                    and self.membership.charged_to(pod.key) is not None
                     and self.preemptible(pod)
                 )
             )
@@ -421,16 +320,13 @@ class ClusterState(RoomMixin, JobsMixin):
 
     # ---- the one path into the indexes ---------------------------------------------
 
-    def _resolve_quota(self, pod: PodInfo) -> str:
-        return self.tree.quota_for(pod.namespace, pod.labels.get(keys.QUOTA_NAME_LABEL))
-
     def _index(self, pod: PodInfo) -> None:
         self._count(pod, 1)
         self._hold_min_resources(pod.job)
         if pod.job in self.victims or (
             pod.node_name is not None
             and not pod.finished
-            and pod.key in self._pod_quota
+            and self.membership.charged_to(pod.key) is not None
             and self.preemptible(pod)
         ):
             self._reindex_unit(pod.job)
@@ -445,29 +341,11 @@ class ClusterState(RoomMixin, JobsMixin):
         """Add the pod to every index (``sign=-1``: take it out of every index)."""
         key = pod.key
         live = not pod.finished
-        _member(self._jobs, pod.job, key, sign)
-        if pod.marked_for is not None and live:
-            _member(self._marked_for, pod.marked_for, key, sign)
-        if pod.nominated_node_name is not None and pod.node_name is None and live:
-            _member(self._nominated, pod.nominated_node_name, key, sign)
-        if pod.departing and pod.node_name is not None and live:
-            if sign > 0:
-                self._departing.add(key)
-            else:
-                self._departing.discard(key)
-        if sign > 0:
-            try:
-                self._pod_quota[key] = self._resolve_quota(pod)
-            except QuotaMembershipError as error:
-                # Its job is refused (quota_of raises), but the pod is never charged to
-                # nothing: a label put on a running pod must not take it out of its
-                # quota's accounting, nor out of the victims.  It counts in the quota
-                # of its namespace (or the default quota), where it would be without it.
-                self._unknown_quota[key] = error.reason
-                self._pod_quota[key] = self.tree.quota_for(pod.namespace, None)
-        else:
-            self._unknown_quota.pop(key, None)
-        quota = self._pod_quota.pop(key) if sign < 0 else self._pod_quota[key]
+        self.members.index(pod, sign)
+        # A pod whose quota label is refused is charged to its namespace's quota.
+        quota = (
+            self.membership.assign(pod, self.tree) if sign > 0 else self.membership.unassign(key)
+        )
         if not live:
             return
         preemptible = self.preemptible(pod)
@@ -486,50 +364,9 @@ class ClusterState(RoomMixin, JobsMixin):
                 self.node_usage.release(reserved[1], key)
 
     def _hold_min_resources(self, job: str) -> None:
-        """Charge the job's ``minResources`` hold anew: after any change to its pods or
-        its PodGroup.  The amount its first counted pod was admitted with is kept as the
-        most it may hold while the job runs: admission checked that amount, not one the
-        PodGroup's owner (a tenant) writes later."""
-        old = self._min_holds.pop(job, None)
-        if old is None and not self.declares_min_resources(job):
-            self._admitted_min_resources.pop(job, None)
-            return  # the common case: no hold, none to make
-        group = self._pod_groups.get(job)
-        if not self._counted_pods(job):
-            self._admitted_min_resources.pop(job, None)
-        elif group is not None and job not in self._admitted_min_resources:
-            self._admitted_min_resources[job] = dict(group.min_resources)
-        new = self.min_resources_hold_without(job, ())
-        change_hold(self.ledger, old, new)
-        if new is not None:
-            self._min_holds[job] = new
-
-    def declares_min_resources(self, job: str) -> bool:
-        """Does the job's PodGroup declare ``minResources``?"""
-        group = self._pod_groups.get(job)
-        return group is not None and bool(group.min_resources)
-
-    def min_resources_hold_without(
-        self, job: str, gone: Collection[str]
-    ) -> MinResourcesHold | None:
-        """The job's ``minResources`` hold once the pods keyed in ``gone`` have left: held
-        from its first pod that counts as used, in that pod's quota (the first by key),
-        preemptible as that pod is; ``None`` when no pod of it counts, or they use it all."""
-        group = self._pod_groups.get(job)
-        if group is None or not group.min_resources:
-            return None
-        counted = self._counted_pods(job, gone)
-        if not counted:
-            return None
-        declared: Mapping[str, int] = group.min_resources
-        admitted = self._admitted_min_resources.get(job)
-        if admitted is not None:  # raised since admission: no more than was admitted
-            declared = {name: min(v, admitted.get(name, 0)) for name, v in declared.items()}
-        amount = min_resources_hold(declared, self.job_used(job, gone))
-        if not amount:
-            return None
-        first = self.pods[counted[0]]
-        return MinResourcesHold(self._pod_quota[first.key], amount, self.preemptible(first))
+        """Charge the job's ``minResources`` hold anew (:meth:`MinResourcesHolds.rehold
+        <extender.core.state.minresources.MinResourcesHolds.rehold>`)."""
+        self.min_resources.rehold(self, job)
 
     @contextmanager
     def _reindexing(self, key: str) -> Iterator[None]:
@@ -546,24 +383,12 @@ class ClusterState(RoomMixin, JobsMixin):
         """Recompute the job's victim unit: after any change to the job's pods."""
         members = sorted(
             key
-            for key in self._jobs.get(job, ())
-            if key in self._pod_quota
+            for key in self.members.job_members(job)
+            if self.membership.charged_to(key) is not None
             and self.pods[key].node_name is not None
             and not self.pods[key].finished
             and self.preemptible(self.pods[key])
         )
-        quota = self._pod_quota[members[0]] if members else ""
-        whole = len(members) == len(self._jobs.get(job, ()))
+        quota = self.membership.charged(members[0]) if members else ""
+        whole = len(members) == len(self.members.job_members(job))
         self.victims.update(job, quota, [self.pods[key] for key in members], whole)
-
-
-def _member(index: dict[str, set[str]], at: str, key: str, sign: int) -> None:
-    """Add ``key`` to (``sign=1``) or take it from (``-1``) the set at ``index[at]``."""
-    if sign > 0:
-        index.setdefault(at, set()).add(key)
-        return
-    members = index.get(at)
-    if members is not None:
-        members.discard(key)
-        if not members:
-            del index[at]

@@ -21,7 +21,8 @@ from collections.abc import Collection, Iterable, Mapping
 
 from base.resources import Resources
 from extender.core.objects import PodInfo
-from extender.core.state.cluster import ClusterState, change_hold
+from extender.core.state.cluster import ClusterState
+from extender.core.state.minresources import change_hold
 from quota.accounting import QuotaLedger
 
 
@@ -62,8 +63,8 @@ class Overlay:
             # A job's minResources hold grows as its pods leave, and goes with the last.
             change_hold(
                 overlay.ledger,
-                state.min_resources_held(job),
-                state.min_resources_hold_without(job, gone),
+                state.min_resources.held(job),
+                state.min_resources.hold_without(state, job, gone),
             )
         return overlay
 

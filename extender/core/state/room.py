@@ -1,28 +1,30 @@
 """Room held for jobs: the part of :class:`~extender.core.state.ClusterState` that adds,
-ends and expires reservations, the vacated room a re-created pod takes over, and the
-filter's admission holds.
+ends and expires reservations, hands the vacated room of a deleted pod to its
+replacement, holds admitted jobs' quota, and says where a job's room is (the pods on
+their way out, a job's topology domain).
 
-A mixin of ``ClusterState`` (its indexes live there); every change of what a pod holds
-goes through ``ClusterState._count`` under ``_reindexing``, as every other change does.
+A mixin: these are the state's own changes, kept in a file of their own.  It reads the
+state's parts (declared below) and changes what a pod holds only through
+``ClusterState._count`` under ``_reindexing``, as every other change does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from extender.core.config import MusterArgs
-from extender.core.objects import PodInfo
+from extender.core.objects import NodeInfo, PodInfo
 from extender.core.state.book import Reservation, ReservationBook, Vacancy
+from extender.core.state.declarations import JobDeclarations
+from extender.core.state.directory import PodDirectory
+from extender.core.state.membership import resolve_quota
 from extender.core.state.nodes import NodeUsage
+from extender.core.topology import TopologyRequest, shared_domain
 from quota.accounting import QuotaLedger
-from quota.tree import QuotaMembershipError
-
-#: How many deleted controllers the state remembers (see :meth:`RoomMixin.forget_owner`).
-GONE_OWNERS_REMEMBERED = 10_000
+from quota.tree import QuotaMembershipError, QuotaTree
 
 
 class RoomMixin:
@@ -31,16 +33,18 @@ class RoomMixin:
     if TYPE_CHECKING:
         args: MusterArgs
         pods: dict[str, PodInfo]
+        nodes: dict[str, NodeInfo]
         book: ReservationBook
         ledger: QuotaLedger
+        tree: QuotaTree
         node_usage: NodeUsage
         room_epoch: int
-        _gone_owners: OrderedDict[str, None]
-        _owner_sizes: dict[str, int]
+        declarations: JobDeclarations
+        members: PodDirectory
 
         def _reindexing(self, key: str) -> AbstractContextManager[None]: ...
-        def _resolve_quota(self, pod: PodInfo) -> str: ...
         def counts_as_used(self, pod: PodInfo) -> bool: ...
+        def preemptible(self, pod: PodInfo) -> bool: ...
         def _hold_min_resources(self, job: str) -> None: ...
 
     def forget_owner(self, namespace: str, controller: str) -> bool:
@@ -48,12 +52,7 @@ class RoomMixin:
         it re-creates no pod.  The room its deleted pods left for their replacements is
         let go now, and its pods removed later leave none; a reservation left holding
         nothing then ends as its job is gone.  Returns whether any room was let go."""
-        key = f"{namespace}/{controller}"
-        self._owner_sizes.pop(key, None)
-        self._gone_owners[key] = None
-        self._gone_owners.move_to_end(key)
-        if len(self._gone_owners) > GONE_OWNERS_REMEMBERED:
-            self._gone_owners.popitem(last=False)
+        self.declarations.mark_owner_gone(namespace, controller)
         gone = sorted(
             holder
             for holder, vacancy in self.book.vacancies.items()
@@ -62,9 +61,32 @@ class RoomMixin:
         self._let_vacancies_go(gone)
         return bool(gone)
 
-    def owner_present(self, namespace: str, controller: str) -> None:
-        """The controller ``Kind/name`` exists (again, under a name once deleted)."""
-        self._gone_owners.pop(f"{namespace}/{controller}", None)
+    def leaving(self) -> list[PodInfo]:
+        """The bound pods in flight out of the cluster, by key: marked for soft eviction,
+        terminating, preempted by kube-scheduler, or promised as victims to a job's
+        reservation.  A plan counts them as gone for every rule it keeps (quota usage,
+        guarantees, budgets, node room: :meth:`Overlay.settled
+        <extender.core.state.overlay.Overlay>`), so two plans in a row decide what they
+        would after the first one's victims left."""
+        keys_ = set(self.members.departing)
+        for key in self.book.promised_victims():
+            pod = self.pods.get(key)
+            if pod is not None and pod.node_name is not None and not pod.finished:
+                keys_.add(key)
+        return [self.pods[key] for key in sorted(keys_)]
+
+    def topology_placement(self, job: str) -> tuple[TopologyRequest, str | None] | None:
+        """The job's topology request and the domain its bound and reserved pods are in
+        (``None`` while they are in none, or in several); ``None`` for a job without one."""
+        request = self.declarations.topology_request(job)
+        if request is None:
+            return None
+        names = {p.node_name for p in self.members.job_pods(job) if p.node_name is not None}
+        reservation = self.book.reservations.get(job)
+        if reservation is not None:
+            names.update(reservation.placements.values())
+        known = [self.nodes[name] for name in sorted(names) if name in self.nodes]
+        return request, shared_domain(known, request.level) if known else None
 
     def add_reservation(self, reservation: Reservation) -> None:
         """Hold room for a job's pending pods on the nodes the plan chose (a reserved pod's
@@ -161,6 +183,47 @@ class RoomMixin:
                     self.book.unhold(key)
         return [job for job, _held in ended]
 
+    def _take_reserved_room(self, pod: PodInfo) -> None:
+        """A new pending pod: a reservation made before it reached the state (the filter
+        can place a pod the informer has not delivered yet) holds its room from now on,
+        or it takes a vacancy its job kept for a re-created pod."""
+        reservation = self.book.reservations.get(pod.job)
+        if reservation is None:
+            return
+        node = reservation.placements.get(pod.key)
+        if node is not None and self.book.reserved(pod.key) is None:
+            self.book.reserve(pod.key, pod.job, node)
+        elif node is None:
+            self._fill_vacancy(pod, reservation)
+
+    def _leave_reserved_room(
+        self, pod: PodInfo, node: str, quota: str | None, now: float | None
+    ) -> None:
+        """A pod holding room reserved on ``node`` is removed.  Seen deleted live
+        (``now``), a pending pod a controller owns leaves a
+        :class:`~extender.core.state.book.Vacancy` for the pod the controller creates in
+        its place; a bare pod's room goes with it."""
+        replaced = (
+            pod.controller is not None
+            and pod.node_name is None
+            and not self.declarations.owner_gone(pod.namespace, pod.controller)
+        )
+        if now is None or quota is None or not replaced:
+            self._drop_reserved_pod(pod.key)
+            return
+        vacancy = Vacancy(
+            pod.job,
+            node,
+            quota,
+            pod.requests,
+            self.preemptible(pod),
+            now + self.args.vacated_room_seconds,
+            pod.controller or "",
+            pod.key,
+        )
+        self.book.unreserve(pod.key)
+        self._hold_vacancy(vacancy)
+
     def _drop_reserved_pod(self, key: str) -> None:
         """A reserved pod bound or went away: it no longer holds reserved room."""
         self._forget_if_empty(self.book.unreserve(key))
@@ -199,7 +262,7 @@ class RoomMixin:
         if not vacated:
             return
         try:
-            quota = self._resolve_quota(pod)
+            quota = resolve_quota(pod, self.tree)
         except QuotaMembershipError:
             return
         vacancies = sorted(
