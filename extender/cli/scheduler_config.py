@@ -8,7 +8,8 @@ kube-scheduler is configured, so this module reads the admin's KubeSchedulerConf
 file and reports each setting that lets kube-scheduler schedule past Muster or preempt
 without it, as a :class:`Finding`.  ``muster check-scheduler-config FILE`` prints them;
 ``muster serve --scheduler-config FILE`` logs them as warnings at start-up.  Pure
-functions over the parsed document: no cluster access.
+functions over the parsed document (read and shape-checked by
+:mod:`extender.cli.scheduler_config_shape`): no cluster access.
 """
 
 from __future__ import annotations
@@ -16,16 +17,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from base.errors import ManifestError
 from extender.cli.manifests import InputError
+from extender.cli.scheduler_config_shape import extender_entries, load_scheduler_config
 
-API_VERSION = "kubescheduler.config.k8s.io/v1"
-KIND = "KubeSchedulerConfiguration"
 DEFAULT_PREEMPTION = "DefaultPreemption"
 GANG_SCHEDULING = "GangScheduling"
 #: The newest minor release of Kubernetes Muster is tested on: what ``--kubernetes-version``
@@ -35,11 +32,6 @@ NEWEST_MINOR = 37
 #: DefaultPreemption also preempts for pod groups, at ``podGroupPostFilter``.
 GROUP_PREEMPTION_FROM = 37
 
-_STRING_FIELDS = ("urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "bindVerb")
-_BOOL_FIELDS = ("ignorable", "nodeCacheCapable", "enableHTTPS")
-# The extension points whose plugin sets decide whether the plugins checked here run.
-_CHECKED_POINTS = ("multiPoint", "postFilter", "permit", "podGroupPostFilter")
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -47,126 +39,6 @@ class Finding:
 
     field: str
     message: str
-
-
-def _describe(value: object) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
-
-
-def _list(value: object, field: str) -> list[Any]:
-    """A list field; absent or null is the empty list (as Go decodes it)."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ManifestError(field, f"expected a list, got {_describe(value)}")
-    return value
-
-
-def _mapping(value: object, field: str) -> Mapping[str, Any]:
-    """A mapping field; absent or null is the empty mapping."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ManifestError(field, f"expected a mapping, got {_describe(value)}")
-    return value
-
-
-def _validate_extender(entry: object, field: str) -> None:
-    if not isinstance(entry, Mapping):
-        raise ManifestError(field, f"expected a mapping, got {_describe(entry)}")
-    for key in _STRING_FIELDS:
-        if key in entry and not isinstance(entry[key], str):
-            raise ManifestError(f"{field}.{key}", f"expected a string, got {_describe(entry[key])}")
-    for key in _BOOL_FIELDS:
-        if key in entry and not isinstance(entry[key], bool):
-            raise ManifestError(
-                f"{field}.{key}", f"expected true or false, got {_describe(entry[key])}"
-            )
-    resources = _named_entries(entry.get("managedResources"), f"{field}.managedResources")
-    for index, resource in enumerate(resources):
-        where = f"{field}.managedResources[{index}]"
-        ignored = resource.get("ignoredByScheduler")
-        if ignored is not None and not isinstance(ignored, bool):
-            raise ManifestError(
-                f"{where}.ignoredByScheduler", f"expected true or false, got {_describe(ignored)}"
-            )
-
-
-def _named_entries(value: object, field: str) -> list[Mapping[str, Any]]:
-    """A list of mappings, each with a string ``name`` (plugins, managed resources)."""
-    entries = _list(value, field)
-    for index, entry in enumerate(entries):
-        where = f"{field}[{index}]"
-        if not isinstance(entry, Mapping):
-            raise ManifestError(where, f"expected a mapping with a name, got {_describe(entry)}")
-        if not isinstance(entry.get("name"), str):
-            raise ManifestError(
-                f"{where}.name", f"expected a string, got {_describe(entry.get('name'))}"
-            )
-    return entries
-
-
-def _validate_profile(profile: object, field: str) -> None:
-    if not isinstance(profile, Mapping):
-        raise ManifestError(field, f"expected a mapping, got {_describe(profile)}")
-    name = profile.get("schedulerName")
-    if name is not None and not isinstance(name, str):
-        raise ManifestError(f"{field}.schedulerName", f"expected a string, got {_describe(name)}")
-    plugins = _mapping(profile.get("plugins"), f"{field}.plugins")
-    for point in _CHECKED_POINTS:
-        where = f"{field}.plugins.{point}"
-        plugin_set = _mapping(plugins.get(point), where)
-        for key in ("enabled", "disabled"):
-            _named_entries(plugin_set.get(key), f"{where}.{key}")
-
-
-def _validate(document: object) -> Mapping[str, Any]:
-    if not isinstance(document, Mapping):
-        raise ManifestError("", f"expected a {KIND} mapping, got {_describe(document)}")
-    if document.get("apiVersion") != API_VERSION:
-        raise ManifestError(
-            "apiVersion", f"expected {API_VERSION!r}, got {_describe(document.get('apiVersion'))}"
-        )
-    if document.get("kind") != KIND:
-        raise ManifestError("kind", f"expected {KIND!r}, got {_describe(document.get('kind'))}")
-    for index, entry in enumerate(_list(document.get("extenders"), "extenders")):
-        _validate_extender(entry, f"extenders[{index}]")
-    for index, profile in enumerate(_list(document.get("profiles"), "profiles")):
-        _validate_profile(profile, f"profiles[{index}]")
-    return document
-
-
-def load_scheduler_config(path: str) -> dict[str, Any]:
-    """Read and shape-check a KubeSchedulerConfiguration file; raises :class:`InputError`.
-
-    The message is one line naming the file and the field.
-    """
-    try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise InputError(f"{path}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"{path}: cannot read: not UTF-8 text ({error.reason})") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).replace("\n", " ")
-        raise InputError(f"{path}: invalid YAML{line}: {problem}") from None
-    try:
-        _validate(document)
-    except ManifestError as error:
-        raise InputError(f"{path}: {error}") from None
-    return dict(document)
 
 
 def _without_slash(url: str) -> str:
@@ -182,7 +54,7 @@ def muster_extender(
     without, the only entry.  ``flag`` names the option that passes ``url_prefix``.
     """
     try:
-        extenders = _list(_validate(document).get("extenders"), "extenders")
+        extenders = extender_entries(document)
     except ManifestError as error:
         raise InputError(str(error)) from None
     if not extenders:
@@ -323,24 +195,9 @@ def _gang_api_findings(
     return findings
 
 
-def check_scheduler_config(
-    document: Mapping[str, Any],
-    url_prefix: str | None = None,
-    *,
-    flag: str = "--url-prefix",
-    feature_gates: Mapping[str, bool] | None = None,
-    minor: int = NEWEST_MINOR,
-) -> list[Finding]:
-    """What in this KubeSchedulerConfiguration takes authority from Muster, in a stable order.
-
-    ``feature_gates`` and ``minor``: kube-scheduler's ``--feature-gates`` and its release
-    (the configuration file holds neither); with ``GenericWorkload`` on, its in-tree gang
-    scheduling is checked too.  Raises :class:`InputError` for a malformed document or when
-    Muster's ``extenders`` entry cannot be told (see :func:`muster_extender`).
-    """
-    index, entry = muster_extender(document, url_prefix, flag=flag)
-    where = f"extenders[{index}]"
-    preempting = preempting_profiles(document)
+def _entry_findings(entry: Mapping[str, Any], where: str, preempting: list[str]) -> list[Finding]:
+    """What Muster's ``extenders`` entry (at ``where``) lets kube-scheduler do past Muster,
+    given the profiles in which DefaultPreemption runs (``preempting``)."""
     findings: list[Finding] = []
     if not entry.get("filterVerb"):
         findings.append(
@@ -388,6 +245,26 @@ def check_scheduler_config(
                 "remove managedResources",
             )
         )
+    return findings
+
+
+def check_scheduler_config(
+    document: Mapping[str, Any],
+    url_prefix: str | None = None,
+    *,
+    flag: str = "--url-prefix",
+    feature_gates: Mapping[str, bool] | None = None,
+    minor: int = NEWEST_MINOR,
+) -> list[Finding]:
+    """What in this KubeSchedulerConfiguration takes authority from Muster, in a stable order.
+
+    ``feature_gates`` and ``minor``: kube-scheduler's ``--feature-gates`` and its release
+    (the configuration file holds neither); with ``GenericWorkload`` on, its in-tree gang
+    scheduling is checked too.  Raises :class:`InputError` for a malformed document or when
+    Muster's ``extenders`` entry cannot be told (see :func:`muster_extender`).
+    """
+    index, entry = muster_extender(document, url_prefix, flag=flag)
+    findings = _entry_findings(entry, f"extenders[{index}]", preempting_profiles(document))
     findings.extend(_gang_api_findings(document, feature_gates or {}, minor))
     return findings
 
