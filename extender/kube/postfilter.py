@@ -37,8 +37,8 @@ from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
 from extender.core.objects import PodInfo
-from extender.core.preemption.candidates import victim_refusal
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.preemption.policy import victim_refusal
 from extender.core.reservations import (
     EndedPlan,
     ended_plan,

@@ -18,7 +18,7 @@ import yaml
 from base import keys
 from base.errors import ManifestError
 from extender.cli import kubectl
-from extender.cli.manifests import InputError
+from extender.cli.errors import InputError
 from extender.cli.simulate import simulate_files
 from extender.core.config import MusterArgs
 from extender.core.effects import apply
@@ -26,11 +26,11 @@ from extender.core.filter import gang, verb
 from extender.core.objects import parse_pod
 from extender.core.podgroups import parse_native_pod_group
 from extender.core.preemption.planner import (
-    FITS_ALREADY,
     PreemptionPlan,
     Refusal,
     plan_job_preemption,
 )
+from extender.core.preemption.search import FITS_ALREADY
 from extender.core.state import ClusterState
 from extender.core.topology import (
     DEFAULT_LEVELS,

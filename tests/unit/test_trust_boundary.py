@@ -19,8 +19,8 @@ from base import keys
 from extender.core.config import MusterArgs
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import format_time, parse_pod
-from extender.core.preemption.candidates import victim_refusal
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.preemption.policy import victim_refusal
 from extender.core.records import RecordKeys, believed_pod, forged_records
 from extender.core.reservations import backoff_on, record_problems, restored_effects
 from extender.core.state import Reservation
@@ -357,7 +357,8 @@ def test_a_live_dump_with_tenants_lies_loads_with_notes_for_kubectl_muster(
     # tenants wrote: a quota label naming nothing, and a reservation Muster could not
     # have written, are notes there (one tenant must not stop everyone's what-if), while
     # simulate over an admin's own files refuses them, naming the field.
-    from extender.cli.manifests import InputError, load_manifests
+    from extender.cli.errors import InputError
+    from extender.cli.manifests import load_manifests
 
     odd = pod("odd", "team-a", gpu=1, quota="no-such-quota")
     dump = tmp_path / "dump.json"

@@ -24,8 +24,8 @@ from base.errors import ManifestError
 from extender.core.effects import apply
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import parse_pod
-from extender.core.preemption.candidates import victim_refusal
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.preemption.policy import victim_refusal
 from extender.core.records import believed_pod
 from extender.core.reservations import restored_effects
 from tests.builders import RECORD_KEYS, json_values, node, pod, quota, snapshot

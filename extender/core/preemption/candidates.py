@@ -1,45 +1,42 @@
-"""Which running pods a preempting job may evict, and in which order.
+"""Which running pods a preempting job may evict, and in which order: the candidate walk.
 
-A candidate is a *victim group*: a running pod, or, for a pod of a gang,
-every running pod of that gang (evicting part of a gang wastes the rest).
-A pod is allowed when it is preemptible, bound, not departing (terminating,
-marked for soft eviction, or preempted by kube-scheduler), not promised to
-another in-flight job, and the
-preemptor quota's policies allow it (Kueue's names):
+A candidate is a *victim group*: a running pod, or, for a pod of a gang, every running
+pod of that gang (evicting part of a gang wastes the rest).  A pod is allowed when it is
+preemptible, bound, not departing (terminating, marked for soft eviction, or preempted
+by kube-scheduler), not promised to another in-flight job, and the preemptor quota's
+policies allow it (:mod:`.policy`): its own quota's lower-priority work, and the work of
+quotas borrowing in a resource the job asks for (and so every quota on their path up to
+the level they share with the job's: :func:`quota.admission.reclaimable`; a parent
+within its ``min`` shields its subtree).
 
-- same quota: ``withinQuota`` (``LowerPriority``, or
-  ``LowerOrNewerEqualPriority``: equal priority but created after the job);
-- another quota, borrowing in a resource the job asks for, and so every quota
-  on its path up to the level it shares with the job's quota
-  (:func:`quota.admission.reclaimable`: a parent within its ``min`` shields its
-  subtree): when the job stays within its own ``min`` (once its own quota's pods
-  ``withinQuota`` lets it evict are gone), ``reclaimWithinCohort`` (``Any`` or
-  ``LowerPriority``); when the job itself borrows, ``borrowWithinCohort``
-  (``LowerPriority``, at or below ``maxPriorityThreshold`` if set).
+Whether taking a group from another quota would push that quota below its ``min``
+depends on what was taken before it, so the planner checks that as it goes
+(:func:`quota.admission.min_violations`).  The order is: other quotas first, lower
+priority first, most recently started first, then by name.
 
-Whether taking a group from another quota would push that quota below its
-``min`` depends on what was taken before it, so the planner checks that as
-it goes (:func:`quota.admission.min_violations`).  The order is: other quotas
-first, lower priority first, most recently started first, then by name.
-
-The planner says which groups could still help it (``wanted``); only those
-are checked against the policies.
+The planner says which groups could still help it (``wanted``); only those are checked
+against the policies.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import dataclass
 from typing import Protocol
 
 from base.resources import add_into
-from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
+from extender.core.preemption.policy import (
+    Admission,
+    Preemptor,
+    Rule,
+    allowed,
+    cohort_rule,
+    within_rule,
+)
 from extender.core.preemption.walk import (
     asking_for,
     by_priority,
@@ -51,50 +48,6 @@ from extender.core.preemption.walk import (
 from extender.core.state import ClusterState, UnitEntry
 from quota.accounting import QuotaLedger
 from quota.admission import reclaimable
-from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
-
-
-class Rule(Enum):
-    """The policy that allows a victim."""
-
-    LOWER_PRIORITY = "withinQuota LowerPriority"
-    NEWER_EQUAL_PRIORITY = "withinQuota LowerOrNewerEqualPriority"
-    RECLAIM = "reclaimWithinCohort"
-    BORROW = "borrowWithinCohort"
-
-
-@dataclass(frozen=True, slots=True)
-class Preemptor:
-    """What the policies need to know about the preempting job."""
-
-    job: str
-    quota: str
-    priority: int
-    created: float
-    borrows: bool  # admitting it takes its quota above min
-    contested: frozenset[str]  # resources it asks for (not the pod count)
-    #: Within its min only once its own quota's evictable pods are gone: a plan must then
-    #: leave the quota within its min (the job reclaims; it may not borrow).
-    within_min_by_own_work: bool = False
-
-
-def preemptor_of(
-    state: ClusterState,
-    job: str,
-    quota: str,
-    unplaced: Sequence[PodInfo],
-    contested: frozenset[str],
-) -> Preemptor:
-    """The job as the policies see it before borrowing is judged: the highest priority of
-    its unplaced pods, created when its first pod was."""
-    return Preemptor(
-        job=job,
-        quota=quota,
-        priority=max(pod.priority for pod in unplaced),
-        created=min(pod.created for pod in state.members.job_pods(job)),
-        borrows=False,
-        contested=contested,
-    )
 
 
 @dataclass(slots=True)
@@ -189,36 +142,10 @@ def find_victim_groups(
     Which quotas borrow is read from ``ledger``: the plan's settled view, in which
     earlier plans' victims still leaving are gone.
     """
-    policy = state.tree[preemptor.quota].policy
-    # Per phase: its units, the same split by what they ask for (or None), its quotas and
-    # how they are admitted.
-    phases: list[
-        tuple[
-            Sequence[UnitEntry],
-            Mapping[frozenset[str], Sequence[UnitEntry]] | None,
-            AbstractSet[str],
-            _Admission,
-        ]
-    ] = []
-    cohort = _cohort_rule(preemptor, policy)
-    if cohort is not None:
-        borrowing = frozenset(
-            quota
-            for quota in state.tree.specs
-            if quota != preemptor.quota
-            and reclaimable(ledger, quota, preemptor.quota, preemptor.contested)
-        )
-        if borrowing:
-            victims = state.victims
-            phases.append((victims.units(), victims.units_asking(), borrowing, cohort))
-    own = _within_rule(preemptor, policy)
-    if own is not None:
-        phases.append((state.victims.units(preemptor.quota), None, {preemptor.quota}, own))
     promised = state.book.promised_victims()
-    unit_pods = state.victims.unit_pods()
-    own_quota = preemptor.quota
+    walk = _Walk(state, preemptor, wanted, promised, state.victims.unit_pods())
     settled = settled_units(state, promised)
-    for units, asking, quotas, admission in phases:
+    for units, asking, quotas, admission in _phases(state, preemptor, ledger):
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
         entries: Iterator[UnitEntry]
@@ -235,56 +162,106 @@ def find_victim_groups(
             entries = screened(sources, last, screen)
         if settled:
             entries = with_settled(entries, settled, quotas, last)
-        for priority, negative_start, job, quota, place in entries:
-            if quota not in quotas or job == preemptor.job:
-                continue
-            unit = unit_pods[job]
-            # A placed unit is all of its job's pods (see UnitPlace).
-            size = len(unit) if place[0] else len(state.members.job_members(job))
-            if size == len(unit) and not wanted(unit, quota):
-                continue
-            members: tuple[PodInfo, ...]
-            requests: Mapping[str, int]
-            if size == 1:  # the common case, kept cheap: the unit is that one pod
-                only = unit[0]
-                if only.departing or only.key in promised:
-                    continue
-                members = unit
-                requests = only.requests
-                # It is preemptible (the unit index holds no other); its priority is the
-                # unit's.
-                rule = (
-                    admission[1]
-                    if priority <= ceiling
-                    else _allowed(state, members, admission, check_preemptible=False)
-                )
-            else:
-                members = tuple(
-                    member
-                    for member in state.members.job_pods(job)
-                    if member.node_name is not None
-                    and not member.finished
-                    and not member.departing
-                    and member.key not in promised
-                )
-                if not members or not wanted(members, quota):
-                    continue
-                # A gang's pods may not all be preemptible.
-                rule = _allowed(state, members, admission, check_preemptible=True)
-                if len(members) == 1:
-                    requests = members[0].requests
-                else:
-                    total: dict[str, int] = {}
-                    for member in members:
-                        add_into(total, member.requests)
-                    requests = total
-            if rule is None:
-                continue
-            if state.declarations.declares_min_resources(job):
-                requests = _with_hold_change(state, job, members, requests)
-            yield VictimGroup(
-                job, quota, members, requests, priority, -negative_start, quota != own_quota, rule
+        for entry in entries:
+            if entry[3] in quotas and entry[2] != preemptor.job:
+                group = walk.group(entry, admission)
+                if group is not None:
+                    yield group
+
+
+#: One phase of the walk: its units, the same split by what they ask for (or ``None``),
+#: the quotas it takes from, and how their policy admits victims.
+_Phase = tuple[
+    Sequence[UnitEntry],
+    Mapping[frozenset[str], Sequence[UnitEntry]] | None,
+    AbstractSet[str],
+    Admission,
+]
+
+
+def _phases(state: ClusterState, preemptor: Preemptor, ledger: QuotaLedger) -> list[_Phase]:
+    """The walk's phases, in order: the borrowing quotas the cohort rule lets the job take
+    from, then its own quota's lower-priority work."""
+    policy = state.tree[preemptor.quota].policy
+    phases: list[_Phase] = []
+    cohort = cohort_rule(preemptor, policy)
+    if cohort is not None:
+        borrowing = frozenset(
+            quota
+            for quota in state.tree.specs
+            if quota != preemptor.quota
+            and reclaimable(ledger, quota, preemptor.quota, preemptor.contested)
+        )
+        if borrowing:
+            victims = state.victims
+            phases.append((victims.units(), victims.units_asking(), borrowing, cohort))
+    own = within_rule(preemptor, policy)
+    if own is not None:
+        phases.append((state.victims.units(preemptor.quota), None, {preemptor.quota}, own))
+    return phases
+
+
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """What building a victim group from a unit reads."""
+
+    state: ClusterState
+    preemptor: Preemptor
+    wanted: Wanted
+    promised: AbstractSet[str]
+    unit_pods: Mapping[str, tuple[PodInfo, ...]]
+
+    def group(self, entry: UnitEntry, admission: Admission) -> VictimGroup | None:
+        """The victim group of ``entry``'s unit, if the planner wants it and the policy
+        ``admission`` allows every pod of it; ``None`` otherwise."""
+        state, promised = self.state, self.promised
+        priority, negative_start, job, quota, place = entry
+        unit = self.unit_pods[job]
+        # A placed unit is all of its job's pods (see UnitPlace).
+        size = len(unit) if place[0] else len(state.members.job_members(job))
+        if size == len(unit) and not self.wanted(unit, quota):
+            return None
+        members: tuple[PodInfo, ...]
+        requests: Mapping[str, int]
+        if size == 1:  # the common case, kept cheap: the unit is that one pod
+            only = unit[0]
+            if only.departing or only.key in promised:
+                return None
+            members = unit
+            requests = only.requests
+            # It is preemptible (the unit index holds no other); its priority is the unit's.
+            rule = (
+                admission[1]
+                if priority <= admission[0]
+                else allowed(state, members, admission, check_preemptible=False)
             )
+        else:
+            members = tuple(
+                member
+                for member in state.members.job_pods(job)
+                if member.node_name is not None
+                and not member.finished
+                and not member.departing
+                and member.key not in promised
+            )
+            if not members or not self.wanted(members, quota):
+                return None
+            # A gang's pods may not all be preemptible.
+            rule = allowed(state, members, admission, check_preemptible=True)
+            requests = members[0].requests if len(members) == 1 else _summed(members)
+        if rule is None:
+            return None
+        if state.declarations.declares_min_resources(job):
+            requests = _with_hold_change(state, job, members, requests)
+        other = quota != self.preemptor.quota
+        return VictimGroup(job, quota, members, requests, priority, -negative_start, other, rule)
+
+
+def _summed(pods: Sequence[PodInfo]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for pod in pods:
+        add_into(total, pod.requests)
+    return total
 
 
 def _with_hold_change(
@@ -302,126 +279,3 @@ def _with_hold_change(
     if after is not None:
         add_into(freed, after.amount, -1)
     return freed
-
-
-def own_evictable_requests(state: ClusterState, preemptor: Preemptor) -> dict[str, int]:
-    """The requests of the pods of the job's own quota that ``withinQuota`` lets it
-    evict (preemptible, bound, staying, not promised to another job): what the job's
-    quota would use less of once its own lower-priority work is gone."""
-    admission = _within_rule(preemptor, state.tree[preemptor.quota].policy)
-    if admission is None:
-        return {}
-    ceiling, _rule, equal_rule, _created_after = admission
-    last = ceiling + 1 if equal_rule is not None else ceiling
-    units = state.victims.units(preemptor.quota)
-    promised = state.book.promised_victims()
-    freed: dict[str, int] = {}
-    entries: Iterator[UnitEntry] = itertools.islice(
-        units, bisect.bisect_right(units, last, key=by_priority)
-    )
-    settled = settled_units(state, promised)
-    if settled:
-        entries = with_settled(entries, settled, {preemptor.quota}, last)
-    for _unit_priority, _start, job, _quota, _place in entries:
-        if job == preemptor.job:
-            continue
-        members = tuple(
-            pod
-            for pod in state.victims.unit_pods()[job]
-            if not pod.departing and pod.key not in promised
-        )
-        # A gang goes whole or not at all: every pod of it must be allowed.
-        if _allowed(state, members, admission, check_preemptible=True) is not None:
-            for pod in members:
-                add_into(freed, pod.requests)
-    return freed
-
-
-def _allowed(
-    state: ClusterState,
-    members: tuple[PodInfo, ...],
-    admission: _Admission,
-    *,
-    check_preemptible: bool,
-) -> Rule | None:
-    """The rule that allows evicting all of ``members``, or ``None``."""
-    ceiling, rule, equal_rule, created_after = admission
-    result = rule
-    for member in members:
-        if check_preemptible and not state.preemptible(member):
-            return None
-        if member.priority <= ceiling:
-            continue
-        if equal_rule is None or member.priority != ceiling + 1 or member.created <= created_after:
-            return None
-        result = equal_rule
-    return result
-
-
-#: How a quota's policy admits victims: a pod is allowed with ``rule`` if its priority is at
-#: most ``ceiling``; else with ``equal_rule`` if its priority is ``ceiling + 1`` and it was
-#: created after ``created_after``.
-_Admission = tuple[float, Rule, Rule | None, float]
-
-
-def _within_rule(preemptor: Preemptor, policy: QuotaPolicy) -> _Admission | None:
-    if policy.within_quota is WithinQuota.NEVER:
-        return None
-    newer = policy.within_quota is WithinQuota.LOWER_OR_NEWER_EQUAL_PRIORITY
-    return (
-        preemptor.priority - 1,
-        Rule.LOWER_PRIORITY,
-        Rule.NEWER_EQUAL_PRIORITY if newer else None,
-        preemptor.created,
-    )
-
-
-def _cohort_rule(preemptor: Preemptor, policy: QuotaPolicy) -> _Admission | None:
-    if not preemptor.borrows:
-        reclaim = policy.reclaim_within_cohort
-        if reclaim is ReclaimWithinCohort.NEVER:
-            return None
-        ceiling = math.inf if reclaim is ReclaimWithinCohort.ANY else preemptor.priority - 1
-        return (ceiling, Rule.RECLAIM, None, 0.0)
-    if policy.borrow_within_cohort is BorrowWithinCohort.NEVER:
-        return None
-    ceiling = preemptor.priority - 1
-    if policy.max_priority_threshold is not None:
-        ceiling = min(ceiling, policy.max_priority_threshold)
-    return (ceiling, Rule.BORROW, None, 0.0)
-
-
-def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None:
-    """Why ``victim`` may not be marked for ``job`` now, whatever record names it (``None``:
-    the rules allow it).  Checked before the victims of a reservation read back are marked
-    (a Muster that died between writing a reservation and marking its victims): the
-    victim must be running, preemptible, in a quota; the job must still wait, may preempt,
-    and its quota's policy must allow a pod of the victim's quota and priority.  Budgets
-    need no check here: the evictor evicts through the Eviction API, which honours them."""
-    pending = [
-        pod for pod in state.members.job_pods(job) if pod.node_name is None and not pod.finished
-    ]
-    if not pending:
-        return f"job {job} has no pending pods"
-    quota = state.quota_name(pending[0])
-    if quota is None:
-        return f"job {job} has no quota it may use"
-    if not any(may_trigger_preemption(pod, state.args) for pod in pending):
-        return f"job {job} may not trigger preemption"
-    if victim.node_name is None or victim.finished or victim.departing:
-        return f"{victim.key} is not running"
-    victim_quota = state.charged_to(victim)
-    if victim_quota is None or not state.preemptible(victim):
-        return f"{victim.key} is not preemptible"
-    preemptor = preemptor_of(state, job, quota, pending, frozenset())
-    policy = state.tree[quota].policy
-    if victim_quota == quota:
-        admissions = [_within_rule(preemptor, policy)]
-    else:
-        lending = _cohort_rule(preemptor, policy)
-        borrowing = _cohort_rule(replace(preemptor, borrows=True), policy)
-        admissions = [lending, borrowing]
-    for admission in admissions:
-        if admission is not None and _allowed(state, (victim,), admission, check_preemptible=True):
-            return None
-    return f"quota {quota}'s policy does not let job {job} preempt {victim.key}"

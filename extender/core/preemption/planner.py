@@ -19,6 +19,7 @@
    is passed over too, unless no plan exists without such victims: then the
    search runs again allowing them, and their reasons name the resource.
 5. *Minimise*: put groups back in reverse order while the job still fits.
+   (Steps 4 and 5: :mod:`extender.core.preemption.search`.)
 6. *Commit only if the whole job fits*: the result is either a
    :class:`PreemptionPlan` (victims with reasons, pod → node placement) or a
    :class:`Refusal` with reasons.  Applying a plan is the caller's business.
@@ -36,24 +37,18 @@ from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
-from extender.core.preemption.candidates import (
-    Preemptor,
-    VictimGroup,
-    describe,
-    find_victim_groups,
-    own_evictable_requests,
-    preemptor_of,
-)
+from extender.core.preemption.candidates import describe
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
-from extender.core.preemption.simulation import Simulation, Wants
+from extender.core.preemption.policy import Preemptor, own_evictable_requests, preemptor_of
+from extender.core.preemption.search import Found, JobLayout, NotFound, search_victims
 from extender.core.state import (
     ClusterState,
     Overlay,
     Reservation,
 )
 from quota.accounting import QuotaLedger
-from quota.admission import job_admission_failures, would_borrow
+from quota.admission import would_borrow
 from quota.tree import QuotaMembershipError
 
 
@@ -89,19 +84,6 @@ class Refusal:
     reasons: tuple[str, ...]
 
 
-class _Layout:
-    """The job's slices (Kueue's podset slices), if it asks for them, and its pods on
-    nodes already, which fix its domain and may hold incomplete slices."""
-
-    def __init__(self, state: ClusterState, job: str) -> None:
-        self.slices = state.declarations.slice_request(job)
-        self.bound = tuple(
-            pod
-            for pod in state.members.job_pods(job)
-            if pod.node_name is not None and not pod.finished and not pod.departing
-        )
-
-
 def plan_job_preemption(state: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:
     """Decide whether evicting some running pods lets the *whole* job run, and which."""
     try:
@@ -120,7 +102,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     preemptor = _preemptor(state, demand, settled.ledger)
     spent = [pod for pod in state.leaving() if not pod.terminating]
     request = state.declarations.topology_request(job)
-    layout = _Layout(state, job)
+    layout = JobLayout(state, job)
     if request is None or not request.required:
         # A preferred level never causes an eviction a required one would not: the plan
         # is made as for a job without topology (slices, which are required, kept).
@@ -129,7 +111,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         found = _plan_in_cheapest_domain(
             state, demand, preemptor, settled.ledger, spent, request.level, layout
         )
-    if isinstance(found, _NotFound):
+    if isinstance(found, NotFound):
         return Refusal(job, tuple(found.reasons))
     victims: list[Victim] = []
     budgets = BudgetUse(state.budgets.values(), spent)
@@ -153,14 +135,14 @@ def _plan(
     spent: Sequence[PodInfo],
     within: frozenset[str] | None = None,
     *,
-    layout: _Layout,
-) -> _Found | _NotFound:
+    layout: JobLayout,
+) -> Found | NotFound:
     """The plan's search (:func:`_search`), again allowing what it spares when nothing
     is found without: victims that break a guarantee in a resource the job does not ask
     for, or a PodDisruptionBudget (under pdbPolicy BestEffort), budgets first.
     ``within``: the nodes of the one domain the job is planned in."""
     best_effort = state.args.pdb_policy == "BestEffort"
-    found = _search(
+    found = search_victims(
         state,
         demand,
         preemptor,
@@ -172,13 +154,13 @@ def _plan(
         layout=layout,
     )
     for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
-        if isinstance(found, _Found):
+        if isinstance(found, Found):
             break
         if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
             not spare_guaranteed and not found.guaranteed_skipped
         ):
             continue
-        retried = _search(
+        retried = search_victims(
             state,
             demand,
             preemptor,
@@ -189,10 +171,10 @@ def _plan(
             within=within,
             layout=layout,
         )
-        if isinstance(retried, _Found) and not spare_budgets:
+        if isinstance(retried, Found) and not spare_budgets:
             retried = dataclasses.replace(retried, breaks_budgets=True)
-        if isinstance(retried, _NotFound):  # what was skipped in any search still counts
-            retried = _NotFound(
+        if isinstance(retried, NotFound):  # what was skipped in any search still counts
+            retried = NotFound(
                 retried.reasons,
                 retried.guaranteed_skipped or found.guaranteed_skipped,
                 retried.budget_skipped or found.budget_skipped,
@@ -208,8 +190,8 @@ def _plan_in_cheapest_domain(
     ledger: QuotaLedger,
     spent: Sequence[PodInfo],
     level: str,
-    layout: _Layout,
-) -> _Found | _NotFound:
+    layout: JobLayout,
+) -> Found | NotFound:
     """For a job that must stay inside one domain of ``level``: the plan of each domain
     (victims from that domain only), and the cheapest of them: the fewest guarantees and
     budgets broken, then the lowest highest victim priority, then the fewest victim pods,
@@ -217,7 +199,7 @@ def _plan_in_cheapest_domain(
     one; a domain that holds the job as it is ends the search (no preemption)."""
     domains = node_domains(state, level, {pod.node_name or "" for pod in layout.bound})
     if not domains:
-        return _NotFound([f"no node has the label {level} its required topology names"])
+        return NotFound([f"no node has the label {level} its required topology names"])
     reasons: list[str] = []
     bounds = DomainBounds(state, demand, domains)
     ranked: list[tuple[tuple[int, int, int, str], frozenset[str]]] = []
@@ -230,13 +212,13 @@ def _plan_in_cheapest_domain(
     # Cheapest first by a bound no plan of the domain can beat: once the best plan found
     # costs no more than the next domain's bound, no domain left can do better.
     ranked.sort()
-    best: tuple[tuple[int, int, int, str], _Found] | None = None
+    best: tuple[tuple[int, int, int, str], Found] | None = None
     for bound_cost, names in ranked:
         value = bound_cost[3]
         if best is not None and best[0] <= bound_cost:
             break
         found = _plan(state, demand, preemptor, ledger, spent, names, layout=layout)
-        if isinstance(found, _NotFound):
+        if isinstance(found, NotFound):
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
                 return found
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
@@ -251,133 +233,11 @@ def _plan_in_cheapest_domain(
         if best is None or cost < best[0]:
             best = (cost, found)
     if best is None:
-        return _NotFound([f"no {level} domain holds the whole job, even after evictions", *reasons])
+        return NotFound([f"no {level} domain holds the whole job, even after evictions", *reasons])
     return best[1]
 
 
 #: The refusal of a job that needs no preemption.
-FITS_ALREADY = "the job fits without evicting anything"
-
-
-@dataclass(frozen=True, slots=True)
-class _Found:
-    kept: list[VictimGroup]  # in preemption order
-    placements: Mapping[str, str]
-    below_min: Mapping[str, str]  # victim job → the min it takes a quota below
-    #: Found only by a search allowing victims a PodDisruptionBudget protects.
-    breaks_budgets: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _NotFound:
-    reasons: list[str]
-    guaranteed_skipped: bool = False  # victims spared for a min in a resource not contested
-    budget_skipped: bool = False  # victims spared for a PodDisruptionBudget
-    fits: bool = False  # nothing need be evicted
-
-
-def _search(
-    state: ClusterState,
-    demand: JobDemand,
-    preemptor: Preemptor,
-    ledger: QuotaLedger,
-    spent: Sequence[PodInfo],
-    *,
-    spare_guaranteed: bool,
-    spare_budgets: bool,
-    within: frozenset[str] | None = None,
-    layout: _Layout,
-) -> _Found | _NotFound:
-    """Walk the allowed victim groups in order until the whole job fits, then spare
-    every group not needed.  Never a group that takes a quota below its ``min`` in a
-    resource the job asks for; with ``spare_guaranteed``, none that takes one below its
-    ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
-    Strict), none whose eviction, with the victims taken before it and those of plans in
-    flight not evicted yet (``spent``), a PodDisruptionBudget does not allow.  ``ledger``:
-    the settled quota usage the candidates' borrowing is judged on."""
-    simulation = Simulation(
-        state,
-        demand,
-        within_min=preemptor.within_min_by_own_work,
-        within=within,
-        slices=layout.slices,
-        bound=layout.bound,
-    )
-    fit = simulation.fit
-    wants = Wants(simulation)
-    if wants.nodes_ok and wants.quota_ok:
-        return _NotFound([FITS_ALREADY], fits=True)
-    spare_budgets = spare_budgets or state.args.pdb_policy == "Strict"
-    budgets = BudgetUse(state.budgets.values(), spent)
-    removed: list[VictimGroup] = []
-    skipped_for_min: list[str] = []
-    skipped_for_budgets: list[str] = []
-    below_min: dict[str, str] = {}
-    guaranteed_skipped = False
-    refused = state.book.refused_victims.get(demand.job, ())
-    for group in find_victim_groups(state, preemptor, wants, ledger):
-        if refused and any(pod.key in refused for pod in group.pods):
-            continue  # an earlier plan stalled on it: its eviction is refused
-        if group.other_quota:
-            violation, guaranteed = simulation.min_violations(group)
-            if violation is not None:
-                skipped_for_min.append(violation)
-                continue
-            if guaranteed is not None:
-                if spare_guaranteed:
-                    skipped_for_min.append(guaranteed)
-                    guaranteed_skipped = True
-                    continue
-                below_min[group.job] = guaranteed
-        if spare_budgets and state.budgets:
-            broken = budgets.violations(group.pods)
-            if broken:
-                skipped_for_budgets.extend(broken)
-                continue
-            budgets.take(group.pods)
-        simulation.take(group)
-        removed.append(group)
-        if wants.satisfied():
-            break
-    else:
-        reasons = _why_no_fit(demand, simulation, skipped_for_min)
-        if skipped_for_budgets:
-            policy = state.args.pdb_policy
-            reasons.append(
-                f"spared for their PodDisruptionBudgets (pdbPolicy {policy}): "
-                + "; ".join(sorted(set(skipped_for_budgets)))
-            )
-        return _NotFound(reasons, guaranteed_skipped, bool(skipped_for_budgets))
-
-    # Minimise: the last group was needed; try to spare each earlier one, newest first.
-    kept = [removed[-1]]
-    for group in reversed(simulation.spare_idle(removed)):
-        simulation.restore(group)
-        if fit.fits() and (not simulation.counts_for_job(group.quota) or simulation.admits()):
-            continue
-        simulation.take(group)
-        kept.append(group)
-    if simulation.within_min:
-        # Sparing another quota's group can lift the within-min requirement, and so let
-        # an own group kept before it go back too: try again until nothing changes.
-        spared = True
-        while spared:
-            spared = False
-            for group in list(kept):
-                simulation.restore(group)
-                if fit.fits() and simulation.admits():
-                    kept.remove(group)
-                    spared = True
-                else:
-                    simulation.take(group)
-    placements = fit.place()
-    if placements is None:  # cannot happen: fits() said yes for this very state
-        return _NotFound(["internal: the placement that fit could not be rebuilt"])
-    kept.sort(key=lambda g: g.order_key)
-    jobs = {group.job for group in kept}
-    return _Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
-
-
 def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:
     """The job as the policies see it.  Whether it borrows is judged on the settled
     ``ledger``, after its own quota's pods it may evict are gone: a job that fits its
@@ -391,22 +251,3 @@ def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> P
         request[name] = request.get(name, 0) - amount
     borrows = would_borrow(ledger, demand.quota, request, demand.asks)
     return dataclasses.replace(preemptor, borrows=borrows, within_min_by_own_work=not borrows)
-
-
-def _why_no_fit(demand: JobDemand, simulation: Simulation, skipped_for_min: list[str]) -> list[str]:
-    fit = simulation.fit
-    reasons = []
-    if not fit.nodes_suffice():
-        placed_max = sum(min(shape.total, len(shape.pods)) for shape in fit.shapes)
-        reasons.append(
-            f"the whole job would not fit even after evicting every allowed victim: room for "
-            f"{placed_max} of its {len(demand.unplaced)} unplaced pods"
-        )
-    elif not fit.fits():
-        reasons.append("the job's pods could not all be placed at once on the freed room")
-    reasons.extend(
-        job_admission_failures(simulation.ledger, demand.quota, demand.np_request, demand.p_request)
-    )
-    if skipped_for_min:
-        reasons.append(f"spared to keep quotas at their min: {skipped_for_min[0]}")
-    return reasons or ["no allowed victims"]

@@ -11,14 +11,14 @@ not one the PodGroup's owner, a tenant, writes later).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from base.resources import Resources
+from extender.core.objects import PodInfo
 from extender.core.podgroups import min_resources_hold
+from extender.core.state.declarations import JobDeclarations
+from extender.core.state.membership import QuotaMembership
 from quota.accounting import QuotaLedger
-
-if TYPE_CHECKING:
-    from extender.core.state.cluster import ClusterState
 
 
 class MinResourcesHold(NamedTuple):
@@ -46,6 +46,19 @@ def change_hold(
             )
 
 
+class JobCharges(Protocol):
+    """What a hold is computed from: the cluster state's reads it needs."""
+
+    declarations: JobDeclarations
+    membership: QuotaMembership
+    ledger: QuotaLedger
+    pods: dict[str, PodInfo]
+
+    def counted_pods(self, job: str, gone: Collection[str] = ()) -> list[str]: ...
+    def job_used(self, job: str, gone: Collection[str] = ()) -> Resources: ...
+    def preemptible(self, pod: PodInfo) -> bool: ...
+
+
 class MinResourcesHolds:
     """Per started job that declares ``minResources``: its hold, and what it was admitted
     with.  Its methods read the state they are handed; the state calls :meth:`rehold`
@@ -61,7 +74,7 @@ class MinResourcesHolds:
         or whose pods use all of it."""
         return self._holds.get(job)
 
-    def rehold(self, state: ClusterState, job: str) -> None:
+    def rehold(self, state: JobCharges, job: str) -> None:
         """Charge the job's hold anew to ``state``'s ledger."""
         old = self._holds.pop(job, None)
         if old is None and not state.declarations.declares_min_resources(job):
@@ -78,7 +91,7 @@ class MinResourcesHolds:
             self._holds[job] = new
 
     def hold_without(
-        self, state: ClusterState, job: str, gone: Collection[str]
+        self, state: JobCharges, job: str, gone: Collection[str]
     ) -> MinResourcesHold | None:
         """The job's hold once the pods keyed in ``gone`` have left: held from its first
         pod that counts as used, in that pod's quota (the first by key), preemptible as

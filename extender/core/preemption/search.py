@@ -1,0 +1,185 @@
+"""The search for victims: remove victim groups in order until the whole job fits, then
+spare every group not needed.
+
+:func:`search_victims` is the planner's steps 4 and 5 (see :mod:`.planner`): it walks the
+candidates (:mod:`.candidates`) on copies of the nodes and the quota ledger
+(:class:`~.simulation.Simulation`), passing over a group that could not help, that would
+take a quota below its ``min``, or that a PodDisruptionBudget protects, and minimises
+what it found (:func:`_minimised`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from extender.core.budgets import BudgetUse
+from extender.core.objects import PodInfo
+from extender.core.placement.demand import JobDemand
+from extender.core.preemption.candidates import VictimGroup, find_victim_groups
+from extender.core.preemption.policy import Preemptor
+from extender.core.preemption.simulation import Simulation, Wants
+from extender.core.state import ClusterState
+from quota.accounting import QuotaLedger
+from quota.admission import job_admission_failures
+
+
+class JobLayout:
+    """The job's slices (Kueue's podset slices), if it asks for them, and its pods on
+    nodes already, which fix its domain and may hold incomplete slices."""
+
+    def __init__(self, state: ClusterState, job: str) -> None:
+        self.slices = state.declarations.slice_request(job)
+        self.bound = tuple(
+            pod
+            for pod in state.members.job_pods(job)
+            if pod.node_name is not None and not pod.finished and not pod.departing
+        )
+
+
+FITS_ALREADY = "the job fits without evicting anything"
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    kept: list[VictimGroup]  # in preemption order
+    placements: Mapping[str, str]
+    below_min: Mapping[str, str]  # victim job → the min it takes a quota below
+    #: Found only by a search allowing victims a PodDisruptionBudget protects.
+    breaks_budgets: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound:
+    reasons: list[str]
+    guaranteed_skipped: bool = False  # victims spared for a min in a resource not contested
+    budget_skipped: bool = False  # victims spared for a PodDisruptionBudget
+    fits: bool = False  # nothing need be evicted
+
+
+def search_victims(
+    state: ClusterState,
+    demand: JobDemand,
+    preemptor: Preemptor,
+    ledger: QuotaLedger,
+    spent: Sequence[PodInfo],
+    *,
+    spare_guaranteed: bool,
+    spare_budgets: bool,
+    within: frozenset[str] | None = None,
+    layout: JobLayout,
+) -> Found | NotFound:
+    """Walk the allowed victim groups in order until the whole job fits, then spare
+    every group not needed.  Never a group that takes a quota below its ``min`` in a
+    resource the job asks for; with ``spare_guaranteed``, none that takes one below its
+    ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
+    Strict), none whose eviction, with the victims taken before it and those of plans in
+    flight not evicted yet (``spent``), a PodDisruptionBudget does not allow.  ``ledger``:
+    the settled quota usage the candidates' borrowing is judged on."""
+    simulation = Simulation(
+        state,
+        demand,
+        within_min=preemptor.within_min_by_own_work,
+        within=within,
+        slices=layout.slices,
+        bound=layout.bound,
+    )
+    fit = simulation.fit
+    wants = Wants(simulation)
+    if wants.nodes_ok and wants.quota_ok:
+        return NotFound([FITS_ALREADY], fits=True)
+    spare_budgets = spare_budgets or state.args.pdb_policy == "Strict"
+    budgets = BudgetUse(state.budgets.values(), spent)
+    removed: list[VictimGroup] = []
+    skipped_for_min: list[str] = []
+    skipped_for_budgets: list[str] = []
+    below_min: dict[str, str] = {}
+    guaranteed_skipped = False
+    refused = state.book.refused_victims.get(demand.job, ())
+    for group in find_victim_groups(state, preemptor, wants, ledger):
+        if refused and any(pod.key in refused for pod in group.pods):
+            continue  # an earlier plan stalled on it: its eviction is refused
+        if group.other_quota:
+            violation, guaranteed = simulation.min_violations(group)
+            if violation is not None:
+                skipped_for_min.append(violation)
+                continue
+            if guaranteed is not None:
+                if spare_guaranteed:
+                    skipped_for_min.append(guaranteed)
+                    guaranteed_skipped = True
+                    continue
+                below_min[group.job] = guaranteed
+        if spare_budgets and state.budgets:
+            broken = budgets.violations(group.pods)
+            if broken:
+                skipped_for_budgets.extend(broken)
+                continue
+            budgets.take(group.pods)
+        simulation.take(group)
+        removed.append(group)
+        if wants.satisfied():
+            break
+    else:
+        reasons = _why_no_fit(demand, simulation, skipped_for_min)
+        if skipped_for_budgets:
+            policy = state.args.pdb_policy
+            reasons.append(
+                f"spared for their PodDisruptionBudgets (pdbPolicy {policy}): "
+                + "; ".join(sorted(set(skipped_for_budgets)))
+            )
+        return NotFound(reasons, guaranteed_skipped, bool(skipped_for_budgets))
+
+    kept = _minimised(simulation, removed)
+    placements = fit.place()
+    if placements is None:  # cannot happen: fits() said yes for this very state
+        return NotFound(["internal: the placement that fit could not be rebuilt"])
+    kept.sort(key=lambda g: g.order_key)
+    jobs = {group.job for group in kept}
+    return Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
+
+
+def _minimised(simulation: Simulation, removed: list[VictimGroup]) -> list[VictimGroup]:
+    """The groups of ``removed`` the job still needs: the last one was; each earlier one
+    is put back, newest first, and kept only if the job no longer fits without it."""
+    fit = simulation.fit
+    kept = [removed[-1]]
+    for group in reversed(simulation.spare_idle(removed)):
+        simulation.restore(group)
+        if fit.fits() and (not simulation.counts_for_job(group.quota) or simulation.admits()):
+            continue
+        simulation.take(group)
+        kept.append(group)
+    if simulation.within_min:
+        # Sparing another quota's group can lift the within-min requirement, and so let
+        # an own group kept before it go back too: try again until nothing changes.
+        spared = True
+        while spared:
+            spared = False
+            for group in list(kept):
+                simulation.restore(group)
+                if fit.fits() and simulation.admits():
+                    kept.remove(group)
+                    spared = True
+                else:
+                    simulation.take(group)
+    return kept
+
+
+def _why_no_fit(demand: JobDemand, simulation: Simulation, skipped_for_min: list[str]) -> list[str]:
+    fit = simulation.fit
+    reasons = []
+    if not fit.nodes_suffice():
+        placed_max = sum(min(shape.total, len(shape.pods)) for shape in fit.shapes)
+        reasons.append(
+            f"the whole job would not fit even after evicting every allowed victim: room for "
+            f"{placed_max} of its {len(demand.unplaced)} unplaced pods"
+        )
+    elif not fit.fits():
+        reasons.append("the job's pods could not all be placed at once on the freed room")
+    reasons.extend(
+        job_admission_failures(simulation.ledger, demand.quota, demand.np_request, demand.p_request)
+    )
+    if skipped_for_min:
+        reasons.append(f"spared to keep quotas at their min: {skipped_for_min[0]}")
+    return reasons or ["no allowed victims"]
