@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from base.resources import pod_requests
-from extender.core.objects import parse_time
+from base.times import parse_time
 
 Json = dict[str, Any]
 

@@ -21,8 +21,9 @@ import json
 from dataclasses import dataclass
 
 from base import keys
+from base.times import is_record_time
 from extender.core.effects import BackOff, Effect, HoldRoom
-from extender.core.objects import PodInfo, is_record_time, read_mark
+from extender.core.objects import PodInfo, read_mark
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
 
@@ -51,7 +52,7 @@ MAX_BACKOFF_ATTEMPTS = 64
 
 def parse_persisted(text: str) -> PersistedReservation | None:
     """Read the annotation back; ``None`` if it is not one Muster wrote (a time not
-    :func:`~extender.core.objects.is_record_time`, an expiry before its creation,
+    :func:`~base.times.is_record_time`, an expiry before its creation,
     victims not ``namespace/name``)."""
     try:
         value = json.loads(text)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from base.times import format_time
 from extender.core.decisions import DecisionLog
 from extender.core.filter.admission import admission_failures
 from extender.core.filter.gangstatus import GangStatus, gang_status
-from extender.core.objects import PodInfo, format_time
+from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
 from quota.accounting import usage_report
 

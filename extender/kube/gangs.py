@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from base import keys
+from base.times import format_time
 from extender.core.effects import BackOff, ReleaseRoom, apply
 from extender.core.filter.gangstatus import gang_jobs, gang_status, give_up, partially_bound
-from extender.core.objects import PodInfo, format_time
+from extender.core.objects import PodInfo
 from extender.core.reservations import persisted_backoff, persisted_pods, reserved_by_muster
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from extender.core.objects import format_time
+from base.times import format_time
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from base import keys
+from base.times import format_time
 from extender.core.gangsize import settled_gangs
-from extender.core.objects import format_time
 from extender.core.requeue import pods_to_requeue
 from extender.kube.source import KubeSource
 from extender.kube.worker import LeaderWorker

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 import httpx
 
 from base import keys
-from extender.core.objects import PodInfo, format_time
+from base.times import format_time
+from extender.core.objects import PodInfo
 from extender.core.records import RecordKeys
 from extender.kube.client import ApiError, Json, KubeClient
 

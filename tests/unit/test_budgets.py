@@ -13,10 +13,11 @@ import pytest
 
 from base import keys
 from base.errors import ManifestError
+from base.times import parse_time
 from extender.core.budgets import BudgetUse, parse_pod_disruption_budget
 from extender.core.config import parse_args
 from extender.core.effects import AbandonPlan, apply
-from extender.core.objects import parse_pod, parse_time
+from extender.core.objects import parse_pod
 from extender.core.preemption.guard import guard_scheduler_preemption
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
 from extender.core.reservations import refused_victims

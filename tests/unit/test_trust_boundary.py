@@ -16,9 +16,10 @@ from typing import Any, cast
 import pytest
 
 from base import keys
+from base.times import format_time
 from extender.core.config import MusterArgs
 from extender.core.filter.verb import filter_pod
-from extender.core.objects import format_time, parse_pod
+from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.preemption.policy import victim_refusal
 from extender.core.records import RecordKeys, believed_pod, forged_records

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from base.times import format_time
 from extender.core.gangsize import (
     bound_count,
     live_pods,
     still_arriving,
     waiting_for_pods,
 )
-from extender.core.objects import format_time
 from extender.core.state import ClusterState, GangBackoff
 
 

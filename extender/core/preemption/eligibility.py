@@ -9,10 +9,11 @@ simulate, a quota that could not admit it even once victims are gone);
 
 from __future__ import annotations
 
+from base.times import format_time
 from extender.core.authority import governing_reason, nominated_elsewhere, scheduler_preemption
 from extender.core.gangsize import arriving_reason, still_arriving
 from extender.core.jobs import may_trigger_preemption
-from extender.core.objects import PodInfo, format_time
+from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
 from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.state import ClusterState
