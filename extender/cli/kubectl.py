@@ -28,7 +28,8 @@ from typing import Any
 
 import httpx
 
-from extender.cli.manifests import InputError, load_manifests
+from extender.cli.errors import InputError
+from extender.cli.manifests import load_manifests
 from extender.cli.simulate import load_args_file, render_table, simulate_files
 from extender.core.config import MusterArgs
 from extender.core.decisions import DecisionLog

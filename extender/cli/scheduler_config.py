@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from base.errors import ManifestError
-from extender.cli.manifests import InputError
+from extender.cli.errors import InputError
 from extender.cli.scheduler_config_shape import extender_entries, load_scheduler_config
 
 DEFAULT_PREEMPTION = "DefaultPreemption"

@@ -3,7 +3,7 @@
 :func:`load_scheduler_config` reads the file and checks the shape of every field
 :mod:`extender.cli.scheduler_config` looks at (the ``extenders`` entries, the profiles'
 plugin sets), so that its checks can index the document without guarding each step; a
-field of the wrong shape is an :class:`~extender.cli.manifests.InputError` naming the file
+field of the wrong shape is an :class:`~extender.cli.errors.InputError` naming the file
 and the field.  No meaning is judged here: what the settings let kube-scheduler do past
 Muster is :mod:`extender.cli.scheduler_config`'s.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from base.errors import ManifestError
-from extender.cli.manifests import InputError
+from extender.cli.errors import InputError
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
 KIND = "KubeSchedulerConfiguration"

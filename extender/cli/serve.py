@@ -28,7 +28,8 @@ from pathlib import Path
 import uvicorn
 from prometheus_client.registry import Collector
 
-from extender.cli.manifests import InputError, load_manifests
+from extender.cli.errors import InputError
+from extender.cli.manifests import load_manifests
 from extender.cli.scheduler_config import check_scheduler_config_file
 from extender.cli.simulate import load_args_file
 from extender.core.decisions import DecisionLog

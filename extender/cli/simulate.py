@@ -18,7 +18,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from extender.cli.manifests import InputError, load_manifests
+from extender.cli.errors import InputError
+from extender.cli.manifests import load_manifests
 from extender.core.config import ArgsError, MusterArgs, parse_args
 from extender.core.records import RecordKeys
 from extender.core.state import ClusterState

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from extender.cli import serve
+from extender.cli.errors import InputError
 from extender.cli.main import main
-from extender.cli.manifests import InputError
 from extender.cli.scheduler_config import Finding, check_scheduler_config, muster_extender
 from extender.cli.scheduler_config_shape import load_scheduler_config
 
