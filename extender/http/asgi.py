@@ -5,7 +5,8 @@ per-request machinery costs more than the decision itself (docs/benchmarks.md), 
 :class:`MusterApp` answers ``POST`` to a verb straight from ASGI: the body read (413
 over the limit), the handler run inline on the event loop or in a worker thread, a
 :class:`ClientError` turned into its 4xx, a bug into a logged JSON 500.  Everything
-else goes on to FastAPI.  :mod:`extender.http.app` builds the verbs' handlers.
+else goes on to FastAPI.  :mod:`extender.http.verbs` holds the verbs' handlers;
+:mod:`extender.http.app` builds the app.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.http.app import _pod, create_app
+from extender.http.app import create_app
+from extender.http.verbs import _pod
 from extender.service import Extender, StaticSource
 from tests.builders import json_values, node, pod, quota, snapshot
 
