@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from extender.core.effects import AssumeBound, HoldRoom, apply
 from extender.core.filter.nodes import FilterResult
 from extender.core.filter.verb import filter_pod
+from extender.core.objects import PodInfo
 from extender.core.placement.score import best_node, score_nodes
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.state import ClusterState
@@ -46,6 +47,33 @@ def run_simulation(state: ClusterState, now: float) -> SimulationResult:
     """Schedule every pending pod of ``state`` (mutated in place) until nothing changes."""
     result = SimulationResult()
     _drain_stopped_quotas(state, result)
+    pending = _pending_in_order(state, result)
+    play = _Play(state, now, result)
+    max_rounds = 2 * len(pending) + 2
+    for _round in range(max_rounds):
+        changes_before = play.changes
+        for pod in pending:
+            play.schedule(pod.key)
+        if play.changes == changes_before:
+            break
+    else:
+        result.notes.append(f"stopped after {max_rounds} rounds without settling")
+    for pod in pending:
+        current = state.pods.get(pod.key)
+        if current is not None and current.node_name is None:
+            result.unschedulable[pod.key] = play.reasons.get(pod.key, "not scheduled")
+    # A pod placed and later evicted is not a placement.
+    result.placements = {
+        key: node
+        for key, node in result.placements.items()
+        if key in state.pods and state.pods[key].node_name == node
+    }
+    return result
+
+
+def _pending_in_order(state: ClusterState, result: SimulationResult) -> list[PodInfo]:
+    """The pending pods in kube-scheduler's queue order (priority, then age, then the
+    order given); a note for each that uses a constraint simulate does not model."""
     order = {key: index for index, key in enumerate(state.pods)}
     pending = sorted(
         (
@@ -60,59 +88,54 @@ def run_simulation(state: ClusterState, now: float) -> SimulationResult:
             result.notes.append(
                 f"{pod.key} uses {', '.join(pod.unsupported)}, which simulate does not model"
             )
-    reasons: dict[str, str] = {}
-    refused: dict[str, int] = {}  # job → change count when its preemption was refused
-    refusals: dict[str, str] = {}  # job → why
-    changes = 0
-    max_rounds = 2 * len(pending) + 2
-    for _round in range(max_rounds):
-        changes_before = changes
-        for pod in pending:
-            current = state.pods.get(pod.key)
-            if current is None or current.node_name is not None:
-                continue
-            names = sorted(state.nodes)
-            outcome = filter_pod(state, current, names, as_extender=False, now=now)
-            for effect in outcome.effects:
-                apply(state, effect)
-            if outcome.passed:
-                node = best_node(score_nodes(state, current, outcome.passed))
-                assert node is not None
-                apply(state, AssumeBound(current, node, started=now))
-                result.placements[pod.key] = node
-                reasons.pop(pod.key, None)
-                changes += 1
-                continue
-            reasons[pod.key] = describe_filter_failure(outcome, len(names))
-            if outcome.gang_waiting is not None and not outcome.failed:
-                continue  # no eviction helps (waiting for pods, backing off)
-            job = current.job
-            if refused.get(job) == changes:
-                reasons[pod.key] += f" Preemption: {refusals[job]}"
-                continue
-            decision = plan_job_preemption(state, job, now)
-            if isinstance(decision, PreemptionPlan):
-                _commit(state, decision, now, result)
-                changes += 1
-            else:
-                refused[job] = changes
-                refusals[job] = "; ".join(decision.reasons)
-                reasons[pod.key] += f" Preemption: {refusals[job]}"
-        if changes == changes_before:
-            break
-    else:
-        result.notes.append(f"stopped after {max_rounds} rounds without settling")
-    for pod in pending:
-        current = state.pods.get(pod.key)
-        if current is not None and current.node_name is None:
-            result.unschedulable[pod.key] = reasons.get(pod.key, "not scheduled")
-    # A pod placed and later evicted is not a placement.
-    result.placements = {
-        key: node
-        for key, node in result.placements.items()
-        if key in state.pods and state.pods[key].node_name == node
-    }
-    return result
+    return pending
+
+
+@dataclass
+class _Play:
+    """kube-scheduler's part, one pod at a time: filter, score and bind, or the
+    PostFilter's plan; counts the changes a round made."""
+
+    state: ClusterState
+    now: float
+    result: SimulationResult
+    reasons: dict[str, str] = field(default_factory=dict)  # pod → why it is not placed
+    refused: dict[str, int] = field(default_factory=dict)  # job → changes when refused
+    refusals: dict[str, str] = field(default_factory=dict)  # job → why
+    changes: int = 0
+
+    def schedule(self, key: str) -> None:
+        state, now = self.state, self.now
+        current = state.pods.get(key)
+        if current is None or current.node_name is not None:
+            return
+        names = sorted(state.nodes)
+        outcome = filter_pod(state, current, names, as_extender=False, now=now)
+        for effect in outcome.effects:
+            apply(state, effect)
+        if outcome.passed:
+            node = best_node(score_nodes(state, current, outcome.passed))
+            assert node is not None
+            apply(state, AssumeBound(current, node, started=now))
+            self.result.placements[key] = node
+            self.reasons.pop(key, None)
+            self.changes += 1
+            return
+        self.reasons[key] = describe_filter_failure(outcome, len(names))
+        if outcome.gang_waiting is not None and not outcome.failed:
+            return  # no eviction helps (waiting for pods, backing off)
+        job = current.job
+        if self.refused.get(job) == self.changes:
+            self.reasons[key] += f" Preemption: {self.refusals[job]}"
+            return
+        decision = plan_job_preemption(state, job, now)
+        if isinstance(decision, PreemptionPlan):
+            _commit(state, decision, now, self.result)
+            self.changes += 1
+        else:
+            self.refused[job] = self.changes
+            self.refusals[job] = "; ".join(decision.reasons)
+            self.reasons[key] += f" Preemption: {self.refusals[job]}"
 
 
 def describe_filter_failure(outcome: FilterResult, node_count: int) -> str:

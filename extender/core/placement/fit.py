@@ -72,47 +72,14 @@ class JobFit:
         self.state = state
         self.job = job
         self.slices = slices
-        shapes: dict[object, Shape] = {}
-        for pod in pods:
-            key = shape_of(pod)
-            shape = shapes.get(key)
-            if shape is None:
-                eligible = eligible_nodes(state, pod)
-                if excluded:
-                    eligible = eligible.difference(excluded)
-                if slices is not None:
-                    level = slices.level
-                    eligible = frozenset(n for n in eligible if level in state.nodes[n].labels)
-                shape = Shape(dict(pod.requests), [], eligible, {}, 0)
-                shapes[key] = shape
-            shape.pods.append(pod)
+        shapes = _shapes_of(state, pods, excluded, slices)
         #: The node copies (free room) and the quota ledger copy,
         #: with the removed victims taken out.
         self.overlay = Overlay.settled(state, released) if settled else Overlay(state, released)
         # Largest first: the order the greedy placement uses.
         self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
-        lacking: dict[str, frozenset[str]] = {}
-        counted = []
-        for shape in self.shapes:
-            shape.size = len(shape.pods)
-            # Scarce resources first: they are the ones that usually decide.
-            shape.needs = tuple(
-                sorted(
-                    ((name, amount) for name, amount in shape.request.items() if amount > 0),
-                    key=lambda need: need[0] in COMMON_RESOURCES,
-                )
-            )
-            shorts = count_copies(state, shape, released, self.overlay)
-            counted.append(shorts)
-            for node, short in shorts.items():
-                lacking[node] = lacking[node] | short if node in lacking else short
-            shape.total = sum(shape.capacity.values())
-        # A node useful for one shape is asked about every shape it is eligible for.
-        for shape, shorts in zip(self.shapes, counted, strict=True):
-            for node in lacking.keys() - shorts.keys():
-                if node in shape.eligible:
-                    lacking[node] = lacking[node] | short_on(shape, node, self.overlay)
+        lacking = self._count_copies(released)
         #: Every resource the job asks for (with an amount).
         self._needed = frozenset(name for shape in self.shapes for name, _ in shape.needs)
         #: Pods of several shapes: a node may hold each shape's share on its own and
@@ -139,6 +106,33 @@ class JobFit:
         self._domain_room: list[dict[str, int]] = []
         if slices is not None:
             self._count_slices(slices, shapes, bound)
+
+    def _count_copies(self, released: Collection[str]) -> dict[str, frozenset[str]]:
+        """Count every shape's copies per eligible node; return, per node where evicting
+        could add room for a shape, the resources it lacks for one more copy of any shape
+        it is eligible for."""
+        lacking: dict[str, frozenset[str]] = {}
+        counted = []
+        for shape in self.shapes:
+            shape.size = len(shape.pods)
+            # Scarce resources first: they are the ones that usually decide.
+            shape.needs = tuple(
+                sorted(
+                    ((name, amount) for name, amount in shape.request.items() if amount > 0),
+                    key=lambda need: need[0] in COMMON_RESOURCES,
+                )
+            )
+            shorts = count_copies(self.state, shape, released, self.overlay)
+            counted.append(shorts)
+            for node, short in shorts.items():
+                lacking[node] = lacking[node] | short if node in lacking else short
+            shape.total = sum(shape.capacity.values())
+        # A node useful for one shape is asked about every shape it is eligible for.
+        for shape, shorts in zip(self.shapes, counted, strict=True):
+            for node in lacking.keys() - shorts.keys():
+                if node in shape.eligible:
+                    lacking[node] = lacking[node] | short_on(shape, node, self.overlay)
+        return lacking
 
     def _count_slices(
         self, slices: SliceRequest, shapes: Mapping[object, Shape], bound: Sequence[PodInfo]
@@ -355,6 +349,31 @@ class JobFit:
                         placement[remaining.pop(0).key] = node
                         add_into(used.setdefault(node, {}), shape.request)
         return placement
+
+
+def _shapes_of(
+    state: ClusterState,
+    pods: Sequence[PodInfo],
+    excluded: Collection[str],
+    slices: SliceRequest | None,
+) -> dict[object, Shape]:
+    """The job's pods by shape, each shape with the nodes it may use: eligible for it,
+    not ``excluded``, and (with slices) labelled with the slice level."""
+    shapes: dict[object, Shape] = {}
+    for pod in pods:
+        key = shape_of(pod)
+        shape = shapes.get(key)
+        if shape is None:
+            eligible = eligible_nodes(state, pod)
+            if excluded:
+                eligible = eligible.difference(excluded)
+            if slices is not None:
+                level = slices.level
+                eligible = frozenset(n for n in eligible if level in state.nodes[n].labels)
+            shape = Shape(dict(pod.requests), [], eligible, {}, 0)
+            shapes[key] = shape
+        shape.pods.append(pod)
+    return shapes
 
 
 def _size(request: Resources) -> tuple[int, ...]:

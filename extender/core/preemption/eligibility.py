@@ -27,28 +27,9 @@ def ineligibility(
     """Why the job may not preempt now (empty: it may), step 1 of the planner; ``ledger``
     is the plan's settled view of the quotas."""
     job = demand.job
-    # In flight is a fact of the cluster: the job holds a reservation, or its pods carry
-    # the one Muster wrote, until it is released, whether or not its time is up.
-    # (A copy left on pods after the release is cleared by the leader:
-    # reservations.settle_reservations.)
-    reservation = state.reservations.get(job)
-    written = persisted_pods(state, job)
-    if reservation is not None or written:
-        if reservation is not None and reservation.expires > now:
-            # A time, not the seconds left: the same answer from attempt to attempt.
-            until = f"its reservation holds until {format_time(reservation.expires)}"
-        else:
-            until = "its reservation's time is up and it is being released"
-        if reservation is not None:
-            victims = len(reservation.victims)
-        else:  # only what was written on the pods tells
-            victims = max(len(p.victims) for p in map(persisted_on, written) if p is not None)
-        what = "placement" if victims == 0 else "preemption"  # a gang placed whole: none
-        count = f"{victims} victims, " if victims else ""
-        return [
-            f"a {what} for this job is in flight ({count}room written on "
-            f"{len(written)} of its pods); {until}"
-        ]
+    in_flight = _reservation_in_flight(state, job, now)
+    if in_flight is not None:
+        return [in_flight]
     if not demand.unplaced:
         return ["every pod of the job is already placed"]
     forbidden = [pod.name for pod in demand.unplaced if not may_trigger_preemption(pod, state.args)]
@@ -86,6 +67,32 @@ def ineligibility(
     if demand.quota in state.tree.parents:
         return [f"quota {demand.quota} is a parent quota; pods must use a leaf quota"]
     return unevictable_failures(ledger, demand.quota, demand.np_request)
+
+
+def _reservation_in_flight(state: ClusterState, job: str, now: float) -> str | None:
+    """Why the job is in flight by a reservation of its own, or ``None``.  In flight is a
+    fact of the cluster: the job holds a reservation, or its pods carry the one Muster
+    wrote, until it is released, whether or not its time is up.  (A copy left on pods
+    after the release is cleared by the leader: reservations.settle_reservations.)"""
+    reservation = state.reservations.get(job)
+    written = persisted_pods(state, job)
+    if reservation is None and not written:
+        return None
+    if reservation is not None and reservation.expires > now:
+        # A time, not the seconds left: the same answer from attempt to attempt.
+        until = f"its reservation holds until {format_time(reservation.expires)}"
+    else:
+        until = "its reservation's time is up and it is being released"
+    if reservation is not None:
+        victims = len(reservation.victims)
+    else:  # only what was written on the pods tells
+        victims = max(len(p.victims) for p in map(persisted_on, written) if p is not None)
+    what = "placement" if victims == 0 else "preemption"  # a gang placed whole: none
+    count = f"{victims} victims, " if victims else ""
+    return (
+        f"a {what} for this job is in flight ({count}room written on "
+        f"{len(written)} of its pods); {until}"
+    )
 
 
 def pods_missing(state: ClusterState, job: str) -> int:
