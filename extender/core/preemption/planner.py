@@ -237,7 +237,6 @@ def _plan_in_cheapest_domain(
     return best[1]
 
 
-#: The refusal of a job that needs no preemption.
 def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:
     """The job as the policies see it.  Whether it borrows is judged on the settled
     ``ledger``, after its own quota's pods it may evict are gone: a job that fits its

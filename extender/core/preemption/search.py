@@ -37,6 +37,7 @@ class JobLayout:
         )
 
 
+#: The refusal of a job that needs no preemption.
 FITS_ALREADY = "the job fits without evicting anything"
 
 
