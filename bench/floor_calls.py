@@ -34,15 +34,10 @@ from typing import Any
 
 import httpx
 
-from bench.e2e import (
-    MUSTER_COMMAND,
-    NOOP_SOURCE,
-    export_muster,
-    log,
-    machine_notes,
-    process_cpu_seconds,
-)
 from bench.memory import free_port
+from bench.support.meters import process_cpu_seconds
+from bench.support.processes import MUSTER_COMMAND, NOOP_SOURCE
+from bench.support.run_notes import export_muster, log, machine_notes
 
 FIELDS = ("wall_us", "client_cpu_us", "server_cpu_us", "p50_us")
 

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+import localcluster as lc
 from bench.clusters import GPU, gpu_cluster
-from bench.e2e import lc
 from extender.http.app import create_app
 from extender.service import Extender, StaticSource
 

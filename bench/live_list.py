@@ -29,20 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.e2e import (
-    GPU,
-    ROOT,
-    MusterServer,
-    create_pods,
-    create_quota,
-    export_muster,
-    lc,
-    log,
-    machine_notes,
-    muster_tree_state,
-    with_retries,
-)
+import localcluster as lc
 from bench.memory import PRIORITIES, TEAMS, pod_object, proc_status, ready_figures
+from bench.support.cluster_setup import GPU, create_pods, create_quota, with_retries
+from bench.support.processes import MusterServer
+from bench.support.run_notes import ROOT, export_muster, log, machine_notes, muster_tree_state
 
 Json = dict[str, Any]
 

@@ -40,7 +40,8 @@ from typing import Any
 
 import httpx
 
-from bench.e2e import MUSTER_COMMAND, ROOT, log, machine_notes, muster_tree_state
+from bench.support.processes import MUSTER_COMMAND
+from bench.support.run_notes import ROOT, log, machine_notes, muster_tree_state
 
 Json = dict[str, Any]
 GPU = "nvidia.com/gpu"

@@ -62,17 +62,9 @@ from pathlib import Path
 from typing import Any
 
 import localcluster as lc
-from bench.e2e import (
-    TRIAL_LABEL,
-    Evictor,
-    MusterServer,
-    PodWatch,
-    create_pods,
-    delete_pods,
-    is_bound,
-    is_gone,
-    pod_body,
-)
+from bench.support.cluster_setup import TRIAL_LABEL, create_pods, delete_pods, pod_body
+from bench.support.pod_watch import PodWatch, is_bound, is_gone
+from bench.support.processes import Evictor, MusterServer
 from bench.time_to_mark import SAMPLE_PROFILES
 from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
 from bench.workload import PodSighting, SubmittedJob, holds_gpus, pod_gpus, trace_figures

@@ -53,32 +53,24 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.e2e import (
+import localcluster as lc
+from bench.support.cluster_setup import (
     CAN_PREEMPT,
     GPU,
     MOST_ALLOCATED_PROFILE,
     POD_GROUP,
     PREEMPTIBLE,
     QUOTA_API,
-    ROOT,
     TRIAL_LABEL,
-    Evictor,
-    MusterServer,
-    PodWatch,
     create_pods,
     create_quota,
     delete_pods,
-    export_muster,
-    is_bound,
-    is_gone,
-    is_running,
-    lc,
-    log,
-    machine_notes,
-    muster_tree_state,
     pod_body,
     with_retries,
 )
+from bench.support.pod_watch import PodWatch, is_bound, is_gone, is_running
+from bench.support.processes import Evictor, MusterServer
+from bench.support.run_notes import ROOT, export_muster, log, machine_notes, muster_tree_state
 
 KUBE_SCHEDULER = "kube-scheduler"
 MUSTER = "muster"

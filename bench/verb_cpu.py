@@ -29,15 +29,11 @@ from typing import Any
 
 import httpx
 
-from bench.e2e import (
-    MUSTER_COMMAND,
-    export_muster,
-    log,
-    machine_notes,
-    process_cpu_seconds,
-)
 from bench.http import _pod
 from bench.memory import free_port, snapshot_manifests
+from bench.support.meters import process_cpu_seconds
+from bench.support.processes import MUSTER_COMMAND
+from bench.support.run_notes import export_muster, log, machine_notes
 
 
 def serve(cwd: Path, snapshot: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
