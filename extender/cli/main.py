@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from extender.cli import scheduler_config, serve, simulate
 from extender.cli.evictor import run_evictor
 from extender.http.app import DEFAULT_MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    #: What ``ArgumentParser.add_subparsers`` returns: one parser per subcommand is added.
+    _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +21,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Elastic quotas and job-level, gang-aware preemption for kube-scheduler.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_simulate(commands)
+    _add_serve(commands)
+    _add_check_scheduler_config(commands)
+    _add_evictor(commands)
+    return parser
+
+
+def _add_simulate(commands: _SubParsers) -> None:
     what_if = commands.add_parser(
         "simulate",
         help="what would Muster do with these manifests?",
@@ -35,11 +48,36 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("json", "table"),
         help="json (default when stdout is not a terminal) or table",
     )
+
+
+def _add_serve(commands: _SubParsers) -> None:
     server = commands.add_parser(
         "serve",
         help="serve kube-scheduler's extender verbs over HTTP(S)",
         description="Serve filter, prioritize, preempt and bind to kube-scheduler.",
     )
+    _add_serve_cluster_options(server)
+    _add_serve_http_options(server)
+    server.add_argument(
+        "--scheduler-config",
+        metavar="FILE",
+        help="check kube-scheduler's KubeSchedulerConfiguration at start-up; warn on findings",
+    )
+    server.add_argument(
+        "--records-key-dir",
+        metavar="DIR",
+        help="sign and check Muster's records (reservations, marks, backoffs) with the keys "
+        "in DIR, one file each (a mounted Secret); without it, a key of this process alone",
+    )
+    server.add_argument(
+        "--scheduler-url-prefix",
+        metavar="PREFIX",
+        help="Muster's urlPrefix in --scheduler-config, when it has several extenders",
+    )
+
+
+def _add_serve_cluster_options(server: argparse.ArgumentParser) -> None:
+    """Where the cluster is, and how replicas elect their leader."""
     server.add_argument("--config", metavar="ARGS.yaml", help="Muster's arguments")
     server.add_argument(
         "--snapshot",
@@ -63,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAMESPACE",
         help="where the Lease lives (default: Muster's own namespace, else muster-system)",
     )
+
+
+def _add_serve_http_options(server: argparse.ArgumentParser) -> None:
+    """Where and how the verbs are served: address, probes, TLS, debug endpoints, limits."""
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=8888)
     server.add_argument(
@@ -94,22 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_BODY_BYTES,
         help="answer 413 to larger requests (default: %(default)s)",
     )
-    server.add_argument(
-        "--scheduler-config",
-        metavar="FILE",
-        help="check kube-scheduler's KubeSchedulerConfiguration at start-up; warn on findings",
-    )
-    server.add_argument(
-        "--records-key-dir",
-        metavar="DIR",
-        help="sign and check Muster's records (reservations, marks, backoffs) with the keys "
-        "in DIR, one file each (a mounted Secret); without it, a key of this process alone",
-    )
-    server.add_argument(
-        "--scheduler-url-prefix",
-        metavar="PREFIX",
-        help="Muster's urlPrefix in --scheduler-config, when it has several extenders",
-    )
+
+
+def _add_check_scheduler_config(commands: _SubParsers) -> None:
     checker = commands.add_parser(
         "check-scheduler-config",
         help="is kube-scheduler configured so Muster is the only preemption authority?",
@@ -135,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="1.37",
         help="kube-scheduler's release, such as 1.36 (default 1.37)",
     )
+
+
+def _add_evictor(commands: _SubParsers) -> None:
     evictor = commands.add_parser(
         "evictor",
         help="the reference soft-eviction operator",
@@ -151,7 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="evict only pods whose mark these keys verify (Muster's --records-key-dir)",
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
