@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from base import keys
@@ -29,12 +30,36 @@ from extender.core.effects import BackOff, ReleaseRoom, apply
 from extender.core.filter.gangstatus import gang_jobs, gang_status, give_up, partially_bound
 from extender.core.objects import PodInfo
 from extender.core.reservations import persisted_backoff, persisted_pods, reserved_by_muster
+from extender.core.state import ClusterState, GangBackoff
 from extender.kube.client import ApiError
 from extender.kube.source import KubeSource
 from extender.kube.worker import LeaderWorker
 from extender.kube.writer import ClusterWriter, best_effort
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GivenUp:
+    """A gang given up in memory (its room let go, its backoff held): what is written."""
+
+    job: str
+    backoff: GangBackoff
+    #: Its pods bound and not leaving: marked for eviction.
+    bound: list[PodInfo]
+    #: Its pods pending: the backoff is written on them.
+    pending: list[PodInfo]
+    #: Its pending pods that carried Muster's reservation: it is taken off.
+    released: list[PodInfo]
+    timeout: float
+    needed: int
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"GangTimeout: gang {self.job} had {len(self.bound)} of its min-available "
+            f"{self.needed} pods bound for {self.timeout:.0f}s"
+        )
 
 
 class GangKeeper(LeaderWorker):
@@ -67,71 +92,80 @@ class GangKeeper(LeaderWorker):
         self._partial_since.clear()  # a new leader's clock starts afresh
 
     def give_up_timed_out(self, now: float) -> list[str]:
-        """Give up the gangs partly bound for longer than their timeout; return them."""
-        given_up = []
+        """Give up the gangs partly bound for longer than their timeout; return them.
+        Decided in one hold of the state (:meth:`_timed_out`), then written
+        (:meth:`_write_given_up`)."""
         with self.source.exclusive() as snapshot:
-            partly = partially_bound(snapshot, gang_jobs(snapshot))
-            for job in list(self._partial_since):
-                if job not in partly:
-                    del self._partial_since[job]
-            for job in partly:
-                since = self._partial_since.setdefault(job, now)
-                if now - since < snapshot.declarations.gang_timeout_seconds(job):
-                    continue
-                backoff = give_up(snapshot, job, now)
-                pods = snapshot.members.job_pods(job)
-                bound = [p for p in pods if p.node_name is not None and not p.departing]
-                pending = [p for p in pods if p.node_name is None and not p.finished]
-                released = persisted_pods(snapshot, job)
-                apply(snapshot, ReleaseRoom(job))
-                apply(snapshot, BackOff(job, backoff))
-                timeout = snapshot.declarations.gang_timeout_seconds(job)
-                needed = snapshot.declarations.min_available(job)
-                given_up.append((job, backoff, bound, pending, released, timeout, needed))
-                del self._partial_since[job]
-        for job, backoff, bound, pending, released, timeout, needed in given_up:
+            given_up = self._timed_out(snapshot, now)
+        for gang in given_up:
             self.given_up += 1
-            reason = (
-                f"GangTimeout: gang {job} had {len(bound)} of its min-available {needed} pods "
-                f"bound for {timeout:.0f}s"
+            log.warning("%s; giving it up (attempt %d)", gang.reason, gang.backoff.attempts)
+            self._write_given_up(gang)
+        return [gang.job for gang in given_up]
+
+    def _timed_out(self, snapshot: ClusterState, now: float) -> list[GivenUp]:
+        """The gangs partly bound for longer than their timeout, each given up in
+        ``snapshot`` (its room let go, its backoff held); the clock of each partly bound
+        gang starts the first time it is seen so."""
+        given_up = []
+        partly = partially_bound(snapshot, gang_jobs(snapshot))
+        for job in list(self._partial_since):
+            if job not in partly:
+                del self._partial_since[job]
+        for job in partly:
+            since = self._partial_since.setdefault(job, now)
+            if now - since < snapshot.declarations.gang_timeout_seconds(job):
+                continue
+            backoff = give_up(snapshot, job, now)
+            pods = snapshot.members.job_pods(job)
+            bound = [p for p in pods if p.node_name is not None and not p.departing]
+            pending = [p for p in pods if p.node_name is None and not p.finished]
+            released = persisted_pods(snapshot, job)
+            apply(snapshot, ReleaseRoom(job))
+            apply(snapshot, BackOff(job, backoff))
+            timeout = snapshot.declarations.gang_timeout_seconds(job)
+            needed = snapshot.declarations.min_available(job)
+            given_up.append(GivenUp(job, backoff, bound, pending, released, timeout, needed))
+            del self._partial_since[job]
+        return given_up
+
+    def _write_given_up(self, gang: GivenUp) -> None:
+        """Its bound pods marked for eviction, the backoff on its pending pods, the
+        reservation taken off the pods that carried it, and an event."""
+        reason, backoff = gang.reason, gang.backoff
+        for pod in gang.bound:
+            best_effort(
+                pod,
+                partial(self.writer.mark_victim, preemptor=None, reason=reason, grace_seconds=None),
             )
-            log.warning("%s; giving it up (attempt %d)", reason, backoff.attempts)
-            for pod in bound:
-                best_effort(
-                    pod,
-                    partial(
-                        self.writer.mark_victim, preemptor=None, reason=reason, grace_seconds=None
-                    ),
+        written = persisted_backoff(backoff)
+        for pod in gang.pending:
+            best_effort(pod, partial(self.writer.persist_backoff, backoff=written))
+        for pod in gang.released:
+            best_effort(
+                pod,
+                lambda p: self.writer.release_room(
+                    p, nominated=p.nominated_node_name == reserved_by_muster(p)
+                ),
+            )
+        if gang.pending or gang.bound:
+            first = (gang.pending or gang.bound)[0]
+            if backoff.until is None:
+                self.writer.event(
+                    first,
+                    "GangFailed",
+                    f"{reason}; given up {backoff.attempts} times, past backoffLimitCount: "
+                    "not retried",
+                    kind="Warning",
                 )
-            written = persisted_backoff(backoff)
-            for pod in pending:
-                best_effort(pod, partial(self.writer.persist_backoff, backoff=written))
-            for pod in released:
-                best_effort(
-                    pod,
-                    lambda p: self.writer.release_room(
-                        p, nominated=p.nominated_node_name == reserved_by_muster(p)
-                    ),
+            else:
+                self.writer.event(
+                    first,
+                    "GangTimeout",
+                    f"{reason}; bound pods marked for eviction, retried at "
+                    f"{format_time(backoff.until)} (attempt {backoff.attempts})",
+                    kind="Warning",
                 )
-            if pending or bound:
-                first = (pending or bound)[0]
-                if backoff.until is None:
-                    self.writer.event(
-                        first,
-                        "GangFailed",
-                        f"{reason}; given up {backoff.attempts} times, past backoffLimitCount: "
-                        "not retried",
-                        kind="Warning",
-                    )
-                else:
-                    self.writer.event(
-                        first,
-                        "GangTimeout",
-                        f"{reason}; bound pods marked for eviction, retried at "
-                        f"{format_time(backoff.until)} (attempt {backoff.attempts})",
-                        kind="Warning",
-                    )
-        return [job for job, *_ in given_up]
 
     def nudge_after_backoff(self, now: float) -> list[str]:
         """Make kube-scheduler retry the pods of gangs whose backoff ended; return them."""
