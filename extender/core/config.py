@@ -58,6 +58,11 @@ class MusterArgs(BaseModel):
     victim_eviction_deadline_seconds: float = Field(
         120.0, alias="victimEvictionDeadlineSeconds", gt=0
     )
+    #: A terminating pod counts as leaving (its room free for a plan) until this long past
+    #: its deletion deadline (``deletionTimestamp``, which includes its grace period);
+    #: after that it counts as staying: a finalizer can keep a pod terminating for ever,
+    #: and a job must not wait on its room.
+    stuck_terminating_seconds: float = Field(60.0, alias="stuckTerminatingSeconds", ge=0)
     #: Node labels of the topology levels, coarsest first: a gang preferring one level
     #: that no domain of it holds tries the next coarser (see extender/core/topology.py).
     #: Empty: the levels of Kueue's Topology object holding the level a gang asks for,

@@ -76,6 +76,9 @@ class PodInfo:
     #: For a 1.35 ``workloadRef`` with a replica key: ``<workload>-<podGroup>``, the name
     #: the Workload declares the size under (every replica's pods are a gang of that size).
     declared_by: str | None = None
+    #: ``metadata.deletionTimestamp`` (epoch seconds): when the kubelet is to have killed
+    #: the pod (the deletion time plus its grace period); ``None`` unless terminating.
+    deletion_deadline: float | None = None
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name (for an all-or-nothing controller's pods with none, the
@@ -256,6 +259,9 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         node_name=string(spec.get("nodeName") or "", "spec.nodeName") or None,
         phase=string(status.get("phase") or "Pending", "status.phase"),
         terminating=metadata.get("deletionTimestamp") is not None,
+        deletion_deadline=parse_time(
+            metadata.get("deletionTimestamp"), "metadata.deletionTimestamp"
+        ),
         requests=requests,
         node_selector=string_map(spec.get("nodeSelector"), "spec.nodeSelector"),
         required_affinity=(

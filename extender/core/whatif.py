@@ -47,6 +47,12 @@ def run_simulation(state: ClusterState, now: float) -> SimulationResult:
     """Schedule every pending pod of ``state`` (mutated in place) until nothing changes."""
     result = SimulationResult()
     _drain_stopped_quotas(state, result)
+    for key in state.expire_departures(now):
+        result.notes.append(
+            f"{key} has been terminating for more than stuckTerminatingSeconds "
+            f"({state.args.stuck_terminating_seconds:g}s) past its deletion deadline: its room "
+            "counts as taken"
+        )
     pending = _pending_in_order(state, result)
     play = _Play(state, now, result)
     max_rounds = 2 * len(pending) + 2

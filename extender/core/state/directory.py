@@ -28,6 +28,9 @@ class PodDirectory:
         self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
         self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
         self.departing: set[str] = set()  # bound pods on their way out
+        #: Terminating pods past their deletion deadline and margin: they count as
+        #: staying, in no job's marked victims and not among the pods on their way out.
+        self.stuck: set[str] = set()
         self._joined: dict[str, float] = {}  # pod-group job → when its newest pod was seen
         self._removed: OrderedDict[str, None] = OrderedDict()  # UIDs of removed pods
 
@@ -36,6 +39,8 @@ class PodDirectory:
         key = pod.key
         live = not pod.finished
         _member(self._by_job, pod.job, key, sign)
+        if key in self.stuck:
+            return  # staying: not leaving, and no longer a victim on its way out
         if pod.marked_for is not None and live:
             _member(self._marked_for, pod.marked_for, key, sign)
         if pod.nominated_node_name is not None and pod.node_name is None and live:
@@ -53,11 +58,23 @@ class PodDirectory:
     def removed(self, pod: PodInfo) -> None:
         """``pod`` left the state (after :meth:`index` took it out): remember its UID, and
         forget when its job last grew once no pod of it is left."""
+        self.stuck.discard(pod.key)
         self._removed[pod.uid] = None
         if len(self._removed) > REMOVED_PODS_REMEMBERED:
             self._removed.popitem(last=False)
         if pod.job not in self._by_job:
             self._joined.pop(pod.job, None)
+
+    def overdue(self, now: float, margin: float) -> list[str]:
+        """Keys of the bound, terminating pods not yet known stuck whose deletion deadline
+        passed more than ``margin`` seconds before ``now``."""
+        return sorted(
+            key
+            for key in self.departing
+            if (pod := self.pods[key]).terminating
+            and pod.deletion_deadline is not None
+            and pod.deletion_deadline + margin < now
+        )
 
     def was_removed(self, uid: str) -> bool:
         """Was a pod with this UID removed (one of the last few thousand)?  A pod bound

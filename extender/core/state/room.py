@@ -224,6 +224,20 @@ class RoomMixin:
         self.book.unreserve(pod.key)
         self._hold_vacancy(vacancy)
 
+    def expire_departures(self, now: float) -> list[str]:
+        """Count as staying the terminating pods past their deletion deadline by more than
+        ``stuckTerminatingSeconds`` (a finalizer can hold a pod for ever); return their
+        keys.  Their room is no longer free for a plan, and a job whose victims they were
+        no longer waits on them (its reservation ends in its time, and it is planned
+        again with them staying)."""
+        stuck = self.members.overdue(now, self.args.stuck_terminating_seconds)
+        for key in stuck:
+            with self._reindexing(key):
+                self.members.stuck.add(key)
+        if stuck:
+            self.room_epoch += 1
+        return stuck
+
     def _drop_reserved_pod(self, key: str) -> None:
         """A reserved pod bound or went away: it no longer holds reserved room."""
         self._forget_if_empty(self.book.unreserve(key))
