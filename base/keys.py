@@ -61,6 +61,10 @@ WITHIN_QUOTA_ANNOTATION = "muster.dev/within-quota"
 RECLAIM_WITHIN_COHORT_ANNOTATION = "muster.dev/reclaim-within-cohort"
 BORROW_WITHIN_COHORT_ANNOTATION = "muster.dev/borrow-within-cohort"
 MAX_PRIORITY_THRESHOLD_ANNOTATION = "muster.dev/max-priority-threshold"
+#: On a quota: its jobs admitted less than this many seconds ago are not victims of reclaim
+#: (another quota taking back its min, or borrowing); the argument minRuntimeSeconds
+#: otherwise.
+MIN_RUNTIME_ANNOTATION = "muster.dev/min-runtime-seconds"
 STOP_POLICY_ANNOTATION = "muster.dev/stop-policy"
 
 # Taint that kube-scheduler's NodeUnschedulable plugin lets tolerating pods past.

@@ -61,6 +61,9 @@ class QuotaPolicy:
     #: With borrowing, only victims at or below this priority.
     max_priority_threshold: int | None = None
     stop_policy: StopPolicy = StopPolicy.NONE
+    #: Its jobs admitted less than this long ago are spared by reclaim; ``None``: the
+    #: ``minRuntimeSeconds`` argument decides.
+    min_runtime_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,22 @@ def _parse_namespaces(text: str | None) -> frozenset[str]:
     return frozenset(value)
 
 
+def _seconds(annotations: Mapping[str, str], key: str) -> float | None:
+    """A non-negative number of seconds from annotation ``key``; ``None`` if absent."""
+    text = annotations.get(key)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ManifestError(
+            f"metadata.annotations.{key}", f"{text!r} is not a non-negative number of seconds"
+        )
+    return value
+
+
 def parse_policy(annotations: Mapping[str, str]) -> QuotaPolicy:
     """The ``muster.dev/*`` policy annotations of a quota; absent ones take their defaults."""
     threshold_text = annotations.get(keys.MAX_PRIORITY_THRESHOLD_ANNOTATION)
@@ -159,6 +178,7 @@ def parse_policy(annotations: Mapping[str, str]) -> QuotaPolicy:
         ),
         max_priority_threshold=threshold,
         stop_policy=_enum(annotations, keys.STOP_POLICY_ANNOTATION, StopPolicy.NONE),
+        min_runtime_seconds=_seconds(annotations, keys.MIN_RUNTIME_ANNOTATION),
     )
 
 

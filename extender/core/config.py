@@ -58,6 +58,10 @@ class MusterArgs(BaseModel):
     victim_eviction_deadline_seconds: float = Field(
         120.0, alias="victimEvictionDeadlineSeconds", gt=0
     )
+    #: Jobs admitted (their earliest running pod started) less than this long ago are
+    #: spared by reclaim and borrowing across quotas; a quota's
+    #: ``muster.dev/min-runtime-seconds`` sets its own jobs' (0: no protection).
+    min_runtime_seconds: float = Field(0.0, alias="minRuntimeSeconds", ge=0)
     #: A terminating pod counts as leaving (its room free for a plan) until this long past
     #: its deletion deadline (``deletionTimestamp``, which includes its grace period);
     #: after that it counts as staying: a finalizer can keep a pod terminating for ever,

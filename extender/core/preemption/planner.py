@@ -106,10 +106,10 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     if request is None or not request.required:
         # A preferred level never causes an eviction a required one would not: the plan
         # is made as for a job without topology (slices, which are required, kept).
-        found = _plan(state, demand, preemptor, settled.ledger, spent, layout=layout)
+        found = _plan(state, demand, preemptor, settled.ledger, spent, layout=layout, now=now)
     else:
         found = _plan_in_cheapest_domain(
-            state, demand, preemptor, settled.ledger, spent, request.level, layout
+            state, demand, preemptor, settled.ledger, spent, request.level, layout, now
         )
     if isinstance(found, NotFound):
         return Refusal(job, tuple(found.reasons))
@@ -136,6 +136,7 @@ def _plan(
     within: frozenset[str] | None = None,
     *,
     layout: JobLayout,
+    now: float,
 ) -> Found | NotFound:
     """The plan's search (:func:`_search`), again allowing what it spares when nothing
     is found without: victims that break a guarantee in a resource the job does not ask
@@ -152,6 +153,7 @@ def _plan(
         spare_budgets=True,
         within=within,
         layout=layout,
+        now=now,
     )
     for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
         if isinstance(found, Found):
@@ -170,6 +172,7 @@ def _plan(
             spare_budgets=spare_budgets,
             within=within,
             layout=layout,
+            now=now,
         )
         if isinstance(retried, Found) and not spare_budgets:
             retried = dataclasses.replace(retried, breaks_budgets=True)
@@ -191,6 +194,7 @@ def _plan_in_cheapest_domain(
     spent: Sequence[PodInfo],
     level: str,
     layout: JobLayout,
+    now: float,
 ) -> Found | NotFound:
     """For a job that must stay inside one domain of ``level``: the plan of each domain
     (victims from that domain only), and the cheapest of them: the fewest guarantees and
@@ -217,7 +221,7 @@ def _plan_in_cheapest_domain(
         value = bound_cost[3]
         if best is not None and best[0] <= bound_cost:
             break
-        found = _plan(state, demand, preemptor, ledger, spent, names, layout=layout)
+        found = _plan(state, demand, preemptor, ledger, spent, names, layout=layout, now=now)
         if isinstance(found, NotFound):
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
                 return found

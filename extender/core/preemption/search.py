@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from base.times import format_time
 from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
@@ -69,14 +70,17 @@ def search_victims(
     spare_budgets: bool,
     within: frozenset[str] | None = None,
     layout: JobLayout,
+    now: float,
 ) -> Found | NotFound:
     """Walk the allowed victim groups in order until the whole job fits, then spare
     every group not needed.  Never a group that takes a quota below its ``min`` in a
     resource the job asks for; with ``spare_guaranteed``, none that takes one below its
     ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
     Strict), none whose eviction, with the victims taken before it and those of plans in
-    flight not evicted yet (``spent``), a PodDisruptionBudget does not allow.  ``ledger``:
-    the settled quota usage the candidates' borrowing is judged on."""
+    flight not evicted yet (``spent``), a PodDisruptionBudget does not allow; never a
+    group of another quota admitted less than its minimum runtime before ``now``
+    (:func:`protected_until`).  ``ledger``: the settled quota usage the candidates'
+    borrowing is judged on."""
     simulation = Simulation(
         state,
         demand,
@@ -94,6 +98,7 @@ def search_victims(
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
     skipped_for_budgets: list[str] = []
+    skipped_for_runtime: list[str] = []
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
     refused = state.book.refused_victims.get(demand.job, ())
@@ -101,6 +106,12 @@ def search_victims(
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
+            until = protected_until(state, group)
+            if until > now:
+                skipped_for_runtime.append(
+                    f"{group.job} until {format_time(until)} (quota {group.quota})"
+                )
+                continue
             violation, guaranteed = simulation.min_violations(group)
             if violation is not None:
                 skipped_for_min.append(violation)
@@ -123,6 +134,10 @@ def search_victims(
             break
     else:
         reasons = _why_no_fit(demand, simulation, skipped_for_min)
+        if skipped_for_runtime:
+            reasons.append(
+                "spared for their minimum runtime: " + "; ".join(sorted(skipped_for_runtime))
+            )
         if skipped_for_budgets:
             policy = state.args.pdb_policy
             reasons.append(
@@ -138,6 +153,19 @@ def search_victims(
     kept.sort(key=lambda g: g.order_key)
     jobs = {group.job for group in kept}
     return Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
+
+
+def protected_until(state: ClusterState, group: VictimGroup) -> float:
+    """Until when reclaim spares ``group``'s job: its admission (the earliest start among
+    the pods evicted with it: a job cannot stay young by restarting pods) plus its quota's
+    minimum runtime (``muster.dev/min-runtime-seconds``, else ``minRuntimeSeconds``)."""
+    policy = state.tree[group.quota].policy
+    runtime = policy.min_runtime_seconds
+    if runtime is None:
+        runtime = state.args.min_runtime_seconds
+    if runtime <= 0:
+        return 0.0
+    return min(pod.start_or_created for pod in group.pods) + runtime
 
 
 def _minimised(simulation: Simulation, removed: list[VictimGroup]) -> list[VictimGroup]:
