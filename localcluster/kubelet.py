@@ -52,11 +52,16 @@ class KubeletEmulator:
       shorter), first given a terminal phase as the kubelet does (``Failed``, containers
       killed with exit code 137, unless it already ended), so a Job's pod failure policy
       can judge it, and then deleted with grace period 0 (and a UID precondition).
+
+    A node in ``lost_nodes`` has lost its kubelet: its pods are neither started, ended nor
+    deleted (a pod deleted there stays terminating, as on a node that stopped answering).
     """
 
     def __init__(self, rest: RestClient, *, max_grace_seconds: float | None = None) -> None:
         self._rest = rest
         self.max_grace_seconds = max_grace_seconds
+        #: Nodes whose kubelet is gone: nothing happens to their pods.
+        self.lost_nodes: set[str] = set()
         self._events: queue.Queue[tuple[str, Json]] = queue.Queue()
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
@@ -135,7 +140,7 @@ class KubeletEmulator:
             self._started.discard(uid)
             return
         node = pod.get("spec", {}).get("nodeName")
-        if not node:
+        if not node or node in self.lost_nodes:
             return
         namespace, name = str(meta["namespace"]), str(meta["name"])
         deletion = meta.get("deletionTimestamp")
@@ -170,6 +175,9 @@ class KubeletEmulator:
         self._tasks[uid] = _Task("finish", meta["namespace"], meta["name"], uid, when, pod)
 
     def _run(self, task: _Task) -> None:
+        if task.pod.get("spec", {}).get("nodeName") in self.lost_nodes:
+            self._tasks.pop(task.uid, None)
+            return
         try:
             if task.kind == "start":
                 self._start_pod(task)

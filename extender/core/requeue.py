@@ -53,3 +53,20 @@ def pods_to_requeue(state: ClusterState, parked: Mapping[str, str], now: float) 
         if result.passed and not result.quota_failures:
             chosen.update((pod.key, pod) for pod in pods)
     return [pod.key for pod in sorted(chosen.values(), key=lambda pod: (pod.created, pod.key))]
+
+
+def jobs_to_replan(state: ClusterState) -> list[str]:
+    """The jobs with a pending pod and no reservation, by name: what the PostFilter plans
+    again when room its plans counted as leaving turns out to stay (pods stuck
+    terminating: :meth:`~extender.core.state.cluster.ClusterState.expire_departures`),
+    since no event of kube-scheduler's will ask for them."""
+    return sorted(
+        {
+            pod.job
+            for pod in state.pods.values()
+            if pod.node_name is None
+            and not pod.finished
+            and not pod.terminating
+            and pod.job not in state.reservations
+        }
+    )

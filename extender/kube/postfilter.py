@@ -39,6 +39,7 @@ from extender.core.gangsize import settles_at
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.preemption.policy import victim_refusal
+from extender.core.requeue import jobs_to_replan
 from extender.core.reservations import (
     EndedPlan,
     ended_plan,
@@ -210,16 +211,31 @@ class PostFilterLoop(Watched):
         return [plan.job for plan in ended]
 
     def _settle(self, now: float) -> list[EndedPlan]:
-        """Extend the reservations whose victims are still terminating, end the others
+        """Count pods terminating for too long as staying
+        (:meth:`~extender.core.state.cluster.ClusterState.expire_departures`); extend the
+        reservations whose victims are still terminating, end the others
         whose time is up or whose job is gone (see
         :func:`extender.core.reservations.settle_reservations`); return the plans ended."""
+        replan: list[str] = []
         with self.source.exclusive() as snapshot:
             snapshot.expire_vacancies(now)
+            stuck = snapshot.expire_departures(now)
+            for key in stuck:
+                log.warning(
+                    "%s is still terminating %gs past its deletion deadline: its room counts "
+                    "as taken (stuckTerminatingSeconds)",
+                    key,
+                    snapshot.args.stuck_terminating_seconds,
+                )
+            if stuck:  # plans that counted on their room are made again
+                replan = jobs_to_replan(snapshot)
             extended, ended = settle_reservations(snapshot, now)
             for reservation in extended:
                 apply(snapshot, HoldRoom(reservation))
             for plan in ended:
                 apply(snapshot, ReleaseRoom(plan.job))
+        for job in replan:
+            self.request(job)
         return ended
 
     def _undo(self, plan: EndedPlan, now: float) -> None:

@@ -25,6 +25,7 @@ from extender.core.config import MusterArgs
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
 from extender.core.preemption.search import FITS_ALREADY
+from extender.core.requeue import jobs_to_replan
 from extender.core.state import ClusterState
 from extender.core.whatif import run_simulation
 from tests.builders import leaving, node, pod, quota, snapshot
@@ -129,3 +130,10 @@ def test_simulate_says_which_pods_it_counts_as_staying() -> None:
     assert result.placements == {JOB: "n2"}
     assert [eviction.pod for eviction in result.evictions] == ["team-b/b-new"]
     assert any("team-b/b-old has been terminating" in note for note in result.notes)
+
+
+def test_the_jobs_planned_again_are_those_still_waiting() -> None:
+    # a-train is pending with no reservation: the PostFilter plans it again once b-old is
+    # stuck.  b-new runs and b-old terminates: neither is planned.
+    state = cluster(b_old())
+    assert jobs_to_replan(state) == [JOB]
