@@ -64,7 +64,8 @@ class Refused:
     reasons: tuple[str, ...]
     #: The job's pending pods (keys): each gets the refusal in its decision log.
     pending: tuple[str, ...]
-    #: When a gang still arriving settles (planned again then), or ``None``.
+    #: When to plan it again (a gang still arriving settles, a victim's minimum runtime
+    #: ends), or ``None``.
     settles: float | None
 
 
@@ -277,7 +278,9 @@ class PostFilterLoop(Watched):
                 # again (when kube-scheduler's own filters reject every node, its pods'
                 # messages are not Muster's, and no nudge comes).
                 settled = settles_at(snapshot, job, now)
-                return Refused(job, decision.reasons, tuple(pending), settled)
+                # A victim spared for its minimum runtime may be taken once it ends.
+                again = [t for t in (settled, decision.retry_at) if t is not None]
+                return Refused(job, decision.reasons, tuple(pending), min(again, default=None))
             reservation = decision.reservation(now, snapshot.args.reservation_timeout_seconds)
             apply(snapshot, HoldRoom(reservation))
             return Commitment(
@@ -289,7 +292,8 @@ class PostFilterLoop(Watched):
             )
 
     def _refuse(self, refused: Refused, now: float) -> None:
-        """No plan: ask again when a gang still arriving settles; count and log it."""
+        """No plan: ask again when a gang still arriving settles or a spared victim's
+        minimum runtime ends; count and log it."""
         if refused.settles is not None:
             with self._lock:
                 due = self._due.get(refused.job, refused.settles)

@@ -97,6 +97,8 @@ def test_when_every_borrower_is_young_the_job_waits_and_says_until_when() -> Non
         "spared for their minimum runtime: team-b/b-1 until 2026-01-01T12:00:00Z "
         "(quota team-b); team-b/b-2 until 2026-01-01T13:00:00Z (quota team-b)"
     ]
+    # The PostFilter plans again when the first protection ends: b-1's, at 12:00.
+    assert decision.retry_at == B1_STARTED + 7200
 
 
 def test_the_victims_quota_annotation_wins_over_the_argument() -> None:

@@ -82,6 +82,8 @@ class PreemptionPlan:
 class Refusal:
     job: str
     reasons: tuple[str, ...]
+    #: When a plan may exist (a victim's minimum runtime ends), or ``None``.
+    retry_at: float | None = None
 
 
 def plan_job_preemption(state: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:
@@ -112,7 +114,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             state, demand, preemptor, settled.ledger, spent, request.level, layout, now
         )
     if isinstance(found, NotFound):
-        return Refusal(job, tuple(found.reasons))
+        return Refusal(job, tuple(found.reasons), found.retry_at)
     victims: list[Victim] = []
     budgets = BudgetUse(state.budgets.values(), spent)
     for group in found.kept:
@@ -181,6 +183,7 @@ def _plan(
                 retried.reasons,
                 retried.guaranteed_skipped or found.guaranteed_skipped,
                 retried.budget_skipped or found.budget_skipped,
+                retry_at=_earliest(retried.retry_at, found.retry_at),
             )
         found = retried
     return found
@@ -205,6 +208,7 @@ def _plan_in_cheapest_domain(
     if not domains:
         return NotFound([f"no node has the label {level} its required topology names"])
     reasons: list[str] = []
+    retry_at: float | None = None
     bounds = DomainBounds(state, demand, domains)
     ranked: list[tuple[tuple[int, int, int, str], frozenset[str]]] = []
     for value in sorted(domains):
@@ -226,6 +230,7 @@ def _plan_in_cheapest_domain(
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
                 return found
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
+            retry_at = _earliest(retry_at, found.retry_at)
             continue
         pods = [pod for group in found.kept for pod in group.pods]
         cost = (
@@ -237,7 +242,10 @@ def _plan_in_cheapest_domain(
         if best is None or cost < best[0]:
             best = (cost, found)
     if best is None:
-        return NotFound([f"no {level} domain holds the whole job, even after evictions", *reasons])
+        return NotFound(
+            [f"no {level} domain holds the whole job, even after evictions", *reasons],
+            retry_at=retry_at,
+        )
     return best[1]
 
 
@@ -254,3 +262,10 @@ def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> P
         request[name] = request.get(name, 0) - amount
     borrows = would_borrow(ledger, demand.quota, request, demand.asks)
     return dataclasses.replace(preemptor, borrows=borrows, within_min_by_own_work=not borrows)
+
+
+def _earliest(first: float | None, second: float | None) -> float | None:
+    """The earlier of two optional times."""
+    if first is None or second is None:
+        return first if second is None else second
+    return min(first, second)

@@ -57,6 +57,8 @@ class NotFound:
     guaranteed_skipped: bool = False  # victims spared for a min in a resource not contested
     budget_skipped: bool = False  # victims spared for a PodDisruptionBudget
     fits: bool = False  # nothing need be evicted
+    #: The earliest end of a minimum runtime that spared a victim: a plan may exist then.
+    retry_at: float | None = None
 
 
 def search_victims(
@@ -99,6 +101,7 @@ def search_victims(
     skipped_for_min: list[str] = []
     skipped_for_budgets: list[str] = []
     skipped_for_runtime: list[str] = []
+    protected: list[float] = []  # when each victim spared for its minimum runtime is not
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
     refused = state.book.refused_victims.get(demand.job, ())
@@ -108,6 +111,7 @@ def search_victims(
         if group.other_quota:
             until = protected_until(state, group)
             if until > now:
+                protected.append(until)
                 skipped_for_runtime.append(
                     f"{group.job} until {format_time(until)} (quota {group.quota})"
                 )
@@ -144,7 +148,8 @@ def search_victims(
                 f"spared for their PodDisruptionBudgets (pdbPolicy {policy}): "
                 + "; ".join(sorted(set(skipped_for_budgets)))
             )
-        return NotFound(reasons, guaranteed_skipped, bool(skipped_for_budgets))
+        retry_at = min(protected) if protected else None
+        return NotFound(reasons, guaranteed_skipped, bool(skipped_for_budgets), retry_at=retry_at)
 
     kept = _minimised(simulation, removed)
     placements = fit.place()
