@@ -65,6 +65,16 @@ MAX_PRIORITY_THRESHOLD_ANNOTATION = "muster.dev/max-priority-threshold"
 #: (another quota taking back its min, or borrowing); the argument minRuntimeSeconds
 #: otherwise.
 MIN_RUNTIME_ANNOTATION = "muster.dev/min-runtime-seconds"
+#: On a pod (its job's template): how long, once marked as a victim, it may take to save
+#: its work and exit before it is evicted; capped by its quota's
+#: ``muster.dev/max-preemption-notice-seconds``, else the argument
+#: ``maxPreemptionNoticeSeconds`` (0: no notice).
+PREEMPTION_NOTICE_ANNOTATION = "muster.dev/preemption-notice-seconds"
+MAX_PREEMPTION_NOTICE_ANNOTATION = "muster.dev/max-preemption-notice-seconds"
+#: On a pod, written by the job (its training code or operator): when it saved its work
+#: (RFC 3339).  A time at or after its soft-eviction mark answers the notice: the pod is
+#: evicted at once.
+CHECKPOINTED_ANNOTATION = "muster.dev/checkpointed"
 STOP_POLICY_ANNOTATION = "muster.dev/stop-policy"
 
 # Taint that kube-scheduler's NodeUnschedulable plugin lets tolerating pods past.

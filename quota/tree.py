@@ -64,6 +64,9 @@ class QuotaPolicy:
     #: Its jobs admitted less than this long ago are spared by reclaim; ``None``: the
     #: ``minRuntimeSeconds`` argument decides.
     min_runtime_seconds: float | None = None
+    #: The longest notice its pods may declare before they are evicted; ``None``: the
+    #: ``maxPreemptionNoticeSeconds`` argument decides.
+    max_preemption_notice_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,7 @@ def parse_policy(annotations: Mapping[str, str]) -> QuotaPolicy:
         max_priority_threshold=threshold,
         stop_policy=_enum(annotations, keys.STOP_POLICY_ANNOTATION, StopPolicy.NONE),
         min_runtime_seconds=_seconds(annotations, keys.MIN_RUNTIME_ANNOTATION),
+        max_preemption_notice_seconds=_seconds(annotations, keys.MAX_PREEMPTION_NOTICE_ANNOTATION),
     )
 
 

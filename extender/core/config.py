@@ -62,6 +62,12 @@ class MusterArgs(BaseModel):
     #: spared by reclaim and borrowing across quotas; a quota's
     #: ``muster.dev/min-runtime-seconds`` sets its own jobs' (0: no protection).
     min_runtime_seconds: float = Field(0.0, alias="minRuntimeSeconds", ge=0)
+    #: The longest notice a victim's pods may declare (``muster.dev/preemption-notice-seconds``)
+    #: between their mark and their eviction, to save their work; a quota's
+    #: ``muster.dev/max-preemption-notice-seconds`` sets its own (0: no notice).
+    max_preemption_notice_seconds: float = Field(
+        0.0, alias="maxPreemptionNoticeSeconds", ge=0, le=7 * 24 * 3600
+    )
     #: A terminating pod counts as leaving (its room free for a plan) until this long past
     #: its deletion deadline (``deletionTimestamp``, which includes its grace period);
     #: after that it counts as staying: a finalizer can keep a pod terminating for ever,

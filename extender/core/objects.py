@@ -93,6 +93,8 @@ class PodInfo:
     marked_for: str | None = field(init=False)
     #: When the soft-eviction mark was written (its ``timestamp``), if Muster can read it.
     marked_at: float | None = field(init=False)
+    #: The notice the mark gives the pod before its eviction (seconds; 0: none).
+    marked_notice: float = field(init=False)
     #: ``started``, else ``created``: what "most recently started" compares.
     start_or_created: float = field(init=False)
 
@@ -103,10 +105,12 @@ class PodInfo:
         object.__setattr__(self, "job", f"{self.namespace}/{group or self.name}")
         object.__setattr__(self, "soft_evicted", keys.SOFT_EVICTION_KEY in self.labels)
         marked_for = marked_at = None
+        notice = 0.0
         if self.soft_evicted and keys.SOFT_EVICTION_KEY in self.annotations:
-            marked_for, marked_at, _ = read_mark(self.annotations[keys.SOFT_EVICTION_KEY])
+            marked_for, marked_at, _, notice = read_mark(self.annotations[keys.SOFT_EVICTION_KEY])
         object.__setattr__(self, "marked_for", marked_for)
         object.__setattr__(self, "marked_at", marked_at)
+        object.__setattr__(self, "marked_notice", notice)
         start = self.started if self.started is not None else self.created
         object.__setattr__(self, "start_or_created", start)
 
@@ -160,6 +164,8 @@ class Mark(NamedTuple):
     preemptor: str | None
     timestamp: float | None
     well_formed: bool
+    #: The notice (seconds) the victim has between its mark and its eviction.
+    notice_seconds: float = 0.0
 
 
 def read_mark(text: str) -> Mark:
@@ -179,7 +185,23 @@ def read_mark(text: str) -> Mark:
     if stamp is not None and not is_record_time(stamp):
         well_formed = False
     named = preemptor if isinstance(preemptor, str) and preemptor else None
-    return Mark(named, stamp, well_formed)
+    notice = mark.get("noticeSeconds", 0)
+    if not is_notice(notice):
+        notice, well_formed = 0, False
+    return Mark(named, stamp, well_formed, float(notice))
+
+
+#: The longest notice a mark may carry (a week): no argument allows more.
+MAX_NOTICE_SECONDS = 7 * 24 * 3600
+
+
+def is_notice(value: object) -> bool:
+    """A notice a mark of Muster's may carry (seconds, 0 to a week)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 <= value <= MAX_NOTICE_SECONDS
+    )
 
 
 def _group_name(

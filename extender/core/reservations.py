@@ -324,8 +324,9 @@ def ended_plan(state: ClusterState, job: str, why: str) -> EndedPlan:
 
 def refused_victims(state: ClusterState, now: float) -> dict[str, list[PodInfo]]:
     """Per preempting job, its victims still bound and not terminating
-    ``victimEvictionDeadlineSeconds`` after they were marked, that a budget allowing no
-    more disruptions covers (the Eviction API refuses them): their plan is stuck."""
+    ``victimEvictionDeadlineSeconds`` after their notice ran out (their mark, for a
+    victim with none), that a budget allowing no more disruptions covers (the Eviction
+    API refuses them): their plan is stuck."""
     deadline = state.args.victim_eviction_deadline_seconds
     blocked = [b for b in state.budgets.values() if b.disruptions_allowed <= 0]
     if not blocked:
@@ -337,7 +338,7 @@ def refused_victims(state: ClusterState, now: float) -> dict[str, list[PodInfo]]
                 pod.node_name is None
                 or pod.terminating
                 or pod.marked_at is None
-                or now - pod.marked_at < deadline
+                or now - pod.marked_at - pod.marked_notice < deadline
             ):
                 continue
             if any(budget.covers(pod) for budget in blocked):

@@ -1,7 +1,8 @@
 """``muster evictor``: the reference soft-eviction operator.
 
 Watches pods carrying the ``scheduling.koordinator.sh/soft-eviction`` label
-and evicts each through the Eviction API, so PodDisruptionBudgets are
+and evicts each through the Eviction API (once its notice, if the mark gives one, has run
+out, or the job has answered it: :mod:`extender.core.notice`), so PodDisruptionBudgets are
 honoured (a ``429`` is retried later, with a per-pod backoff), with the grace
 period the mark's ``deleteOptions`` asks for; each pod is evicted once, and only if
 Muster wrote its mark (the mark's signature, :mod:`extender.core.records`): a label a
@@ -24,6 +25,8 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from base import keys
+from extender.core.notice import answered
+from extender.core.objects import read_mark
 from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
@@ -80,7 +83,16 @@ class Evictor:
             registry=self.registry,
         )
         oldest.set_function(self.oldest_refused_age)
+        noticed = Gauge(
+            "muster_evictor_pods_on_notice",
+            "Marked pods given notice to save their work, not evicted yet.",
+            registry=self.registry,
+        )
+        noticed.set_function(lambda: len(self._noticed))
         self._waiting: dict[str, _Refused] = {}  # refused, retried later; by pod key
+        #: Marked pods on notice, by key: the pod as last seen, and when the notice ends.
+        self._noticed: dict[str, tuple[Json, float]] = {}
+        self._exited: set[str] = set()  # UIDs that exited on notice (counted once)
         self._evicted: set[str] = set()  # UIDs evicted already (their updates follow)
         self._claimed: set[str] = set()  # UIDs a thread is evicting right now
         self._dropped: set[str] = set()  # claimed UIDs unmarked or deleted meanwhile
@@ -116,11 +128,13 @@ class Evictor:
             uid = str(metadata.get("uid"))
             with self._lock:
                 self._waiting.pop(object_key(obj), None)
+                self._noticed.pop(object_key(obj), None)
                 if uid in self._claimed:  # a refusal arriving later must not re-add it
                     self._dropped.add(uid)
                 if kind == "DELETED":
                     self._evicted.discard(uid)
                     self._forged.discard(uid)
+                    self._exited.discard(uid)
             return
         if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
             uid = str(metadata.get("uid"))
@@ -134,16 +148,51 @@ class Evictor:
             self.evictions.labels("forged").inc()
             log.warning("not evicting %s: its soft-eviction mark is not Muster's", object_key(obj))
             return
+        if self._on_notice(obj):
+            return
         self._evict(obj)
 
+    def _on_notice(self, obj: Json) -> bool:
+        """Is a marked pod still on notice (:mod:`extender.core.notice`)?  Its notice has
+        not run out, and the job has neither answered (``muster.dev/checkpointed`` at or
+        after the mark) nor exited; one that exited by itself needs no eviction either."""
+        metadata = obj.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        key, uid = object_key(obj), str(metadata.get("uid"))
+        mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
+        if mark.notice_seconds <= 0 or mark.timestamp is None:
+            return False
+        if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            with self._lock:
+                self._noticed.pop(key, None)
+                first = uid not in self._exited
+                self._exited.add(uid)
+            if first:
+                self.evictions.labels("exited").inc()
+                log.info("%s exited on notice: no eviction needed", key)
+            return True
+        due = mark.timestamp + mark.notice_seconds
+        if answered(annotations, mark.timestamp) or self.clock() >= due:
+            with self._lock:
+                self._noticed.pop(key, None)
+            return False
+        with self._lock:
+            self._noticed[key] = (obj, due)
+        return True
+
     def retry_due(self) -> int:
-        """Try again the refused evictions whose backoff is over; return how many."""
+        """Evict the pods whose notice ran out, and try again the refused evictions whose
+        backoff is over; return how many were tried."""
         now = self.clock()
+        with self._lock:
+            ended = [obj for obj, due in self._noticed.values() if due <= now]
+        for obj in ended:
+            self._on_pod("MODIFIED", obj)
         with self._lock:
             due = [r.obj for r in self._waiting.values() if r.next_try <= now]
         for obj in due:
             self._evict(obj, retry=True)
-        return len(due)
+        return len(ended) + len(due)
 
     def _evict(self, obj: Json, *, retry: bool = False) -> None:
         metadata = obj.get("metadata") or {}

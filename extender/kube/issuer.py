@@ -97,7 +97,14 @@ class PlanIssuer:
         marked: list[Victim] = []
 
         def mark(victim: Victim) -> None:
-            if self.remove(victim.pod, job, victim.reason, commitment.delete_now, label_only=True):
+            if self.remove(
+                victim.pod,
+                job,
+                victim.reason,
+                commitment.delete_now,
+                label_only=True,
+                notice_seconds=victim.notice_seconds,
+            ):
                 marked.append(victim)
 
         self._each(mark, commitment.plan.victims)
@@ -129,7 +136,14 @@ class PlanIssuer:
             self.writer.event(first, "Preempting", f"Job {job} preempts {victims}")
 
     def remove(
-        self, pod: PodInfo, job: str, reason: str, delete_now: bool, *, label_only: bool = False
+        self,
+        pod: PodInfo,
+        job: str,
+        reason: str,
+        delete_now: bool,
+        *,
+        label_only: bool = False,
+        notice_seconds: float = 0.0,
     ) -> bool:
         """Mark a victim for soft eviction (or evict it at once), once it succeeds; a
         failure is left for :meth:`PostFilterLoop.complete_in_flight` to retry.
@@ -141,9 +155,21 @@ class PlanIssuer:
             if delete_now:
                 self.writer.evict(pod.namespace, pod.name, pod.uid, None)
             elif label_only:
-                self.writer.label_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
+                self.writer.label_victim(
+                    pod,
+                    preemptor=job,
+                    reason=reason,
+                    grace_seconds=None,
+                    notice_seconds=notice_seconds,
+                )
             else:
-                self.writer.mark_victim(pod, preemptor=job, reason=reason, grace_seconds=None)
+                self.writer.mark_victim(
+                    pod,
+                    preemptor=job,
+                    reason=reason,
+                    grace_seconds=None,
+                    notice_seconds=notice_seconds,
+                )
         except ApiError as error:
             if error.status not in (404, 409):  # not gone or replaced: try again later
                 log.warning("victim %s: %s (will retry)", pod.key, error)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
+from extender.core.notice import notice_seconds
 from extender.core.objects import PodInfo
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.preemption.policy import victim_refusal
@@ -175,13 +176,16 @@ class PostFilterLoop(Watched):
         disruption of those marked without it; return how many were marked."""
         with self.source.exclusive() as snapshot:
             unfinished = _unfinished(snapshot, self.issuer.written)
+            notices = {pod.key: notice_seconds(snapshot, pod) for pod, _job in unfinished.unmarked}
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)
                 log.warning("not marking %s for job %s: %s", pod.key, job, why)
         for pod, job in unfinished.unmarked:
             reason = f"completing the preemption for job {job}"
-            self.issuer.remove(pod, job, reason, unfinished.delete_now)
+            self.issuer.remove(
+                pod, job, reason, unfinished.delete_now, notice_seconds=notices[pod.key]
+            )
         # A Muster stopped between a plan's marks and their conditions: the victims it
         # marked (signed, so believed) get their DisruptionTarget and Preempted event now.
         # A victim this process marked gets them from the plan itself (decide).

@@ -65,26 +65,48 @@ class ClusterWriter:
         raise AssertionError("unreachable")
 
     def mark_victim(
-        self, pod: PodInfo, *, preemptor: str | None, reason: str, grace_seconds: int | None
+        self,
+        pod: PodInfo,
+        *,
+        preemptor: str | None,
+        reason: str,
+        grace_seconds: int | None,
+        notice_seconds: float = 0.0,
     ) -> None:
         """Label and annotate a victim for soft eviction, set ``DisruptionTarget``, emit
         a ``Preempted`` event (:meth:`label_victim`, then :meth:`record_disruption`).
         ``preemptor`` is the job it makes room for (``None``: a drain, for no job)."""
-        self.label_victim(pod, preemptor=preemptor, reason=reason, grace_seconds=grace_seconds)
+        self.label_victim(
+            pod,
+            preemptor=preemptor,
+            reason=reason,
+            grace_seconds=grace_seconds,
+            notice_seconds=notice_seconds,
+        )
         self.record_disruption(pod, preemptor=preemptor, reason=reason)
 
     def label_victim(
-        self, pod: PodInfo, *, preemptor: str | None, reason: str, grace_seconds: int | None
+        self,
+        pod: PodInfo,
+        *,
+        preemptor: str | None,
+        reason: str,
+        grace_seconds: int | None,
+        notice_seconds: float = 0.0,
     ) -> None:
         """The mark itself: the soft-eviction label and annotation (one patch), what the
-        evictor acts on and what makes the victim departing for every replica."""
-        mark = {
+        evictor acts on and what makes the victim departing for every replica; with
+        ``notice_seconds``, the time the victim has to save its work before its eviction
+        (:mod:`extender.core.notice`)."""
+        mark: Json = {
             "timestamp": format_time(self.clock()),
             "initiator": COMPONENT,
             "reason": reason,
             "preemptor": preemptor,
             "deleteOptions": {"gracePeriodSeconds": grace_seconds},
         }
+        if notice_seconds > 0:
+            mark["noticeSeconds"] = notice_seconds
         self.patch_pod(
             pod,
             {

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.core.budgets import BudgetUse
+from extender.core.notice import notice_seconds
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
@@ -58,6 +59,8 @@ class Victim:
     quota: str
     job: str  # the victim's own job: a gang is evicted whole
     reason: str
+    #: Seconds it may take to save its work and exit before it is evicted.
+    notice_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,8 @@ class PreemptionPlan:
             placements=dict(self.placements),
             victims=tuple(victim.pod.key for victim in self.victims),
             created=now,
-            expires=now + timeout,
+            # The room is held through the longest notice of its victims.
+            expires=now + timeout + max((v.notice_seconds for v in self.victims), default=0.0),
         )
 
 
@@ -125,7 +129,10 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         if broken:
             reason += f"; breaks {', '.join(broken)}, and no plan spares it"
         budgets.take(group.pods)
-        victims.extend(Victim(pod, group.quota, group.job, reason) for pod in group.pods)
+        for pod in group.pods:
+            notice = notice_seconds(state, pod)
+            said = f"{reason}; {notice:g}s notice to save its work" if notice else reason
+            victims.append(Victim(pod, group.quota, group.job, said, notice))
     return PreemptionPlan(job, demand.quota, tuple(victims), found.placements)
 
 

@@ -1,0 +1,60 @@
+"""Notice before eviction: how long a victim may take to save its work and exit.
+
+A job declares the notice it wants on its pods (``muster.dev/preemption-notice-seconds``);
+an admin caps it per quota (``muster.dev/max-preemption-notice-seconds`` on the victim's
+quota) and for the cluster (``maxPreemptionNoticeSeconds``, 0 by default: no notice).  A
+victim is marked as without notice (label, annotation, ``DisruptionTarget``, event); the
+mark carries its notice, and the evictor evicts it once the notice has run out, or at
+once when the job answers (``muster.dev/checkpointed`` at or after the mark) or exits by
+itself.  The preemptor's reservation lasts through the longest notice of its victims.
+
+A tenant writes the declaration and the answer: the declaration only delays its own
+pods' eviction, within the admins' cap; the answer only hastens it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from base import keys
+from base.errors import ManifestError
+from base.times import parse_time
+from extender.core.objects import MAX_NOTICE_SECONDS, PodInfo
+from extender.core.state import ClusterState
+
+
+def declared_notice(pod: PodInfo) -> float:
+    """The notice ``pod`` declares, in seconds (0 when it declares none or nonsense: a
+    declaration that cannot be read asks for nothing)."""
+    text = pod.annotations.get(keys.PREEMPTION_NOTICE_ANNOTATION)
+    if text is None:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
+def notice_seconds(state: ClusterState, pod: PodInfo) -> float:
+    """The notice victim ``pod`` gets: what it declares, capped by its quota's
+    ``muster.dev/max-preemption-notice-seconds`` (else ``maxPreemptionNoticeSeconds``)."""
+    declared = declared_notice(pod)
+    if declared <= 0:
+        return 0.0
+    quota = state.charged_to(pod)
+    cap = state.tree[quota].policy.max_preemption_notice_seconds if quota is not None else None
+    if cap is None:
+        cap = state.args.max_preemption_notice_seconds
+    return min(declared, cap, float(MAX_NOTICE_SECONDS))
+
+
+def answered(pod_annotations: dict[str, str] | None, marked_at: float) -> bool:
+    """Has the job answered the notice of a mark written at ``marked_at``: does the pod's
+    ``muster.dev/checkpointed`` name a time at or after it?"""
+    text = (pod_annotations or {}).get(keys.CHECKPOINTED_ANNOTATION)
+    try:
+        when = parse_time(text, keys.CHECKPOINTED_ANNOTATION)
+    except ManifestError:
+        return False
+    return when is not None and when >= marked_at
