@@ -197,7 +197,7 @@ class PostFilterLoop(Watched):
     def abandon_refused(self, now: float) -> list[str]:
         """Abandon the plans a PodDisruptionBudget stalls: a victim still refused
         ``victimEvictionDeadlineSeconds`` after it was marked (see
-        :func:`extender.core.budgets.refused_victims`).  They are undone as any plan
+        :func:`extender.core.reservations.refused_victims`).  They are undone as any plan
         ended without its job binding, and the job is planned again without the refused
         victims; return the jobs."""
         with self.source.exclusive() as snapshot:

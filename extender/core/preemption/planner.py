@@ -147,9 +147,10 @@ def _plan(
     layout: JobLayout,
     now: float,
 ) -> Found | NotFound:
-    """The plan's search (:func:`_search`), again allowing what it spares when nothing
-    is found without: victims that break a guarantee in a resource the job does not ask
-    for, or a PodDisruptionBudget (under pdbPolicy BestEffort), budgets first.
+    """The plan's search (:func:`~extender.core.preemption.search.search_victims`), again
+    allowing what it spares when nothing is found without: victims that break a guarantee
+    in a resource the job does not ask for, or a PodDisruptionBudget (under pdbPolicy
+    BestEffort), budgets first.
     ``within``: the nodes of the one domain the job is planned in."""
     best_effort = state.args.pdb_policy == "BestEffort"
     found = search_victims(
