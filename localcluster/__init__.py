@@ -38,7 +38,7 @@ from .binaries import (
     kubernetes_minor,
 )
 from .controlplane import ControlPlane
-from .kubelet import RUN_SECONDS, KubeletEmulator
+from .kubelet import ANSWERS_NOTICE, RUN_SECONDS, KubeletEmulator
 from .pki import MutualTlsPki, make_mutual_tls_pki, records_key_dir
 from .processes import ComponentError, free_port, free_ports
 from .rest import ApiError, RestClient
@@ -48,6 +48,7 @@ from .waiting import wait_until
 from .watch import Watcher
 
 __all__ = [
+    "ANSWERS_NOTICE",
     "KEEP",
     "RUN_SECONDS",
     "ApiError",

@@ -21,11 +21,17 @@ from .watch import Watcher
 # A pod (or a Job's pod template) carrying this annotation runs for that many seconds and
 # then succeeds, so Jobs complete; without it a pod runs until it is deleted.
 RUN_SECONDS = "kubelet.muster.dev/run-seconds"
+# A pod carrying this annotation plays a job that answers a preemption notice: once
+# marked for soft eviction, it saves its work (writes ``muster.dev/checkpointed`` with the
+# time) and exits (``Succeeded``).
+ANSWERS_NOTICE = "kubelet.muster.dev/answers-notice"
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
+CHECKPOINTED = "muster.dev/checkpointed"
 
 
 @dataclass
 class _Task:
-    kind: str  # "start", "finish" or "delete"
+    kind: str  # "start", "finish", "answer" or "delete"
     namespace: str
     name: str
     uid: str
@@ -52,6 +58,9 @@ class KubeletEmulator:
       shorter), first given a terminal phase as the kubelet does (``Failed``, containers
       killed with exit code 137, unless it already ended), so a Job's pod failure policy
       can judge it, and then deleted with grace period 0 (and a UID precondition).
+
+    * a running pod annotated ``ANSWERS_NOTICE`` that is marked for soft eviction writes
+      ``muster.dev/checkpointed`` and succeeds (a job saving its work on notice);
 
     A node in ``lost_nodes`` has lost its kubelet: its pods are neither started, ended nor
     deleted (a pod deleted there stays terminating, as on a node that stopped answering).
@@ -153,6 +162,17 @@ class KubeletEmulator:
                 self._tasks[uid] = _Task("delete", namespace, name, uid, when, pod)
             return
         phase = pod.get("status", {}).get("phase", "Pending")
+        annotations = meta.get("annotations") or {}
+        if (
+            phase == "Running"
+            and annotations.get(ANSWERS_NOTICE) == "true"
+            and SOFT_EVICTION in (meta.get("labels") or {})
+            and CHECKPOINTED not in annotations
+        ):
+            existing = self._tasks.get(uid)
+            if existing is None or existing.kind != "answer":
+                self._tasks[uid] = _Task("answer", namespace, name, uid, 0.0, pod)
+            return
         if phase == "Pending" and uid not in self._started and uid not in self._tasks:
             self._tasks[uid] = _Task("start", namespace, name, uid, 0.0, pod)
         elif phase == "Running" and uid not in self._tasks:
@@ -183,6 +203,8 @@ class KubeletEmulator:
                 self._start_pod(task)
             elif task.kind == "finish":
                 self._end_pod(task, succeeded=True)
+            elif task.kind == "answer":
+                self._answer_notice(task)
             else:
                 if task.pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
                     self._end_pod(task, succeeded=False)
@@ -319,6 +341,16 @@ class KubeletEmulator:
             "PATCH", path, patch, content_type="application/strategic-merge-patch+json"
         )
         self.pods_ended += 1
+
+    def _answer_notice(self, task: _Task) -> None:
+        """Save the work (``muster.dev/checkpointed``: now) and exit, as a job given
+        notice of its eviction would."""
+        path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}"
+        patch = {"metadata": {"uid": task.uid, "annotations": {CHECKPOINTED: timestamp()}}}
+        self._rest.request(
+            "PATCH", path, patch, content_type="application/strategic-merge-patch+json"
+        )
+        self._end_pod(task, succeeded=True)
 
     def _delete_pod(self, task: _Task) -> None:
         path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}"

@@ -18,14 +18,15 @@ from typing import Any, cast
 from base import keys
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
+from extender.core.filter.admission import victims_still_there
 from extender.core.notice import answered, notice_seconds
-from extender.core.objects import read_mark
+from extender.core.objects import parse_pod, read_mark
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.reservations import refused_victims
 from extender.core.state import ClusterState
 from extender.kube.client import KubeClient
 from extender.kube.evictor import Evictor
-from tests.builders import node, pod, quota, record_keys, signed, snapshot
+from tests.builders import hold_plan, node, pod, quota, record_keys, signed, snapshot
 from tests.unit.test_evictor import Clock, ScriptedClient, outcomes
 
 GPU = "nvidia.com/gpu"
@@ -121,6 +122,20 @@ def test_a_budget_s_refusal_counts_from_the_end_of_the_notice() -> None:
     )
     assert refused_victims(state, NOW + 150) == {}
     assert [p.key for p in refused_victims(state, NOW + 211)["team-a/a-train"]] == ["team-b/b-1"]
+
+
+def test_a_victim_that_exits_on_notice_is_gone_for_its_preemptor() -> None:
+    # The plan is held (its reservation names b-1); b-1 marked, then Succeeded: its job's
+    # pods no longer wait for it.
+    state = cluster(declared="90", argument=120)
+    plan = plan_job_preemption(state, "team-a/a-train", NOW)
+    assert isinstance(plan, PreemptionPlan)
+    hold_plan(state, plan, NOW)
+    assert victims_still_there(state, "team-a/a-train")
+    exited = pod("b-1", "team-b", gpu=8, node="n1", preemptible=True)
+    exited["status"]["phase"] = "Succeeded"
+    state.upsert_pod(parse_pod(exited))
+    assert not victims_still_there(state, "team-a/a-train")
 
 
 # ---- the evictor ---------------------------------------------------------------------

@@ -78,15 +78,18 @@ def victims_still_there(state: ClusterState, job: str) -> bool:
     """Is a victim of ``job``'s preemption still there: a pod whose soft-eviction mark
     names the job (until it is gone), or one its reservation counts on that is not yet
     terminating (Muster's plan committed in memory before the informer reads its marks
-    back)?  Victims kube-scheduler preempted itself are deleted at once, unmarked: once
-    terminating, kube-scheduler's own nomination waits for them."""
+    back)?  A victim that exited by itself (on notice) is gone.  Victims kube-scheduler
+    preempted itself are deleted at once, unmarked: once terminating, kube-scheduler's
+    own nomination waits for them."""
     if state.members.marked_victims(job):
         return True
     reservation = state.reservations.get(job)
     if reservation is None:
         return False
     victims = (state.pods.get(key) for key in reservation.victims)
-    return any(victim is not None and not victim.terminating for victim in victims)
+    return any(
+        victim is not None and not victim.terminating and not victim.finished for victim in victims
+    )
 
 
 def added_pods_admission_failures(
