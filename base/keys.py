@@ -75,6 +75,12 @@ MAX_PREEMPTION_NOTICE_ANNOTATION = "muster.dev/max-preemption-notice-seconds"
 #: (RFC 3339).  A time at or after its soft-eviction mark answers the notice: the pod is
 #: evicted at once.
 CHECKPOINTED_ANNOTATION = "muster.dev/checkpointed"
+#: On a pod, written by the job: when it last saved its work (RFC 3339).  A victim's lost
+#: work counts from the later of this and its start.
+LAST_CHECKPOINT_ANNOTATION = "muster.dev/last-checkpoint"
+#: On a pod (its job's template): the job saves its work every this many seconds from its
+#: start; a victim's lost work counts from its last such save.
+CHECKPOINT_INTERVAL_ANNOTATION = "muster.dev/checkpoint-interval-seconds"
 STOP_POLICY_ANNOTATION = "muster.dev/stop-policy"
 
 # Taint that kube-scheduler's NodeUnschedulable plugin lets tolerating pods past.

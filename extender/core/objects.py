@@ -95,8 +95,12 @@ class PodInfo:
     marked_at: float | None = field(init=False)
     #: The notice the mark gives the pod before its eviction (seconds; 0: none).
     marked_notice: float = field(init=False)
-    #: ``started``, else ``created``: what "most recently started" compares.
+    #: ``started``, else ``created``: a job's admission, for its minimum runtime.
     start_or_created: float = field(init=False)
+    #: When the work a pod would lose began: the later of ``start_or_created`` and its
+    #: ``muster.dev/last-checkpoint`` (a time the job wrote: lying only makes its own pod
+    #: the cheaper victim).
+    work_started: float = field(init=False)
 
     def __post_init__(self) -> None:
         group = self.spec_group or _group_name(self.labels, self.annotations, self.controller)
@@ -113,6 +117,8 @@ class PodInfo:
         object.__setattr__(self, "marked_notice", notice)
         start = self.started if self.started is not None else self.created
         object.__setattr__(self, "start_or_created", start)
+        saved = _checkpoint_time(self.annotations.get(keys.LAST_CHECKPOINT_ANNOTATION))
+        object.__setattr__(self, "work_started", max(start, saved or start))
 
     @property
     def finished(self) -> bool:
@@ -202,6 +208,16 @@ def is_notice(value: object) -> bool:
         and not isinstance(value, bool)
         and 0 <= value <= MAX_NOTICE_SECONDS
     )
+
+
+def _checkpoint_time(text: str | None) -> float | None:
+    """A ``muster.dev/last-checkpoint`` time; ``None`` when absent or unreadable (the job
+    wrote it: one that cannot be read claims no checkpoint)."""
+    try:
+        stamp = parse_time(text, keys.LAST_CHECKPOINT_ANNOTATION)
+    except ManifestError:
+        return None
+    return stamp if stamp is not None and is_record_time(stamp) else None
 
 
 def _group_name(

@@ -139,6 +139,8 @@ def pod(snapshot: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | 
             "reservedNode": snapshot.reserved_node(key),
             "preemptible": snapshot.preemptible(info),
             "priority": info.priority,
+            # When the work it would lose began: its start, or its last checkpoint.
+            "workStarted": format_time(info.work_started),
             "quotaAdmission": admission_failures(snapshot, info) or "admitted",
         }
         topology = _topology(snapshot, info.job)

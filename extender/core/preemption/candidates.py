@@ -12,7 +12,8 @@ within its ``min`` shields its subtree).
 Whether taking a group from another quota would push that quota below its ``min``
 depends on what was taken before it, so the planner checks that as it goes
 (:func:`quota.admission.min_violations`).  The order is: other quotas first, lower
-priority first, most recently started first, then by name.
+priority first, least work lost first (the latest to start or save its work), then by
+name.
 
 The planner says which groups could still help it (``wanted``); only those are checked
 against the policies.
@@ -63,7 +64,7 @@ class VictimGroup:
     pods: tuple[PodInfo, ...]
     requests: Mapping[str, int]
     priority: int  # the highest among the pods
-    started: float  # the most recent start among the pods
+    started: float  # when the latest work among the pods began (start or checkpoint)
     other_quota: bool
     rule: Rule
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from extender.core.budgets import BudgetUse
 from extender.core.notice import notice_seconds
@@ -39,6 +40,7 @@ from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
 from extender.core.preemption.candidates import describe
+from extender.core.preemption.cost import LostWork, lost_work
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.policy import Preemptor, own_evictable_requests, preemptor_of
@@ -130,8 +132,10 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             reason += f"; breaks {', '.join(broken)}, and no plan spares it"
         budgets.take(group.pods)
         for pod in group.pods:
+            said = f"{reason}; it loses {lost_work((pod,), now)} of work"
             notice = notice_seconds(state, pod)
-            said = f"{reason}; {notice:g}s notice to save its work" if notice else reason
+            if notice:
+                said += f"; {notice:g}s notice to save its work"
             victims.append(Victim(pod, group.quota, group.job, said, notice))
     return PreemptionPlan(job, demand.quota, tuple(victims), found.placements)
 
@@ -208,31 +212,35 @@ def _plan_in_cheapest_domain(
     now: float,
 ) -> Found | NotFound:
     """For a job that must stay inside one domain of ``level``: the plan of each domain
-    (victims from that domain only), and the cheapest of them: the fewest guarantees and
-    budgets broken, then the lowest highest victim priority, then the fewest victim pods,
-    then the domain's name.  A domain holding pods of the job already bound is the only
-    one; a domain that holds the job as it is ends the search (no preemption)."""
+    (victims from that domain only), and the cheapest of them by :class:`PlanRank`.  A
+    domain holding pods of the job already bound is the only one; a domain that holds the
+    job as it is ends the search (no preemption).  Domains are planned cheapest bound
+    first, until no domain left can rank better; of domains whose bound ties the best
+    plan's, ``TIED_DOMAINS`` more are planned, for the one losing the least work."""
     domains = node_domains(state, level, {pod.node_name or "" for pod in layout.bound})
     if not domains:
         return NotFound([f"no node has the label {level} its required topology names"])
     reasons: list[str] = []
     retry_at: float | None = None
     bounds = DomainBounds(state, demand, domains)
-    ranked: list[tuple[tuple[int, int, int, str], frozenset[str]]] = []
+    ranked: list[tuple[tuple[int, int, int], str, frozenset[str]]] = []
     for value in sorted(domains):
         bound = bounds.of(value)
         if isinstance(bound, str):
             reasons.append(f"{level}={value}: {bound}")
         else:
-            ranked.append(((0, *bound, value), domains[value]))
+            ranked.append(((0, *bound), value, domains[value]))
     # Cheapest first by a bound no plan of the domain can beat: once the best plan found
-    # costs no more than the next domain's bound, no domain left can do better.
+    # ranks better than the next domain's bound, no domain left can do better.
     ranked.sort()
-    best: tuple[tuple[int, int, int, str], Found] | None = None
-    for bound_cost, names in ranked:
-        value = bound_cost[3]
-        if best is not None and best[0] <= bound_cost:
-            break
+    best: tuple[PlanRank, Found] | None = None
+    ties = 0
+    for floor, value, names in ranked:
+        if best is not None:
+            head = (best[0].broken, best[0].priority, best[0].pods)
+            if head < floor or (head == floor and ties >= TIED_DOMAINS):
+                break
+            ties += head == floor
         found = _plan(state, demand, preemptor, ledger, spent, names, layout=layout, now=now)
         if isinstance(found, NotFound):
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
@@ -240,21 +248,53 @@ def _plan_in_cheapest_domain(
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
             retry_at = _earliest(retry_at, found.retry_at)
             continue
-        pods = [pod for group in found.kept for pod in group.pods]
-        cost = (
-            len(found.below_min) + int(found.breaks_budgets),
-            max(pod.priority for pod in pods),
-            len(pods),
-            value,
-        )
-        if best is None or cost < best[0]:
-            best = (cost, found)
+        rank = plan_rank(found, now, value)
+        if best is None or rank < best[0]:
+            best = (rank, found)
     if best is None:
         return NotFound(
             [f"no {level} domain holds the whole job, even after evictions", *reasons],
             retry_at=retry_at,
         )
     return best[1]
+
+
+#: Domains whose bound ties the best plan's that are still planned, for less lost work.
+TIED_DOMAINS = 1
+
+
+class PlanRank(NamedTuple):
+    """How plans that each free room for the whole job compare: the one comparator,
+    each step a field, the first difference decides.
+
+    1. ``broken``: the fewest guarantees (a quota's ``min`` in a resource the job does not
+       ask for) and PodDisruptionBudgets broken; a plan breaks one only when none spares it.
+    2. ``priority``: the lowest highest victim priority (priority is what admins say a job
+       is worth: no lower-priority work is spared by destroying higher-priority work).
+    3. ``pods``: the fewest victim pods.
+    4. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
+       since each victim's last checkpoint or start).  Within one plan the walk already
+       takes, among victims of one priority, those whose work began latest first.
+    5. ``where``: the domain's name, for a stable answer.
+    """
+
+    broken: int
+    priority: int
+    pods: int
+    lost: LostWork
+    where: str
+
+
+def plan_rank(found: Found, now: float, where: str = "") -> PlanRank:
+    """``found``'s :class:`PlanRank` at ``now``."""
+    pods = [pod for group in found.kept for pod in group.pods]
+    return PlanRank(
+        len(found.below_min) + int(found.breaks_budgets),
+        max(pod.priority for pod in pods),
+        len(pods),
+        lost_work(pods, now),
+        where,
+    )
 
 
 def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:

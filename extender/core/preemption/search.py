@@ -101,6 +101,7 @@ def search_victims(
     skipped_for_min: list[str] = []
     skipped_for_budgets: list[str] = []
     skipped_for_runtime: list[str] = []
+    runtimes = min_runtimes(state)
     protected: list[float] = []  # when each victim spared for its minimum runtime is not
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
@@ -109,7 +110,8 @@ def search_victims(
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
-            until = protected_until(state, group)
+            runtime = runtimes.get(group.quota, 0.0)
+            until = protected_until(group, runtime) if runtime > 0 else 0.0
             if until > now:
                 protected.append(until)
                 skipped_for_runtime.append(
@@ -160,16 +162,23 @@ def search_victims(
     return Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
 
 
-def protected_until(state: ClusterState, group: VictimGroup) -> float:
+def min_runtimes(state: ClusterState) -> dict[str, float]:
+    """Each quota's minimum runtime (``muster.dev/min-runtime-seconds``, else
+    ``minRuntimeSeconds``), for the quotas that have one."""
+    runtimes = {}
+    for name, spec in state.tree.specs.items():
+        runtime = spec.policy.min_runtime_seconds
+        if runtime is None:
+            runtime = state.args.min_runtime_seconds
+        if runtime > 0:
+            runtimes[name] = runtime
+    return runtimes
+
+
+def protected_until(group: VictimGroup, runtime: float) -> float:
     """Until when reclaim spares ``group``'s job: its admission (the earliest start among
     the pods evicted with it: a job cannot stay young by restarting pods) plus its quota's
-    minimum runtime (``muster.dev/min-runtime-seconds``, else ``minRuntimeSeconds``)."""
-    policy = state.tree[group.quota].policy
-    runtime = policy.min_runtime_seconds
-    if runtime is None:
-        runtime = state.args.min_runtime_seconds
-    if runtime <= 0:
-        return 0.0
+    minimum ``runtime`` (:func:`min_runtimes`)."""
     return min(pod.start_or_created for pod in group.pods) + runtime
 
 

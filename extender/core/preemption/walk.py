@@ -43,7 +43,7 @@ def settled_units(state: ClusterState, promised: Collection[str]) -> dict[str, U
         settled[job] = (
             (
                 max(p.priority for p in staying),
-                -max(p.start_or_created for p in staying),
+                -max(p.work_started for p in staying),
                 job,
                 quota,
                 SCATTERED,

@@ -6,8 +6,9 @@ of a gang (evicting part of a gang wastes the rest).  Units are kept sorted, per
 and all together, in **the victim order**, defined here and nowhere else:
 
 1. lowest priority first (a unit's priority is its highest pod's);
-2. then most recently started first (a unit's start is its latest pod's start, or
-   creation when it has not started);
+2. then the least work lost first: the unit whose work began latest (a unit's is its
+   latest pod's: the later of its start, or creation when it has not started, and its
+   last checkpoint, :attr:`~extender.core.objects.PodInfo.work_started`);
 3. then by job name, then by quota: a stable key.
 
 "Other quotas first", the order's first rule in docs/design.md, is the candidate walk's
@@ -73,7 +74,7 @@ class VictimIndex:
             place = (node, asks)
         entry = (
             max(pod.priority for pod in pods),
-            -max(pod.start_or_created for pod in pods),
+            -max(pod.work_started for pod in pods),
             job,
             quota,
             place,
