@@ -75,6 +75,9 @@ MAX_PREEMPTION_NOTICE_ANNOTATION = "muster.dev/max-preemption-notice-seconds"
 #: (RFC 3339).  A time at or after its soft-eviction mark answers the notice: the pod is
 #: evicted at once.
 CHECKPOINTED_ANNOTATION = "muster.dev/checkpointed"
+#: An indexed Job's pod's completion index (written by the Job controller): an elastic
+#: job sheds its highest indexes first.
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 #: On a pod, written by the job: when it last saved its work (RFC 3339).  A victim's lost
 #: work counts from the later of this and its start.
 LAST_CHECKPOINT_ANNOTATION = "muster.dev/last-checkpoint"

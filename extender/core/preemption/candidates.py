@@ -28,6 +28,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
 
+from base.keys import COMPLETION_INDEX_ANNOTATION
 from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.preemption.policy import (
@@ -67,6 +68,8 @@ class VictimGroup:
     started: float  # when the latest work among the pods began (start or checkpoint)
     other_quota: bool
     rule: Rule
+    #: One pod an elastic job runs above its minimum: its job keeps running.
+    shed: bool = False
 
     @property
     def order_key(self) -> tuple[int, int, float, str]:
@@ -111,6 +114,11 @@ class Wanted(Protocol):
         """
         ...
 
+    @property
+    def taken(self) -> AbstractSet[str]:
+        """Keys of the pods the search has taken out so far (not offered again)."""
+        ...
+
     def lacking(self, quotas: AbstractSet[str]) -> Mapping[str, AbstractSet[str]] | None:
         """Node → resources: for the rest of the walk, a group of one of ``quotas`` can
         be wanted only if one of its pods runs on one of these nodes and asks for one
@@ -144,9 +152,13 @@ def find_victim_groups(
     earlier plans' victims still leaving are gone.
     """
     promised = state.book.promised_victims()
-    walk = _Walk(state, preemptor, wanted, promised, state.victims.unit_pods())
+    walk = _Walk(
+        state, preemptor, wanted, promised, state.victims.unit_pods(), state.victims.entries()
+    )
     settled = settled_units(state, promised)
     for units, asking, quotas, admission in _phases(state, preemptor, ledger):
+        # Elastic jobs give up their pods above their minimum before any whole job goes.
+        yield from walk.shed(quotas, admission)
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
         entries: Iterator[UnitEntry]
@@ -211,6 +223,48 @@ class _Walk:
     wanted: Wanted
     promised: AbstractSet[str]
     unit_pods: Mapping[str, tuple[PodInfo, ...]]
+    unit_entries: Mapping[str, UnitEntry]
+
+    def shed(self, quotas: AbstractSet[str], admission: Admission) -> Iterator[VictimGroup]:
+        """The pods elastic jobs of ``quotas`` run above the minimum they declare, one
+        group each, in the victim order of their jobs and, within a job, the highest
+        completion index (an indexed Job's) or the newest first: they go before any whole
+        job, and their jobs keep running."""
+        state, elastic = self.state, self.state.victims.elastic()
+        if not elastic:
+            return
+        entries = sorted(
+            self.unit_entries[job]
+            for job in elastic
+            if job in self.unit_entries
+            and self.unit_entries[job][3] in quotas
+            and job != self.preemptor.job
+        )
+        for _priority, _start, job, quota, _place in entries:
+            alive = [
+                pod
+                for pod in self.unit_pods[job]
+                if not pod.departing and pod.key not in self.promised
+            ]
+            alive.sort(key=shed_order)
+            for pod in alive[: max(0, len(alive) - elastic[job])]:
+                if pod.key in self.wanted.taken or not self.wanted((pod,), quota):
+                    continue
+                rule = allowed(state, (pod,), admission, check_preemptible=True)
+                if rule is None:
+                    continue
+                other = quota != self.preemptor.quota
+                yield VictimGroup(
+                    job,
+                    quota,
+                    (pod,),
+                    pod.requests,
+                    pod.priority,
+                    pod.work_started,
+                    other,
+                    rule,
+                    shed=True,
+                )
 
     def group(self, entry: UnitEntry, admission: Admission) -> VictimGroup | None:
         """The victim group of ``entry``'s unit, if the planner wants it and the policy
@@ -237,6 +291,7 @@ class _Walk:
                 else allowed(state, members, admission, check_preemptible=False)
             )
         else:
+            taken = self.wanted.taken
             members = tuple(
                 member
                 for member in state.members.job_pods(job)
@@ -244,6 +299,7 @@ class _Walk:
                 and not member.finished
                 and not member.departing
                 and member.key not in promised
+                and member.key not in taken
             )
             if not members or not self.wanted(members, quota):
                 return None
@@ -256,6 +312,13 @@ class _Walk:
             requests = _with_hold_change(state, job, members, requests)
         other = quota != self.preemptor.quota
         return VictimGroup(job, quota, members, requests, priority, -negative_start, other, rule)
+
+
+def shed_order(pod: PodInfo) -> tuple[int, float, str]:
+    """Which of an elastic job's pods go first: the highest completion index of an indexed
+    Job, else the newest (latest start), then by name."""
+    index = pod.annotations.get(COMPLETION_INDEX_ANNOTATION, "")
+    return (-int(index) if index.isdigit() else 0, -pod.start_or_created, pod.name)
 
 
 def _summed(pods: Sequence[PodInfo]) -> dict[str, int]:

@@ -131,6 +131,11 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         if broken:
             reason += f"; breaks {', '.join(broken)}, and no plan spares it"
         budgets.take(group.pods)
+        if group.shed:
+            minimum = state.victims.elastic().get(group.job)
+            reason += (
+                f"; one pod above job {group.job}'s minimum of {minimum}: the job keeps running"
+            )
         for pod in group.pods:
             said = f"{reason}; it loses {lost_work((pod,), now)} of work"
             notice = notice_seconds(state, pod)

@@ -36,6 +36,7 @@ class Wants:
     def __init__(self, simulation: Simulation) -> None:
         self.simulation = simulation
         self.fit = simulation.fit
+        self.taken = simulation.taken
         self.nodes_ok = self.fit.fits()
         self.quota_ok = simulation.admits()
 
@@ -89,6 +90,8 @@ class Simulation:
         self.within_min = within_min
         self.within = within
         self._others_taken = 0  # victim groups of other quotas taken out now
+        #: Keys of the pods taken out now (a job's pods shed one by one, then the rest).
+        self.taken: set[str] = set()
         outside = () if within is None else frozenset(state.nodes) - within
         self.fit = JobFit(
             state,
@@ -156,11 +159,13 @@ class Simulation:
         self.fit.remove(group.pods)
         self._charge(group, -1)
         self._others_taken += group.other_quota
+        self.taken.update(pod.key for pod in group.pods)
 
     def restore(self, group: VictimGroup) -> None:
         self.fit.restore(group.pods)
         self._charge(group, 1)
         self._others_taken -= group.other_quota
+        self.taken.difference_update(pod.key for pod in group.pods)
 
     def _charge(self, group: VictimGroup, sign: int) -> None:
         """Take the group's pods out of (``sign=-1``) or back into the ledger copy, if
@@ -205,4 +210,6 @@ class Simulation:
         if len(rest) < len(groups):
             self.fit.keep_removed(pod for group in (*rest, removed[-1]) for pod in group.pods)
             self._others_taken = sum(group.other_quota for group in (*rest, removed[-1]))
+            self.taken.clear()
+            self.taken.update(pod.key for group in (*rest, removed[-1]) for pod in group.pods)
         return rest

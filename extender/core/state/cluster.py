@@ -187,6 +187,8 @@ class ClusterState(RoomMixin):
         ``minResources``).  Where two APIs declare one job, the lower ``rank`` wins."""
         self.declarations.set_pod_group(group)
         self._hold_min_resources(group.job)
+        if group.job in self.victims:  # its minimum may have changed
+            self._reindex_unit(group.job)
 
     def forget_pod_group(self, namespace: str, name: str, rank: int = 0) -> None:
         """The declaration of that rank is gone (or unreadable): another API's, if any,
@@ -194,6 +196,8 @@ class ClusterState(RoomMixin):
         job = f"{namespace}/{name}"
         self.declarations.forget_pod_group(job, rank)
         self._hold_min_resources(job)
+        if job in self.victims:
+            self._reindex_unit(job)
 
     # ---- reading: pods, jobs, quotas -----------------------------------------------
 
@@ -220,10 +224,9 @@ class ClusterState(RoomMixin):
             return None
 
     def preemptible(self, pod: PodInfo) -> bool:
-        """May the pod be a victim?  Its label (or the default), except that a pod
-        admitted preemptible stays so: the ``preemptible`` label changed to ``"false"`` on
-        a pod already counted (bound, reserved or held) asks for a protection its quota
-        never checked it against.  (Held in memory: a restarted Muster reads the labels.)"""
+        """May the pod be a victim?  Its label (or the default); a pod admitted preemptible
+        stays so (:meth:`QuotaMembership.preemptible
+        <extender.core.state.membership.QuotaMembership.preemptible>`)."""
         return self.membership.preemptible(pod)
 
     def counts_as_used(self, pod: PodInfo) -> bool:
@@ -391,4 +394,7 @@ class ClusterState(RoomMixin):
         )
         quota = self.membership.charged(members[0]) if members else ""
         whole = len(members) == len(self.members.job_members(job))
-        self.victims.update(job, quota, [self.pods[key] for key in members], whole)
+        minimum = None
+        if len(members) > 1 and self.pods[members[0]].group is not None:
+            minimum = self.declarations.declared_min_available(job)
+        self.victims.update(job, quota, [self.pods[key] for key in members], whole, minimum)

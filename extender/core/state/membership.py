@@ -66,7 +66,10 @@ class QuotaMembership:
 
     def preemptible(self, pod: PodInfo) -> bool:
         """May the pod be a victim?  Its label (or the default), except that a pod
-        admitted preemptible stays so (:meth:`keep_preemptible`)."""
+        admitted preemptible stays so (:meth:`keep_preemptible`): the label changed to
+        ``"false"`` on a pod already counted (bound, reserved or held) asks for a
+        protection its quota never checked it against.  (Held in memory: a restarted
+        Muster reads the labels.)"""
         return pod.uid in self._kept_preemptible or is_preemptible(pod, self._args)
 
     def keep_preemptible(self, uids: Iterable[str]) -> None:

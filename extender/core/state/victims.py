@@ -52,16 +52,29 @@ class VictimIndex:
         self._asks_of: dict[str, frozenset[str]] = {}  # job → the resources of its unit
         # The resource sets of those lists holding SCATTERED units → how many.
         self._scattered: dict[frozenset[str], int] = {}
+        # Elastic units: job → the minimum it declares, below its running pods.
+        self._elastic: dict[str, int] = {}
 
     def __contains__(self, job: object) -> bool:
         return job in self._unit_of
 
-    def update(self, job: str, quota: str, pods: Sequence[PodInfo], whole_job: bool) -> None:
+    def update(
+        self,
+        job: str,
+        quota: str,
+        pods: Sequence[PodInfo],
+        whole_job: bool,
+        minimum: int | None = None,
+    ) -> None:
         """Replace ``job``'s unit by its running preemptible ``pods`` (sorted by key; none:
-        no unit); ``whole_job``: they are all of the job's pods."""
+        no unit); ``whole_job``: they are all of the job's pods; ``minimum``: the pods its
+        gang declares it needs, when that is fewer than ``pods`` (an elastic job, which
+        gives up pods above it before any whole job goes)."""
         self._drop(job)
         if not pods:
             return
+        if minimum is not None and 0 < minimum < len(pods):
+            self._elastic[job] = minimum
         place = SCATTERED
         node = pods[0].node_name
         asks = frozenset(
@@ -89,6 +102,7 @@ class VictimIndex:
         self._unit_pods[job] = tuple(pods)
 
     def _drop(self, job: str) -> None:
+        self._elastic.pop(job, None)
         old = self._unit_of.pop(job, None)
         if old is None:
             return
@@ -130,6 +144,14 @@ class VictimIndex:
         :data:`SCATTERED`: a walk screening units by place reads those lists whatever it
         lacks, as the screen lets such units through."""
         return self._scattered.keys()
+
+    def entries(self) -> Mapping[str, UnitEntry]:
+        """Every unit's entry, by job."""
+        return self._unit_of
+
+    def elastic(self) -> Mapping[str, int]:
+        """The elastic units: job → the minimum it declares, below its running pods."""
+        return self._elastic
 
     def unit_pods(self) -> Mapping[str, tuple[PodInfo, ...]]:
         return self._unit_pods
