@@ -28,9 +28,9 @@ import pytest
 import yaml
 from cryptography import x509
 from e2e_support import Cluster
-from render_manifests import CHART, NAMESPACE, ROOT, helm, render_chart
 
 import localcluster as lc
+from hack.render_manifests import CHART, NAMESPACE, ROOT, helm, render_chart
 
 PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
 MONITORING_CRDS = ("servicemonitors", "prometheusrules")

@@ -23,7 +23,7 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     TRAINER,
     Teams,
     _epoch,
-    muster_with_evictor,
+    muster_with_arguments,
     tokens,
 )
 
@@ -40,14 +40,8 @@ def muster_min_runtime(
     tmp_path: Path,
     tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
 ) -> Iterator[MusterProcess]:
-    args = tmp_path / "args.yaml"
-    args.write_text(f"minRuntimeSeconds: {MIN_RUNTIME:g}\n")
-    with muster_with_evictor(
-        control_plane,
-        tmp_path,
-        tokens,
-        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
-        extra_args=("--config", str(args)),
+    with muster_with_arguments(
+        control_plane, tmp_path, tokens, f"minRuntimeSeconds: {MIN_RUNTIME:g}\n"
     ) as muster:
         yield muster
 

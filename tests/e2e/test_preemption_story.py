@@ -64,6 +64,24 @@ def muster_with_evictor(
         muster.stop()
 
 
+@contextlib.contextmanager
+def muster_with_arguments(
+    control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path], arguments: str
+) -> Iterator[MusterProcess]:
+    """:func:`muster_with_evictor` with the harness's scheduler settings and Muster's
+    ``--config`` file holding ``arguments`` (YAML)."""
+    config = tmp_path / "args.yaml"
+    config.write_text(arguments)
+    with muster_with_evictor(
+        control_plane,
+        tmp_path,
+        tokens,
+        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
+        extra_args=("--config", str(config)),
+    ) as muster:
+        yield muster
+
+
 @pytest.fixture
 def muster_and_evictor(
     control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path]

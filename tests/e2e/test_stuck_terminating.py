@@ -22,7 +22,7 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     TRAINER,
     Teams,
-    muster_with_evictor,
+    muster_with_arguments,
     tokens,
 )
 
@@ -37,14 +37,8 @@ def muster_stuck_after_one_second(
     tmp_path: Path,
     tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
 ) -> Iterator[MusterProcess]:
-    args = tmp_path / "args.yaml"
-    args.write_text("stuckTerminatingSeconds: 1\n")
-    with muster_with_evictor(
-        control_plane,
-        tmp_path,
-        tokens,
-        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
-        extra_args=("--config", str(args)),
+    with muster_with_arguments(
+        control_plane, tmp_path, tokens, "stuckTerminatingSeconds: 1\n"
     ) as muster:
         yield muster
 

@@ -32,10 +32,10 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
-from render_manifests import CHART, RAW_VALUES, ROOT, helm, nothing_secret, render_chart
 
 from extender.cli.scheduler_config import check_scheduler_config, check_scheduler_config_file
 from extender.core.config import parse_args
+from hack.render_manifests import CHART, RAW_VALUES, ROOT, helm, nothing_secret, render_chart
 from tests.unit.test_serve_tls import FILTER_BODY, serve, wait_listening
 
 VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
