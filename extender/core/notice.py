@@ -40,13 +40,20 @@ def notice_seconds(state: ClusterState, pod: PodInfo) -> float:
     """The notice victim ``pod`` gets: what it declares, capped by its quota's
     ``muster.dev/max-preemption-notice-seconds`` (else ``maxPreemptionNoticeSeconds``)."""
     declared = declared_notice(pod)
-    if declared <= 0:
-        return 0.0
+    if declared <= 0 or state.args.pod_should_be_deleted_when_preempted:
+        return 0.0  # (Muster evicting victims itself evicts at once: no notice)
     quota = state.charged_to(pod)
     cap = state.tree[quota].policy.max_preemption_notice_seconds if quota is not None else None
     if cap is None:
         cap = state.args.max_preemption_notice_seconds
     return min(declared, cap, float(MAX_NOTICE_SECONDS))
+
+
+def longest_notice(state: ClusterState) -> float:
+    """The longest notice any victim may get: the argument's, or a quota's cap above it.
+    A reservation may be held this much longer than its timeout."""
+    caps = [spec.policy.max_preemption_notice_seconds for spec in state.tree.specs.values()]
+    return max([state.args.max_preemption_notice_seconds, *(c for c in caps if c is not None)])
 
 
 def answered(pod_annotations: dict[str, str] | None, marked_at: float) -> bool:

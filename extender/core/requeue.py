@@ -15,7 +15,7 @@ Pure: the front door keeps the parked pods' messages (kube-scheduler's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from extender.core.filter.gangstatus import parked_too_early
 from extender.core.filter.verb import filter_pod
@@ -55,18 +55,21 @@ def pods_to_requeue(state: ClusterState, parked: Mapping[str, str], now: float) 
     return [pod.key for pod in sorted(chosen.values(), key=lambda pod: (pod.created, pod.key))]
 
 
-def jobs_to_replan(state: ClusterState) -> list[str]:
-    """The jobs with a pending pod and no reservation, by name: what the PostFilter plans
-    again when room its plans counted as leaving turns out to stay (pods stuck
-    terminating: :meth:`~extender.core.state.cluster.ClusterState.expire_departures`),
-    since no event of kube-scheduler's will ask for them."""
-    return sorted(
-        {
-            pod.job
-            for pod in state.pods.values()
-            if pod.node_name is None
+def jobs_to_replan(state: ClusterState, parked: Collection[str]) -> list[str]:
+    """The jobs of the ``parked`` pods (kube-scheduler found them unschedulable) still
+    pending with no reservation, by name: what the PostFilter plans again when room its
+    plans counted as leaving turns out to stay (pods stuck terminating:
+    :meth:`~extender.core.state.cluster.ClusterState.expire_departures`), since no event
+    of kube-scheduler's will ask for them."""
+    jobs = set()
+    for key in parked:
+        pod = state.pods.get(key)
+        if (
+            pod is not None
+            and pod.node_name is None
             and not pod.finished
             and not pod.terminating
             and pod.job not in state.reservations
-        }
-    )
+        ):
+            jobs.add(pod.job)
+    return sorted(jobs)

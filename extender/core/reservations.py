@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from base import keys
 from base.times import is_record_time
 from extender.core.effects import BackOff, Effect, HoldRoom
+from extender.core.notice import longest_notice
 from extender.core.objects import PodInfo, read_mark
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
@@ -143,7 +144,9 @@ def restored_reservation(state: ClusterState, pod: PodInfo) -> Reservation | Non
     placements[pod.key] = persisted.node
     # No record holds room longer than the configured timeouts allow: its own timeout,
     # and the extensions while its victims terminate.
-    longest = state.args.reservation_timeout_seconds + TERMINATING_LIMIT_SECONDS
+    longest = (
+        state.args.reservation_timeout_seconds + longest_notice(state) + TERMINATING_LIMIT_SECONDS
+    )
     return Reservation(
         job=pod.job,
         quota=quota,
@@ -259,7 +262,8 @@ def settle_reservations(
 
     A reservation whose time is up is extended by :data:`TERMINATING_MARGIN_SECONDS`
     while a victim marked for its job is still terminating (the room is on its way: in
-    flight survives the timer), up to :data:`TERMINATING_LIMIT_SECONDS` past it.
+    flight survives the timer), up to :data:`TERMINATING_LIMIT_SECONDS` past it (and past
+    the longest notice victims may get).
     Otherwise it ends, and so does one whose job has no pods left (nor room kept for
     pods its controller re-creates, which ends first: ``ClusterState.expire_vacancies``):
     the plan is undone,
@@ -268,6 +272,7 @@ def settle_reservations(
     extended: list[Reservation] = []
     ended: list[EndedPlan] = []
     timeout = state.args.reservation_timeout_seconds
+    notice = longest_notice(state)
     for job, reservation in sorted(state.reservations.items()):
         pods = state.members.job_pods(job)
         # A job whose pods are all gone but whose room waits for their replacements (see
@@ -276,7 +281,8 @@ def settle_reservations(
         if present and reservation.expires > now:
             continue
         marked = state.members.marked_pods(job)
-        limit = reservation.created + timeout + TERMINATING_LIMIT_SECONDS
+        # (Its victims' notice, if any, came first: the room was held through it.)
+        limit = reservation.created + timeout + notice + TERMINATING_LIMIT_SECONDS
         if pods and now < limit and any(pod.terminating for pod in marked):
             until = now + TERMINATING_MARGIN_SECONDS
             extended.append(dataclasses.replace(reservation, expires=until))

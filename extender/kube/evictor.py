@@ -184,8 +184,9 @@ class Evictor:
         """Evict the pods whose notice ran out, and try again the refused evictions whose
         backoff is over; return how many were tried."""
         now = self.clock()
-        with self._lock:
-            ended = [obj for obj, due in self._noticed.values() if due <= now]
+        with self._lock:  # taken out here: an unmark seen meanwhile finds nothing
+            keys = [key for key, (_obj, due) in self._noticed.items() if due <= now]
+            ended = [self._noticed.pop(key)[0] for key in keys]
         for obj in ended:
             self._on_pod("MODIFIED", obj)
         with self._lock:

@@ -222,6 +222,7 @@ class PostFilterLoop(Watched):
         whose time is up or whose job is gone (see
         :func:`extender.core.reservations.settle_reservations`); return the plans ended."""
         replan: list[str] = []
+        parked = self.source.parked()
         with self.source.exclusive() as snapshot:
             snapshot.expire_vacancies(now)
             stuck = snapshot.expire_departures(now)
@@ -233,7 +234,7 @@ class PostFilterLoop(Watched):
                     snapshot.args.stuck_terminating_seconds,
                 )
             if stuck:  # plans that counted on their room are made again
-                replan = jobs_to_replan(snapshot)
+                replan = jobs_to_replan(snapshot, parked)
             extended, ended = settle_reservations(snapshot, now)
             for reservation in extended:
                 apply(snapshot, HoldRoom(reservation))

@@ -86,6 +86,10 @@ class StaticSource:
     def lasting_problems(self) -> list[str]:
         return []
 
+    def parked(self) -> dict[str, str]:
+        """No pod is parked by kube-scheduler over a fixed snapshot (no conditions)."""
+        return {}
+
     def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
         return holding(self._lock, self._snapshot, wait)
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from base import keys
+from extender.core.config import MusterArgs
+from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.state import ClusterState
 from tests.builders import node, pod, quota, snapshot
@@ -99,3 +101,47 @@ def test_past_its_minimum_the_rest_of_an_elastic_job_goes_whole() -> None:
 def test_a_minimum_at_or_above_the_running_pods_is_not_elastic() -> None:
     assert cluster("4").victims.elastic() == {}
     assert cluster("9").victims.elastic() == {}
+
+
+def test_a_completion_index_a_tenant_writes_cannot_break_the_planner() -> None:
+    # "²" is a digit to str.isdigit and not to int; 5,000 digits int refuses: both count
+    # as no index, and the job sheds its newest pods as any other.
+    for nonsense in ("²", "9" * 5000, "-3", "x"):
+        state = cluster("2")
+        for i in range(4):
+            manifest = pod(
+                f"g-{i}",
+                "team-b",
+                gpu=8,
+                node=f"n{i + 1}",
+                preemptible=True,
+                labels={keys.POD_GROUP_LABEL: "g"},
+                annotations={
+                    keys.GANG_MIN_AVAILABLE_ANNOTATION: "2",
+                    keys.COMPLETION_INDEX_ANNOTATION: nonsense,
+                },
+                started=f"2026-01-01T10:0{i}:00Z",
+            )
+            state.upsert_pod(parse_pod(manifest))
+        assert victims(state) == ["team-b/g-2", "team-b/g-3"]
+
+
+def test_pods_shed_are_as_old_as_their_job_for_the_minimum_runtime() -> None:
+    # minRuntimeSeconds 3600 at noon: g's pods started 10:00-10:03, so the job was admitted
+    # two hours ago and its extra pods may go; were each pod judged alone, g-2 and g-3
+    # (restarted 30 minutes ago) would be spared and the whole job taken instead.
+    state = cluster("2")
+    for i in (2, 3):
+        manifest = pod(
+            f"g-{i}",
+            "team-b",
+            gpu=8,
+            node=f"n{i + 1}",
+            preemptible=True,
+            labels={keys.POD_GROUP_LABEL: "g"},
+            annotations={keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"},
+            started="2026-01-01T11:30:00Z",
+        )
+        state.upsert_pod(parse_pod(manifest))
+    state.args = MusterArgs(minRuntimeSeconds=3600)
+    assert victims(state) == ["team-b/g-2", "team-b/g-3"]

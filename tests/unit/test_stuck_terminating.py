@@ -133,7 +133,9 @@ def test_simulate_says_which_pods_it_counts_as_staying() -> None:
 
 
 def test_the_jobs_planned_again_are_those_still_waiting() -> None:
-    # a-train is pending with no reservation: the PostFilter plans it again once b-old is
-    # stuck.  b-new runs and b-old terminates: neither is planned.
+    # a-train is parked (kube-scheduler found it unschedulable), pending with no
+    # reservation: the PostFilter plans it again once b-old is stuck.  b-new runs and b-old
+    # terminates: neither is planned; a pod kube-scheduler has not parked is not either.
     state = cluster(b_old())
-    assert jobs_to_replan(state) == [JOB]
+    assert jobs_to_replan(state, ["team-a/a-train", "team-b/b-new", "team-b/b-old"]) == [JOB]
+    assert jobs_to_replan(state, []) == []

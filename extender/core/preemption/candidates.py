@@ -157,8 +157,9 @@ def find_victim_groups(
     )
     settled = settled_units(state, promised)
     for units, asking, quotas, admission in _phases(state, preemptor, ledger):
-        # Elastic jobs give up their pods above their minimum before any whole job goes.
-        yield from walk.shed(quotas, admission)
+        # Elastic jobs give up their pods above their minimum before any whole job of
+        # their priority or above goes.
+        excess = walk.excess(quotas)
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
         entries: Iterator[UnitEntry]
@@ -176,10 +177,15 @@ def find_victim_groups(
         if settled:
             entries = with_settled(entries, settled, quotas, last)
         for entry in entries:
+            while excess and excess[0][0] <= entry[0]:
+                _priority, job, quota, pods = excess.pop(0)
+                yield from walk.shed(job, quota, pods, admission)
             if entry[3] in quotas and entry[2] != preemptor.job:
                 group = walk.group(entry, admission)
                 if group is not None:
                     yield group
+        for _priority, job, quota, pods in excess:
+            yield from walk.shed(job, quota, pods, admission)
 
 
 #: One phase of the walk: its units, the same split by what they ask for (or ``None``),
@@ -225,14 +231,14 @@ class _Walk:
     unit_pods: Mapping[str, tuple[PodInfo, ...]]
     unit_entries: Mapping[str, UnitEntry]
 
-    def shed(self, quotas: AbstractSet[str], admission: Admission) -> Iterator[VictimGroup]:
-        """The pods elastic jobs of ``quotas`` run above the minimum they declare, one
-        group each, in the victim order of their jobs and, within a job, the highest
-        completion index (an indexed Job's) or the newest first: they go before any whole
-        job, and their jobs keep running."""
-        state, elastic = self.state, self.state.victims.elastic()
+    def excess(self, quotas: AbstractSet[str]) -> list[tuple[int, str, str, list[PodInfo]]]:
+        """The elastic jobs of ``quotas`` with pods above the minimum they declare, in the
+        victim order: ``(priority, job, quota, pods to shed first)``, the pods by
+        :func:`shed_order` (the highest completion index of an indexed Job, else the
+        newest)."""
+        elastic = self.state.victims.elastic()
         if not elastic:
-            return
+            return []
         entries = sorted(
             self.unit_entries[job]
             for job in elastic
@@ -240,31 +246,46 @@ class _Walk:
             and self.unit_entries[job][3] in quotas
             and job != self.preemptor.job
         )
-        for _priority, _start, job, quota, _place in entries:
+        excess = []
+        for priority, _start, job, quota, _place in entries:
             alive = [
                 pod
                 for pod in self.unit_pods[job]
                 if not pod.departing and pod.key not in self.promised
             ]
             alive.sort(key=shed_order)
-            for pod in alive[: max(0, len(alive) - elastic[job])]:
-                if pod.key in self.wanted.taken or not self.wanted((pod,), quota):
-                    continue
-                rule = allowed(state, (pod,), admission, check_preemptible=True)
-                if rule is None:
-                    continue
-                other = quota != self.preemptor.quota
-                yield VictimGroup(
-                    job,
-                    quota,
-                    (pod,),
-                    pod.requests,
-                    pod.priority,
-                    pod.work_started,
-                    other,
-                    rule,
-                    shed=True,
-                )
+            above = alive[: max(0, len(alive) - elastic[job])]
+            if above:
+                excess.append((priority, job, quota, above))
+        return excess
+
+    def shed(
+        self, job: str, quota: str, pods: list[PodInfo], admission: Admission
+    ) -> Iterator[VictimGroup]:
+        """One group per pod of ``pods`` (an elastic job's pods above its minimum) that the
+        planner still wants and the policy allows: its job keeps running."""
+        state = self.state
+        for pod in pods:
+            if pod.key in self.wanted.taken or not self.wanted((pod,), quota):
+                continue
+            rule = allowed(state, (pod,), admission, check_preemptible=True)
+            if rule is None:
+                continue
+            requests: Mapping[str, int] = pod.requests
+            if state.declarations.declares_min_resources(job):
+                requests = _with_hold_change(state, job, (pod,), requests, self.wanted.taken)
+            other = quota != self.preemptor.quota
+            yield VictimGroup(
+                job,
+                quota,
+                (pod,),
+                requests,
+                pod.priority,
+                pod.work_started,
+                other,
+                rule,
+                shed=True,
+            )
 
     def group(self, entry: UnitEntry, admission: Admission) -> VictimGroup | None:
         """The victim group of ``entry``'s unit, if the planner wants it and the policy
@@ -309,7 +330,7 @@ class _Walk:
         if rule is None:
             return None
         if state.declarations.declares_min_resources(job):
-            requests = _with_hold_change(state, job, members, requests)
+            requests = _with_hold_change(state, job, members, requests, self.wanted.taken)
         other = quota != self.preemptor.quota
         return VictimGroup(job, quota, members, requests, priority, -negative_start, other, rule)
 
@@ -318,7 +339,10 @@ def shed_order(pod: PodInfo) -> tuple[int, float, str]:
     """Which of an elastic job's pods go first: the highest completion index of an indexed
     Job, else the newest (latest start), then by name."""
     index = pod.annotations.get(COMPLETION_INDEX_ANNOTATION, "")
-    return (-int(index) if index.isdigit() else 0, -pod.start_or_created, pod.name)
+    # Only plain ASCII digits, not too many (a tenant writes it: "²" is a digit to
+    # str.isdigit and not to int, and int refuses thousands of digits).
+    number = int(index) if 0 < len(index) <= 9 and index.isascii() and index.isdigit() else 0
+    return (-number, -pod.start_or_created, pod.name)
 
 
 def _summed(pods: Sequence[PodInfo]) -> dict[str, int]:
@@ -329,14 +353,24 @@ def _summed(pods: Sequence[PodInfo]) -> dict[str, int]:
 
 
 def _with_hold_change(
-    state: ClusterState, job: str, members: tuple[PodInfo, ...], requests: Mapping[str, int]
+    state: ClusterState,
+    job: str,
+    members: tuple[PodInfo, ...],
+    requests: Mapping[str, int],
+    taken: AbstractSet[str] = frozenset(),
 ) -> Mapping[str, int]:
     """What evicting ``members`` frees in their quota when their job's PodGroup declares
-    ``minResources``: their requests, plus the job's hold as it is, less the hold it keeps
-    without them (it grows while other pods of the job still count, and goes with the
-    last one)."""
-    before = state.min_resources.held(job)
-    after = state.min_resources.hold_without(state, job, {pod.key for pod in members})
+    ``minResources``: their requests, plus the job's hold once the pods already ``taken``
+    are gone, less the hold it keeps without them too (it grows while other pods of the
+    job still count, and goes with the last one)."""
+    gone = set(taken)
+    before = (
+        state.min_resources.hold_without(state, job, gone)
+        if gone
+        else state.min_resources.held(job)
+    )
+    gone.update(pod.key for pod in members)
+    after = state.min_resources.hold_without(state, job, gone)
     freed = dict(requests)
     if before is not None:
         add_into(freed, before.amount)

@@ -34,13 +34,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from base.times import format_time
 from extender.core.budgets import BudgetUse
 from extender.core.notice import notice_seconds
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
 from extender.core.preemption.candidates import describe
-from extender.core.preemption.cost import LostWork, lost_work
+from extender.core.preemption.cost import LostWork, last_save, lost_work
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.policy import Preemptor, own_evictable_requests, preemptor_of
@@ -137,7 +138,8 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
                 f"; one pod above job {group.job}'s minimum of {minimum}: the job keeps running"
             )
         for pod in group.pods:
-            said = f"{reason}; it loses {lost_work((pod,), now)} of work"
+            # A time, not seconds lost: the same answer whenever it is asked.
+            said = f"{reason}; it loses its work since {format_time(last_save(pod, now))}"
             notice = notice_seconds(state, pod)
             if notice:
                 said += f"; {notice:g}s notice to save its work"

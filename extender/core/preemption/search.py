@@ -111,7 +111,7 @@ def search_victims(
             continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
             runtime = runtimes.get(group.quota, 0.0)
-            until = protected_until(group, runtime) if runtime > 0 else 0.0
+            until = protected_until(state, group, runtime) if runtime > 0 else 0.0
             if until > now:
                 protected.append(until)
                 skipped_for_runtime.append(
@@ -175,11 +175,13 @@ def min_runtimes(state: ClusterState) -> dict[str, float]:
     return runtimes
 
 
-def protected_until(group: VictimGroup, runtime: float) -> float:
+def protected_until(state: ClusterState, group: VictimGroup, runtime: float) -> float:
     """Until when reclaim spares ``group``'s job: its admission (the earliest start among
-    the pods evicted with it: a job cannot stay young by restarting pods) plus its quota's
-    minimum ``runtime`` (:func:`min_runtimes`)."""
-    return min(pod.start_or_created for pod in group.pods) + runtime
+    the pods evicted with it, or, for pods an elastic job sheds, among all its running
+    pods: a job cannot stay young by restarting pods) plus its quota's minimum
+    ``runtime`` (:func:`min_runtimes`)."""
+    pods = state.victims.unit_pods().get(group.job, group.pods) if group.shed else group.pods
+    return min(pod.start_or_created for pod in pods) + runtime
 
 
 def _minimised(simulation: Simulation, removed: list[VictimGroup]) -> list[VictimGroup]:

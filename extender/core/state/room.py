@@ -69,10 +69,12 @@ class RoomMixin:
         <extender.core.state.overlay.Overlay>`), so two plans in a row decide what they
         would after the first one's victims left."""
         keys_ = set(self.members.departing)
+        stuck = self.members.stuck  # stuck terminating: they stay
         for key in self.book.promised_victims():
             pod = self.pods.get(key)
             if pod is not None and pod.node_name is not None and not pod.finished:
                 keys_.add(key)
+        keys_ -= stuck
         return [self.pods[key] for key in sorted(keys_)]
 
     def topology_placement(self, job: str) -> tuple[TopologyRequest, str | None] | None:
