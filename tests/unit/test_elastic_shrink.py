@@ -3,7 +3,7 @@
 
 The rule (docs/quotas-and-preemption.md, "Elastic jobs shrink"): a job that declares a
 minimum (its PodGroup's ``minMember``, the min-available annotation) below the pods it runs
-gives up the pods above that minimum, one by one, before any whole job of the same walk
+gives up the pods above that minimum, one by one, before any whole job of its priority or above
 goes, and keeps running; the pods shed are the highest completion indexes of an indexed
 Job, else the newest.  A job that declares no minimum goes whole, as before.
 
@@ -145,3 +145,24 @@ def test_pods_shed_are_as_old_as_their_job_for_the_minimum_runtime() -> None:
         state.upsert_pod(parse_pod(manifest))
     state.args = MusterArgs(minRuntimeSeconds=3600)
     assert victims(state) == ["team-b/g-2", "team-b/g-3"]
+
+
+def test_a_lower_priority_job_goes_before_a_higher_priority_job_sheds() -> None:
+    # g (priority 100, minimum 2) and h (priority 0): priority first.  The walk takes h
+    # whole (one node), then, in g's priority, sheds g-3 (the second node): h and g-3 go,
+    # and g keeps three pods.
+    state = cluster("2")
+    for i in range(4):
+        manifest = pod(
+            f"g-{i}",
+            "team-b",
+            gpu=8,
+            node=f"n{i + 1}",
+            preemptible=True,
+            priority=100,
+            labels={keys.POD_GROUP_LABEL: "g"},
+            annotations={keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"},
+            started=f"2026-01-01T10:0{i}:00Z",
+        )
+        state.upsert_pod(parse_pod(manifest))
+    assert victims(state) == ["team-b/g-3", "team-b/h"]

@@ -31,11 +31,6 @@ class LostWork(NamedTuple):
     accelerator_seconds: float
     pod_seconds: float
 
-    def __str__(self) -> str:
-        if self.accelerator_seconds:
-            return f"{self.accelerator_seconds:,.0f} accelerator-seconds"
-        return f"{self.pod_seconds:,.0f} pod-seconds"
-
 
 def last_save(pod: PodInfo, now: float) -> float:
     """When ``pod``'s unsaved work began: its last checkpoint or start
