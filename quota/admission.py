@@ -19,7 +19,7 @@ Every failure is a sentence a person can act on.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping
 
 from base.resources import PODS, format_quantity
 from quota.accounting import QuotaLedger
@@ -136,16 +136,25 @@ def is_borrowing(ledger: QuotaLedger, quota: str, resources: Iterable[str]) -> b
     )
 
 
-def over_max_on_path(ledger: QuotaLedger, quota: str) -> str | None:
+def over_max_on_path(
+    ledger: QuotaLedger, quota: str, resources: Collection[str] | None = None
+) -> str | None:
     """The first of ``quota`` (its own usage) and its ancestors (their subtrees' usage)
-    that uses more than its ``max`` of a resource the ``max`` names, as the ledger stands;
-    ``None`` when none does.  Room already charged (a reservation) is counted, so a job
-    whose room is charged may bind only when this is ``None``: binding moves its charge,
-    it does not add one, and would otherwise keep the quota over its ``max``."""
+    that uses more than its ``max`` of a resource the ``max`` names (of ``resources``
+    only, when given: those a job asks for), as the ledger stands; ``None`` when none
+    does.  Room already charged (a reservation) is counted, so a job whose room is
+    charged may bind only when this is ``None``: binding moves its charge, it does not
+    add one, and would otherwise keep the quota over its ``max``.  A quota over its
+    ``max`` in a resource the job does not ask for (its ``max`` lowered below what runs)
+    does not hold the job: binding it changes nothing there."""
     for name in (quota, *ledger.tree.ancestors(quota)):
         usage = ledger[name]
         used = usage.used if name == quota else usage.subtree_used
-        if any(used.get(r, 0) > limit for r, limit in ledger.tree[name].max.items()):
+        if any(
+            used.get(r, 0) > limit
+            for r, limit in ledger.tree[name].max.items()
+            if resources is None or r in resources
+        ):
             return name
     return None
 

@@ -97,26 +97,26 @@ def _from_cluster(options: argparse.Namespace, live: str) -> int:
                 print(f"note: {note}", file=sys.stderr)
         _print(document, options.output, render_table)
         return 0
-    snapshot = _load(live, args)
+    state = _load(live, args)
     if options.command == "quotas":
-        _quota_table(explain.quotas(snapshot))
+        _quota_table(explain.quotas(state))
         return 0
     if options.command == "jobs":
-        _print(explain.jobs(snapshot, time.time()), options.output, _job_table)
+        _print(explain.jobs(state, time.time()), options.output, _job_table)
         return 0
     key = f"{options.namespace}/{options.pod}"
-    if key not in snapshot.pods:
+    if key not in state.pods:
         print(f"{PROG}: pod {key} not found", file=sys.stderr)
         return 1
     document, _notes = simulate_files([live], args, tenant_input=True)
     answer: dict[str, Any] = {
         "pod": key,
         "source": "computed from the cluster (Muster not asked: no --muster-url)",
-        "muster": explain.pod(snapshot, DecisionLog(), key),
+        "muster": explain.pod(state, DecisionLog(), key),
     }
     if key in document["placements"]:
         answer["now"] = f"Muster would place it on {document['placements'][key]}"
-        where = document.get("topology", {}).get(snapshot.pods[key].job)
+        where = document.get("topology", {}).get(state.pods[key].job)
         if where is not None:  # its gang keeps to one domain: which
             answer["now"] += f", in {where['level']}={where['domain']}"
     elif key in document["unschedulable"]:
@@ -162,7 +162,7 @@ def _from_muster(options: argparse.Namespace) -> int:
 
 
 def _load(live: str, args: MusterArgs) -> ClusterState:
-    return load_manifests([live], args, tenant_input=True).snapshot
+    return load_manifests([live], args, tenant_input=True).state
 
 
 def _print(document: dict[str, Any], output: str, table: Any) -> None:

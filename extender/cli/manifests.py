@@ -60,7 +60,7 @@ KUEUE_TOPOLOGY_API_VERSIONS = tuple(f"{KUEUE_TOPOLOGY_GROUP}/{v}" for v in ("v1b
 
 @dataclass
 class LoadedManifests:
-    snapshot: ClusterState
+    state: ClusterState
     notes: list[str] = field(default_factory=list)
 
 
@@ -71,7 +71,7 @@ def load_manifests(
     *,
     tenant_input: bool = False,
 ) -> LoadedManifests:
-    """Parse, validate and load every object of ``paths`` into a new snapshot.  With
+    """Parse, validate and load every object of ``paths`` into a new state.  With
     ``record_keys``, records on pods that they do not verify are dropped first, as the
     live informer drops them (:func:`extender.core.records.believed_pod`), each with a
     note; without, the records are believed as written (the files are the admin's).
@@ -84,13 +84,13 @@ def load_manifests(
     notes: list[str] = []
     by_kind = _sorted_by_kind(read_documents(paths), notes)
     priorities = _priority_classes(by_kind["PriorityClass"])
-    snapshot = _with_quotas(ClusterState(args), by_kind["ElasticQuota"])
-    _load_nodes(snapshot, by_kind.pop("Node"))
-    _load_declarations(snapshot, by_kind)
-    pods = _PodLoader(snapshot, priorities, record_keys, tenant_input, notes)
+    state = _with_quotas(ClusterState(args), by_kind["ElasticQuota"])
+    _load_nodes(state, by_kind.pop("Node"))
+    _load_declarations(state, by_kind)
+    pods = _PodLoader(state, priorities, record_keys, tenant_input, notes)
     pods.load(by_kind.pop("Pod"))
     pods.check_slices()
-    return LoadedManifests(snapshot, notes)
+    return LoadedManifests(state, notes)
 
 
 def _sorted_by_kind(documents: Iterable[Document], notes: list[str]) -> dict[str, list[Document]]:
@@ -160,8 +160,8 @@ def _priority_classes(documents: list[Document]) -> PriorityClasses:
     return PriorityClasses(values=values, global_default=default[1] if default else 0)
 
 
-def _with_quotas(snapshot: ClusterState, documents: list[Document]) -> ClusterState:
-    """``snapshot`` with the ElasticQuotas of ``documents`` (one tree; names unique)."""
+def _with_quotas(state: ClusterState, documents: list[Document]) -> ClusterState:
+    """``state`` with the ElasticQuotas of ``documents`` (one tree; names unique)."""
     quotas: dict[str, tuple[QuotaSpec, Document]] = {}
     for document in documents:
         spec = _parse(document, parse_elastic_quota)
@@ -169,61 +169,61 @@ def _with_quotas(snapshot: ClusterState, documents: list[Document]) -> ClusterSt
             raise document.error("metadata.name", f"duplicate ElasticQuota name {spec.name!r}")
         quotas[spec.name] = (spec, document)
     try:
-        snapshot.set_quotas(spec for spec, _ in quotas.values())
+        state.set_quotas(spec for spec, _ in quotas.values())
     except QuotaTreeError as error:
         raise quotas[error.quota][1].error(error.field, error.message) from None
-    return snapshot
+    return state
 
 
-def _load_nodes(snapshot: ClusterState, nodes: list[Document]) -> None:
+def _load_nodes(state: ClusterState, nodes: list[Document]) -> None:
     """The nodes, each object let go once loaded (``nodes`` is emptied)."""
     nodes.reverse()
     while nodes:
         document = nodes.pop().full()
         node = _parse(document, parse_node)
-        if node.name in snapshot.nodes:
+        if node.name in state.nodes:
             raise document.error("metadata.name", f"duplicate Node name {node.name!r}")
-        snapshot.upsert_node(node)
+        state.upsert_node(node)
 
 
-def _load_declarations(snapshot: ClusterState, by_kind: Mapping[str, list[Document]]) -> None:
+def _load_declarations(state: ClusterState, by_kind: Mapping[str, list[Document]]) -> None:
     """What the pods' jobs are read against: Kueue's Topologies, the objects that declare
     gangs (PodGroups, Workloads), the owners that size them, PodDisruptionBudgets."""
     for document in by_kind["Topology"]:
         name, levels = _parse(document, parse_kueue_topology)  # as the live informer reads it
-        if name in snapshot.declarations.kueue_topologies:
+        if name in state.declarations.kueue_topologies:
             raise document.error("metadata.name", f"duplicate Topology {name!r}")
-        snapshot.declarations.set_kueue_topology(name, levels)
+        state.declarations.set_kueue_topology(name, levels)
     for kind in ("PodGroup", "Workload"):
         for document in by_kind[kind]:
             entry = gang_object_kind(document.obj.get("apiVersion"), kind)
             assert entry is not None  # checked as the documents were sorted
             for group in _parse(document, entry.read):
-                snapshot.set_pod_group(group)
+                state.set_pod_group(group)
     for kind in OWNER_KINDS:
         for document in by_kind[kind]:
-            snapshot.declarations.set_owner_size(_parse(document, partial(parse_owner_size, kind)))
+            state.declarations.set_owner_size(_parse(document, partial(parse_owner_size, kind)))
     for document in by_kind["PodDisruptionBudget"]:
         budget = _parse(document, parse_pod_disruption_budget)
-        if budget.key in snapshot.budgets:
+        if budget.key in state.budgets:
             raise document.error("metadata.name", f"duplicate PodDisruptionBudget {budget.key!r}")
-        snapshot.set_budget(budget)
+        state.set_budget(budget)
 
 
 class _PodLoader:
-    """Loads the pods into ``snapshot`` as the live informer reads them (records checked,
+    """Loads the pods into ``state`` as the live informer reads them (records checked,
     reservations restored), one document at a time; with ``tenant_input``, a quota label
     or a record Muster would refuse is a note rather than an error."""
 
     def __init__(
         self,
-        snapshot: ClusterState,
+        state: ClusterState,
         priorities: PriorityClasses,
         record_keys: RecordKeys | None,
         tenant_input: bool,
         notes: list[str],
     ) -> None:
-        self.snapshot = snapshot
+        self.state = state
         self.priorities = priorities
         self.record_keys = record_keys
         self.tenant_input = tenant_input
@@ -242,7 +242,7 @@ class _PodLoader:
         """Each job's slices against its gang size, known once every pod is in."""
         for slices, pod, document in self.sliced.values():
             try:
-                check_slice_size(slices, gang_size(self.snapshot, pod))
+                check_slice_size(slices, gang_size(self.state, pod))
             except ManifestError as error:
                 raise document.error(error.field, error.message) from None
 
@@ -253,9 +253,9 @@ class _PodLoader:
         self.notes.extend(
             f"{pod.key}: ignoring {record}: Muster did not write it" for record in forged
         )
-        if pod.key in self.snapshot.pods:
+        if pod.key in self.state.pods:
             raise document.error("metadata.name", f"duplicate Pod {pod.key!r}")
-        if pod.node_name is not None and pod.node_name not in self.snapshot.nodes:
+        if pod.node_name is not None and pod.node_name not in self.state.nodes:
             raise document.error("spec.nodeName", f"unknown node {pod.node_name!r}")
         self._check_quota_label(document, pod)
         pod = self._without_bad_records(document, pod)
@@ -267,19 +267,19 @@ class _PodLoader:
             raise document.error(error.field, error.message) from None
         if slices is not None and pod.job not in self.sliced:
             self.sliced[pod.job] = (slices, pod, document)
-        self.snapshot.upsert_pod(pod)
+        self.state.upsert_pod(pod)
         if pod.node_name is None and not pod.finished:
-            for effect in restored_effects(self.snapshot, pod):  # as the live informer does
-                apply(self.snapshot, effect)
+            for effect in restored_effects(self.state, pod):  # as the live informer does
+                apply(self.state, effect)
 
     def _check_quota_label(self, document: Document, pod: PodInfo) -> None:
         """A quota label naming no quota, or a parent quota: an error (a note for
         ``tenant_input``: the job is refused, as Muster would refuse it)."""
         named = pod.labels.get(keys.QUOTA_NAME_LABEL)
         label_problem = None
-        if named and named not in self.snapshot.tree:
+        if named and named not in self.state.tree:
             label_problem = f"unknown quota {named!r}"
-        elif named and named in self.snapshot.tree.parents:
+        elif named and named in self.state.tree.parents:
             label_problem = f"quota {named!r} is a parent quota; pods must use a leaf quota"
         if label_problem is not None:
             if not self.tenant_input:

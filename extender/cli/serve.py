@@ -225,7 +225,7 @@ def _snapshot_extender(snapshot_files: Sequence[str], args: MusterArgs) -> Exten
         raise _Refused(str(error)) from None
     for note in loaded.notes:
         print(f"note: {note}", file=sys.stderr)
-    return Extender(StaticSource(loaded.snapshot))
+    return Extender(StaticSource(loaded.state))
 
 
 def _serve(

@@ -55,15 +55,15 @@ def simulate_files(
     """Run a simulation over manifest files; returns the JSON document and notes
     (``tenant_input``: a live cluster's dump, see :func:`load_manifests`)."""
     loaded = load_manifests(paths, args, record_keys, tenant_input=tenant_input)
-    result = run_simulation(loaded.snapshot, time.time() if now is None else now)
-    return result_document(result, loaded.snapshot), loaded.notes + result.notes
+    result = run_simulation(loaded.state, time.time() if now is None else now)
+    return result_document(result, loaded.state), loaded.notes + result.notes
 
 
-def result_document(result: SimulationResult, snapshot: ClusterState) -> dict[str, Any]:
+def result_document(result: SimulationResult, state: ClusterState) -> dict[str, Any]:
     """The ``--output json`` document of docs/simulate.md."""
     quotas = {}
-    for name in sorted(snapshot.tree.specs):
-        report = usage_report(snapshot.ledger, name)
+    for name in sorted(state.tree.specs):
+        report = usage_report(state.ledger, name)
         quotas[name] = {key: report[key] for key in ("min", "max", "used", "nonPreemptibleUsed")}
     document: dict[str, Any] = {
         "placements": dict(sorted(result.placements.items())),
@@ -75,10 +75,8 @@ def result_document(result: SimulationResult, snapshot: ClusterState) -> dict[st
         "quotas": quotas,
     }
     domains = {}
-    for job in sorted(
-        {snapshot.pods[key].job for key in result.placements if key in snapshot.pods}
-    ):
-        placement = snapshot.topology_placement(job)
+    for job in sorted({state.pods[key].job for key in result.placements if key in state.pods}):
+        placement = state.topology_placement(job)
         if placement is not None:
             request, domain = placement
             domains[job] = {"level": request.level, "required": request.required, "domain": domain}

@@ -19,7 +19,8 @@ import math
 from base import keys
 from base.errors import ManifestError
 from base.times import parse_time
-from extender.core.objects import MAX_NOTICE_SECONDS, PodInfo
+from extender.core.marks import MAX_NOTICE_SECONDS
+from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
 
 

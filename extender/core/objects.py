@@ -10,10 +10,9 @@ else.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from base import keys
 from base.errors import ManifestError
@@ -27,6 +26,7 @@ from extender.core.constraints import (
     parse_node_selector,
     parse_tolerations,
 )
+from extender.core.marks import read_mark
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,55 +159,6 @@ class PriorityClasses:
 
 NO_PRIORITY_CLASSES = PriorityClasses(values={})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-
-
-class Mark(NamedTuple):
-    """A soft-eviction annotation read back: the job it names as preemptor and when it
-    was written (``None`` for either missing or unreadable), and whether it is a mark
-    Muster writes (a JSON object whose preemptor is a job or null and whose timestamp,
-    if any, is RFC 3339 within years 1970 to 9999)."""
-
-    preemptor: str | None
-    timestamp: float | None
-    well_formed: bool
-    #: The notice (seconds) the victim has between its mark and its eviction.
-    notice_seconds: float = 0.0
-
-
-def read_mark(text: str) -> Mark:
-    """The soft-eviction annotation ``text`` as a :class:`Mark`."""
-    try:
-        mark = json.loads(text)
-    except (ValueError, RecursionError):
-        return Mark(None, None, False)
-    if not isinstance(mark, dict):
-        return Mark(None, None, False)
-    preemptor = mark.get("preemptor")
-    well_formed = preemptor is None or (isinstance(preemptor, str) and preemptor.count("/") == 1)
-    try:
-        stamp = parse_time(mark.get("timestamp"), "timestamp")
-    except ManifestError:
-        stamp, well_formed = None, False
-    if stamp is not None and not is_record_time(stamp):
-        well_formed = False
-    named = preemptor if isinstance(preemptor, str) and preemptor else None
-    notice = mark.get("noticeSeconds", 0)
-    if not is_notice(notice):
-        notice, well_formed = 0, False
-    return Mark(named, stamp, well_formed, float(notice))
-
-
-#: The longest notice a mark may carry (a week): no argument allows more.
-MAX_NOTICE_SECONDS = 7 * 24 * 3600
-
-
-def is_notice(value: object) -> bool:
-    """A notice a mark of Muster's may carry (seconds, 0 to a week)."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and 0 <= value <= MAX_NOTICE_SECONDS
-    )
 
 
 def _checkpoint_time(text: str | None) -> float | None:

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from base import keys
 from base.times import is_record_time
 from extender.core.effects import BackOff, Effect, HoldRoom
+from extender.core.marks import read_mark
 from extender.core.notice import longest_notice
-from extender.core.objects import PodInfo, read_mark
+from extender.core.objects import PodInfo
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
 

@@ -10,7 +10,7 @@ decisions themselves are :class:`extender.service.Extender`'s, and the verbs' ha
 (wire JSON to those calls and back) :class:`extender.http.verbs.VerbHandlers`'.  The four
 verbs are served by a small ASGI layer ahead of FastAPI (:mod:`extender.http.asgi`), since
 they sit on kube-scheduler's scheduling cycle: filter and prioritize on the event loop
-while the snapshot is free, in a worker thread when it is busy.  FastAPI serves the rest.
+while the state is free, in a worker thread when it is busy.  FastAPI serves the rest.
 Under ``muster serve``, filter and prioritize are answered before ASGI, by the HTTP protocol
 itself (:mod:`extender.http.protocol`), with the same handlers.
 """
@@ -156,23 +156,23 @@ def _serve_debug(app: FastAPI, extender: Extender) -> None:
 
     @app.get("/debug/quotas", summary="every quota: min, max, used, non-preemptible used")
     def debug_quotas() -> dict[str, Any]:
-        with extender.source.exclusive() as snapshot:
-            return explain.quotas(snapshot)
+        with extender.source.exclusive() as state:
+            return explain.quotas(state)
 
     @app.get("/debug/budgets", summary="PodDisruptionBudgets: disruptions allowed, pods")
     def debug_budgets() -> dict[str, Any]:
-        with extender.source.exclusive() as snapshot:
-            return explain.budgets(snapshot)
+        with extender.source.exclusive() as state:
+            return explain.budgets(state)
 
     @app.get("/debug/jobs", summary="jobs with pending pods or reservations")
     def debug_jobs() -> dict[str, Any]:
-        with extender.source.exclusive() as snapshot:
-            return explain.jobs(snapshot, extender.clock())
+        with extender.source.exclusive() as state:
+            return explain.jobs(state, extender.clock())
 
     @app.get("/debug/pods/{namespace}/{name}", summary="why is this pod pending?")
     def debug_pod(namespace: str, name: str) -> Response:
-        with extender.source.exclusive() as snapshot:
-            found = explain.pod(snapshot, extender.log, f"{namespace}/{name}")
+        with extender.source.exclusive() as state:
+            found = explain.pod(state, extender.log, f"{namespace}/{name}")
         if found is None:
             return JSONResponse({"error": f"pod {namespace}/{name} is not known"}, 404)
         return JSONResponse(found)

@@ -46,7 +46,7 @@ class ClientError(Exception):
 @dataclass(frozen=True)
 class Verb:
     """One extender verb: its metric label, its handler (body in, JSON out; told whether
-    it may wait for the snapshot), and whether it runs on the event loop (``inline``)
+    it may wait for the state), and whether it runs on the event loop (``inline``)
     or in a worker thread."""
 
     name: str
@@ -164,7 +164,7 @@ class MusterApp:
 
     def answer_now(self, verb: Verb, body: bytes) -> tuple[int, bytes] | None:
         """An inline verb's answer (status, JSON), computed at once on the event loop, for
-        a body already read; ``None`` if the snapshot is busy (nothing was done: answer it
+        a body already read; ``None`` if the state is busy (nothing was done: answer it
         through :meth:`__call__`, which waits in a worker thread).  Counted as
         :meth:`__call__` counts, from the body read."""
         start = time.perf_counter()
@@ -186,7 +186,7 @@ class MusterApp:
         self.requests.labels(verb.name, str(status)).inc()
 
     async def _answer(self, verb: Verb, body: bytes) -> bytes:
-        """Inline verbs run on the event loop unless the snapshot is busy (an informer
+        """Inline verbs run on the event loop unless the state is busy (an informer
         relisting, a preemption being planned): then in a worker thread, so the loop
         keeps answering everything else."""
         if verb.inline:

@@ -15,13 +15,13 @@ from extender.core.state import ClusterState
 from quota.accounting import usage_report
 
 
-def quotas(snapshot: ClusterState) -> dict[str, Any]:
+def quotas(state: ClusterState) -> dict[str, Any]:
     result = {}
-    for name, spec in sorted(snapshot.tree.specs.items()):
+    for name, spec in sorted(state.tree.specs.items()):
         result[name] = {
             "namespace": spec.namespace,
             "parent": spec.parent,
-            **usage_report(snapshot.ledger, name),
+            **usage_report(state.ledger, name),
             "policy": {
                 "withinQuota": spec.policy.within_quota.value,
                 "reclaimWithinCohort": spec.policy.reclaim_within_cohort.value,
@@ -33,42 +33,42 @@ def quotas(snapshot: ClusterState) -> dict[str, Any]:
     return result
 
 
-def budgets(snapshot: ClusterState) -> dict[str, Any]:
+def budgets(state: ClusterState) -> dict[str, Any]:
     """The PodDisruptionBudgets the planner weighs: disruptions allowed, pods covered."""
     result = {}
-    for key, budget in sorted(snapshot.budgets.items()):
+    for key, budget in sorted(state.budgets.items()):
         covered = sorted(
             pod.key
-            for pod in snapshot.pods.values()
+            for pod in state.pods.values()
             if pod.namespace == budget.namespace and budget.covers(pod)
         )
         result[key] = {"disruptionsAllowed": budget.disruptions_allowed, "pods": covered}
     return result
 
 
-def waiting_pods(snapshot: ClusterState) -> Iterator[PodInfo]:
+def waiting_pods(state: ClusterState) -> Iterator[PodInfo]:
     """Pending pods no reservation or admission hold covers: the ones still waiting."""
-    for pod in snapshot.pods.values():
-        if pod.node_name is None and not pod.finished and not snapshot.counts_as_used(pod):
+    for pod in state.pods.values():
+        if pod.node_name is None and not pod.finished and not state.counts_as_used(pod):
             yield pod
 
 
-def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
+def jobs(state: ClusterState, now: float) -> dict[str, Any]:
     """Jobs with pods still pending, holding a reservation, or backing off; gangs with
     where they stand (:func:`extender.core.filter.gangstatus.gang_status`)."""
     pending: dict[str, int] = {}
-    for pod in waiting_pods(snapshot):
+    for pod in waiting_pods(state):
         pending[pod.job] = pending.get(pod.job, 0) + 1
     result = {}
-    for job in sorted(set(pending) | set(snapshot.reservations) | set(snapshot.book.backoffs)):
-        pods = snapshot.members.job_pods(job)
-        reservation = snapshot.reservations.get(job)
-        gang = gang_status(snapshot, job) if any(p.group is not None for p in pods) else None
+    for job in sorted(set(pending) | set(state.reservations) | set(state.book.backoffs)):
+        pods = state.members.job_pods(job)
+        reservation = state.reservations.get(job)
+        gang = gang_status(state, job) if any(p.group is not None for p in pods) else None
         result[job] = {
             "pods": len(pods),
             "pending": pending.get(job, 0),
-            "minAvailable": snapshot.declarations.min_available(job),
-            "quota": snapshot.quota_name(pods[0]) if pods else None,
+            "minAvailable": state.declarations.min_available(job),
+            "quota": state.quota_name(pods[0]) if pods else None,
             "state": "in flight" if reservation is not None else "pending",
             "reservation": None
             if reservation is None
@@ -76,24 +76,24 @@ def jobs(snapshot: ClusterState, now: float) -> dict[str, Any]:
                 "placements": dict(reservation.placements),
                 # room of deleted pods kept for the pods replacing them
                 "vacated": {
-                    snapshot.book.vacancies[holder].pod_key: snapshot.book.vacancies[holder].node
-                    for holder in snapshot.book.vacancies_of(job)
+                    state.book.vacancies[holder].pod_key: state.book.vacancies[holder].node
+                    for holder in state.book.vacancies_of(job)
                 },
                 "victims": list(reservation.victims),
                 "expires": format_time(reservation.expires),
                 "expiresInSeconds": round(reservation.expires - now),
             },
             "gang": None if gang is None else _gang(gang, now),
-            "topology": _topology(snapshot, job),
+            "topology": _topology(state, job),
         }
     return result
 
 
-def _topology(snapshot: ClusterState, job: str) -> dict[str, Any] | None:
+def _topology(state: ClusterState, job: str) -> dict[str, Any] | None:
     """The job's topology request and the domain its bound and reserved pods are in, and
     its slices (Kueue's podset slices: ``slices``, only when it asks for them)."""
-    placement = snapshot.topology_placement(job)
-    slices = snapshot.declarations.slice_request(job)
+    placement = state.topology_placement(job)
+    slices = state.declarations.slice_request(job)
     if placement is None and slices is None:
         return None
     found: dict[str, Any] = {}
@@ -124,9 +124,9 @@ def _gang(status: GangStatus, now: float) -> dict[str, Any]:
     }
 
 
-def pod(snapshot: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | None:
+def pod(state: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | None:
     """What Muster knows and last decided about one pod, or ``None`` if nothing."""
-    info = snapshot.pods.get(key)
+    info = state.pods.get(key)
     decisions = log.for_pod(key)
     if info is None and not decisions:
         return None
@@ -134,16 +134,16 @@ def pod(snapshot: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | 
     if info is not None:
         result |= {
             "job": info.job,
-            "quota": snapshot.quota_name(info),
+            "quota": state.quota_name(info),
             "node": info.node_name,
-            "reservedNode": snapshot.reserved_node(key),
-            "preemptible": snapshot.preemptible(info),
+            "reservedNode": state.reserved_node(key),
+            "preemptible": state.preemptible(info),
             "priority": info.priority,
             # When the work it would lose began: its start, or its last checkpoint.
             "workStarted": format_time(info.work_started),
-            "quotaAdmission": admission_failures(snapshot, info) or "admitted",
+            "quotaAdmission": admission_failures(state, info) or "admitted",
         }
-        topology = _topology(snapshot, info.job)
+        topology = _topology(state, info.job)
         if topology is not None:  # only for a job with a topology request
             result["topology"] = topology
     result["decisions"] = [

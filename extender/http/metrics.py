@@ -1,4 +1,4 @@
-"""Prometheus gauges read from the snapshot at scrape time: quota min, max and usage."""
+"""Prometheus gauges read from the state at scrape time: quota min, max and usage."""
 
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ class QuotaCollector(Collector):
             "Jobs with pods pending that no reservation or admission hold covers, by quota.",
             labels=["quota"],
         )
-        with self.source.exclusive() as snapshot:
+        with self.source.exclusive() as state:
             jobs: dict[str, set[str]] = {}
-            for pod in waiting_pods(snapshot):
-                jobs.setdefault(snapshot.quota_name(pod) or "", set()).add(pod.job)
-            for quota in sorted(snapshot.tree.specs):
+            for pod in waiting_pods(state):
+                jobs.setdefault(state.quota_name(pod) or "", set()).add(pod.job)
+            for quota in sorted(state.tree.specs):
                 waiting.add_metric([quota], len(jobs.get(quota, ())))
-            for quota, spec in sorted(snapshot.tree.specs.items()):
-                usage = snapshot.ledger[quota]
+            for quota, spec in sorted(state.tree.specs.items()):
+                usage = state.ledger[quota]
                 lists: Mapping[str, Mapping[str, int]] = {
                     "min": spec.min,
                     "max": spec.max,

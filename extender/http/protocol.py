@@ -6,7 +6,7 @@ request-response cycle, a task, the ASGI messages) costs more than Muster's deci
 (docs/benchmarks.md, "the extender floor").  :class:`VerbProtocol` answers a ``POST`` to
 an inline verb (filter, prioritize) itself, once its body is read, on the event loop:
 :meth:`~extender.http.asgi.MusterApp.answer_now`, the same handler, errors and metrics
-as through ASGI.  A call it cannot answer so (the snapshot busy, a body without a
+as through ASGI.  A call it cannot answer so (the state busy, a body without a
 ``Content-Length`` or over :data:`FAST_MAX_BYTES`, a pipelined request, ``Expect:
 100-continue``, ``Connection: close``, HTTP/1.0) is handed to uvicorn's own path
 unchanged, as is every other request.
@@ -154,7 +154,7 @@ class VerbProtocol(HttpToolsProtocol):
         app = self.app
         assert isinstance(app, MusterApp)
         answer = app.answer_now(verb, body)
-        if answer is None:  # the snapshot is busy: uvicorn's path, which can wait
+        if answer is None:  # the state is busy: uvicorn's path, which can wait
             super().on_headers_complete()
             if body:
                 super().on_body(body)

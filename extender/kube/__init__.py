@@ -1,1 +1,1 @@
-"""The Kubernetes front door: API access, informers feeding the snapshot, writers."""
+"""The Kubernetes front door: API access, informers feeding the state, writers."""

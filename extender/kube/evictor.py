@@ -25,8 +25,8 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from base import keys
+from extender.core.marks import read_mark
 from extender.core.notice import answered
-from extender.core.objects import read_mark
 from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key

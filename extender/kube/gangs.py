@@ -95,36 +95,36 @@ class GangKeeper(LeaderWorker):
         """Give up the gangs partly bound for longer than their timeout; return them.
         Decided in one hold of the state (:meth:`_timed_out`), then written
         (:meth:`_write_given_up`)."""
-        with self.source.exclusive() as snapshot:
-            given_up = self._timed_out(snapshot, now)
+        with self.source.exclusive() as state:
+            given_up = self._timed_out(state, now)
         for gang in given_up:
             self.given_up += 1
             log.warning("%s; giving it up (attempt %d)", gang.reason, gang.backoff.attempts)
             self._write_given_up(gang)
         return [gang.job for gang in given_up]
 
-    def _timed_out(self, snapshot: ClusterState, now: float) -> list[GivenUp]:
+    def _timed_out(self, state: ClusterState, now: float) -> list[GivenUp]:
         """The gangs partly bound for longer than their timeout, each given up in
-        ``snapshot`` (its room let go, its backoff held); the clock of each partly bound
+        ``state`` (its room let go, its backoff held); the clock of each partly bound
         gang starts the first time it is seen so."""
         given_up = []
-        partly = partially_bound(snapshot, gang_jobs(snapshot))
+        partly = partially_bound(state, gang_jobs(state))
         for job in list(self._partial_since):
             if job not in partly:
                 del self._partial_since[job]
         for job in partly:
             since = self._partial_since.setdefault(job, now)
-            if now - since < snapshot.declarations.gang_timeout_seconds(job):
+            if now - since < state.declarations.gang_timeout_seconds(job):
                 continue
-            backoff = give_up(snapshot, job, now)
-            pods = snapshot.members.job_pods(job)
+            backoff = give_up(state, job, now)
+            pods = state.members.job_pods(job)
             bound = [p for p in pods if p.node_name is not None and not p.departing]
             pending = [p for p in pods if p.node_name is None and not p.finished]
-            released = persisted_pods(snapshot, job)
-            apply(snapshot, ReleaseRoom(job))
-            apply(snapshot, BackOff(job, backoff))
-            timeout = snapshot.declarations.gang_timeout_seconds(job)
-            needed = snapshot.declarations.min_available(job)
+            released = persisted_pods(state, job)
+            apply(state, ReleaseRoom(job))
+            apply(state, BackOff(job, backoff))
+            timeout = state.declarations.gang_timeout_seconds(job)
+            needed = state.declarations.min_available(job)
             given_up.append(GivenUp(job, backoff, bound, pending, released, timeout, needed))
             del self._partial_since[job]
         return given_up
@@ -169,18 +169,16 @@ class GangKeeper(LeaderWorker):
 
     def nudge_after_backoff(self, now: float) -> list[str]:
         """Make kube-scheduler retry the pods of gangs whose backoff ended; return them."""
-        with self.source.exclusive() as snapshot:
+        with self.source.exclusive() as state:
             ended = []
-            by_creation = snapshot.args.requeuing_timestamp == "Creation"
-            for job, backoff in snapshot.book.backoffs.items():
+            by_creation = state.args.requeuing_timestamp == "Creation"
+            for job, backoff in state.book.backoffs.items():
                 if backoff.until is None or backoff.until > now:
                     continue
                 if self._nudged.get(job) == backoff.until:
                     continue
                 pods = [
-                    p
-                    for p in snapshot.members.job_pods(job)
-                    if p.node_name is None and not p.finished
+                    p for p in state.members.job_pods(job) if p.node_name is None and not p.finished
                 ]
                 if not pods:
                     continue
@@ -209,22 +207,22 @@ class GangKeeper(LeaderWorker):
         A gang placed whole forgets its backoff (its next timeout starts at attempt 1),
         here and on its pods: the annotation read back would restore it."""
         forget: list[PodInfo] = []
-        with self.source.exclusive() as snapshot:
-            jobs = gang_jobs(snapshot)
-            for job in list(snapshot.book.backoffs):
-                if job in jobs and gang_status(snapshot, job).phase in ("Scheduled", "Running"):
-                    del snapshot.book.backoffs[job]
+        with self.source.exclusive() as state:
+            jobs = gang_jobs(state)
+            for job in list(state.book.backoffs):
+                if job in jobs and gang_status(state, job).phase in ("Scheduled", "Running"):
+                    del state.book.backoffs[job]
                     forget.extend(
                         pod
-                        for pod in snapshot.members.job_pods(job)
+                        for pod in state.members.job_pods(job)
                         if keys.GANG_BACKOFF_ANNOTATION in pod.annotations
                     )
             wanted = []
             for job in sorted(jobs):
                 api = self.source.pod_group_api(job)
-                if api is None or snapshot.declarations.pod_group(job) is None:
+                if api is None or state.declarations.pod_group(job) is None:
                     continue
-                status = gang_status(snapshot, job)
+                status = gang_status(state, job)
                 body: dict[str, object] = {
                     "phase": status.phase,
                     "scheduled": status.scheduled,

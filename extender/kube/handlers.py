@@ -34,13 +34,13 @@ class ObjectHandlers:
     """Handlers for every informer but the pods'; see the module's docstring."""
 
     if TYPE_CHECKING:
-        snapshot: ClusterState
+        state: ClusterState
         state_lock: threading.RLock
         rejected: dict[str, str]
 
     def _init_object_handlers(self) -> None:
         self._quotas: dict[str, QuotaSpec] = {}  # "group/ns/name" → spec
-        self._applied: dict[str, QuotaSpec] = {}  # what the snapshot has, by quota name
+        self._applied: dict[str, QuotaSpec] = {}  # what the state has, by quota name
         self._priorities: dict[str, tuple[int, bool]] = {}
         self._priority_view: PriorityClasses | None = None  # of _priorities, built on use
         self._pod_group_apis: dict[str, str] = {}  # job → its status-written PodGroup's API
@@ -50,10 +50,10 @@ class ObjectHandlers:
     def _on_node(self, kind: str, obj: Json) -> None:
         with self.state_lock:
             if kind == "DELETED":
-                self.snapshot.remove_node(object_key(obj))
+                self.state.remove_node(object_key(obj))
                 return
             try:
-                self.snapshot.upsert_node(parse_node(obj))
+                self.state.upsert_node(parse_node(obj))
             except ManifestError as error:
                 self._reject(obj, error)
 
@@ -97,7 +97,7 @@ class ObjectHandlers:
         return handle
 
     def _apply_quotas(self) -> None:
-        """Hand the snapshot every valid quota; a duplicate name keeps the first by key."""
+        """Hand the state every valid quota; a duplicate name keeps the first by key."""
         specs: dict[str, QuotaSpec] = {}
         for key in sorted(self._quotas):
             spec = self._quotas[key]
@@ -108,7 +108,7 @@ class ObjectHandlers:
         if specs == self._applied:
             return  # e.g. only status or annotations changed: nothing to re-index
         try:
-            self.snapshot.set_quotas(specs.values())
+            self.state.set_quotas(specs.values())
             self._applied = specs
         except QuotaTreeError as error:
             self.rejected[f"quota/{error.quota}"] = str(error)
@@ -138,13 +138,13 @@ class ObjectHandlers:
                         if kind.writes_status:
                             self._pod_group_apis.pop(job, None)
                         group_namespace, group_name = job.split("/", 1)
-                        self.snapshot.forget_pod_group(group_namespace, group_name, kind.rank)
+                        self.state.forget_pod_group(group_namespace, group_name, kind.rank)
                 if groups:
                     self._declared[key] = jobs
                 for group in groups:
                     if kind.writes_status:
                         self._pod_group_apis[group.job] = kind.group
-                    self.snapshot.set_pod_group(group)
+                    self.state.set_pod_group(group)
 
         return handle
 
@@ -159,44 +159,42 @@ class ObjectHandlers:
             controller = f"{owner_kind}/{metadata.get('name')}"
             with self.state_lock:
                 if kind == "DELETED" or metadata.get("deletionTimestamp"):
-                    self.snapshot.forget_owner(namespace, controller)
+                    self.state.forget_owner(namespace, controller)
                     return
-                self.snapshot.declarations.owner_present(namespace, controller)
+                self.state.declarations.owner_present(namespace, controller)
                 try:
-                    self.snapshot.declarations.set_owner_size(parse_owner_size(owner_kind, obj))
+                    self.state.declarations.set_owner_size(parse_owner_size(owner_kind, obj))
                 except ManifestError as error:
                     # its pods' gang size is what arrives
                     self._reject({"kind": owner_kind, **obj}, error)
-                    self.snapshot.declarations.set_owner_size(
-                        OwnerSize(namespace, controller, None)
-                    )
+                    self.state.declarations.set_owner_size(OwnerSize(namespace, controller, None))
 
         return handle
 
     def _on_budget(self, kind: str, obj: Json) -> None:
         with self.state_lock:
             if kind == "DELETED":
-                self.snapshot.forget_budget(*object_key(obj).split("/", 1))
+                self.state.forget_budget(*object_key(obj).split("/", 1))
                 return
             try:
-                self.snapshot.set_budget(parse_pod_disruption_budget(obj))
+                self.state.set_budget(parse_pod_disruption_budget(obj))
             except ManifestError as error:
                 self._reject(obj, error)  # ignored: it protects nothing Muster knows of
-                self.snapshot.forget_budget(*object_key(obj).split("/", 1))
+                self.state.forget_budget(*object_key(obj).split("/", 1))
 
     def _on_kueue_topology(self, kind: str, obj: Json) -> None:
         """Kueue's Topology: the order of topology levels, when ``topologyLevels`` is
         empty (an API the server does not serve lists nothing)."""
         with self.state_lock:
             if kind == "DELETED":
-                self.snapshot.declarations.forget_kueue_topology(object_key(obj))
+                self.state.declarations.forget_kueue_topology(object_key(obj))
                 return
             try:
                 name, levels = parse_kueue_topology(obj)
             except ManifestError as error:
                 self._reject({"kind": "Topology", **obj}, error)
                 return
-            self.snapshot.declarations.set_kueue_topology(name, levels)
+            self.state.declarations.set_kueue_topology(name, levels)
 
     def _reject(self, obj: Json, error: Exception) -> None:
         key = f"{obj.get('kind', '?')}/{object_key(obj)}"

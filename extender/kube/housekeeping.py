@@ -48,12 +48,12 @@ class Housekeeper(LeaderWorker):
 
     def write_quota_status(self) -> int:
         """Write the status of every quota whose usage changed; return how many."""
-        with self.source.exclusive() as snapshot:
+        with self.source.exclusive() as state:
             wanted = {}
             for key, (group, spec) in self.source.quota_objects().items():
-                if spec.name not in snapshot.tree:
+                if spec.name not in state.tree:
                     continue
-                report = usage_report(snapshot.ledger, spec.name)
+                report = usage_report(state.ledger, spec.name)
                 used, np_used = report["used"], report["nonPreemptibleUsed"]
                 wanted[key] = (group, spec.namespace, spec.name, used, np_used)
         written = 0
@@ -89,23 +89,23 @@ class Housekeeper(LeaderWorker):
 
     def drain_stopped_quotas(self) -> int:
         """Soft-evict the running pods of ``HoldAndDrain`` quotas; return how many."""
-        with self.source.exclusive() as snapshot:
+        with self.source.exclusive() as state:
             # A parent's HoldAndDrain drains its whole subtree: quota → who set it.
             drained_by = {
                 name: source
-                for name in snapshot.tree.specs
-                for stop, source in (snapshot.tree.stop_policy(name),)
+                for name in state.tree.specs
+                for stop, source in (state.tree.stop_policy(name),)
                 if stop is StopPolicy.HOLD_AND_DRAIN
             }
             pods: list[tuple[PodInfo, str]] = [
                 (pod, quota)
-                for pod in snapshot.pods.values()
+                for pod in state.pods.values()
                 if pod.node_name is not None
                 and not pod.finished
                 and not pod.terminating
                 and not pod.soft_evicted
                 and pod.uid not in self._drained
-                and (quota := snapshot.quota_name(pod) or "") in drained_by
+                and (quota := state.quota_name(pod) or "") in drained_by
             ]
         for pod, quota in pods:
             try:

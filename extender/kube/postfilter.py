@@ -174,9 +174,9 @@ class PostFilterLoop(Watched):
         """Mark the victims of in-flight reservations that are still unmarked (a Muster
         that died between writing a reservation and marking its victims), and record the
         disruption of those marked without it; return how many were marked."""
-        with self.source.exclusive() as snapshot:
-            unfinished = _unfinished(snapshot, self.issuer.written)
-            notices = {pod.key: notice_seconds(snapshot, pod) for pod, _job in unfinished.unmarked}
+        with self.source.exclusive() as state:
+            unfinished = _unfinished(state, self.issuer.written)
+            notices = {pod.key: notice_seconds(state, pod) for pod, _job in unfinished.unmarked}
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)
@@ -200,17 +200,17 @@ class PostFilterLoop(Watched):
         :func:`extender.core.reservations.refused_victims`).  They are undone as any plan
         ended without its job binding, and the job is planned again without the refused
         victims; return the jobs."""
-        with self.source.exclusive() as snapshot:
-            deadline = snapshot.args.victim_eviction_deadline_seconds
+        with self.source.exclusive() as state:
+            deadline = state.args.victim_eviction_deadline_seconds
             ended = []
-            for job, refused in refused_victims(snapshot, now).items():
+            for job, refused in refused_victims(state, now).items():
                 names = ", ".join(pod.key for pod in refused)
                 why = (
                     f"a PodDisruptionBudget still refuses the eviction of {names} "
                     f"{deadline:.0f}s after it was marked"
                 )
-                ended.append(ended_plan(snapshot, job, why))
-                apply(snapshot, AbandonPlan(job, frozenset(pod.key for pod in refused)))
+                ended.append(ended_plan(state, job, why))
+                apply(state, AbandonPlan(job, frozenset(pod.key for pod in refused)))
         for plan in ended:
             self._undo(plan, now)
         return [plan.job for plan in ended]
@@ -223,23 +223,23 @@ class PostFilterLoop(Watched):
         :func:`extender.core.reservations.settle_reservations`); return the plans ended."""
         replan: list[str] = []
         parked = self.source.parked()
-        with self.source.exclusive() as snapshot:
-            snapshot.expire_vacancies(now)
-            stuck = snapshot.expire_departures(now)
+        with self.source.exclusive() as state:
+            state.expire_vacancies(now)
+            stuck = state.expire_departures(now)
             for key in stuck:
                 log.warning(
                     "%s is still terminating %gs past its deletion deadline: its room counts "
                     "as taken (stuckTerminatingSeconds)",
                     key,
-                    snapshot.args.stuck_terminating_seconds,
+                    state.args.stuck_terminating_seconds,
                 )
             if stuck:  # plans that counted on their room are made again
-                replan = jobs_to_replan(snapshot, parked)
-            extended, ended = settle_reservations(snapshot, now)
+                replan = jobs_to_replan(state, parked)
+            extended, ended = settle_reservations(state, now)
             for reservation in extended:
-                apply(snapshot, HoldRoom(reservation))
+                apply(state, HoldRoom(reservation))
             for plan in ended:
-                apply(snapshot, ReleaseRoom(plan.job))
+                apply(state, ReleaseRoom(plan.job))
         for job in replan:
             self.request(job)
         return ended
@@ -273,27 +273,27 @@ class PostFilterLoop(Watched):
         """The decision, in one hold of the state: a plan (its room held in memory, so
         the very next filter keeps other pods off it), a refusal, or ``None`` for a job
         in flight already (its room is held, its pods are being retried)."""
-        with self.source.exclusive() as snapshot:
-            if job in snapshot.reservations:
+        with self.source.exclusive() as state:
+            if job in state.reservations:
                 return None
-            decision = plan_job_preemption(snapshot, job, now)
+            decision = plan_job_preemption(state, job, now)
             if not isinstance(decision, PreemptionPlan):
-                pending = (p.key for p in snapshot.members.job_pods(job) if p.node_name is None)
+                pending = (p.key for p in state.members.job_pods(job) if p.node_name is None)
                 # A gang still arriving is planned once it settles: nothing else may ask
                 # again (when kube-scheduler's own filters reject every node, its pods'
                 # messages are not Muster's, and no nudge comes).
-                settled = settles_at(snapshot, job, now)
+                settled = settles_at(state, job, now)
                 # A victim spared for its minimum runtime may be taken once it ends.
                 again = [t for t in (settled, decision.retry_at) if t is not None]
                 return Refused(job, decision.reasons, tuple(pending), min(again, default=None))
-            reservation = decision.reservation(now, snapshot.args.reservation_timeout_seconds)
-            apply(snapshot, HoldRoom(reservation))
+            reservation = decision.reservation(now, state.args.reservation_timeout_seconds)
+            apply(state, HoldRoom(reservation))
             return Commitment(
                 plan=decision,
                 persisted=persisted_reservation(reservation),
-                preemptor_pods=tuple(snapshot.pods[key] for key in decision.placements),
-                delete_now=snapshot.args.pod_should_be_deleted_when_preempted,
-                last_created=max(p.created for p in snapshot.members.job_pods(job)),
+                preemptor_pods=tuple(state.pods[key] for key in decision.placements),
+                delete_now=state.args.pod_should_be_deleted_when_preempted,
+                last_created=max(p.created for p in state.members.job_pods(job)),
             )
 
     def _refuse(self, refused: Refused, now: float) -> None:
@@ -331,24 +331,24 @@ class PostFilterLoop(Watched):
         self.issuer.announce(commitment, marked)
 
 
-def _unfinished(snapshot: ClusterState, written: set[str]) -> Unfinished:
-    """What the in-flight reservations of ``snapshot`` still lack, leaving out the victims
+def _unfinished(state: ClusterState, written: set[str]) -> Unfinished:
+    """What the in-flight reservations of ``state`` still lack, leaving out the victims
     this process has written (``written``): each victim is checked against the rules
     again, whatever record named it."""
     unmarked = [
-        (snapshot.pods[key], reservation.job)
-        for reservation in snapshot.reservations.values()
+        (state.pods[key], reservation.job)
+        for reservation in state.reservations.values()
         for key in reservation.victims
-        if key in snapshot.pods
-        and snapshot.pods[key].uid not in written
-        and not snapshot.pods[key].departing  # marked, evicted, or kube-scheduler's
-        and snapshot.pods[key].node_name is not None
+        if key in state.pods
+        and state.pods[key].uid not in written
+        and not state.pods[key].departing  # marked, evicted, or kube-scheduler's
+        and state.pods[key].node_name is not None
     ]
     unrecorded = [
         (pod, reservation.job)
-        for reservation in snapshot.reservations.values()
+        for reservation in state.reservations.values()
         for key in reservation.victims
-        if (pod := snapshot.pods.get(key)) is not None
+        if (pod := state.pods.get(key)) is not None
         and pod.uid not in written
         and pod.node_name is not None
         and not pod.finished
@@ -359,10 +359,8 @@ def _unfinished(snapshot: ClusterState, written: set[str]) -> Unfinished:
     refused = [
         (pod, job, why)
         for pod, job in unmarked
-        if (why := victim_refusal(snapshot, job, pod)) is not None
+        if (why := victim_refusal(state, job, pod)) is not None
     ]
     refused_keys = {pod.key for pod, _, _ in refused}
     allowed = [(pod, job) for pod, job in unmarked if pod.key not in refused_keys]
-    return Unfinished(
-        snapshot.args.pod_should_be_deleted_when_preempted, allowed, unrecorded, refused
-    )
+    return Unfinished(state.args.pod_should_be_deleted_when_preempted, allowed, unrecorded, refused)

@@ -61,17 +61,17 @@ class Requeuer(LeaderWorker):
         """Nudge the parked pods Muster would now admit; return them."""
         parked = self.source.parked()
         seen = frozenset(parked.items())
-        with self.source.exclusive() as snapshot:
-            snapshot.release_quota_holds(now)
+        with self.source.exclusive() as state:
+            state.release_quota_holds(now)
             # Room only Muster sees, a pod more (a gang completing), or a gang of
             # undeclared size that stopped growing: worth a look now.
-            epoch = (snapshot.room_epoch, len(snapshot.pods), settled_gangs(snapshot, now))
+            epoch = (state.room_epoch, len(state.pods), settled_gangs(state, now))
             if self._checked is not None:
                 last_epoch, last_seen, at = self._checked
                 if epoch == last_epoch and seen == last_seen and now - at < self.recheck_seconds:
                     return []
             self._checked = (epoch, seen, now)
-            pods = [snapshot.pods[key] for key in pods_to_requeue(snapshot, parked, now)]
+            pods = [state.pods[key] for key in pods_to_requeue(state, parked, now)]
         for key in list(self._nudged):
             if key not in parked:
                 del self._nudged[key]

@@ -1,4 +1,4 @@
-"""The live cluster as a :class:`extender.service.ClusterSource`: informers feed a snapshot.
+"""The live cluster as a :class:`extender.service.ClusterSource`: informers feed a state.
 
 Pods, Nodes, PriorityClasses, PodDisruptionBudgets, ElasticQuotas, PodGroups (both
 ``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are installed), Kueue's
@@ -72,7 +72,7 @@ class KubeSource(ObjectHandlers):
         self.clock = clock
         #: The keys Muster's own records are checked with (:mod:`extender.core.records`).
         self.record_keys = record_keys
-        self.snapshot = ClusterState(args)
+        self.state = ClusterState(args)
         self.state_lock = threading.RLock()
         self.rejected: dict[str, str] = {}  # object → why it was skipped
         self._init_object_handlers()
@@ -169,7 +169,7 @@ class KubeSource(ObjectHandlers):
         return all(informer.synced.wait(timeout) for informer in self.informers)
 
     def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
-        return holding(self.state_lock, self.snapshot, wait)
+        return holding(self.state_lock, self.state, wait)
 
     # ---- the pods' handler (an informer thread) ------------------------------------
 
@@ -178,11 +178,11 @@ class KubeSource(ObjectHandlers):
         with self.state_lock:
             if kind == "DELETED":
                 key = object_key(obj)
-                gone = self.snapshot.pods.get(key)
+                gone = self.state.pods.get(key)
                 if gone is not None:
                     self._scheduler_victims.discard(gone.uid)
                     self._forged_seen.pop(gone.uid, None)
-                self.snapshot.remove_pod(key, now=self.clock())
+                self.state.remove_pod(key, now=self.clock())
                 self._parked.pop(key, None)
                 return
             obj = self._believed(obj)
@@ -191,7 +191,7 @@ class KubeSource(ObjectHandlers):
             except ManifestError as error:
                 self._reject(obj, error)
                 return
-            self.snapshot.upsert_pod(pod, now=self.clock())
+            self.state.upsert_pod(pod, now=self.clock())
             self._parked.pop(pod.key, None)
             if pod.node_name is None and not pod.finished:
                 self._restore_reservation(pod)
@@ -201,13 +201,13 @@ class KubeSource(ObjectHandlers):
                 if reason is not None:
                     self._parked[pod.key] = reason
                     plan_at_once = postfilter_trigger(
-                        self.snapshot, pod, self.clock()
+                        self.state, pod, self.clock()
                     )  # None: not Muster's
                     if plan_at_once is not None:
                         trigger = (pod.job, reason, plan_at_once)
             elif pod.node_name is not None and preempted_by_scheduler(pod):
                 self._note_scheduler_victim(pod)
-                self._hold_for_scheduler_preemption(jobs_nominated_to(self.snapshot, pod.node_name))
+                self._hold_for_scheduler_preemption(jobs_nominated_to(self.state, pod.node_name))
         if trigger is not None and self.on_unschedulable is not None:
             self.on_unschedulable(*trigger)
 
@@ -217,7 +217,7 @@ class KubeSource(ObjectHandlers):
         if pod.uid in self._scheduler_victims:
             return
         self._scheduler_victims.add(pod.uid)
-        governed = governing_reason(self.snapshot, pod)
+        governed = governing_reason(self.state, pod)
         if governed is None:
             return  # kube-scheduler's to preempt: not Muster's business
         self.scheduler_preemptions.inc()
@@ -231,10 +231,10 @@ class KubeSource(ObjectHandlers):
 
     def _hold_for_scheduler_preemption(self, jobs: set[str]) -> None:
         for job in sorted(jobs):
-            decided = hold_for_scheduler_preemption(self.snapshot, job, self.clock())
+            decided = hold_for_scheduler_preemption(self.state, job, self.clock())
             if decided is not None:
                 held, effect = decided
-                apply(self.snapshot, effect)
+                apply(self.state, effect)
                 log.warning(
                     "kube-scheduler is preempting %s for job %s: no second plan for it; "
                     "its room is held on %s",
@@ -246,8 +246,8 @@ class KubeSource(ObjectHandlers):
     def _restore_reservation(self, pod: PodInfo) -> None:
         """Rebuild an in-flight reservation, and a gang's backoff, from the annotations
         on a pending pod."""
-        for effect in restored_effects(self.snapshot, pod):
-            apply(self.snapshot, effect)
+        for effect in restored_effects(self.state, pod):
+            apply(self.state, effect)
 
     def _believed(self, obj: Json) -> Json:
         """The pod as Muster believes it: records Muster did not write are dropped,

@@ -3,7 +3,7 @@
 This is the seam between the front doors and the core.  The HTTP app
 (:mod:`extender.http`) turns wire JSON into calls here; the cluster comes
 from a :class:`ClusterSource` (the Kubernetes adapter's informers, or a fixed
-snapshot read from manifests); binding goes through an optional
+state read from manifests); binding goes through an optional
 :class:`Binder`.  Every decision is written to a :class:`DecisionLog`, and
 the jobs Muster governs that cannot be placed (rejected for quota or
 reservation reasons, or proposed for kube-scheduler's own preemption) are

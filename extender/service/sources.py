@@ -57,13 +57,13 @@ class _Lock(Protocol):
 
 
 @contextmanager
-def holding(lock: _Lock, snapshot: ClusterState, wait: bool) -> Iterator[ClusterState]:
-    """``snapshot`` under ``lock``; :class:`StateBusy` if ``wait`` is false and the
+def holding(lock: _Lock, state: ClusterState, wait: bool) -> Iterator[ClusterState]:
+    """``state`` under ``lock``; :class:`StateBusy` if ``wait`` is false and the
     lock is taken.  (The one implementation of :meth:`ClusterSource.reading`.)"""
     if not lock.acquire(blocking=wait):
         raise StateBusy
     try:
-        yield snapshot
+        yield state
     finally:
         lock.release()
 
@@ -73,8 +73,8 @@ class StaticSource:
 
     pods_arrive = False
 
-    def __init__(self, snapshot: ClusterState) -> None:
-        self._snapshot = snapshot
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
         self._lock = threading.Lock()
 
     def ready(self) -> bool:
@@ -91,7 +91,7 @@ class StaticSource:
         return {}
 
     def exclusive(self, wait: bool = True) -> AbstractContextManager[ClusterState]:
-        return holding(self._lock, self._snapshot, wait)
+        return holding(self._lock, self._state, wait)
 
 
 class RoomKeeper(Protocol):

@@ -87,8 +87,8 @@ class Extender:
         copy kube-scheduler sends."""
         if not resource_version:
             return None
-        with self.source.exclusive(wait) as snapshot:
-            pod = snapshot.pods.get(key)
+        with self.source.exclusive(wait) as state:
+            pod = state.pods.get(key)
         if (
             pod is None
             or pod.uid != uid
@@ -100,7 +100,7 @@ class Extender:
 
     def filter(self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True) -> FilterResult:
         """Filter ``nodes`` for ``pod``; with ``wait`` false, :class:`StateBusy` rather
-        than waiting for the snapshot (nothing is changed then).
+        than waiting for the state (nothing is changed then).
 
         The answer is computed for any pod (one the informer knows, as the informer read
         it), but only a pod the informer knows as pending (same namespace/name and UID,
@@ -112,19 +112,19 @@ class Extender:
         waited for, as :meth:`bind` waits (a new pod kube-scheduler's watch delivered
         first), so a real pod is held as its filter admits it."""
         decided: _Filtered | None = None
-        with self.source.exclusive(wait) as snapshot:
+        with self.source.exclusive(wait) as state:
             # kube-scheduler's watch may deliver a new pod before Muster's informer: it is
             # waited for (off the event loop), so that its quota is held as its filter
             # admits it, and a burst stops at max.  A pod nobody created is answered after
             # the wait, holding nothing.  (One hold when the informer has the pod.)
-            if not (self.source.pods_arrive and unseen(snapshot, pod.key, pod.uid)):
-                decided = self._decide(snapshot, pod, nodes)
+            if not (self.source.pods_arrive and unseen(state, pod.key, pod.uid)):
+                decided = self._decide(state, pod, nodes)
             elif not wait:
                 raise StateBusy  # nothing was changed: a worker thread waits
         if decided is None:
             self._await_informer(pod.key, pod.uid)
-            with self.source.exclusive() as snapshot:
-                decided = self._decide(snapshot, pod, nodes)
+            with self.source.exclusive() as state:
+                decided = self._decide(state, pod, nodes)
         result, trusted, writes, plan_at_once, pod = decided
         self._persist(writes)
         # plan_at_once stays None for a pod not trusted: nothing is handed on for it.
@@ -155,31 +155,31 @@ class Extender:
                 record(f"all {len(nodes)} nodes passed")
         return result
 
-    def _decide(self, snapshot: ClusterState, pod: PodInfo, nodes: Sequence[str]) -> _Filtered:
+    def _decide(self, state: ClusterState, pod: PodInfo, nodes: Sequence[str]) -> _Filtered:
         """The filter's decision for ``pod``, its effects applied when the pod is trusted
-        (see :meth:`filter`); the caller holds ``snapshot``."""
+        (see :meth:`filter`); the caller holds ``state``."""
         now = self.clock()
-        snapshot.release_quota_holds(now)
+        state.release_quota_holds(now)
         # A pod the informer knows is decided as the informer read it (its records
         # checked, its labels as stored), not as the request body says.
-        known = known_pending(snapshot, pod.key, pod.uid)
+        known = known_pending(state, pod.key, pod.uid)
         subject = known if known is not None else pod
-        result = filter_pod(snapshot, subject, nodes, as_extender=True, now=now)
+        result = filter_pod(state, subject, nodes, as_extender=True, now=now)
         # Over a fixed snapshot no informer brings pods: the calls are all there is
         # (``muster serve --snapshot``, for trying the protocol), believed as before.
         trusted = known is not None or not self.source.pods_arrive
-        writes = _apply(snapshot, result.effects) if trusted else []
+        writes = _apply(state, result.effects) if trusted else []
         plan_at_once: bool | None = None  # None: not the PostFilter's to plan
         failed = result.quota_failures or not result.passed
         if trusted and failed and self.on_unschedulable is not None:
-            plan_at_once = postfilter_trigger(snapshot, subject, now)
+            plan_at_once = postfilter_trigger(state, subject, now)
         return _Filtered(result, trusted, writes, plan_at_once, subject)
 
     def prioritize(
         self, pod: PodInfo, nodes: Sequence[str], *, wait: bool = True
     ) -> dict[str, int]:
-        with self.source.exclusive(wait) as snapshot:
-            return score_nodes(snapshot, pod, nodes)
+        with self.source.exclusive(wait) as state:
+            return score_nodes(state, pod, nodes)
 
     def preempt(self, pod: PodInfo, proposed: Mapping[str, Sequence[str]]) -> GuardResult:
         """Answer kube-scheduler's proposed victims (see
@@ -187,10 +187,10 @@ class Extender:
         job goes to the PostFilter: this call is the earliest sign it needs room."""
         plan_at_once: bool | None = None
         now = self.clock()
-        with self.source.exclusive() as snapshot:
-            result = guard_scheduler_preemption(snapshot, pod, proposed)
+        with self.source.exclusive() as state:
+            result = guard_scheduler_preemption(state, pod, proposed)
             if result.hand_to_postfilter:
-                plan_at_once = postfilter_trigger(snapshot, pod, now)
+                plan_at_once = postfilter_trigger(state, pod, now)
         kept = sum(len(uids) for uids in result.victims.values())
         outcome = f"kept {kept} victims on {len(result.victims)} of {len(proposed)} nodes"
         self._record(pod, "preempt", outcome, result.notes)
@@ -232,9 +232,9 @@ class Extender:
     def _checked(self, key: str, uid: str, node: str) -> BindCheck:
         """:func:`bind_refusal` in one hold, with the room it holds applied and persisted."""
         now = self.clock()
-        with self.source.exclusive() as snapshot:
-            check = bind_refusal(snapshot, key, uid, node, now)
-            writes = _apply(snapshot, check.holds)
+        with self.source.exclusive() as state:
+            check = bind_refusal(state, key, uid, node, now)
+            writes = _apply(state, check.holds)
         self._persist(writes)
         return check
 
@@ -250,10 +250,10 @@ class Extender:
             while (left := deadline - time.monotonic()) > 0:
                 time.sleep(min(pause, left))
                 pause = min(2 * pause, 0.05)
-                with self.source.exclusive() as snapshot:
-                    if snapshot.members.was_removed(uid):
+                with self.source.exclusive() as state:
+                    if state.members.was_removed(uid):
                         return False
-                    pod = snapshot.pods.get(key)
+                    pod = state.pods.get(key)
                     if pod is not None and pod.uid == uid:
                         return True
             return False
@@ -273,10 +273,10 @@ class Extender:
     def _assume_bound(self, pod: PodInfo, node: str) -> None:
         """Count a pod Muster just bound as running there before its informer says so,
         as kube-scheduler assumes pods: a decision in between must not see the room free."""
-        with self.source.exclusive() as snapshot:
-            current = snapshot.pods.get(pod.key)
+        with self.source.exclusive() as state:
+            current = state.pods.get(pod.key)
             if current is None or current.uid == pod.uid:  # not another pod of that name
-                apply(snapshot, AssumeBound(current or pod, node))
+                apply(state, AssumeBound(current or pod, node))
 
     def _record(self, pod: PodInfo, verb: str, outcome: str, reasons: Sequence[str] = ()) -> None:
         self.log.record(pod.key, Decision(self.clock(), verb, outcome, tuple(reasons)))
@@ -302,15 +302,15 @@ class _Filtered(NamedTuple):
     subject: PodInfo
 
 
-def _apply(snapshot: ClusterState, effects: Sequence[Effect]) -> list[_Write]:
+def _apply(state: ClusterState, effects: Sequence[Effect]) -> list[_Write]:
     """Apply a decision's ``effects``; what the room keeper must write on pods for them."""
     writes: list[_Write] = []
     for effect in effects:
         if isinstance(effect, ReleaseRoom):  # read what was written before it goes
-            writes.append((None, persisted_pods(snapshot, effect.job)))
-        apply(snapshot, effect)
+            writes.append((None, persisted_pods(state, effect.job)))
+        apply(state, effect)
         if isinstance(effect, HoldRoom):
             reservation = effect.reservation
-            pods = [snapshot.pods[key] for key in reservation.placements if key in snapshot.pods]
+            pods = [state.pods[key] for key in reservation.placements if key in state.pods]
             writes.append((reservation, pods))
     return writes

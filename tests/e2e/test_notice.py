@@ -32,7 +32,7 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
 )
 
 import localcluster as lc
-from extender.core.objects import read_mark
+from extender.core.marks import read_mark
 
 pytestmark = pytest.mark.e2e
 

@@ -184,6 +184,26 @@ def test_a_gang_that_fits_on_free_nodes_is_placed_whole() -> None:
     assert result.unschedulable == {} and result.evictions == []
 
 
+def test_a_quota_over_its_max_in_another_resource_does_not_hold_a_gang_half_bound() -> None:
+    # Found by the property above: quota qa's max is 4 GPUs, and a pod of it already runs
+    # with 5 (the max was lowered since).  A gang of two CPU-only pods is placed whole on
+    # n0 and its first pod binds; the second must bind too: its job asks for no GPU, so
+    # the quota being over its max in GPUs says nothing about the room held for it.
+    nodes = [node("n0", gpu=0), node("n1")]
+    pods = [
+        pod("run-0", "qa", gpu=5, node="n1", preemptible=False),
+        pod("job0-0", "qa", cpu="1", group="job0"),
+        pod("job0-1", "qa", cpu="1", group="job0"),
+    ]
+    quotas = [
+        quota(
+            "qa", min={"nvidia.com/gpu": "4", "cpu": "64"}, max={"nvidia.com/gpu": "4", "cpu": "64"}
+        )
+    ]
+    _, result = simulate(nodes, pods, quotas)
+    assert result.placements == {"qa/job0-0": "n0", "qa/job0-1": "n0"}
+
+
 def test_a_gang_of_mixed_shapes_that_fits_on_free_nodes_is_placed_whole() -> None:
     # 8 + 4 + 4 GPUs on two free 8-GPU nodes: the big pod takes one node, the two small
     # ones share the other.

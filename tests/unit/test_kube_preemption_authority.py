@@ -282,7 +282,7 @@ def test_pod_priorities_follow_priority_class_changes() -> None:
         if class_name is not None:
             manifest["spec"]["priorityClassName"] = class_name
         source._on_pod("ADDED", manifest)
-        return source.snapshot.pods[f"team-a/{name}"].priority
+        return source.state.pods[f"team-a/{name}"].priority
 
     def priority_class(kind: str, value: int, default: bool = False) -> None:
         obj = {"metadata": {"name": "gold"}, "value": value, "globalDefault": default}

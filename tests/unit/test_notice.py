@@ -19,8 +19,9 @@ from base import keys
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.filter.admission import victims_still_there
+from extender.core.marks import read_mark
 from extender.core.notice import answered, notice_seconds
-from extender.core.objects import parse_pod, read_mark
+from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.reservations import refused_victims
 from extender.core.state import ClusterState

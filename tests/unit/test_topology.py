@@ -594,11 +594,11 @@ def test_the_live_source_reads_kueue_topologies_through_the_same_parser() -> Non
     assert "/apis/kueue.x-k8s.io/v1beta1/topologies" in paths
     obj = kueue_topology("default", [{"nodeLabel": label} for label in KUEUE_RACKS])
     source._on_kueue_topology("ADDED", obj)
-    assert source.snapshot.declarations.kueue_topologies == {"default": KUEUE_RACKS}
+    assert source.state.declarations.kueue_topologies == {"default": KUEUE_RACKS}
     source._on_kueue_topology("MODIFIED", {"metadata": {}, "spec": None})  # no name: skipped
     assert source.rejected == {"Topology/": "metadata.name: expected a non-empty string"}
     source._on_kueue_topology("DELETED", obj)
-    assert source.snapshot.declarations.kueue_topologies == {}
+    assert source.state.declarations.kueue_topologies == {}
 
 
 def test_a_sliced_gang_with_a_required_block_preempts_in_the_cheapest_block() -> None:

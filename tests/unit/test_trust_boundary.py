@@ -370,10 +370,10 @@ def test_a_live_dump_with_tenants_lies_loads_with_notes_for_kubectl_muster(
     loaded = load_manifests([dump], MusterArgs(), tenant_input=True)
     assert any("team-a/odd: unknown quota 'no-such-quota'" in n for n in loaded.notes)
     assert any(f"team-a/sneaky: ignoring {keys.RESERVATION_ANNOTATION}" in n for n in loaded.notes)
-    sneaky = loaded.snapshot.pods["team-a/sneaky"]
+    sneaky = loaded.state.pods["team-a/sneaky"]
     assert keys.RESERVATION_ANNOTATION not in sneaky.annotations
-    assert loaded.snapshot.reservations == {}
-    assert loaded.snapshot.charged_to(loaded.snapshot.pods["team-a/odd"]) == "team-a"
+    assert loaded.state.reservations == {}
+    assert loaded.state.charged_to(loaded.state.pods["team-a/odd"]) == "team-a"
 
 
 def test_a_running_borrower_relabelled_non_preemptible_is_still_reclaimed() -> None:

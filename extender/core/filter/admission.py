@@ -60,7 +60,14 @@ def room_not_free_yet(state: ClusterState, pod: PodInfo) -> str | None:
         )
     quota = state.quota_name(pod) if pod.job in state.reservations else None
     if quota is not None:
-        over = over_max_on_path(state.ledger, quota)
+        asks = {
+            name
+            for pending in state.members.job_pods(pod.job)
+            if pending.node_name is None
+            for name, amount in pending.requests.items()
+            if amount > 0
+        } | {name for name, amount in pod.requests.items() if amount > 0}
+        over = over_max_on_path(state.ledger, quota, asks)
         if over is not None:
             # Its plan counted every pod on its way out as gone, its own victims and
             # others (terminating, marked for other jobs), and saw only what its replica

@@ -1,0 +1,64 @@
+"""Muster's soft-eviction mark, read back: the job it names, when it was written, the
+notice it gives, and whether Muster could have written it.
+
+The mark is a JSON annotation Muster signs (:mod:`extender.core.records`); a pod's
+:class:`~extender.core.objects.PodInfo` reads it here, and so do ``simulate``'s record
+check and the evictor.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from base.errors import ManifestError
+from base.times import is_record_time, parse_time
+
+
+class Mark(NamedTuple):
+    """A soft-eviction annotation read back: the job it names as preemptor and when it
+    was written (``None`` for either missing or unreadable), and whether it is a mark
+    Muster writes (a JSON object whose preemptor is a job or null and whose timestamp,
+    if any, is RFC 3339 within years 1970 to 9999)."""
+
+    preemptor: str | None
+    timestamp: float | None
+    well_formed: bool
+    #: The notice (seconds) the victim has between its mark and its eviction.
+    notice_seconds: float = 0.0
+
+
+def read_mark(text: str) -> Mark:
+    """The soft-eviction annotation ``text`` as a :class:`Mark`."""
+    try:
+        mark = json.loads(text)
+    except (ValueError, RecursionError):
+        return Mark(None, None, False)
+    if not isinstance(mark, dict):
+        return Mark(None, None, False)
+    preemptor = mark.get("preemptor")
+    well_formed = preemptor is None or (isinstance(preemptor, str) and preemptor.count("/") == 1)
+    try:
+        stamp = parse_time(mark.get("timestamp"), "timestamp")
+    except ManifestError:
+        stamp, well_formed = None, False
+    if stamp is not None and not is_record_time(stamp):
+        well_formed = False
+    named = preemptor if isinstance(preemptor, str) and preemptor else None
+    notice = mark.get("noticeSeconds", 0)
+    if not is_notice(notice):
+        notice, well_formed = 0, False
+    return Mark(named, stamp, well_formed, float(notice))
+
+
+#: The longest notice a mark may carry (a week): no argument allows more.
+MAX_NOTICE_SECONDS = 7 * 24 * 3600
+
+
+def is_notice(value: object) -> bool:
+    """A notice a mark of Muster's may carry (seconds, 0 to a week)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 <= value <= MAX_NOTICE_SECONDS
+    )
