@@ -103,26 +103,30 @@ def test_a_minimum_at_or_above_the_running_pods_is_not_elastic() -> None:
     assert cluster("9").victims.elastic() == {}
 
 
+def g_pod(i: int, *, started: str | None = None, priority: int | None = None, **notes: str) -> Any:
+    """g's pod ``i`` (minimum 2) as :func:`cluster` makes it, with these changes."""
+    return parse_pod(
+        pod(
+            f"g-{i}",
+            "team-b",
+            gpu=8,
+            node=f"n{i + 1}",
+            preemptible=True,
+            priority=priority,
+            labels={keys.POD_GROUP_LABEL: "g"},
+            annotations={keys.GANG_MIN_AVAILABLE_ANNOTATION: "2", **notes},
+            started=started or f"2026-01-01T10:0{i}:00Z",
+        )
+    )
+
+
 def test_a_completion_index_a_tenant_writes_cannot_break_the_planner() -> None:
     # "²" is a digit to str.isdigit and not to int; 5,000 digits int refuses: both count
     # as no index, and the job sheds its newest pods as any other.
     for nonsense in ("²", "9" * 5000, "-3", "x"):
         state = cluster("2")
         for i in range(4):
-            manifest = pod(
-                f"g-{i}",
-                "team-b",
-                gpu=8,
-                node=f"n{i + 1}",
-                preemptible=True,
-                labels={keys.POD_GROUP_LABEL: "g"},
-                annotations={
-                    keys.GANG_MIN_AVAILABLE_ANNOTATION: "2",
-                    keys.COMPLETION_INDEX_ANNOTATION: nonsense,
-                },
-                started=f"2026-01-01T10:0{i}:00Z",
-            )
-            state.upsert_pod(parse_pod(manifest))
+            state.upsert_pod(g_pod(i, **{keys.COMPLETION_INDEX_ANNOTATION: nonsense}))
         assert victims(state) == ["team-b/g-2", "team-b/g-3"]
 
 
@@ -132,17 +136,7 @@ def test_pods_shed_are_as_old_as_their_job_for_the_minimum_runtime() -> None:
     # (restarted 30 minutes ago) would be spared and the whole job taken instead.
     state = cluster("2")
     for i in (2, 3):
-        manifest = pod(
-            f"g-{i}",
-            "team-b",
-            gpu=8,
-            node=f"n{i + 1}",
-            preemptible=True,
-            labels={keys.POD_GROUP_LABEL: "g"},
-            annotations={keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"},
-            started="2026-01-01T11:30:00Z",
-        )
-        state.upsert_pod(parse_pod(manifest))
+        state.upsert_pod(g_pod(i, started="2026-01-01T11:30:00Z"))
     state.args = MusterArgs(minRuntimeSeconds=3600)
     assert victims(state) == ["team-b/g-2", "team-b/g-3"]
 
@@ -153,16 +147,5 @@ def test_a_lower_priority_job_goes_before_a_higher_priority_job_sheds() -> None:
     # and g keeps three pods.
     state = cluster("2")
     for i in range(4):
-        manifest = pod(
-            f"g-{i}",
-            "team-b",
-            gpu=8,
-            node=f"n{i + 1}",
-            preemptible=True,
-            priority=100,
-            labels={keys.POD_GROUP_LABEL: "g"},
-            annotations={keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"},
-            started=f"2026-01-01T10:0{i}:00Z",
-        )
-        state.upsert_pod(parse_pod(manifest))
+        state.upsert_pod(g_pod(i, priority=100))
     assert victims(state) == ["team-b/g-3", "team-b/h"]
