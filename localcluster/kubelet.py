@@ -59,8 +59,8 @@ class KubeletEmulator:
       killed with exit code 137, unless it already ended), so a Job's pod failure policy
       can judge it, and then deleted with grace period 0 (and a UID precondition).
 
-    * a running pod annotated ``ANSWERS_NOTICE`` that is marked for soft eviction writes
-      ``muster.dev/checkpointed`` and succeeds (a job saving its work on notice);
+    * a running pod annotated ``ANSWERS_NOTICE`` that is marked for soft eviction
+      succeeds and writes ``muster.dev/checkpointed`` (a job saving its work on notice);
 
     A node in ``lost_nodes`` has lost its kubelet: its pods are neither started, ended nor
     deleted (a pod deleted there stays terminating, as on a node that stopped answering).
@@ -343,14 +343,17 @@ class KubeletEmulator:
         self.pods_ended += 1
 
     def _answer_notice(self, task: _Task) -> None:
-        """Save the work (``muster.dev/checkpointed``: now) and exit, as a job given
-        notice of its eviction would."""
+        """Save the work and exit, as a job given notice of its eviction would, then say
+        when it saved (``muster.dev/checkpointed``).  The exit comes first: a pod that
+        has said it saved is evicted at once, and this one plays a job that leaves by
+        itself."""
+        saved = timestamp()
+        self._end_pod(task, succeeded=True)
         path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}"
-        patch = {"metadata": {"uid": task.uid, "annotations": {CHECKPOINTED: timestamp()}}}
+        patch = {"metadata": {"uid": task.uid, "annotations": {CHECKPOINTED: saved}}}
         self._rest.request(
             "PATCH", path, patch, content_type="application/strategic-merge-patch+json"
         )
-        self._end_pod(task, succeeded=True)
 
     def _delete_pod(self, task: _Task) -> None:
         path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}"

@@ -4,9 +4,10 @@ Muster runs with ``maxPreemptionNoticeSeconds: 60``; team B borrows the one 8-GP
 team A (min 8) reclaims it.  Derived from the rule: the victim is marked as ever (label,
 signed annotation carrying its notice, ``DisruptionTarget``, event); then
 
-- a job that answers (the kubelet stand-in plays one: it writes
-  ``muster.dev/checkpointed`` and exits) is not evicted at all, and team A's job runs
-  long before its 60 s of notice would have run out;
+- a job that saves its work and exits (the kubelet stand-in plays one: it exits, then
+  writes ``muster.dev/checkpointed``) is not evicted at all, and team A's job runs long
+  before its 60 s of notice would have run out (a job that writes the annotation before
+  it exits is evicted at once instead: ``tests/unit/test_notice.py``);
 - a job that ignores its 8 s of notice is evicted when the notice runs out, not before.
 """
 
@@ -93,7 +94,18 @@ def test_a_job_that_saves_its_work_on_notice_exits_and_is_not_evicted(
         at = marked_at(teams, "b-0")
         teams.wait(teams.a, "train", "Running", timeout=45)
         assert time.time() < at + 60  # it did not wait out the notice
-        b0 = teams.get(teams.b, "b-0") or {}
+        b0 = lc.wait_until(
+            lambda: (
+                (
+                    (p := teams.get(teams.b, "b-0"))
+                    and CHECKPOINTED in p["metadata"].get("annotations", {})
+                    and p
+                )
+                or None
+            ),
+            timeout=30,
+            what="b-0 to say it saved its work",
+        )
         assert b0["status"]["phase"] == "Succeeded"  # it exited by itself...
         assert _epoch(b0["metadata"]["annotations"][CHECKPOINTED]) >= at - 1  # ...saved
         lc.wait_until(
