@@ -4,6 +4,7 @@ seconds), read and written in one place."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import TypeGuard
 
 from base.errors import ManifestError
@@ -40,6 +41,29 @@ def is_record_time(value: object) -> TypeGuard[int | float]:
         and not isinstance(value, bool)
         and 0.0 <= value <= LATEST_EPOCH
     )
+
+
+def claimed_time(text: str | None) -> float | None:
+    """A time someone other than Muster wrote (a job's checkpoint annotation, say), read
+    leniently: ``None`` when absent, not RFC 3339, or outside the times a record may name
+    (what cannot be read claims nothing)."""
+    try:
+        stamp = parse_time(text, "")
+    except ManifestError:
+        return None
+    return stamp if stamp is not None and is_record_time(stamp) else None
+
+
+def seconds(text: str | None) -> float | None:
+    """A duration written as a number of seconds: ``None`` when absent, or not a finite,
+    non-negative number."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def format_time(epoch: float) -> str:

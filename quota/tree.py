@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from base import keys
 from base.errors import ManifestError
 from base.resources import format_quantity, parse_resource_list
+from base.times import seconds
 
 _Policy = TypeVar("_Policy", bound=StrEnum)
 
@@ -146,13 +147,8 @@ def _parse_namespaces(text: str | None) -> frozenset[str]:
 def _seconds(annotations: Mapping[str, str], key: str) -> float | None:
     """A non-negative number of seconds from annotation ``key``; ``None`` if absent."""
     text = annotations.get(key)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
+    value = seconds(text)
+    if text is not None and value is None:
         raise ManifestError(
             f"metadata.annotations.{key}", f"{text!r} is not a non-negative number of seconds"
         )

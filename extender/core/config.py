@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from base import keys
 from base.errors import ManifestError
 from base.resources import parse_resource_list
+from extender.core.marks import MAX_NOTICE_SECONDS
 from quota.tree import QuotaPolicy, QuotaSpec, WithinQuota
 
 
@@ -66,7 +67,7 @@ class MusterArgs(BaseModel):
     #: between their mark and their eviction, to save their work; a quota's
     #: ``muster.dev/max-preemption-notice-seconds`` sets its own (0: no notice).
     max_preemption_notice_seconds: float = Field(
-        0.0, alias="maxPreemptionNoticeSeconds", ge=0, le=7 * 24 * 3600
+        0.0, alias="maxPreemptionNoticeSeconds", ge=0, le=MAX_NOTICE_SECONDS
     )
     #: A terminating pod counts as leaving (its room free for a plan) until this long past
     #: its deletion deadline (``deletionTimestamp``, which includes its grace period);

@@ -14,11 +14,8 @@ pods' eviction, within the admins' cap; the answer only hastens it.
 
 from __future__ import annotations
 
-import math
-
 from base import keys
-from base.errors import ManifestError
-from base.times import parse_time
+from base.times import claimed_time, seconds
 from extender.core.marks import MAX_NOTICE_SECONDS
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
@@ -27,14 +24,7 @@ from extender.core.state import ClusterState
 def declared_notice(pod: PodInfo) -> float:
     """The notice ``pod`` declares, in seconds (0 when it declares none or nonsense: a
     declaration that cannot be read asks for nothing)."""
-    text = pod.annotations.get(keys.PREEMPTION_NOTICE_ANNOTATION)
-    if text is None:
-        return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        return 0.0
-    return value if math.isfinite(value) and value > 0 else 0.0
+    return seconds(pod.annotations.get(keys.PREEMPTION_NOTICE_ANNOTATION)) or 0.0
 
 
 def notice_seconds(state: ClusterState, pod: PodInfo) -> float:
@@ -60,9 +50,5 @@ def longest_notice(state: ClusterState) -> float:
 def answered(pod_annotations: dict[str, str] | None, marked_at: float) -> bool:
     """Has the job answered the notice of a mark written at ``marked_at``: does the pod's
     ``muster.dev/checkpointed`` name a time at or after it?"""
-    text = (pod_annotations or {}).get(keys.CHECKPOINTED_ANNOTATION)
-    try:
-        when = parse_time(text, keys.CHECKPOINTED_ANNOTATION)
-    except ManifestError:
-        return False
+    when = claimed_time((pod_annotations or {}).get(keys.CHECKPOINTED_ANNOTATION))
     return when is not None and when >= marked_at

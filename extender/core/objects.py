@@ -18,7 +18,7 @@ from base import keys
 from base.errors import ManifestError
 from base.fields import mapping, mappings, object_name, string, string_map
 from base.resources import parse_resource_list, pod_requests
-from base.times import is_record_time, parse_time
+from base.times import claimed_time, parse_time
 from extender.core.constraints import (
     NodeSelectorTerm,
     Taint,
@@ -117,7 +117,7 @@ class PodInfo:
         object.__setattr__(self, "marked_notice", notice)
         start = self.started if self.started is not None else self.created
         object.__setattr__(self, "start_or_created", start)
-        saved = _checkpoint_time(self.annotations.get(keys.LAST_CHECKPOINT_ANNOTATION))
+        saved = claimed_time(self.annotations.get(keys.LAST_CHECKPOINT_ANNOTATION))
         object.__setattr__(self, "work_started", max(start, saved or start))
 
     @property
@@ -159,16 +159,6 @@ class PriorityClasses:
 
 NO_PRIORITY_CLASSES = PriorityClasses(values={})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-
-
-def _checkpoint_time(text: str | None) -> float | None:
-    """A ``muster.dev/last-checkpoint`` time; ``None`` when absent or unreadable (the job
-    wrote it: one that cannot be read claims no checkpoint)."""
-    try:
-        stamp = parse_time(text, keys.LAST_CHECKPOINT_ANNOTATION)
-    except ManifestError:
-        return None
-    return stamp if stamp is not None and is_record_time(stamp) else None
 
 
 def _group_name(

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from base import keys
 from base.resources import parse_quantity
+from base.times import seconds
 from extender.core.objects import PodInfo
 from extender.core.placement.score import COMMON_RESOURCES
 
@@ -60,11 +61,4 @@ def lost_work(pods: Iterable[PodInfo], now: float) -> LostWork:
 
 
 def _interval(pod: PodInfo) -> float | None:
-    text = pod.annotations.get(keys.CHECKPOINT_INTERVAL_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
+    return seconds(pod.annotations.get(keys.CHECKPOINT_INTERVAL_ANNOTATION)) or None
