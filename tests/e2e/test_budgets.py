@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from e2e_support import Cluster, condition
 from muster_process import MusterProcess
 from test_muster_extender import GPU
@@ -20,7 +19,7 @@ from test_preemption_story import (  # noqa: F401 (tokens is a fixture)
     PREEMPTIBLE,
     TRAINER,
     Teams,
-    muster_with_evictor,
+    muster_with_arguments,
     tokens,
 )
 
@@ -34,16 +33,9 @@ SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 def _muster(
     control_plane: lc.ControlPlane, tmp_path: Path, keys: dict[str, Path], policy: str
 ) -> Any:
-    config = tmp_path / "muster-args.yaml"
     # A short deadline, so a test can wait out a victim its budget refuses.
-    config.write_text(yaml.safe_dump({"pdbPolicy": policy, "victimEvictionDeadlineSeconds": 4}))
-    return muster_with_evictor(
-        control_plane,
-        tmp_path,
-        keys,
-        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
-        extra_args=("--config", str(config)),
-    )
+    arguments = {"pdbPolicy": policy, "victimEvictionDeadlineSeconds": 4}
+    return muster_with_arguments(control_plane, tmp_path, keys, arguments)
 
 
 @pytest.fixture

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from e2e_support import Cluster, condition, make_pod
 from muster_process import MusterProcess
 from test_muster_extender import GPU
-from test_preemption_story import muster_with_evictor, tokens  # noqa: F401 (a fixture)
+from test_preemption_story import muster_with_arguments, tokens  # noqa: F401 (a fixture)
 
 import localcluster as lc
 
@@ -42,15 +41,8 @@ def muster_gangs(
 ) -> Iterator[MusterProcess]:
     """Muster with short gang timeouts and backoffs (so a test can wait them out), the
     evictor, and kube-scheduler with the harness's settings and every verb."""
-    config = tmp_path / "muster-args.yaml"
-    config.write_text(yaml.safe_dump({"gangTimeoutSeconds": 4, "backoffBaseSeconds": 6}))
-    with muster_with_evictor(
-        control_plane,
-        tmp_path,
-        tokens,
-        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
-        extra_args=("--config", str(config)),
-    ) as muster:
+    arguments = {"gangTimeoutSeconds": 4, "backoffBaseSeconds": 6}
+    with muster_with_arguments(control_plane, tmp_path, tokens, arguments) as muster:
         yield muster
 
 

@@ -34,7 +34,7 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     TRAINER,
     Teams,
     muster_and_evictor,
-    muster_with_evictor,
+    muster_with_arguments,
     tokens,
 )
 
@@ -488,15 +488,8 @@ def test_a_budget_on_a_job_filler_kept_by_the_disruption_controller_decides_the_
     preferred) and Strict (a protected pod is never a victim) alike.  (Strict with only
     protected victims marking nothing: tests/e2e/test_budgets.py, on the same real
     disruption controller.)"""
-    config = tmp_path / "muster-args.yaml"
-    config.write_text(f"pdbPolicy: {policy}\nvictimEvictionDeadlineSeconds: 600\n")
-    with muster_with_evictor(
-        control_plane,
-        tmp_path,
-        tokens,
-        lambda url: (lc.ExtenderConfig(url, bind=True), control_plane.scheduler_overrides),
-        extra_args=("--config", str(config)),
-    ) as muster:
+    arguments = {"pdbPolicy": policy, "victimEvictionDeadlineSeconds": 600}
+    with muster_with_arguments(control_plane, tmp_path, tokens, arguments) as muster:
         for i in range(2):
             cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
         teams = Teams(

@@ -41,7 +41,7 @@ def muster_min_runtime(
     tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
 ) -> Iterator[MusterProcess]:
     with muster_with_arguments(
-        control_plane, tmp_path, tokens, f"minRuntimeSeconds: {MIN_RUNTIME:g}\n"
+        control_plane, tmp_path, tokens, {"minRuntimeSeconds": MIN_RUNTIME}
     ) as muster:
         yield muster
 

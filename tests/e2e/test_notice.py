@@ -49,7 +49,7 @@ def muster_with_notice(
     tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
 ) -> Iterator[MusterProcess]:
     with muster_with_arguments(
-        control_plane, tmp_path, tokens, "maxPreemptionNoticeSeconds: 60\n"
+        control_plane, tmp_path, tokens, {"maxPreemptionNoticeSeconds": 60}
     ) as muster:
         yield muster
 

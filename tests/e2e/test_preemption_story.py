@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from e2e_support import Cluster, condition, delete_namespaced, make_pod, sample_scheduler_config
 from muster_process import MusterProcess, start_evictor
 from test_muster_extender import GPU, create_quota
@@ -66,12 +67,15 @@ def muster_with_evictor(
 
 @contextlib.contextmanager
 def muster_with_arguments(
-    control_plane: lc.ControlPlane, tmp_path: Path, tokens: dict[str, Path], arguments: str
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],
+    arguments: Mapping[str, Any],
 ) -> Iterator[MusterProcess]:
-    """:func:`muster_with_evictor` with the harness's scheduler settings and Muster's
-    ``--config`` file holding ``arguments`` (YAML)."""
-    config = tmp_path / "args.yaml"
-    config.write_text(arguments)
+    """:func:`muster_with_evictor` with the harness's scheduler settings and every verb,
+    and Muster's ``--config`` file holding ``arguments``."""
+    config = tmp_path / "muster-args.yaml"
+    config.write_text(yaml.safe_dump(dict(arguments)))
     with muster_with_evictor(
         control_plane,
         tmp_path,

@@ -38,7 +38,7 @@ def muster_stuck_after_one_second(
     tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
 ) -> Iterator[MusterProcess]:
     with muster_with_arguments(
-        control_plane, tmp_path, tokens, "stuckTerminatingSeconds: 1\n"
+        control_plane, tmp_path, tokens, {"stuckTerminatingSeconds": 1}
     ) as muster:
         yield muster
 
