@@ -62,12 +62,21 @@ from pathlib import Path
 from typing import Any
 
 import localcluster as lc
+from base import keys
 from bench.support.cluster_setup import TRIAL_LABEL, create_pods, delete_pods, pod_body
 from bench.support.pod_watch import PodWatch, is_bound, is_gone
 from bench.support.processes import Evictor, MusterServer
 from bench.time_to_mark import SAMPLE_PROFILES
 from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
-from bench.workload import PodSighting, SubmittedJob, holds_gpus, pod_gpus, trace_figures
+from bench.workload import (
+    YOUNG_SECONDS,
+    PodSighting,
+    SubmittedJob,
+    holds_gpus,
+    pod_gpus,
+    pod_saves,
+    trace_figures,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,6 +86,10 @@ JOB_LABEL = "bench.muster.dev/job"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
+#: Kueue's partial admission: the fewest pods a Job may be admitted with.
+MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+#: The notice Muster's quotas allow (the trace's jobs ask for less).
+MAX_NOTICE_SECONDS = 60
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 NODE_CPU, NODE_MEMORY_GI = 32, 128
 SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins", "kueue", "koordinator")
@@ -89,7 +102,11 @@ THROUGHPUT_ROUNDS = 3
 def _job_object(job: TraceJob) -> Json:
     """A trace job as a batch/v1 Job whose pods carry the pod-group label, Muster's
     preemption labels (every job may be preempted and may preempt: the peers decide by
-    priority and quota alone) and their run time for the kubelet stand-in."""
+    priority and quota alone), their run time for the kubelet stand-in, and what the job
+    declares of its work: its checkpoint interval, its notice (as Muster's annotation, and
+    as the grace period the peers' deletions give; the stand-in saves and exits on either),
+    its elastic range (Koordinator's gang minimum, Kueue's minimum parallelism; the
+    PodGroup's ``minMember`` is written beside the Job)."""
     requests = {"cpu": "1", "memory": "1Gi", GPU: str(job.gpus_per_pod)}
     labels = {
         JOB_LABEL: job.name,
@@ -97,10 +114,22 @@ def _job_object(job: TraceJob) -> Json:
         PREEMPTIBLE: "true",
         CAN_PREEMPT: "true",
     }
+    declared: dict[str, str] = {}
+    if job.checkpoint_interval is not None:
+        declared[keys.CHECKPOINT_INTERVAL_ANNOTATION] = f"{job.checkpoint_interval:g}"
+    if job.notice_seconds is not None:
+        declared[keys.PREEMPTION_NOTICE_ANNOTATION] = f"{job.notice_seconds:g}"
+        declared[lc.ANSWERS_NOTICE] = "fail"
+    runs_with = job.pods if job.min_pods is None else job.min_pods
+    job_annotations = {} if job.min_pods is None else {MIN_PARALLELISM: str(job.min_pods)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job.name, "labels": {JOB_LABEL: job.name}},
+        "metadata": {
+            "name": job.name,
+            "labels": {JOB_LABEL: job.name},
+            "annotations": job_annotations,
+        },
         "spec": {
             "parallelism": job.pods,
             "completions": job.pods,
@@ -113,12 +142,13 @@ def _job_object(job: TraceJob) -> Json:
                     "labels": labels,
                     "annotations": {
                         lc.RUN_SECONDS: str(job.runtime),
-                        **lc.koordinator.gang_annotations(job.name, job.pods),
+                        **lc.koordinator.gang_annotations(job.name, runs_with),
+                        **declared,
                     },
                 },
                 "spec": {
                     "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 0,
+                    "terminationGracePeriodSeconds": round(job.notice_seconds or 0),
                     "priorityClassName": job.priority_class,
                     "containers": [
                         {
@@ -140,7 +170,12 @@ def _quota_object(team: str, min_gpus: int, max_gpus: int, teams: int, nodes: in
     return {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "ElasticQuota",
-        "metadata": {"name": team, "namespace": team},
+        "metadata": {
+            "name": team,
+            "namespace": team,
+            # an admin's cap on the notice a victim gets (read by Muster alone)
+            "annotations": {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: str(MAX_NOTICE_SECONDS)},
+        },
         "spec": {
             "min": {GPU: str(min_gpus), "cpu": str(cpu // teams), "memory": f"{memory // teams}Gi"},
             "max": {GPU: str(max_gpus), "cpu": str(cpu), "memory": f"{memory}Gi"},
@@ -255,7 +290,7 @@ class Replay:
             "apiVersion": "scheduling.x-k8s.io/v1alpha1",
             "kind": "PodGroup",
             "metadata": {"name": job.name, "namespace": job.team},
-            "spec": {"minMember": job.pods},
+            "spec": {"minMember": job.pods if job.min_pods is None else job.min_pods},
         }
         body = _job_object(job)
         if self.system == "kueue":  # Kueue admits the Job whole, then unsuspends it
@@ -269,7 +304,7 @@ class Replay:
             return
         with self._lock:
             self.submitted[job.name] = SubmittedJob(
-                job.team, job.pods, job.gpus_per_pod, job.priority_class, self.now()
+                job.team, job.pods, job.gpus_per_pod, job.priority_class, self.now(), job.min_pods
             )
 
     def _on_pod(self, kind: str, pod: Json) -> None:
@@ -285,6 +320,7 @@ class Replay:
             holds=kind != "DELETED" and holds_gpus(pod),
             succeeded=(pod.get("status") or {}).get("phase") == "Succeeded",
             gone=kind == "DELETED",
+            saves=pod_saves(pod, self.t0),
         )
         with self._lock:
             self.sightings.append(sighting)
@@ -494,6 +530,14 @@ def markdown_table(results: Json) -> str:
             ),
         ),
         ("jobs pending at the end (nothing running)", lambda f: str(f["pending_at_end"])),
+        (
+            "GPU-s of work lost to eviction (each victim since its last save)",
+            lambda f: f"{f['gpu_seconds_lost_to_eviction']:.0f}",
+        ),
+        (
+            f"evicted pods that had run < {YOUNG_SECONDS:.0f} s",
+            lambda f: str(f["evictions_younger_than_60s"]),
+        ),
         ("binding rate, pods/s (÷ the stock kube-scheduler's on the same plane)", rate),
     ]
 

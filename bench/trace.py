@@ -26,6 +26,14 @@ Alibaba PAI trace). The numbers below are ours, chosen to fit a run of minutes:
 - **Arrivals**: the number of jobs is drawn so that the work offered is ``load`` (1.3)
   times what the cluster can do in ``seconds``; their times are uniform over the
   window, sorted (a Poisson stream, conditioned on its count).
+- **What jobs declare of their work** (issue 34), drawn from a second generator so the
+  jobs above stay those of earlier runs: half of the jobs save a checkpoint every
+  ``CHECKPOINT_SECONDS`` (30) of their run; a quarter ask ``NOTICE_SECONDS`` (20) of
+  notice before eviction, and save and exit when given it (on Muster, its mark; on the
+  peers, the graceful deletion their preemption sends, as ``terminationGracePeriodSeconds``);
+  a third of the jobs of more than one pod run with as few as half their pods (an
+  elastic range: the PodGroup's ``minMember``, Koordinator's gang minimum, Kueue's
+  ``job-min-parallelism``). The draws are independent.
 """
 
 from __future__ import annotations
@@ -52,6 +60,11 @@ PRIORITIES: dict[str, tuple[int, float]] = {
 }
 RUNTIME_SIGMA = 0.8
 RUNTIME_BOUNDS = (10.0, 240.0)
+#: Shares of the jobs that checkpoint, that ask for notice, and (of those of more than one
+#: pod) that declare an elastic range.
+CHECKPOINT_SHARE, NOTICE_SHARE, ELASTIC_SHARE = 0.5, 0.25, 1 / 3
+CHECKPOINT_SECONDS = 30.0
+NOTICE_SECONDS = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +90,12 @@ class TraceJob:
     gpus_per_pod: int
     priority_class: str
     runtime: float
+    #: The fewest pods it runs with (an elastic range); ``None``: all of them, a gang.
+    min_pods: int | None = None
+    #: Seconds between its checkpoints; ``None``: it saves nothing before it ends.
+    checkpoint_interval: float | None = None
+    #: Notice it asks for before eviction (and saves and exits on); ``None``: none.
+    notice_seconds: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -143,9 +162,26 @@ def make_trace(
         drawn.append((gpus, round(runtime, 1), rng.choices(classes, class_weights)[0]))
         offered += gpus * runtime
     arrivals = sorted(round(rng.uniform(0, seconds), 2) for _ in drawn)
+    declares = random.Random(f"declarations-{seed}")
     jobs = []
     for index, (at, (gpus, runtime, priority)) in enumerate(zip(arrivals, drawn, strict=True)):
         team = rng.choice([spec for spec in specs if spec.starts <= at])
         pods, per_pod = pods_of(gpus, gpus_per_node)
-        jobs.append(TraceJob(f"j{index:04d}", team.name, at, pods, per_pod, priority, runtime))
+        checkpoints = declares.random() < CHECKPOINT_SHARE
+        notice = declares.random() < NOTICE_SHARE
+        elastic = declares.random() < ELASTIC_SHARE and pods > 1
+        jobs.append(
+            TraceJob(
+                f"j{index:04d}",
+                team.name,
+                at,
+                pods,
+                per_pod,
+                priority,
+                runtime,
+                min_pods=pods // 2 if elastic else None,
+                checkpoint_interval=CHECKPOINT_SECONDS if checkpoints else None,
+                notice_seconds=NOTICE_SECONDS if notice else None,
+            )
+        )
     return Trace(seed, seconds, nodes, gpus_per_node, specs, tuple(jobs))

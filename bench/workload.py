@@ -3,7 +3,9 @@ driver saw of its pods, shared by the soak (:mod:`tests.soak.run`) and the head-
 with the peers (:mod:`bench.peers`).
 
 * ``GpuSeconds``: GPU-seconds held by bound pods (from the bind until the pod finishes or
-  is gone; a terminating pod still holds its GPUs), over the stream's window;
+  is gone; a terminating pod still holds its GPUs), over the stream's window, and what
+  evictions cost: the GPU-seconds of work each evicted pod lost (from its last save, or
+  its bind, to its eviction) and the evictions of pods that had run less than 60 s;
 * ``job_completion_figures``: Jobs completed, completion time (creation to
   ``status.completionTime``) p50/p95 per priority class, and evictions per completed Job;
 * ``trace_figures``: one sweep over every sighting of a trace's pods (:class:`PodSighting`)
@@ -19,8 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from base import keys
 from base.resources import pod_requests
-from base.times import parse_time
+from base.times import claimed_time, parse_time, seconds
 
 Json = dict[str, Any]
 
@@ -34,25 +37,91 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     return ordered[rank - 1]
 
 
+#: An eviction of a pod that had run less than this many seconds is an eviction of a
+#: young job: work protected by a minimum runtime, and the mark of admit-evict loops.
+YOUNG_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Saves:
+    """What a pod says of its saves, in seconds on the observer's clock: its declared
+    checkpoint interval (``muster.dev/checkpoint-interval-seconds``, counted from its
+    start) and its latest save (``muster.dev/last-checkpoint`` or
+    ``muster.dev/checkpointed``, the later)."""
+
+    interval: float | None = None
+    last: float | None = None
+
+
+NO_SAVES = Saves()
+
+
+def pod_saves(obj: Mapping[str, Any], epoch: float) -> Saves:
+    """The saves a pod manifest declares, on a clock whose 0 is the wall time ``epoch``."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    times = [
+        claimed_time(annotations.get(key))
+        for key in (keys.LAST_CHECKPOINT_ANNOTATION, keys.CHECKPOINTED_ANNOTATION)
+    ]
+    known = [t - epoch for t in times if t is not None]
+    interval = seconds(annotations.get(keys.CHECKPOINT_INTERVAL_ANNOTATION)) or None
+    return Saves(interval, max(known) if known else None)
+
+
+def unsaved_since(started: float, stopped: float, saves: Saves) -> float:
+    """When the work a pod that ran from ``started`` and was stopped at ``stopped`` lost
+    began: its latest save in that run (a declared one, or the last tick of its
+    interval), else its start."""
+    began = started
+    if saves.last is not None and started <= saves.last <= stopped:
+        began = saves.last
+    if saves.interval is not None and stopped > started:
+        ticks = math.floor((stopped - started) / saves.interval)
+        began = max(began, started + ticks * saves.interval)
+    return began
+
+
 @dataclass
 class GpuSeconds:
     """GPU-seconds held by pods, each from the moment it is seen bound until it is seen
-    finished or gone."""
+    finished or gone; and what the holds that ended without success (evictions) lost."""
 
     #: pod key → (GPUs, held since) for the pods holding GPUs now.
     holding: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: GPU-seconds of holds that ended.
     ended: float = 0.0
+    #: Holds that ended without the pod succeeding: evictions.
+    evictions: int = 0
+    #: GPU-seconds of work the evicted pods lost since their last save.
+    lost_gpu_seconds: float = 0.0
+    #: Evictions of pods that had held their GPUs less than ``YOUNG_SECONDS``.
+    young_evictions: int = 0
 
-    def observe(self, key: str, gpus: float, holds: bool, at: float) -> None:
+    def observe(
+        self,
+        key: str,
+        gpus: float,
+        holds: bool,
+        at: float,
+        *,
+        succeeded: bool | None = None,
+        saves: Saves = NO_SAVES,
+    ) -> None:
         """The pod ``key`` is seen at ``at``: holding ``gpus`` GPUs (bound, not finished)
-        or not (pending, finished, deleted)."""
+        or not (pending, finished, deleted). A hold that ends with ``succeeded`` false is
+        an eviction (``None``: not known, as for a pod missed while the watch was down,
+        counted as neither)."""
         current = self.holding.get(key)
         if holds and current is None:
             self.holding[key] = (gpus, at)
         elif not holds and current is not None:
             held, since = self.holding.pop(key)
             self.ended += held * max(0.0, at - since)
+            if succeeded is False:
+                self.evictions += 1
+                self.lost_gpu_seconds += held * max(0.0, at - unsaved_since(since, at, saves))
+                if at - since < YOUNG_SECONDS:
+                    self.young_evictions += 1
 
     def total(self, until: float) -> float:
         """GPU-seconds held up to ``until``, counting the holds still going on."""
@@ -134,6 +203,8 @@ class PodSighting:
     succeeded: bool
     #: Deleted (the watch's DELETED).
     gone: bool = False
+    #: What the pod says of its saves (what an eviction then loses).
+    saves: Saves = NO_SAVES
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +216,12 @@ class SubmittedJob:
     gpus_per_pod: float
     priority_class: str
     submitted: float
+    #: The fewest pods it runs with (an elastic range's lower end); ``None``: all of them.
+    min_pods: int | None = None
+
+    @property
+    def runs_with(self) -> int:
+        return self.pods if self.min_pods is None else self.min_pods
 
 
 @dataclass
@@ -170,13 +247,16 @@ def trace_figures(
 
     - to **allocation**, the GPUs held (divided by ``capacity * horizon`` at the end);
     - to **partial gangs**, the GPUs held by jobs of more than one pod that have some but
-      not all pods running or done (their GPUs wait for the rest, doing nothing);
+      fewer than they run with (all, or an elastic range's lower end) running or done
+      (their GPUs wait for the rest, doing nothing);
     - to a team's **seconds below min**, the stretch if the team holds less than its
       ``min`` while one of its jobs waits that would fit in what the ``min`` leaves (the
       room a guarantee promises: the job's pods not yet running or done, times their GPUs).
 
     A pod that stops holding GPUs without succeeding is an **eviction** (preempted,
-    given up, or deleted while running). A job is **complete** when ``pods`` of its pods
+    given up, or deleted while running); it **loses** its GPUs times the seconds since its
+    last save (:func:`unsaved_since`), and is **young** if it had run less than
+    ``YOUNG_SECONDS``. A job is **complete** when ``pods`` of its pods
     have succeeded; **pending at the end** when it is neither complete nor running any
     pod at ``horizon``.
     """
@@ -188,7 +268,7 @@ def trace_figures(
     state = {name: _JobState() for name in jobs}
     submitted: set[str] = set()
     held_by_pod: dict[str, float] = {}
-    evictions = 0
+    ledger = GpuSeconds()
     allocated = partial = 0.0
     partial_by_job: dict[str, float] = {}
     below = dict.fromkeys(mins, 0.0)
@@ -209,7 +289,8 @@ def trace_figures(
         allocated += held * span
         for name in submitted:
             job, js = jobs[name], state[name]
-            if job.pods > 1 and js.holding and waiting(name):
+            running = len(js.holding) + len(js.succeeded)
+            if job.pods > 1 and js.holding and waiting(name) and running < job.runs_with:
                 held_partly = sum(js.holding.values()) * span
                 partial += held_partly
                 partial_by_job[name] = partial_by_job.get(name, 0.0) + held_partly
@@ -251,8 +332,9 @@ def trace_figures(
         elif not holds and was:
             del held_by_pod[event.key]
             del js.holding[event.key]
-            if not event.succeeded:
-                evictions += 1
+        ledger.observe(
+            event.key, event.gpus, holds, at, succeeded=event.succeeded, saves=event.saves
+        )
         if event.succeeded and event.key not in js.succeeded:
             js.succeeded.add(event.key)
             if len(js.succeeded) >= jobs[event.job].pods and js.completed is None:
@@ -265,8 +347,8 @@ def trace_figures(
         if js.completed is not None
     ]
     by_class: dict[str, list[float]] = {}
-    for priority_class, seconds in done:
-        by_class.setdefault(priority_class, []).append(seconds)
+    for priority_class, took in done:
+        by_class.setdefault(priority_class, []).append(took)
     pending = [n for n in submitted if waiting(n) and not state[n].holding]
     return {
         "gpu_allocation": round(allocated / (capacity * horizon), 4),
@@ -289,8 +371,10 @@ def trace_figures(
         },
         "jobs_submitted": len(submitted),
         "jobs_completed": len(done),
-        "evicted_pods": evictions,
-        "evictions_per_completed_job": round(evictions / len(done), 3) if done else None,
+        "evicted_pods": ledger.evictions,
+        "evictions_per_completed_job": round(ledger.evictions / len(done), 3) if done else None,
+        "gpu_seconds_lost_to_eviction": round(ledger.lost_gpu_seconds, 1),
+        "evictions_younger_than_60s": ledger.young_evictions,
         "pending_at_end": len(pending),
         "allocated_gpus_series": series,
     }

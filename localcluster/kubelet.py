@@ -22,9 +22,12 @@ from .watch import Watcher
 # then succeeds, so Jobs complete; without it a pod runs until it is deleted.
 RUN_SECONDS = "kubelet.muster.dev/run-seconds"
 # A pod carrying this annotation plays a job that answers a preemption notice: once
-# marked for soft eviction, it saves its work (writes ``muster.dev/checkpointed`` with the
-# time) and exits (``Succeeded``).
+# marked for soft eviction, or deleted gracefully (the notice kube-scheduler's own
+# preemption gives), it saves its work (writes ``muster.dev/checkpointed`` with the time)
+# and exits: ``Succeeded`` for "true", ``Failed`` for "fail" (a Job's pod, whose Job must
+# replace it rather than count it done).
 ANSWERS_NOTICE = "kubelet.muster.dev/answers-notice"
+_ANSWERS = ("true", "fail")
 SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 CHECKPOINTED = "muster.dev/checkpointed"
 
@@ -59,8 +62,9 @@ class KubeletEmulator:
       killed with exit code 137, unless it already ended), so a Job's pod failure policy
       can judge it, and then deleted with grace period 0 (and a UID precondition).
 
-    * a running pod annotated ``ANSWERS_NOTICE`` that is marked for soft eviction
-      succeeds and writes ``muster.dev/checkpointed`` (a job saving its work on notice);
+    * a running pod annotated ``ANSWERS_NOTICE`` that is marked for soft eviction, or
+      deleted gracefully, exits and writes ``muster.dev/checkpointed`` (a job saving its
+      work on notice); deleted, it is then deleted at once;
 
     A node in ``lost_nodes`` has lost its kubelet: its pods are neither started, ended nor
     deleted (a pod deleted there stays terminating, as on a node that stopped answering).
@@ -157,17 +161,17 @@ class KubeletEmulator:
             when = parse_time(str(deletion))
             if self.max_grace_seconds is not None:
                 when = min(when, time.time() + self.max_grace_seconds)
+            if _answers_notice(meta):
+                when = 0.0
             existing = self._tasks.get(uid)
             if existing is None or existing.kind != "delete":
                 self._tasks[uid] = _Task("delete", namespace, name, uid, when, pod)
             return
         phase = pod.get("status", {}).get("phase", "Pending")
-        annotations = meta.get("annotations") or {}
         if (
             phase == "Running"
-            and annotations.get(ANSWERS_NOTICE) == "true"
+            and _answers_notice(meta)
             and SOFT_EVICTION in (meta.get("labels") or {})
-            and CHECKPOINTED not in annotations
         ):
             existing = self._tasks.get(uid)
             if existing is None or existing.kind != "answer":
@@ -206,7 +210,10 @@ class KubeletEmulator:
             elif task.kind == "answer":
                 self._answer_notice(task)
             else:
-                if task.pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+                running = task.pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+                if running and _answers_notice(task.pod["metadata"]):
+                    self._answer_notice(task)
+                elif running:
                     self._end_pod(task, succeeded=False)
                 self._delete_pod(task)
         except ApiError as exc:
@@ -348,7 +355,8 @@ class KubeletEmulator:
         has said it saved is evicted at once, and this one plays a job that leaves by
         itself."""
         saved = timestamp()
-        self._end_pod(task, succeeded=True)
+        answer = (task.pod["metadata"].get("annotations") or {}).get(ANSWERS_NOTICE)
+        self._end_pod(task, succeeded=answer == "true")
         path = f"/api/v1/namespaces/{quote(task.namespace)}/pods/{quote(task.name)}"
         patch = {"metadata": {"uid": task.uid, "annotations": {CHECKPOINTED: saved}}}
         self._rest.request(
@@ -365,3 +373,9 @@ class KubeletEmulator:
         }
         self._rest.request("DELETE", path, options)
         self.pods_deleted += 1
+
+
+def _answers_notice(meta: Json) -> bool:
+    """Does the pod play a job that saves and exits on notice, and has it not yet?"""
+    annotations = meta.get("annotations") or {}
+    return annotations.get(ANSWERS_NOTICE) in _ANSWERS and CHECKPOINTED not in annotations

@@ -38,12 +38,14 @@ import yaml
 
 import localcluster as lc
 from bench.workload import (
+    YOUNG_SECONDS,
     GpuSeconds,
     completed_jobs,
     holds_gpus,
     job_completion_figures,
     percentile,
     pod_gpus,
+    pod_saves,
 )
 from extender.kube.informer import object_key
 from localcluster.processes import wait_port_released
@@ -299,7 +301,11 @@ class Soak:
         """GPU-seconds held, and whether the pod's job has had all its pods bound."""
         key = object_key(obj)
         holds = kind != "DELETED" and holds_gpus(obj)
-        self.gpu_seconds.observe(key, pod_gpus(obj, GPU), holds, self.now())
+        succeeded = (obj.get("status") or {}).get("phase") == "Succeeded"
+        saves = pod_saves(obj, self.t0)
+        self.gpu_seconds.observe(
+            key, pod_gpus(obj, GPU), holds, self.now(), succeeded=succeeded, saves=saves
+        )
         job = obj["metadata"]["labels"][JOB_LABEL]
         if kind != "DELETED" and (obj.get("spec") or {}).get("nodeName"):
             self._bound_pods.setdefault(job, set()).add(key)
@@ -601,6 +607,8 @@ class Soak:
             "GPU-seconds allocated / capacity (stream)": round(
                 self.gpu_seconds.total(self.plan.seconds) / capacity, 3
             ),
+            "GPU-seconds of work lost to eviction": round(self.gpu_seconds.lost_gpu_seconds, 1),
+            f"evicted pods that had run < {YOUNG_SECONDS:.0f} s": self.gpu_seconds.young_evictions,
             "settled": settled,
             "harness errors (API down during faults)": dict(self.errors),
         }

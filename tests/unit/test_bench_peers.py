@@ -7,8 +7,22 @@ from __future__ import annotations
 import pytest
 
 from bench.peers import markdown_table
-from bench.trace import GANG_SIZES, make_trace, pods_of
-from bench.workload import PodSighting, SubmittedJob, trace_figures
+from bench.trace import (
+    CHECKPOINT_SHARE,
+    ELASTIC_SHARE,
+    GANG_SIZES,
+    NOTICE_SHARE,
+    make_trace,
+    pods_of,
+)
+from bench.workload import (
+    PodSighting,
+    Saves,
+    SubmittedJob,
+    pod_saves,
+    trace_figures,
+    unsaved_since,
+)
 
 
 def test_a_seed_replays_the_same_trace_and_another_seed_does_not() -> None:
@@ -41,6 +55,111 @@ def test_teams_share_the_cluster_in_guarantees_and_start_in_turn() -> None:
     ]
     starts = {t.name: t.starts for t in trace.teams}
     assert all(job.at >= starts[job.team] for job in trace.jobs)
+
+
+def test_jobs_declare_their_work_in_the_documented_shares_without_changing_the_jobs() -> None:
+    trace = make_trace(11, nodes=64, load=3.0)
+    jobs = trace.jobs
+    gangs = [job for job in jobs if job.pods > 1]
+
+    def share(count: int, of: int) -> float:
+        return count / of
+
+    # The declarations come from their own generator: the jobs are what they were without them.
+    assert len(jobs) > 400
+    assert (
+        abs(share(sum(j.checkpoint_interval == 30.0 for j in jobs), len(jobs)) - CHECKPOINT_SHARE)
+        < 0.07
+    )
+    assert abs(share(sum(j.notice_seconds == 20.0 for j in jobs), len(jobs)) - NOTICE_SHARE) < 0.07
+    assert abs(share(sum(j.min_pods is not None for j in gangs), len(gangs)) - ELASTIC_SHARE) < 0.1
+    # An elastic range is the lower half of a gang; a single pod has none.
+    assert all(j.min_pods == j.pods // 2 for j in gangs if j.min_pods is not None)
+    assert all(j.min_pods is None for j in jobs if j.pods == 1)
+
+
+@pytest.mark.parametrize(
+    ("started", "stopped", "saves", "since"),
+    [
+        (10.0, 50.0, Saves(), 10.0),  # saves nothing: loses its whole run
+        (10.0, 50.0, Saves(interval=15.0), 40.0),  # saved at 25 and 40
+        (10.0, 50.0, Saves(last=47.0), 47.0),  # said it saved at 47
+        (10.0, 50.0, Saves(interval=15.0, last=30.0), 40.0),  # the later of the two
+        (10.0, 50.0, Saves(last=5.0), 10.0),  # a save of an earlier run does not count
+        (10.0, 50.0, Saves(last=55.0), 10.0),  # nor one after the stop
+    ],
+)
+def test_an_evicted_pod_loses_its_work_since_its_last_save(
+    started: float, stopped: float, saves: Saves, since: float
+) -> None:
+    assert unsaved_since(started, stopped, saves) == since
+
+
+def test_a_pod_says_its_saves_in_annotations_on_the_observers_clock() -> None:
+    # epoch 1,800,000,000 is 2027-01-15T08:00:00Z; the later of the two saves, 8 s after.
+    pod = {
+        "metadata": {
+            "annotations": {
+                "muster.dev/checkpoint-interval-seconds": "30",
+                "muster.dev/last-checkpoint": "2027-01-15T08:00:05Z",
+                "muster.dev/checkpointed": "2027-01-15T08:00:08Z",
+            }
+        }
+    }
+    assert pod_saves(pod, 1_800_000_000.0) == Saves(interval=30.0, last=8.0)
+    assert (
+        pod_saves({"metadata": {"annotations": {"muster.dev/last-checkpoint": "soon"}}}, 0.0)
+        == Saves()
+    )
+
+
+def test_trace_figures_count_the_work_evictions_lose_and_evictions_of_young_pods() -> None:
+    # One team, 16 GPUs, 200 s.
+    # x: 1 pod x 8 GPUs, binds at 0, saves every 30 s, evicted at 100: saved at 90, loses
+    #    8 x 10 = 80; it had run 100 s, not young. Its replacement binds at 110, succeeds.
+    # y: 1 pod x 4 GPUs, binds at 20, evicted at 50 having said it saved at 45: loses
+    #    4 x 5 = 20; it had run 30 s, young.
+    # z: 1 pod x 4 GPUs, binds at 20, deleted at 70 saving nothing: loses 4 x 50 = 200,
+    #    young (50 s).
+    jobs = {
+        name: SubmittedJob("a", 1, gpus, "normal", 0.0)
+        for name, gpus in (("x", 8), ("y", 4), ("z", 4))
+    }
+    seen = [
+        PodSighting(0, "a/x-0", "x", 8, holds=True, succeeded=False, saves=Saves(interval=30.0)),
+        PodSighting(20, "a/y-0", "y", 4, holds=True, succeeded=False),
+        PodSighting(20, "a/z-0", "z", 4, holds=True, succeeded=False),
+        PodSighting(50, "a/y-0", "y", 4, holds=False, succeeded=False, saves=Saves(last=45.0)),
+        PodSighting(70, "a/z-0", "z", 4, holds=False, succeeded=False, gone=True),
+        PodSighting(100, "a/x-0", "x", 8, holds=False, succeeded=False, saves=Saves(interval=30.0)),
+        PodSighting(110, "a/x-1", "x", 8, holds=True, succeeded=False),
+        PodSighting(150, "a/x-1", "x", 8, holds=False, succeeded=True),
+    ]
+    figures = trace_figures(seen, jobs, {"a": 16}, capacity=16, horizon=200)
+    assert figures["evicted_pods"] == 3
+    assert figures["gpu_seconds_lost_to_eviction"] == 80.0 + 20.0 + 200.0
+    assert figures["evictions_younger_than_60s"] == 2
+
+
+def test_an_elastic_job_running_its_minimum_is_not_a_partial_gang() -> None:
+    # e: 4 pods x 2 GPUs, runs with as few as 2. Pods 0 and 1 bind at 0 (its minimum:
+    # whole), pod 2 at 10; all end at 40. g: the same without a range, pods 0-2 bound at
+    # 0: 3 of 4 pods, partial, 6 GPUs x 40 s = 240.
+    jobs = {
+        "e": SubmittedJob("a", 4, 2, "normal", 0.0, min_pods=2),
+        "g": SubmittedJob("a", 4, 2, "normal", 0.0),
+    }
+    seen = [PodSighting(0, f"a/e-{i}", "e", 2, holds=True, succeeded=False) for i in (0, 1)]
+    seen += [PodSighting(10, "a/e-2", "e", 2, holds=True, succeeded=False)]
+    seen += [PodSighting(0, f"a/g-{i}", "g", 2, holds=True, succeeded=False) for i in (0, 1, 2)]
+    seen += [
+        PodSighting(40, f"a/{j}-{i}", j, 2, holds=False, succeeded=True)
+        for j in "eg"
+        for i in (0, 1, 2)
+    ]
+    figures = trace_figures(seen, jobs, {"a": 16}, capacity=16, horizon=50)
+    assert figures["partial_gang_gpu_seconds"] == 240.0
+    assert [name for name, _ in figures["partial_gangs_worst"]] == ["g"]
 
 
 @pytest.mark.parametrize(

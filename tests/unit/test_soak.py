@@ -366,6 +366,11 @@ def test_gpu_seconds_count_each_hold_from_bind_to_finish_or_gone() -> None:
     held.observe("c", 4, False, 20.0)
     held.observe("a", 2, False, 30.0)
     assert held.total(50.0) == 70.0
+    # a's end was not seen to succeed or fail (missed while the watch was down): it is
+    # not counted as an eviction; b's failure at 50 is, and loses its 30 s on 1 GPU.
+    assert held.evictions == 0
+    held.observe("b", 1, False, 50.0, succeeded=False)
+    assert (held.evictions, held.lost_gpu_seconds, held.young_evictions) == (1, 30.0, 1)
 
 
 def test_a_terminating_pod_still_holds_its_gpus_and_a_finished_one_does_not() -> None:
