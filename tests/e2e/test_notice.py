@@ -8,7 +8,9 @@ signed annotation carrying its notice, ``DisruptionTarget``, event); then
   writes ``muster.dev/checkpointed``) is not evicted at all, and team A's job runs long
   before its 60 s of notice would have run out (a job that writes the annotation before
   it exits is evicted at once instead: ``tests/unit/test_notice.py``);
-- a job that ignores its 8 s of notice is evicted when the notice runs out, not before.
+- a job that ignores its 8 s of notice is evicted when the notice runs out, not before;
+- a second job arriving while the first plan's victim is on notice takes another victim,
+  and each victim is marked once.
 """
 
 from __future__ import annotations
@@ -141,5 +143,60 @@ def test_a_job_that_ignores_its_notice_is_evicted_when_it_runs_out(
         assert evicted >= at + 8 - 1  # not before its notice ran out (1 s: the stamps)
         teams.wait(teams.a, "train", "Running", timeout=60)
         assert evictor_outcome(muster_with_notice, "evicted") == 1
+    finally:
+        teams.cleanup()
+
+
+def test_a_job_arriving_while_a_victim_is_on_notice_takes_another_victim(
+    cluster: Cluster, muster_with_notice: MusterProcess
+) -> None:
+    # Two 8-GPU nodes, both borrowed by team B's pods, each asking 10 s of notice and
+    # ignoring it.  Team A (min 16) sends one 8-GPU job, then a second while the first's
+    # victim is still on notice.  Derived from the rules: the victim on notice is already
+    # leaving for the first job (its room is reserved for it), so the second job's plan
+    # must take the other pod, not the same one again nor wait on it; each victim is
+    # marked once, and both of A's jobs run, one per node.
+    for i in range(2):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
+    )
+    try:
+        notes = {NOTICE: "10"}
+        for i in range(2):
+            teams.create(
+                teams.b, f"b-{i}", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=notes
+            )
+        for i in range(2):
+            teams.wait(teams.b, f"b-{i}", "Running")
+
+        def marked() -> list[str]:
+            return [
+                name
+                for name in ("b-0", "b-1")
+                if SOFT_EVICTION
+                in ((teams.get(teams.b, name) or {}).get("metadata") or {}).get("annotations", {})
+            ]
+
+        teams.create(teams.a, "train-0", requests={GPU: 8}, labels=TRAINER)
+        first = lc.wait_until(lambda: marked() or None, timeout=30, what="a first victim")
+        assert len(first) == 1
+        at = marked_at(teams, first[0])
+        teams.create(teams.a, "train-1", requests={GPU: 8}, labels=TRAINER)
+        # The first victim is still on notice when the second job arrives.
+        on_notice = teams.get(teams.b, first[0])
+        assert on_notice is not None and not on_notice["metadata"].get("deletionTimestamp")
+        assert time.time() < at + 10
+        both = lc.wait_until(
+            lambda: (len(m := marked()) == 2 and m) or None, timeout=30, what="a second victim"
+        )
+        assert sorted(both) == ["b-0", "b-1"]
+        for name in ("train-0", "train-1"):
+            teams.wait(teams.a, name, "Running", timeout=60)
+        nodes = {(teams.get(teams.a, n) or {})["spec"]["nodeName"] for n in ("train-0", "train-1")}
+        assert len(nodes) == 2  # one per node
+        preempted = sorted(e["involvedObject"]["name"] for e in teams.events(teams.b, "Preempted"))
+        assert preempted == ["b-0", "b-1"]  # each victim marked once
+        assert evictor_outcome(muster_with_notice, "evicted") == 2
     finally:
         teams.cleanup()

@@ -27,6 +27,7 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     SOFT_EVICTION,
     Teams,
+    _epoch,
     muster_and_evictor,
     tokens,
 )
@@ -334,3 +335,39 @@ def tls(server: dict[str, Path], client: dict[str, Path] | None) -> ssl.SSLConte
     if client is not None:
         context.load_cert_chain(str(client["client.crt"]), str(client["client.key"]))
     return context
+
+
+def test_a_tenant_s_claims_about_its_work_cannot_shield_its_pods(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    with two_teams(cluster, 2, a_max=16) as teams:
+        claims_about_work(cluster, teams)
+
+
+def claims_about_work(cluster: Cluster, teams: Teams) -> None:
+    # Team A borrows both nodes: a-early first; a-late once a-early has run 2 s, claiming
+    # through the tenant's token that it last saved its work in 2000 (26 years lost if it
+    # went) and that it needs an hour of notice.  Team B, with nothing running, reclaims
+    # one node.  Derived from the rules: a job's unsaved work begins no earlier than its
+    # start (a claim cannot make it dearer than the work it did), so a-late, the later
+    # started, loses less and is the victim; and the notice is capped by the admins (here
+    # the default, none), so it is evicted at once and B's pod runs within a minute.
+    tenant = tenant_client(cluster, teams.a)
+    pods_a = f"/api/v1/namespaces/{teams.a}/pods"
+    tenant.request("POST", pods_a, make_pod("a-early", requests={GPU: 8}, labels=PREEMPTIBLE))
+    teams.wait(teams.a, "a-early", "Running")
+    started = _epoch((teams.get(teams.a, "a-early") or {})["status"]["startTime"])
+    lc.wait_until(lambda: time.time() > started + 2 or None, timeout=10, what="2 s to pass")
+    claims = {
+        "muster.dev/last-checkpoint": "2000-01-01T00:00:00Z",
+        "muster.dev/preemption-notice-seconds": "3600",
+    }
+    late = make_pod("a-late", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=claims)
+    tenant.request("POST", pods_a, late)
+    teams.wait(teams.a, "a-late", "Running")
+    teams.create(teams.b, "b-0", requests={GPU: 8}, labels=GUARANTEED)
+    teams.wait(teams.b, "b-0", "Running", timeout=60)
+    preempted = [e["involvedObject"]["name"] for e in teams.events(teams.a, "Preempted")]
+    assert preempted == ["a-late"]
+    untouched(teams, teams.a, "a-early")
