@@ -549,8 +549,10 @@ def markdown_table(results: Json) -> str:
 
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for label, cell in rows:
-        cells = " | ".join(cell_of(cell, systems[n]) for n in names)
-        lines.append(f"| {label} | {cells} |")
+        values = [cell_of(cell, systems[n]) for n in names]
+        if all(value == "-" for value in values):
+            continue  # measured on no system (a trace without the binding rates)
+        lines.append(f"| {label} | {' | '.join(values)} |")
     return "\n".join(lines)
 
 
