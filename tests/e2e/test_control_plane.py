@@ -98,6 +98,35 @@ def test_deleting_running_pod_completes_via_emulator(
     assert cluster.get_pod("never-bound") is None
 
 
+def test_a_pod_that_answers_notice_saves_and_exits_when_marked_or_deleted(
+    cluster: Cluster, control_plane: lc.ControlPlane
+) -> None:
+    # The stand-in plays a job that saves its work and exits on notice ("fail": a Job's
+    # pod, which must be replaced rather than counted done).  Marked for soft eviction,
+    # it exits Failed and writes when it saved; deleted with 60 s of grace (the notice a
+    # peer's preemption gives), it saves and is gone long before the grace runs out.
+    cluster.create_node("n1", {"cpu": "4", "memory": "8Gi"})
+    notes = {lc.ANSWERS_NOTICE: "fail"}
+    for name in ("marked", "deleted"):
+        cluster.create_pod(name, requests={"cpu": "1"}, grace_seconds=60, annotations=notes)
+        cluster.wait_running(name)
+    cluster.rest.request(
+        "PATCH",
+        cluster.pods_path("marked"),
+        {"metadata": {"labels": {"scheduling.koordinator.sh/soft-eviction": "true"}}},
+        content_type="application/merge-patch+json",
+    )
+    marked = cluster.wait_pod(
+        "marked",
+        lambda p: "muster.dev/checkpointed" in p["metadata"].get("annotations", {}),
+        timeout=20,
+        what="a checkpoint time",
+    )
+    assert marked["status"]["phase"] == "Failed"
+    cluster.delete_pod("deleted")
+    cluster.wait_gone("deleted", timeout=20)  # a third of its grace
+
+
 @pytest.mark.parametrize("group", GROUPS)
 def test_crds_accept_elastic_quota_and_pod_group(
     cluster: Cluster, control_plane: lc.ControlPlane, group: str
