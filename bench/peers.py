@@ -163,18 +163,23 @@ def _job_object(job: TraceJob) -> Json:
     }
 
 
-def _quota_object(team: str, min_gpus: int, max_gpus: int, teams: int, nodes: int) -> Json:
+def _quota_object(
+    team: str, min_gpus: int, max_gpus: int, teams: int, nodes: int, min_runtime: float = 0.0
+) -> Json:
     """A team's ElasticQuota: GPUs as the trace says; CPU and memory split as GPUs are,
-    so they never decide (scheduler-plugins reads a resource absent from ``max`` as 0)."""
+    so they never decide (scheduler-plugins reads a resource absent from ``max`` as 0);
+    the admins' settings Muster alone reads: the notice cap, and ``min_runtime``."""
     cpu, memory = nodes * NODE_CPU, nodes * NODE_MEMORY_GI
+    settings = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: str(MAX_NOTICE_SECONDS)}
+    if min_runtime > 0:
+        settings[keys.MIN_RUNTIME_ANNOTATION] = f"{min_runtime:g}"
     return {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "ElasticQuota",
         "metadata": {
             "name": team,
             "namespace": team,
-            # an admin's cap on the notice a victim gets (read by Muster alone)
-            "annotations": {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: str(MAX_NOTICE_SECONDS)},
+            "annotations": settings,
         },
         "spec": {
             "min": {GPU: str(min_gpus), "cpu": str(cpu // teams), "memory": f"{memory // teams}Gi"},
@@ -186,8 +191,16 @@ def _quota_object(team: str, min_gpus: int, max_gpus: int, teams: int, nodes: in
 class Replay:
     """One system, one trace: the control plane, the submissions and the pod watch."""
 
-    def __init__(self, trace: Trace, system: str, workdir: Path, say: Callable[[str], None]):
+    def __init__(
+        self,
+        trace: Trace,
+        system: str,
+        workdir: Path,
+        say: Callable[[str], None],
+        min_runtime: float = 0.0,
+    ):
         self.trace = trace
+        self.min_runtime = min_runtime
         self.system = system
         self.workdir = workdir
         self.say = say
@@ -267,7 +280,12 @@ class Replay:
         for team in self.trace.teams:
             plane.create_namespace(team.name)
             quota = _quota_object(
-                team.name, team.min_gpus, team.max_gpus, len(self.trace.teams), self.trace.nodes
+                team.name,
+                team.min_gpus,
+                team.max_gpus,
+                len(self.trace.teams),
+                self.trace.nodes,
+                self.min_runtime,
             )
             if self.system == "koordinator":  # its own API group, and its namespaces key
                 spec = quota["spec"]
@@ -454,10 +472,12 @@ def play(
     say: Callable[[str], None],
     throughput_pods: int = THROUGHPUT_PODS,
     trace_too: bool = True,
+    min_runtime: float = 0.0,
 ) -> Json:
     """Every system on the trace, one after another; the figures per system."""
     results: Json = {
         "seed": trace.seed,
+        "min_runtime_seconds": min_runtime,
         "kubernetes": lc.peers.SCHEDULER_PLUGINS_KUBERNETES,
         "trace": {
             "seconds": trace.seconds,
@@ -475,7 +495,8 @@ def play(
     }
     for system in systems:
         began = time.time()
-        figures = Replay(trace, system, workdir, say).run(drain, throughput_pods, trace_too)
+        replay = Replay(trace, system, workdir, say, min_runtime)
+        figures = replay.run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
         results["systems"][system] = figures
         say(f"{system}: {json.dumps(_without_series(figures))}")
@@ -578,6 +599,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-trace", action="store_true", help="measure the binding rates only, no trace"
     )
+    parser.add_argument(
+        "--min-runtime",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the teams' quotas' muster.dev/min-runtime-seconds, read by Muster alone "
+        "(default 0: none, Muster's default)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument(
         "--add-to",
@@ -604,6 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
     say = lambda message: print(f"peers: {message}", file=sys.stderr, flush=True)  # noqa: E731
+    if not 0 <= options.min_runtime < float("inf"):
+        parser.error(f"--min-runtime: {options.min_runtime:g} is not a number of seconds >= 0")
     if options.no_trace and not options.throughput_pods:
         parser.error("--no-trace with --throughput-pods 0 measures nothing")
     results = play(
@@ -614,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         say,
         options.throughput_pods,
         trace_too=not options.no_trace,
+        min_runtime=options.min_runtime,
     )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())

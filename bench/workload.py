@@ -16,6 +16,7 @@ with the peers (:mod:`bench.peers`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,10 +82,21 @@ def unsaved_since(started: float, stopped: float, saves: Saves) -> float:
     return began
 
 
+@dataclass(frozen=True, slots=True)
+class _Eviction:
+    gpus: float
+    started: float
+    stopped: float
+    lost: float
+
+
 @dataclass
 class GpuSeconds:
     """GPU-seconds held by pods, each from the moment it is seen bound until it is seen
-    finished or gone; and what the holds that ended without success (evictions) lost."""
+    finished or gone; and what the holds that ended without success (evictions) lost.
+
+    A job saving its work on notice exits, then says when it saved: a save a pod reports
+    after its eviction was seen (within its run, before its stop) still counts."""
 
     #: pod key → (GPUs, held since) for the pods holding GPUs now.
     holding: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -96,6 +108,8 @@ class GpuSeconds:
     lost_gpu_seconds: float = 0.0
     #: Evictions of pods that had held their GPUs less than ``YOUNG_SECONDS``.
     young_evictions: int = 0
+    #: pod key → its last eviction, for a save it reports after it.
+    _evicted: dict[str, _Eviction] = field(default_factory=dict)
 
     def observe(
         self,
@@ -114,14 +128,23 @@ class GpuSeconds:
         current = self.holding.get(key)
         if holds and current is None:
             self.holding[key] = (gpus, at)
+            self._evicted.pop(key, None)
         elif not holds and current is not None:
             held, since = self.holding.pop(key)
             self.ended += held * max(0.0, at - since)
             if succeeded is False:
                 self.evictions += 1
-                self.lost_gpu_seconds += held * max(0.0, at - unsaved_since(since, at, saves))
+                lost = held * max(0.0, at - unsaved_since(since, at, saves))
+                self.lost_gpu_seconds += lost
+                self._evicted[key] = _Eviction(held, since, at, lost)
                 if at - since < YOUNG_SECONDS:
                     self.young_evictions += 1
+        elif not holds and key in self._evicted and saves.last is not None:
+            evicted = self._evicted[key]
+            began = unsaved_since(evicted.started, evicted.stopped, saves)
+            lost = min(evicted.lost, evicted.gpus * max(0.0, evicted.stopped - began))
+            self.lost_gpu_seconds -= evicted.lost - lost
+            self._evicted[key] = dataclasses.replace(evicted, lost=lost)
 
     def total(self, until: float) -> float:
         """GPU-seconds held up to ``until``, counting the holds still going on."""

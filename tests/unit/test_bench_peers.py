@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.peers import markdown_table
+from bench.peers import main, markdown_table
 from bench.trace import (
     CHECKPOINT_SHARE,
     ELASTIC_SHARE,
@@ -139,6 +139,13 @@ def test_trace_figures_count_the_work_evictions_lose_and_evictions_of_young_pods
     assert figures["evicted_pods"] == 3
     assert figures["gpu_seconds_lost_to_eviction"] == 80.0 + 20.0 + 200.0
     assert figures["evictions_younger_than_60s"] == 2
+    # z exits on notice and says a moment later that it saved at 68: it loses 4 x 2 = 8,
+    # not 200 (a save after its stop, or outside its run, would not count).
+    said = PodSighting(71, "a/z-0", "z", 4, holds=False, succeeded=False, saves=Saves(last=68.0))
+    late = PodSighting(72, "a/z-0", "z", 4, holds=False, succeeded=False, saves=Saves(last=75.0))
+    figures = trace_figures([*seen, said, late], jobs, {"a": 16}, capacity=16, horizon=200)
+    assert figures["gpu_seconds_lost_to_eviction"] == 80.0 + 20.0 + 8.0
+    assert figures["evicted_pods"] == 3
 
 
 def test_an_elastic_job_running_its_minimum_is_not_a_partial_gang() -> None:
@@ -253,3 +260,13 @@ def test_the_table_has_a_column_per_system_and_the_paired_binding_rate() -> None
     for figures_of in results["systems"].values():
         figures_of.pop("binding")
     assert not any("binding rate" in line for line in markdown_table(results).splitlines())
+
+
+@pytest.mark.parametrize("value", ["-1", "inf", "nan"])
+def test_a_minimum_runtime_that_is_not_seconds_is_refused_before_anything_runs(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--min-runtime", value, "--systems", "muster"])
+    assert exit_info.value.code == 2
+    assert "--min-runtime" in capsys.readouterr().err
