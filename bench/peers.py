@@ -3,8 +3,9 @@ the peers' own schedulers, each on its own fresh local control plane, and one ta
 
     python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
         [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
-        [--throughput-pods 1000] [--no-trace] [--json peers.json] [--add-to peers.json] [--markdown]
-        [--workdir DIR]
+        [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--json peers.json]
+        [--add-to peers.json] [--markdown] [--workdir DIR]
+    python -m bench.peers --refigure peers.json --workdir DIR [--markdown]
 
 Systems (each with its documented configuration, on the same Kubernetes release,
 ``lc.peers.SCHEDULER_PLUGINS_KUBERNETES``: the newest scheduler-plugins builds against):
@@ -71,6 +72,7 @@ from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
 from bench.workload import (
     YOUNG_SECONDS,
     PodSighting,
+    Saves,
     SubmittedJob,
     holds_gpus,
     pod_gpus,
@@ -82,6 +84,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 Json = dict[str, Any]
 GPU = "nvidia.com/gpu"
+#: What a system's run recorded, in its work directory: submissions, then sightings.
+SIGHTINGS = "sightings.jsonl"
 JOB_LABEL = "bench.muster.dev/job"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
@@ -446,8 +450,9 @@ class Replay:
                 watcher.stop()
         with self._lock:
             sightings, submitted = list(self.sightings), dict(self.submitted)
-        # What the figures are made of, for a second look: every sighting and submission.
-        with (self.workdir / self.system / "sightings.jsonl").open("w") as out:
+        # What the figures are made of, for a second look (--refigure): every sighting
+        # and submission.
+        with (self.workdir / self.system / SIGHTINGS).open("w") as out:
             for name, job in submitted.items():
                 out.write(json.dumps({"job": name, **dataclasses.asdict(job)}) + "\n")
             for sighting in sightings:
@@ -613,9 +618,27 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="an earlier --json of the same trace: add (or replace) these systems' columns",
     )
+    parser.add_argument(
+        "--refigure",
+        type=Path,
+        metavar="JSON",
+        help="play nothing: compute the figures of an earlier --json again from the sightings "
+        "its run recorded under --workdir, write them back, and print them",
+    )
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     parser.add_argument("--workdir", type=Path, help="keep the control planes' files here")
     options = parser.parse_args(argv)
+    if options.refigure is not None:
+        if options.workdir is None:
+            parser.error("--refigure needs the --workdir its run kept")
+        try:
+            results = refigure(json.loads(options.refigure.read_text()), options.workdir)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"--refigure: {error}", file=sys.stderr)
+            return 2
+        options.refigure.write_text(json.dumps(results, indent=1))
+        _print_results(results, options.markdown)
+        return 0
     systems = [s.strip() for s in options.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in SYSTEMS]
     if not systems or unknown:
@@ -660,12 +683,45 @@ def main(argv: list[str] | None = None) -> int:
         options.add_to.write_text(json.dumps(results, indent=1))
     if options.json:
         options.json.write_text(json.dumps(results, indent=1))
-    if options.markdown:
+    _print_results(results, options.markdown)
+    return 0
+
+
+def _print_results(results: Json, markdown: bool) -> None:
+    if markdown:
         print(markdown_table(results))
     else:
         systems = {name: _without_series(f) for name, f in results["systems"].items()}
         print(json.dumps(systems, indent=1))
-    return 0
+
+
+def refigure(results: Json, workdir: Path) -> Json:
+    """``results`` with each system's trace figures computed again, by the current
+    :func:`~bench.workload.trace_figures`, from what its run recorded in ``workdir``
+    (``<system>/sightings.jsonl``): a figure defined since the run, or corrected, without
+    playing the trace again.  Systems measured for their binding rate only are kept."""
+    trace = results["trace"]
+    mins = {team["name"]: team["min"] for team in trace["teams"]}
+    capacity = trace["nodes"] * trace["gpus_per_node"]
+    horizon = trace["seconds"] + trace["drain"]
+    for system, figures in results["systems"].items():
+        recorded = workdir / system / SIGHTINGS
+        if "gpu_allocation" not in figures:
+            continue
+        if not recorded.is_file():
+            raise FileNotFoundError(f"{recorded}: no sightings recorded for {system}")
+        jobs: dict[str, SubmittedJob] = {}
+        seen: list[PodSighting] = []
+        with recorded.open() as lines:
+            for line in lines:
+                row = json.loads(line)
+                if "job" in row and "team" in row:
+                    name = row.pop("job")
+                    jobs[name] = SubmittedJob(**row)
+                else:
+                    seen.append(PodSighting(**{**row, "saves": Saves(**row["saves"])}))
+        figures.update(trace_figures(seen, jobs, mins, capacity, horizon))
+    return results
 
 
 def _without_series(figures: Json) -> Json:

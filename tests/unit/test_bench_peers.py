@@ -4,6 +4,10 @@ worked out by hand from the definitions in their docstrings."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
 import pytest
 
 from bench.peers import main, markdown_table
@@ -270,3 +274,44 @@ def test_a_minimum_runtime_that_is_not_seconds_is_refused_before_anything_runs(
         main(["--min-runtime", value, "--systems", "muster"])
     assert exit_info.value.code == 2
     assert "--min-runtime" in capsys.readouterr().err
+
+
+def test_refigure_computes_a_run_s_figures_again_from_what_it_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run of one system recorded: job g (1 pod x 8 GPUs) bound at 0 and evicted at 40
+    # (saving every 30 s: loses 8 x 10 = 80); the results it wrote say 0 GPU-s lost (a
+    # figure defined since, say). Computed again from the sightings: 80.
+    run = tmp_path / "muster"
+    run.mkdir()
+    rows = [
+        {"job": "g", **dataclasses.asdict(SubmittedJob("team-a", 1, 8, "normal", 0.0))},
+        dataclasses.asdict(PodSighting(0, "team-a/g-0", "g", 8, holds=True, succeeded=False)),
+        dataclasses.asdict(
+            PodSighting(
+                40, "team-a/g-0", "g", 8, holds=False, succeeded=False, saves=Saves(interval=30.0)
+            )
+        ),
+    ]
+    (run / "sightings.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trace = {
+        "seconds": 40,
+        "drain": 10,
+        "nodes": 1,
+        "gpus_per_node": 8,
+        "teams": [{"name": "team-a", "min": 8, "max": 8, "starts": 0.0}],
+    }
+    stale = {"gpu_allocation": 0.0, "gpu_seconds_lost_to_eviction": 0.0}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"seed": 1, "trace": trace, "systems": {"muster": stale}}))
+    assert main(["--refigure", str(results), "--workdir", str(tmp_path)]) == 0
+    figures = json.loads(results.read_text())["systems"]["muster"]
+    assert figures["gpu_seconds_lost_to_eviction"] == 80.0
+    assert figures["gpu_allocation"] == 0.8  # 8 GPUs x 40 s of 8 x 50
+    capsys.readouterr()
+    # Without the run's directory, or with a directory that recorded nothing: a clear error.
+    with pytest.raises(SystemExit):
+        main(["--refigure", str(results)])
+    assert "--workdir" in capsys.readouterr().err
+    assert main(["--refigure", str(results), "--workdir", str(tmp_path / "elsewhere")]) == 2
+    assert "no sightings recorded for muster" in capsys.readouterr().err
