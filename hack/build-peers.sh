@@ -18,12 +18,15 @@
 #                      v0.34.4 is the newest patch it serves whole); run it with the v1.35
 #                      control plane (kube-scheduler may be one minor release older than
 #                      kube-apiserver).
-#   kueue              sigs.k8s.io/kueue v0.15.0: its controller manager (cmd/kueue), which
+#   kueue              sigs.k8s.io/kueue v0.17.0: its controller manager (cmd/kueue), which
 #                      admits workloads beside a stock kube-scheduler, and its CRDs and
 #                      webhook configurations (config/components/crd/bases/*.yaml and
 #                      config/components/webhook/*.yaml of the same module, copied to
-#                      bin/crds/ and bin/webhook/). localcluster/kueue.py runs it on the local control
-#                      plane (`make test-peers`).
+#                      bin/crds/ and bin/webhook/). Built against Kubernetes v1.35.3 and
+#                      controller-runtime v0.23.3, what its own go.mod requires (the module
+#                      proxy here serves every module of it as it is; it has no replace
+#                      lines). localcluster/kueue.py runs it on the local control plane
+#                      (`make test-peers`), in its v1beta2 API.
 #   koordinator        github.com/koordinator-sh/koordinator v1.6.0: its scheduler
 #                      (cmd/koord-scheduler: ElasticQuota, Coscheduling, Reservation, ...),
 #                      built against Kubernetes v1.28.7 (its own replace lines, which the

@@ -1,4 +1,4 @@
-"""Kueue v0.15.0's controller manager beside the stock kube-scheduler (issue 25).
+"""Kueue v0.17.0's controller manager beside the stock kube-scheduler (issue 25).
 
 Kueue is not a scheduler: it decides when a Job may start (it *admits* its Workload
 against ClusterQueue quotas and unsuspends the Job), and kube-scheduler then places its
@@ -8,13 +8,16 @@ pods. :func:`start_kueue` runs the manager built by ``hack/build-peers.sh kueue`
 * **CRDs** from the pinned module (``config/components/crd/bases``, copied by
   build-peers.sh to ``<bin>/crds``), applied as Kueue's own kustomization does: the
   ClusterQueue, LocalQueue, Cohort, Workload and MultiKueueCluster CRDs with a conversion
-  webhook (their storage version is v1beta1, Kueue's controllers read v1beta2), here at
-  ``https://127.0.0.1:<port>/convert`` with the CA of a serving certificate made by
-  :func:`~localcluster.pki.make_serving_pki` as ``caBundle``.
+  webhook, here at ``https://127.0.0.1:<port>/convert`` with the CA of a serving
+  certificate made by :func:`~localcluster.pki.make_serving_pki` as ``caBundle``. Every
+  Kueue CRD serves v1beta2, its storage version since Kueue v0.16 (what Kueue's
+  controllers read and write), and v1beta1, deprecated (Kueue plans to stop serving it in
+  v0.18); for those five the webhook converts between the two when a client asks for
+  v1beta1, the others have no conversion, as in a Kueue installation.
 * **Certificates**: ``internalCertManagement`` off (Kueue's rotator makes certificates
   for ``<service>.<namespace>.svc``, which kube-apiserver cannot reach here); the webhook
   server's certificate is written to the configured ``webhook.certDir``. With internal
-  certificates off, Kueue 0.15 also reads its metrics certificate from the fixed path
+  certificates off, Kueue 0.17 still reads its metrics certificate from the fixed path
   ``/etc/kueue/metrics/certs`` (cmd/kueue/main.go): the manager runs in a private mount
   namespace (``unshare --mount``) whose ``/etc`` is an overlay adding that directory, so
   nothing is written to the host's ``/etc``. This needs root (or CAP_SYS_ADMIN).
@@ -36,9 +39,11 @@ pods. :func:`start_kueue` runs the manager built by ``hack/build-peers.sh kueue`
 * **Configuration**: see :func:`kueue_configuration` (``config.kueue.x-k8s.io/v1beta2``,
   what the module's own ``controller_manager_config.yaml`` uses).
 
-Queues (:func:`kueue_queues`) are written in ``kueue.x-k8s.io/v1beta1``, the CRDs'
-storage version (both v1beta1 and v1beta2 are served): what is written is stored as is,
-and Kueue reads it through the conversion webhook.
+Queues (:func:`kueue_queues`) are written, and Workloads read, in
+``kueue.x-k8s.io/v1beta2`` (``KUEUE_API``), the CRDs' storage version: nothing the harness
+writes or reads goes through the conversion webhook, which :func:`start_kueue` still
+checks once (its readiness probe reads v1beta1) because kube-apiserver needs it for any
+v1beta1 client, and it shares the webhook server with the admission webhooks.
 """
 
 from __future__ import annotations
@@ -66,18 +71,21 @@ from .waiting import wait_until
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
 
-#: Kueue v0.15.0 is built against Kubernetes 1.34 libraries; it runs beside the 1.35
-#: control plane, like scheduler-plugins.
+#: Kueue v0.17.0 is built against Kubernetes 1.35 libraries (v0.35.3, its own go.mod's);
+#: it runs on the 1.35 control plane.
 KUEUE_KUBERNETES = "1.35"
-#: The API version :func:`kueue_queues` writes (the CRDs' storage version).
-KUEUE_API = "kueue.x-k8s.io/v1beta1"
+#: The API version :func:`kueue_queues` writes and :func:`job_workloads` reads (the CRDs'
+#: storage version since Kueue v0.16).
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+#: The version the CRDs still serve, deprecated, through the conversion webhook.
+KUEUE_OLD_API = "kueue.x-k8s.io/v1beta1"
 #: The label that names a Job's LocalQueue.
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 #: Where Kueue runs: its ServiceAccount's namespace, its configured ``namespace``.
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_SERVICE_ACCOUNT = "kueue-controller-manager"
 GPU = "nvidia.com/gpu"
-#: The CRDs Kueue's kustomization (config/components/crd/kustomization.yaml, v0.15.0)
+#: The CRDs Kueue's kustomization (config/components/crd/kustomization.yaml, v0.17.0)
 #: gives a conversion webhook.
 CONVERTED_CRDS = frozenset(
     {
@@ -132,13 +140,19 @@ def kueue_configuration(
       Eviction``, the default) with no limit on retries (``backoffLimitCount`` null, so
       every job eventually runs) and a base backoff of ``requeue_backoff_seconds``
       (Kueue's default is 60 s, doubling to an hour: long against a trace compressed to
-      minutes).
+      minutes). ``recoveryTimeout`` is left unset: since Kueue v0.16 it defaults to
+      ``timeout`` (before, unset meant off), so a running Workload one of whose pods
+      failed is evicted and requeued too if its replacement is not Ready within
+      ``pods_ready_timeout``.
     * health and metrics on loopback ports, leader election off, the webhook server on
       ``127.0.0.1:<webhook_port>`` with its certificate in ``cert_dir``, internal
       certificate management off (see the module docstring).
     * feature gates: ``VisibilityOnDemand`` off (it serves an aggregated API on the fixed
       port 8082 of every interface, and needs an APIService), ``MultiKueue`` off (no
-      worker clusters); the others keep v0.15.0's defaults.
+      worker clusters); the others keep v0.17.0's defaults, among them
+      ``PartialAdmission`` on (beta since v0.5): a Job annotated
+      ``kueue.x-k8s.io/job-min-parallelism: N`` may be admitted with fewer pods, down to
+      N, when its whole parallelism does not fit.
     """
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -419,7 +433,7 @@ def _bind_cluster_admin(plane: ControlPlane) -> None:
 
 def _wait_conversion(plane: ControlPlane, manager: KueueManager, timeout: float) -> None:
     """Until kube-apiserver converts through Kueue's webhook: a LocalQueue written in
-    v1beta1 (the storage version) read back in v1beta2 (what Kueue's controllers read),
+    ``KUEUE_API`` (the storage version) read back in the deprecated ``KUEUE_OLD_API``,
     then deleted."""
     probe = {
         "apiVersion": KUEUE_API,
@@ -428,7 +442,7 @@ def _wait_conversion(plane: ControlPlane, manager: KueueManager, timeout: float)
         "spec": {"clusterQueue": "conversion-probe"},
     }
     create_kueue_objects(plane, [probe])
-    path = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{KUEUE_NAMESPACE}/localqueues"
+    path = f"/apis/{KUEUE_OLD_API}/namespaces/{KUEUE_NAMESPACE}/localqueues"
 
     def converted() -> bool:
         manager.check_alive()  # an exit is reported at the deadline, with the log tail
@@ -455,9 +469,10 @@ def kueue_queues(
     cohort: str = "muster",
     flavor: str = "default",
 ) -> list[Json]:
-    """Kueue's objects for teams' quotas (``kueue.x-k8s.io/v1beta1``): one ResourceFlavor
+    """Kueue's objects for teams' quotas (``KUEUE_API``, v1beta2): one ResourceFlavor
     ``flavor`` (no node labels: every node), and per team a ClusterQueue named after it in
-    ``cohort`` and a LocalQueue of the same name in its namespace.
+    ``cohort`` (v1beta2's ``spec.cohortName``, v1beta1's ``spec.cohort``) and a LocalQueue
+    of the same name in its namespace.
 
     A ClusterQueue's ``nominalQuota`` of ``nvidia.com/gpu`` is the team's ``min`` and its
     ``borrowingLimit`` ``max - min`` (Kueue: a queue may use its nominal quota plus what it
@@ -482,7 +497,7 @@ def kueue_queues(
                 "kind": "ClusterQueue",
                 "metadata": {"name": quota.name},
                 "spec": {
-                    "cohort": cohort,
+                    "cohortName": cohort,
                     "namespaceSelector": {
                         "matchLabels": {"kubernetes.io/metadata.name": quota.name}
                     },

@@ -132,19 +132,25 @@ def test_capacity_scheduling_stops_a_quota_at_its_max(
         cluster.cleanup()
 
 
-# -- Kueue v0.15.0 beside the stock kube-scheduler
+# -- Kueue v0.17.0 beside the stock kube-scheduler
 #
 # Expectations from Kueue's documented semantics (kueue.sigs.k8s.io, concepts:
-# ClusterQueue, Workload, Preemption; v0.15.0): a Job labelled with a LocalQueue and
-# created suspended gets a Workload; Kueue admits it (reserves its quota and unsuspends the
-# Job) only if all of its pods' requests fit the ClusterQueue's nominal quota plus what it
-# may borrow from its cohort; an admitted Workload's quota is released when it finishes;
-# with ``reclaimWithinCohort: Any`` a Workload that fits its queue's nominal quota evicts
-# Workloads of other queues of the cohort that borrow, and an evicted Job is suspended
-# again (its pods deleted) and its Workload requeued.  Kueue's Job webhook is not
-# registered here (lc.kueue's docstring): jobs are submitted suspended, labelled.
+# ClusterQueue, Workload, Preemption, partial admission; v0.17.0): a Job labelled with a
+# LocalQueue and created suspended gets a Workload; Kueue admits it (reserves its quota
+# and unsuspends the Job) only if all of its pods' requests fit the ClusterQueue's nominal
+# quota plus what it may borrow from its cohort, or, for a Job annotated
+# ``kueue.x-k8s.io/job-min-parallelism``, as many of its pods as fit down to that minimum
+# (its parallelism lowered to the count admitted); an admitted Workload's quota is
+# released when it finishes; with ``reclaimWithinCohort: Any`` a Workload that fits its
+# queue's nominal quota evicts Workloads of other queues of the cohort that borrow, and an
+# evicted Job is suspended again (its pods deleted) and its Workload requeued.  The queues
+# and Workloads are Kueue's v1beta2 API (lc.kueue.KUEUE_API); Kueue's Job webhook is
+# registered (lc.kueue's docstring), and jobs are submitted suspended, labelled, all the
+# same.
 
 KUEUE_POD: dict[str, str | int] = {"cpu": "1", GPU: 8}
+#: Kueue's partial admission: the fewest pods a Job may be admitted with.
+MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 
 
 @pytest.fixture(scope="module")
@@ -313,6 +319,48 @@ def test_kueue_holds_a_job_past_max_until_room_is_released(kueue_plane: lc.Contr
             timeout=60,
             what="second's pods running (or done)",
         )
+    finally:
+        kueue_cleanup(kueue_plane, [cluster], objects)
+
+
+def test_kueue_admits_part_of_a_job_down_to_its_min_parallelism(
+    kueue_plane: lc.ControlPlane,
+) -> None:
+    """(b') Partial admission: a ClusterQueue of 16 GPUs (no borrowing) on four free 8-GPU
+    nodes, a Job of 4 x 8 GPUs annotated ``kueue.x-k8s.io/job-min-parallelism: 2``: the
+    whole Job would take the queue to 32, so Kueue admits its Workload with 2 pods (the
+    Workload's assignment count and the Job's parallelism lowered to 2), and two pods
+    run; the nodes have room for the other two, which are never created."""
+    ns = "kq-partial"
+    cluster = Cluster(kueue_plane, ns)
+    objects = kueue_setup(kueue_plane, [(ns, 16, 16)], cohort=ns)
+    try:
+        for i in range(4):
+            cluster.create_node(f"n{i}", NODE)
+        job = make_job(
+            "elastic", make_pod("elastic", requests=KUEUE_POD), parallelism=4, run_seconds=None
+        )
+        job["metadata"]["annotations"] = {MIN_PARALLELISM: "2"}
+        body = lc.kueue.kueue_job(job, queue=ns)
+        kueue_plane.rest.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)
+        lc.wait_until(
+            lambda: admitted(kueue_plane, ns, "elastic"), timeout=60, what="elastic admitted"
+        )
+        admission = (workload(kueue_plane, ns, "elastic") or {})["status"]["admission"]
+        assert [a.get("count") for a in admission["podSetAssignments"]] == [2], admission
+        lc.wait_until(
+            lambda: not suspended(kueue_plane, ns, "elastic"),
+            timeout=30,
+            what="elastic unsuspended",
+        )
+        stored = kueue_plane.rest.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/elastic")
+        assert stored["spec"]["parallelism"] == 2, stored["spec"]
+        lc.wait_until(
+            lambda: len(running_pods(cluster, ns, "elastic")) == 2,
+            timeout=60,
+            what="two pods of elastic Running",
+        )
+        assert len(cluster.job_pods(ns, "elastic")) == 2
     finally:
         kueue_cleanup(kueue_plane, [cluster], objects)
 
