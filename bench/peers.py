@@ -124,7 +124,6 @@ def _job_object(job: TraceJob) -> Json:
     if job.notice_seconds is not None:
         declared[keys.PREEMPTION_NOTICE_ANNOTATION] = f"{job.notice_seconds:g}"
         declared[lc.ANSWERS_NOTICE] = "fail"
-    runs_with = job.pods if job.min_pods is None else job.min_pods
     job_annotations = {} if job.min_pods is None else {MIN_PARALLELISM: str(job.min_pods)}
     return {
         "apiVersion": "batch/v1",
@@ -146,7 +145,7 @@ def _job_object(job: TraceJob) -> Json:
                     "labels": labels,
                     "annotations": {
                         lc.RUN_SECONDS: str(job.runtime),
-                        **lc.koordinator.gang_annotations(job.name, runs_with),
+                        **lc.koordinator.gang_annotations(job.name, job.runs_with),
                         **declared,
                     },
                 },
@@ -312,7 +311,7 @@ class Replay:
             "apiVersion": "scheduling.x-k8s.io/v1alpha1",
             "kind": "PodGroup",
             "metadata": {"name": job.name, "namespace": job.team},
-            "spec": {"minMember": job.pods if job.min_pods is None else job.min_pods},
+            "spec": {"minMember": job.runs_with},
         }
         body = _job_object(job)
         if self.system == "kueue":  # Kueue admits the Job whole, then unsuspends it
@@ -654,12 +653,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as error:
         parser.error(str(error))
-    workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
-    say = lambda message: print(f"peers: {message}", file=sys.stderr, flush=True)  # noqa: E731
     if not 0 <= options.min_runtime < float("inf"):
         parser.error(f"--min-runtime: {options.min_runtime:g} is not a number of seconds >= 0")
     if options.no_trace and not options.throughput_pods:
         parser.error("--no-trace with --throughput-pods 0 measures nothing")
+    workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
+    say = lambda message: print(f"peers: {message}", file=sys.stderr, flush=True)  # noqa: E731
     results = play(
         trace,
         systems,

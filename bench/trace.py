@@ -101,6 +101,11 @@ class TraceJob:
     def gpus(self) -> int:
         return self.pods * self.gpus_per_pod
 
+    @property
+    def runs_with(self) -> int:
+        """The fewest pods it runs with: its elastic range's lower end, else all."""
+        return self.pods if self.min_pods is None else self.min_pods
+
 
 @dataclass(frozen=True, slots=True)
 class Trace:

@@ -290,8 +290,7 @@ def trace_figures(
     timeline.sort(key=lambda entry: (entry[0], entry[1]))
     state = {name: _JobState() for name in jobs}
     submitted: set[str] = set()
-    held_by_pod: dict[str, float] = {}
-    ledger = GpuSeconds()
+    ledger = GpuSeconds()  # the pods holding GPUs now, and what evictions lost
     allocated = partial = 0.0
     partial_by_job: dict[str, float] = {}
     below = dict.fromkeys(mins, 0.0)
@@ -308,7 +307,7 @@ def trace_figures(
         if until <= now:
             return
         span = until - now
-        held = sum(held_by_pod.values())
+        held = sum(gpus for gpus, _since in ledger.holding.values())
         allocated += held * span
         for name in submitted:
             job, js = jobs[name], state[name]
@@ -348,12 +347,10 @@ def trace_figures(
             continue
         js = state[event.job]
         holds = event.holds and not event.gone
-        was = event.key in held_by_pod
+        was = event.key in ledger.holding
         if holds and not was:
-            held_by_pod[event.key] = event.gpus
             js.holding[event.key] = event.gpus
         elif not holds and was:
-            del held_by_pod[event.key]
             del js.holding[event.key]
         ledger.observe(
             event.key, event.gpus, holds, at, succeeded=event.succeeded, saves=event.saves
