@@ -13,7 +13,8 @@ Whether taking a group from another quota would push that quota below its ``min`
 depends on what was taken before it, so the planner checks that as it goes
 (:func:`quota.admission.min_violations`).  The order is: other quotas first, lower
 priority first, least work lost first (the latest to start or save its work), then by
-name.
+name.  The planner may walk again below a priority (``priority_cap``): plans compare
+priority before which quota a victim is of.
 
 The planner says which groups could still help it (``wanted``); only those are checked
 against the policies.
@@ -127,10 +128,15 @@ class Wanted(Protocol):
 
 
 def find_victim_groups(
-    state: ClusterState, preemptor: Preemptor, wanted: Wanted, ledger: QuotaLedger
+    state: ClusterState,
+    preemptor: Preemptor,
+    wanted: Wanted,
+    ledger: QuotaLedger,
+    priority_cap: int | None = None,
 ) -> Iterator[VictimGroup]:
     """Every victim group the policies allow and ``wanted(pods, quota)`` accepts, in
-    preemption order, built lazily.
+    preemption order, built lazily; with ``priority_cap``, only groups of that priority
+    or lower.
 
     The state keeps all victim units in one sorted list (and each quota's in
     its own), so this walks the other quotas' units, then the preemptor's, up to
@@ -159,9 +165,11 @@ def find_victim_groups(
     for units, asking, quotas, admission in _phases(state, preemptor, ledger):
         # Elastic jobs give up their pods above their minimum before any whole job of
         # their priority or above goes.
-        excess = walk.excess(quotas)
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
+        if priority_cap is not None:
+            last = min(last, priority_cap)
+        excess = [shed for shed in walk.excess(quotas) if shed[0] <= last]
         entries: Iterator[UnitEntry]
         lacking = wanted.lacking(quotas)
         if lacking is None:

@@ -30,7 +30,7 @@ Pure and deterministic: the same state and time give the same answer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,7 +44,12 @@ from extender.core.preemption.candidates import describe
 from extender.core.preemption.cost import LostWork, last_save, lost_work
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
-from extender.core.preemption.policy import Preemptor, own_evictable_requests, preemptor_of
+from extender.core.preemption.policy import (
+    Preemptor,
+    own_evictable_requests,
+    preemptor_of,
+    within_rule,
+)
 from extender.core.preemption.search import Found, JobLayout, NotFound, search_victims
 from extender.core.state import (
     ClusterState,
@@ -132,6 +137,8 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         if broken:
             reason += f"; breaks {', '.join(broken)}, and no plan spares it"
         budgets.take(group.pods)
+        if found.chosen_over:
+            reason += f"; {found.chosen_over}"
         if group.shed:
             minimum = state.victims.elastic().get(group.job)
             reason += (
@@ -161,29 +168,13 @@ def _plan(
     """The plan's search (:func:`~extender.core.preemption.search.search_victims`), again
     allowing what it spares when nothing is found without: victims that break a guarantee
     in a resource the job does not ask for, or a PodDisruptionBudget (under pdbPolicy
-    BestEffort), budgets first.
+    BestEffort), budgets first; then again below the found plan's highest victim
+    priority while that ranks better (:func:`_lower_priority_plan`).
     ``within``: the nodes of the one domain the job is planned in."""
     best_effort = state.args.pdb_policy == "BestEffort"
-    found = search_victims(
-        state,
-        demand,
-        preemptor,
-        ledger,
-        spent,
-        spare_guaranteed=True,
-        spare_budgets=True,
-        within=within,
-        layout=layout,
-        now=now,
-    )
-    for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
-        if isinstance(found, Found):
-            break
-        if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
-            not spare_guaranteed and not found.guaranteed_skipped
-        ):
-            continue
-        retried = search_victims(
+
+    def search(spare_guaranteed: bool, spare_budgets: bool, cap: int | None) -> Found | NotFound:
+        found = search_victims(
             state,
             demand,
             preemptor,
@@ -194,9 +185,23 @@ def _plan(
             within=within,
             layout=layout,
             now=now,
+            priority_cap=cap,
         )
-        if isinstance(retried, Found) and not spare_budgets:
-            retried = dataclasses.replace(retried, breaks_budgets=True)
+        if isinstance(found, Found) and not spare_budgets:
+            return dataclasses.replace(found, breaks_budgets=True)
+        return found
+
+    spares = (True, True)
+    found = search(*spares, None)
+    for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
+        if isinstance(found, Found):
+            break
+        if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
+            not spare_guaranteed and not found.guaranteed_skipped
+        ):
+            continue
+        spares = (spare_guaranteed, spare_budgets)
+        retried = search(*spares, None)
         if isinstance(retried, NotFound):  # what was skipped in any search still counts
             retried = NotFound(
                 retried.reasons,
@@ -205,6 +210,46 @@ def _plan(
                 retry_at=_earliest(retried.retry_at, found.retry_at),
             )
         found = retried
+    if isinstance(found, NotFound):
+        return found
+    return _lower_priority_plan(state, preemptor, found, lambda cap: search(*spares, cap), now)
+
+
+def _lower_priority_plan(
+    state: ClusterState,
+    preemptor: Preemptor,
+    found: Found,
+    search_below: Callable[[int], Found | NotFound],
+    now: float,
+) -> Found:
+    """:class:`PlanRank`'s step 2 across quotas.  The walk takes the borrowing quotas'
+    work before the job's own quota's, so its plan may evict another quota's job of
+    higher priority than own work that would also do.  While the plan's highest-priority
+    victim is another quota's and the job's own quota runs work of lower priority it may
+    evict, search again for victims below that priority only (the same guarantees and
+    budgets spared), and keep what ranks better."""
+    policy = state.tree[preemptor.quota].policy
+    if within_rule(preemptor, policy) is None:
+        return found
+    own = state.victims.units(preemptor.quota)
+    while own:
+        top = max(group.priority for group in found.kept)
+        if own[0][0] >= top or not any(
+            group.other_quota and group.priority == top for group in found.kept
+        ):
+            return found
+        lower = search_below(top - 1)
+        if isinstance(lower, NotFound) or not plan_rank(lower, now) < plan_rank(found, now):
+            return found
+        spared = sorted({group.job for group in found.kept if group.priority == top})
+        found = dataclasses.replace(
+            lower,
+            chosen_over=found.chosen_over
+            or (
+                f"chosen over evicting {', '.join(spared)} (priority {top}): "
+                "lower-priority victims first"
+            ),
+        )
     return found
 
 
@@ -277,7 +322,9 @@ class PlanRank(NamedTuple):
     1. ``broken``: the fewest guarantees (a quota's ``min`` in a resource the job does not
        ask for) and PodDisruptionBudgets broken; a plan breaks one only when none spares it.
     2. ``priority``: the lowest highest victim priority (priority is what admins say a job
-       is worth: no lower-priority work is spared by destroying higher-priority work).
+       is worth: no lower-priority work is spared by destroying higher-priority work),
+       across quotas too: a borrower's job is not taken where the job's own quota's
+       lower-priority work would do (:func:`_lower_priority_plan`).
     3. ``pods``: the fewest victim pods.
     4. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
        since each victim's last checkpoint or start).  Within one plan the walk already

@@ -49,6 +49,8 @@ class Found:
     below_min: Mapping[str, str]  # victim job → the min it takes a quota below
     #: Found only by a search allowing victims a PodDisruptionBudget protects.
     breaks_budgets: bool = False
+    #: Why this plan and not the walk's first (which step of the ranking decided), or "".
+    chosen_over: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +75,10 @@ def search_victims(
     within: frozenset[str] | None = None,
     layout: JobLayout,
     now: float,
+    priority_cap: int | None = None,
 ) -> Found | NotFound:
-    """Walk the allowed victim groups in order until the whole job fits, then spare
+    """Walk the allowed victim groups (of priority ``priority_cap`` or lower, if given)
+    in order until the whole job fits, then spare
     every group not needed.  Never a group that takes a quota below its ``min`` in a
     resource the job asks for; with ``spare_guaranteed``, none that takes one below its
     ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
@@ -106,7 +110,7 @@ def search_victims(
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
     refused = state.book.refused_victims.get(demand.job, ())
-    for group in find_victim_groups(state, preemptor, wants, ledger):
+    for group in find_victim_groups(state, preemptor, wants, ledger, priority_cap):
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
