@@ -329,6 +329,18 @@ def ended_plan(state: ClusterState, job: str, why: str) -> EndedPlan:
     )
 
 
+def yielded_plan(state: ClusterState, job: str, to: str) -> EndedPlan:
+    """The plan of ``job`` whose room yields to ``to``'s (:mod:`.preemption.yielding`):
+    its reservation on the job's pods is cleared; its victims keep their marks (the room
+    they free is ``to``'s)."""
+    return EndedPlan(
+        job,
+        f"its room yielded to job {to}, of higher priority",
+        (),
+        tuple(persisted_pods(state, job)),
+    )
+
+
 def refused_victims(state: ClusterState, now: float) -> dict[str, list[PodInfo]]:
     """Per preempting job, its victims still bound and not terminating
     ``victimEvictionDeadlineSeconds`` after their notice ran out (their mark, for a

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from extender.core.effects import AssumeBound, HoldRoom, apply
+from extender.core.effects import AssumeBound, HoldRoom, ReleaseRoom, apply
 from extender.core.filter.nodes import FilterResult
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import PodInfo
@@ -168,6 +168,8 @@ def _commit(
             )
         )
         state.remove_pod(victim.pod.key)
+    for held in plan.yielded:
+        apply(state, ReleaseRoom(held.job))
     apply(state, HoldRoom(plan.reservation(now, state.args.reservation_timeout_seconds)))
 
 

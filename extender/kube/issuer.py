@@ -49,6 +49,8 @@ class Commitment:
     delete_now: bool
     #: When the job's last pod was created (for the time to mark).
     last_created: float
+    #: The plans whose room this one takes (lower-priority reservations that yield).
+    yielded: tuple[EndedPlan, ...] = ()
 
     @property
     def job(self) -> str:

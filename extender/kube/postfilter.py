@@ -47,6 +47,7 @@ from extender.core.reservations import (
     persisted_reservation,
     refused_victims,
     settle_reservations,
+    yielded_plan,
 )
 from extender.core.state import ClusterState
 from extender.kube.health import Watched
@@ -267,6 +268,8 @@ class PostFilterLoop(Watched):
         if decided is None:
             return None
         self._commit(decided, now)
+        for plan in decided.yielded:  # their pods go back to the queue
+            self._undo(plan, now)
         return decided.plan
 
     def _plan(self, job: str, now: float) -> Commitment | Refused | None:
@@ -286,6 +289,11 @@ class PostFilterLoop(Watched):
                 # A victim spared for its minimum runtime may be taken once it ends.
                 again = [t for t in (settled, decision.retry_at) if t is not None]
                 return Refused(job, decision.reasons, tuple(pending), min(again, default=None))
+            yielded = tuple(
+                yielded_plan(state, held.job, decision.job) for held in decision.yielded
+            )
+            for plan in yielded:
+                apply(state, ReleaseRoom(plan.job))
             reservation = decision.reservation(now, state.args.reservation_timeout_seconds)
             apply(state, HoldRoom(reservation))
             return Commitment(
@@ -294,6 +302,7 @@ class PostFilterLoop(Watched):
                 preemptor_pods=tuple(state.pods[key] for key in decision.placements),
                 delete_now=state.args.pod_should_be_deleted_when_preempted,
                 last_created=max(p.created for p in state.members.job_pods(job)),
+                yielded=yielded,
             )
 
     def _refuse(self, refused: Refused, now: float) -> None:

@@ -19,7 +19,10 @@
    is passed over too, unless no plan exists without such victims: then the
    search runs again allowing them, and their reasons name the resource.
 5. *Minimise*: put groups back in reverse order while the job still fits.
-   (Steps 4 and 5: :mod:`extender.core.preemption.search`.)
+   (Steps 4 and 5: :mod:`extender.core.preemption.search`; plans compare by
+   :mod:`extender.core.preemption.ranking`.)  With no plan, room held for a
+   lower-priority job of the quota and not used yet may yield
+   (:mod:`extender.core.preemption.yielding`).
 6. *Commit only if the whole job fits*: the result is either a
    :class:`PreemptionPlan` (victims with reasons, pod → node placement) or a
    :class:`Refusal` with reasons.  Applying a plan is the caller's business.
@@ -30,9 +33,8 @@ Pure and deterministic: the same state and time give the same answer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from base.times import format_time
 from extender.core.budgets import BudgetUse
@@ -41,16 +43,17 @@ from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
 from extender.core.preemption.candidates import describe
-from extender.core.preemption.cost import LostWork, last_save, lost_work
+from extender.core.preemption.cost import last_save
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.policy import (
     Preemptor,
     own_evictable_requests,
     preemptor_of,
-    within_rule,
 )
+from extender.core.preemption.ranking import PlanRank, lower_priority_plan, plan_rank
 from extender.core.preemption.search import Found, JobLayout, NotFound, search_victims
+from extender.core.preemption.yielding import reserved_pods, yield_steps, yieldable_reservations
 from extender.core.state import (
     ClusterState,
     Overlay,
@@ -77,16 +80,23 @@ class PreemptionPlan:
     quota: str
     victims: tuple[Victim, ...]
     placements: Mapping[str, str]  # pod key → node
+    #: Reservations of lower-priority jobs of the quota whose room the plan takes
+    #: (:mod:`.yielding`): the front door ends them.
+    yielded: tuple[Reservation, ...] = ()
 
     def reservation(self, now: float, timeout: float) -> Reservation:
+        # The room is held through the longest notice of its victims, and as long as
+        # the reservations it takes were; their victims, still leaving, are its own now.
+        notice = max((v.notice_seconds for v in self.victims), default=0.0)
+        victims = [victim.pod.key for victim in self.victims]
+        victims += (key for held in self.yielded for key in held.victims if key not in victims)
         return Reservation(
             job=self.job,
             quota=self.quota,
             placements=dict(self.placements),
-            victims=tuple(victim.pod.key for victim in self.victims),
+            victims=tuple(victims),
             created=now,
-            # The room is held through the longest notice of its victims.
-            expires=now + timeout + max((v.notice_seconds for v in self.victims), default=0.0),
+            expires=max([now + timeout + notice, *(r.expires for r in self.yielded)]),
         )
 
 
@@ -109,24 +119,25 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     # Earlier plans' victims still leaving (and terminating pods) count as gone for every
     # rule: the plan decides what it would once they are gone.
     settled = Overlay.settled(state)
-    refusal = ineligibility(state, demand, now, settled.ledger)
-    if refusal:
-        return Refusal(job, tuple(refusal))
-
-    preemptor = _preemptor(state, demand, settled.ledger)
-    spent = [pod for pod in state.leaving() if not pod.terminating]
-    request = state.declarations.topology_request(job)
-    layout = JobLayout(state, job)
-    if request is None or not request.required:
-        # A preferred level never causes an eviction a required one would not: the plan
-        # is made as for a job without topology (slices, which are required, kept).
-        found = _plan(state, demand, preemptor, settled.ledger, spent, layout=layout, now=now)
-    else:
-        found = _plan_in_cheapest_domain(
-            state, demand, preemptor, settled.ledger, spent, request.level, layout, now
-        )
+    ledger = settled.ledger
+    refusal = ineligibility(state, demand, now, ledger)
+    found = NotFound(refusal) if refusal else _find(state, demand, ledger, now)
+    yielded: tuple[Reservation, ...] = ()
+    if isinstance(found, NotFound) and not found.fits:
+        # Room held for a lower-priority job of the quota, not used yet, may yield.
+        for step in yield_steps(yieldable_reservations(state, demand)):
+            released = reserved_pods(state, step)
+            freed = Overlay.settled(state, released)
+            if ineligibility(state, demand, now, freed.ledger):
+                continue
+            retried = _find(state, demand, freed.ledger, now, released)
+            if isinstance(retried, Found):
+                found, yielded, ledger = retried, step, freed.ledger
+                break
     if isinstance(found, NotFound):
         return Refusal(job, tuple(found.reasons), found.retry_at)
+    preemptor = _preemptor(state, demand, ledger)
+    spent = [pod for pod in state.leaving() if not pod.terminating]
     victims: list[Victim] = []
     budgets = BudgetUse(state.budgets.values(), spent)
     for group in found.kept:
@@ -151,7 +162,29 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             if notice:
                 said += f"; {notice:g}s notice to save its work"
             victims.append(Victim(pod, group.quota, group.job, said, notice))
-    return PreemptionPlan(job, demand.quota, tuple(victims), found.placements)
+    return PreemptionPlan(job, demand.quota, tuple(victims), found.placements, yielded)
+
+
+def _find(
+    state: ClusterState,
+    demand: JobDemand,
+    ledger: QuotaLedger,
+    now: float,
+    released: frozenset[str] = frozenset(),
+) -> Found | NotFound:
+    """The plan's victims, on the settled ``ledger`` (with the room of the reserved pods
+    ``released`` free): in the cheapest domain for a job requiring one."""
+    preemptor = _preemptor(state, demand, ledger)
+    spent = [pod for pod in state.leaving() if not pod.terminating]
+    request = state.declarations.topology_request(demand.job)
+    layout = JobLayout(state, demand.job, released)
+    if request is None or not request.required:
+        # A preferred level never causes an eviction a required one would not: the plan
+        # is made as for a job without topology (slices, which are required, kept).
+        return _plan(state, demand, preemptor, ledger, spent, layout=layout, now=now)
+    return _plan_in_cheapest_domain(
+        state, demand, preemptor, ledger, spent, request.level, layout, now
+    )
 
 
 def _plan(
@@ -212,45 +245,7 @@ def _plan(
         found = retried
     if isinstance(found, NotFound):
         return found
-    return _lower_priority_plan(state, preemptor, found, lambda cap: search(*spares, cap), now)
-
-
-def _lower_priority_plan(
-    state: ClusterState,
-    preemptor: Preemptor,
-    found: Found,
-    search_below: Callable[[int], Found | NotFound],
-    now: float,
-) -> Found:
-    """:class:`PlanRank`'s step 2 across quotas.  The walk takes the borrowing quotas'
-    work before the job's own quota's, so its plan may evict another quota's job of
-    higher priority than own work that would also do.  While the plan's highest-priority
-    victim is another quota's and the job's own quota runs work of lower priority it may
-    evict, search again for victims below that priority only (the same guarantees and
-    budgets spared), and keep what ranks better."""
-    policy = state.tree[preemptor.quota].policy
-    if within_rule(preemptor, policy) is None:
-        return found
-    own = state.victims.units(preemptor.quota)
-    while own:
-        top = max(group.priority for group in found.kept)
-        if own[0][0] >= top or not any(
-            group.other_quota and group.priority == top for group in found.kept
-        ):
-            return found
-        lower = search_below(top - 1)
-        if isinstance(lower, NotFound) or not plan_rank(lower, now) < plan_rank(found, now):
-            return found
-        spared = sorted({group.job for group in found.kept if group.priority == top})
-        found = dataclasses.replace(
-            lower,
-            chosen_over=found.chosen_over
-            or (
-                f"chosen over evicting {', '.join(spared)} (priority {top}): "
-                "lower-priority victims first"
-            ),
-        )
-    return found
+    return lower_priority_plan(state, preemptor, found, lambda cap: search(*spares, cap), now)
 
 
 def _plan_in_cheapest_domain(
@@ -313,42 +308,6 @@ def _plan_in_cheapest_domain(
 
 #: Domains whose bound ties the best plan's that are still planned, for less lost work.
 TIED_DOMAINS = 1
-
-
-class PlanRank(NamedTuple):
-    """How plans that each free room for the whole job compare: the one comparator,
-    each step a field, the first difference decides.
-
-    1. ``broken``: the fewest guarantees (a quota's ``min`` in a resource the job does not
-       ask for) and PodDisruptionBudgets broken; a plan breaks one only when none spares it.
-    2. ``priority``: the lowest highest victim priority (priority is what admins say a job
-       is worth: no lower-priority work is spared by destroying higher-priority work),
-       across quotas too: a borrower's job is not taken where the job's own quota's
-       lower-priority work would do (:func:`_lower_priority_plan`).
-    3. ``pods``: the fewest victim pods.
-    4. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
-       since each victim's last checkpoint or start).  Within one plan the walk already
-       takes, among victims of one priority, those whose work began latest first.
-    5. ``where``: the domain's name, for a stable answer.
-    """
-
-    broken: int
-    priority: int
-    pods: int
-    lost: LostWork
-    where: str
-
-
-def plan_rank(found: Found, now: float, where: str = "") -> PlanRank:
-    """``found``'s :class:`PlanRank` at ``now``."""
-    pods = [pod for group in found.kept for pod in group.pods]
-    return PlanRank(
-        len(found.below_min) + int(found.breaks_budgets),
-        max(pod.priority for pod in pods),
-        len(pods),
-        lost_work(pods, now),
-        where,
-    )
 
 
 def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:

@@ -27,9 +27,13 @@ from quota.admission import job_admission_failures
 
 class JobLayout:
     """The job's slices (Kueue's podset slices), if it asks for them, and its pods on
-    nodes already, which fix its domain and may hold incomplete slices."""
+    nodes already, which fix its domain and may hold incomplete slices; ``released``:
+    reserved pods of other jobs whose held room yields to it (:mod:`.yielding`)."""
 
-    def __init__(self, state: ClusterState, job: str) -> None:
+    def __init__(
+        self, state: ClusterState, job: str, released: frozenset[str] = frozenset()
+    ) -> None:
+        self.released = released
         self.slices = state.declarations.slice_request(job)
         self.bound = tuple(
             pod
@@ -94,10 +98,14 @@ def search_victims(
         within=within,
         slices=layout.slices,
         bound=layout.bound,
+        released=layout.released,
     )
     fit = simulation.fit
     wants = Wants(simulation)
     if wants.nodes_ok and wants.quota_ok:
+        placements = fit.place() if layout.released else None
+        if placements is not None:  # the room that yields is enough: no one is evicted
+            return Found([], placements, {})
         return NotFound([FITS_ALREADY], fits=True)
     spare_budgets = spare_budgets or state.args.pdb_policy == "Strict"
     budgets = BudgetUse(state.budgets.values(), spent)

@@ -81,10 +81,12 @@ class Simulation:
         within: frozenset[str] | None = None,
         slices: SliceRequest | None = None,
         bound: Sequence[PodInfo] = (),
+        released: frozenset[str] = frozenset(),
     ) -> None:
         """``within``: the nodes of the one domain a topology-aware job is planned in: its
         pods go there, and its victims come from there only; ``slices``: the job's slices
-        (with ``bound``, its pods on nodes already), each to fit in one domain."""
+        (with ``bound``, its pods on nodes already), each to fit in one domain;
+        ``released``: reserved pods whose room and quota charge count as free."""
         self.state = state
         self.demand = demand
         self.within_min = within_min
@@ -101,6 +103,7 @@ class Simulation:
             settled=True,
             slices=slices,
             bound=bound,
+            released=released,
         )
         #: The quota ledger copy of the fit's overlay: victims' usage taken out (those of
         #: earlier plans still leaving too: the overlay is settled).

@@ -47,8 +47,22 @@ class Overlay:
     @classmethod
     def settled(cls, state: ClusterState, released: Collection[str] = ()) -> Overlay:
         """An overlay of the cluster once the pods :meth:`ClusterState.leaving` lists are
-        gone: off their node copies (when first read) and out of the ledger copy."""
+        gone: off their node copies (when first read) and out of the ledger copy; and,
+        for the reserved pods ``released``, their held room free and their quota no
+        longer charged for it (they are pending again: a reservation that yields)."""
         overlay = cls(state, released)
+        for key in released:
+            pod = state.pods.get(key)
+            quota = None if pod is None else state.quota_name(pod)
+            if pod is not None and quota is not None and state.counts_as_used(pod):
+                overlay.ledger.charge(
+                    quota,
+                    pod.requests,
+                    preemptible=state.preemptible(pod),
+                    used=True,
+                    sign=-1,
+                    requested=False,
+                )
         leaving = state.leaving()
         for pod in leaving:
             assert pod.node_name is not None

@@ -1,0 +1,96 @@
+"""How plans compare: the one comparator, and the search it asks for across quotas.
+
+Plans that each free room for the whole job compare by :class:`PlanRank`, the first
+difference deciding.  The planner asks for it where it has several plans (one per
+topology domain) and, since the walk takes the borrowing quotas' work before the job's
+own quota's, for one more plan below the walk's highest victim priority
+(:func:`lower_priority_plan`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+from extender.core.preemption.cost import LostWork, lost_work
+from extender.core.preemption.policy import Preemptor, within_rule
+from extender.core.preemption.search import Found, NotFound
+from extender.core.state import ClusterState
+
+#: The highest victim priority of a plan evicting no one (room that yields): below all.
+NO_VICTIM = -(2**31) - 1
+
+
+class PlanRank(NamedTuple):
+    """How plans that each free room for the whole job compare: the one comparator,
+    each step a field, the first difference decides.
+
+    1. ``broken``: the fewest guarantees (a quota's ``min`` in a resource the job does not
+       ask for) and PodDisruptionBudgets broken; a plan breaks one only when none spares it.
+    2. ``priority``: the lowest highest victim priority (priority is what admins say a job
+       is worth: no lower-priority work is spared by destroying higher-priority work),
+       across quotas too: a borrower's job is not taken where the job's own quota's
+       lower-priority work would do (:func:`lower_priority_plan`).
+    3. ``pods``: the fewest victim pods.
+    4. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
+       since each victim's last checkpoint or start).  Within one plan the walk already
+       takes, among victims of one priority, those whose work began latest first.
+    5. ``where``: the domain's name, for a stable answer.
+    """
+
+    broken: int
+    priority: int
+    pods: int
+    lost: LostWork
+    where: str
+
+
+def plan_rank(found: Found, now: float, where: str = "") -> PlanRank:
+    """``found``'s :class:`PlanRank` at ``now``."""
+    pods = [pod for group in found.kept for pod in group.pods]
+    return PlanRank(
+        len(found.below_min) + int(found.breaks_budgets),
+        max((pod.priority for pod in pods), default=NO_VICTIM),
+        len(pods),
+        lost_work(pods, now),
+        where,
+    )
+
+
+def lower_priority_plan(
+    state: ClusterState,
+    preemptor: Preemptor,
+    found: Found,
+    search_below: Callable[[int], Found | NotFound],
+    now: float,
+) -> Found:
+    """:class:`PlanRank`'s step 2 across quotas.  The walk takes the borrowing quotas'
+    work before the job's own quota's, so its plan may evict another quota's job of
+    higher priority than own work that would also do.  While the plan's highest-priority
+    victim is another quota's and the job's own quota runs work of lower priority it may
+    evict, search again for victims below that priority only (the same guarantees and
+    budgets spared), and keep what ranks better."""
+    policy = state.tree[preemptor.quota].policy
+    if within_rule(preemptor, policy) is None:
+        return found
+    own = state.victims.units(preemptor.quota)
+    while own and found.kept:
+        top = max(group.priority for group in found.kept)
+        if own[0][0] >= top or not any(
+            group.other_quota and group.priority == top for group in found.kept
+        ):
+            return found
+        lower = search_below(top - 1)
+        if isinstance(lower, NotFound) or not plan_rank(lower, now) < plan_rank(found, now):
+            return found
+        spared = sorted({group.job for group in found.kept if group.priority == top})
+        found = dataclasses.replace(
+            lower,
+            chosen_over=found.chosen_over
+            or (
+                f"chosen over evicting {', '.join(spared)} (priority {top}): "
+                "lower-priority victims first"
+            ),
+        )
+    return found
