@@ -84,6 +84,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 Json = dict[str, Any]
 GPU = "nvidia.com/gpu"
+#: Muster's count of the plans that marked (or evicted) victims.
+PLANS_METRIC = "muster_time_to_mark_seconds_count"
+#: ``--muster-prioritize``: see its help.
+PRIORITIZE_CHOICES = ("off", "packing", "apart")
 #: What a system's run recorded, in its work directory: submissions, then sightings.
 SIGHTINGS = "sightings.jsonl"
 JOB_LABEL = "bench.muster.dev/job"
@@ -201,9 +205,12 @@ class Replay:
         workdir: Path,
         say: Callable[[str], None],
         min_runtime: float = 0.0,
+        prioritize: str = "off",
     ):
         self.trace = trace
         self.min_runtime = min_runtime
+        self.prioritize = prioritize
+        self.muster: MusterServer | None = None
         self.system = system
         self.workdir = workdir
         self.say = say
@@ -247,12 +254,18 @@ class Replay:
             stack.callback(plane.stop)
             plane.start()
             if self.system == "muster":
-                muster = MusterServer(plane.kubeconfig, workdir / "muster.log", ROOT)
+                config = None
+                if self.prioritize != "off":  # the prioritize verb on, with or without
+                    config = workdir / "muster-args.yaml"  # borrowed pods kept apart
+                    config.write_text(f"borrowedApart: {str(self.prioritize == 'apart').lower()}\n")
+                muster = MusterServer(plane.kubeconfig, workdir / "muster.log", ROOT, config=config)
+                self.muster = muster
                 stack.callback(muster.stop)
                 evictor = Evictor(plane.kubeconfig, workdir / "evictor.log", ROOT)
                 stack.callback(evictor.stop)
+                verb = None if self.prioritize == "off" else "prioritize"
                 plane.restart_scheduler(
-                    lc.ExtenderConfig(muster.url, prioritize_verb=None, preempt_verb="preempt"),
+                    lc.ExtenderConfig(muster.url, prioritize_verb=verb, preempt_verb="preempt"),
                     scheduler_config=SAMPLE_PROFILES,
                 )
             elif self.system == "kueue":
@@ -445,6 +458,8 @@ class Replay:
                     self._submit(plane, job)
                 horizon = self.trace.seconds + drain
                 time.sleep(max(0.0, self.t0 + horizon - time.time()))
+                # Muster's plans that marked (or evicted) victims, from its own count.
+                plans = self.muster.counter(PLANS_METRIC) if self.muster is not None else None
             finally:
                 watcher.stop()
         with self._lock:
@@ -465,6 +480,11 @@ class Replay:
         )
         figures["submit_errors"] = self.errors
         figures["binding"] = binding
+        if plans is not None:
+            figures["preemption_plans"] = int(plans)
+            figures["evicted_pods_per_plan"] = (
+                round(figures["evicted_pods"] / plans, 2) if plans else None
+            )
         return figures
 
 
@@ -477,11 +497,13 @@ def play(
     throughput_pods: int = THROUGHPUT_PODS,
     trace_too: bool = True,
     min_runtime: float = 0.0,
+    prioritize: str = "off",
 ) -> Json:
     """Every system on the trace, one after another; the figures per system."""
     results: Json = {
         "seed": trace.seed,
         "min_runtime_seconds": min_runtime,
+        "muster_prioritize": prioritize,
         "kubernetes": lc.peers.SCHEDULER_PLUGINS_KUBERNETES,
         "trace": {
             "seconds": trace.seconds,
@@ -499,7 +521,7 @@ def play(
     }
     for system in systems:
         began = time.time()
-        replay = Replay(trace, system, workdir, say, min_runtime)
+        replay = Replay(trace, system, workdir, say, min_runtime, prioritize)
         figures = replay.run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
         results["systems"][system] = figures
@@ -563,6 +585,14 @@ def markdown_table(results: Json) -> str:
             f"evicted pods that had run < {YOUNG_SECONDS:.0f} s",
             lambda f: str(f["evictions_younger_than_60s"]),
         ),
+        (
+            "Muster's preemption plans (evicted pods per plan)",
+            lambda f: (
+                f"{f['preemption_plans']} ({f['evicted_pods_per_plan']})"
+                if f.get("evicted_pods_per_plan") is not None
+                else "-"
+            ),
+        ),
         ("binding rate, pods/s (÷ the stock kube-scheduler's on the same plane)", rate),
     ]
 
@@ -610,6 +640,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="the teams' quotas' muster.dev/min-runtime-seconds, read by Muster alone "
         "(default 0: none, Muster's default)",
+    )
+    parser.add_argument(
+        "--muster-prioritize",
+        choices=PRIORITIZE_CHOICES,
+        default="off",
+        help="Muster's prioritize verb: off (the sample configuration: kube-scheduler's own "
+        "MostAllocated packs), packing (on, borrowedApart false), apart (on, borrowed pods "
+        "kept apart from guaranteed ones, Muster's default)",
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument(
@@ -668,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         options.throughput_pods,
         trace_too=not options.no_trace,
         min_runtime=options.min_runtime,
+        prioritize=options.muster_prioritize,
     )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())

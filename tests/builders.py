@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from base import keys
 from extender.core.config import MusterArgs
-from extender.core.effects import HoldRoom, apply
+from extender.core.effects import HoldRoom, ReleaseRoom, apply
 from extender.core.objects import parse_node, parse_pod
 from extender.core.preemption.planner import PreemptionPlan
 from extender.core.records import RecordKeys
@@ -196,5 +196,8 @@ def leaving(manifest: Mapping[str, Any], preemptor: str | None, how: Leaving) ->
 
 def hold_plan(snap: ClusterState, plan: PreemptionPlan, now: float) -> None:
     """Commit ``plan``'s reservation to ``snap`` as the PostFilter does (its victims are the
-    caller's: mark them with :func:`leaving`, or remove them once gone)."""
+    caller's: mark them with :func:`leaving`, or remove them once gone); the reservations
+    it takes (:mod:`extender.core.preemption.yielding`) end."""
+    for held in plan.yielded:
+        apply(snap, ReleaseRoom(held.job))
     apply(snap, HoldRoom(plan.reservation(now, snap.args.reservation_timeout_seconds)))

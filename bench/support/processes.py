@@ -36,6 +36,14 @@ class ExtenderProcess(lc.ServiceProcess):
         assert self.popen is not None, f"{self.name} is not running"
         return self.popen.pid
 
+    def counter(self, name: str) -> float:
+        """The value of one unlabelled sample of ``/metrics`` (0 when absent)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+        return 0.0
+
     def metrics(self) -> dict[str, float]:
         return {}
 
@@ -46,10 +54,17 @@ class MusterServer(ExtenderProcess):
     code has the flag for it."""
 
     def __init__(
-        self, kubeconfig: Path, log_path: Path, cwd: Path, cpus: set[int] | None = None
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        cwd: Path,
+        cpus: set[int] | None = None,
+        config: Path | None = None,
     ) -> None:
         main = (cwd / "extender" / "cli" / "main.py").read_text()
         debug = ["--enable-debug-endpoints"] if "--enable-debug-endpoints" in main else []
+        if config is not None:
+            debug += ["--config", str(config)]
         if "--records-key-dir" in main:
             debug += ["--records-key-dir", str(lc.records_key_dir(kubeconfig.parent))]
         super().__init__(
@@ -71,6 +86,14 @@ class MusterServer(ExtenderProcess):
             stop_timeout=15,
         )
         self.start()
+
+    def counter(self, name: str) -> float:
+        """The value of one unlabelled sample of ``/metrics`` (0 when absent)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+        return 0.0
 
     def metrics(self) -> dict[str, float]:
         """Request counts and mean latency (ms) per verb, from ``/metrics``."""

@@ -74,6 +74,10 @@ class MusterArgs(BaseModel):
     #: after that it counts as staying: a finalizer can keep a pod terminating for ever,
     #: and a job must not wait on its room.
     stuck_terminating_seconds: float = Field(60.0, alias="stuckTerminatingSeconds", ge=0)
+    #: The prioritize verb's score keeps borrowed pods apart from guaranteed ones: a pod
+    #: whose quota borrows scores 0 on nodes running pods of quotas within their ``min``,
+    #: and the other way round, so a reclaim frees whole nodes with few victims.
+    borrowed_apart: bool = Field(True, alias="borrowedApart")
     #: Node labels of the topology levels, coarsest first: a gang preferring one level
     #: that no domain of it holds tries the next coarser (see extender/core/topology.py).
     #: Empty: the levels of Kueue's Topology object holding the level a gang asks for,

@@ -264,6 +264,13 @@ def test_the_table_has_a_column_per_system_and_the_paired_binding_rate() -> None
     for figures_of in results["systems"].values():
         figures_of.pop("binding")
     assert not any("binding rate" in line for line in markdown_table(results).splitlines())
+    # Muster's plans, Muster's column only (no plans counted by the others): 3 plans that
+    # evicted 4 pods, 1.33 a plan; a table without them has no such row.
+    assert not any("preemption plans" in line for line in markdown_table(results).splitlines())
+    results["systems"]["muster"] |= {"preemption_plans": 3, "evicted_pods_per_plan": 1.33}
+    assert "| Muster's preemption plans (evicted pods per plan) | - | 3 (1.33) | - |" in (
+        markdown_table(results).splitlines()
+    )
 
 
 @pytest.mark.parametrize("value", ["-1", "inf", "nan"])

@@ -152,8 +152,10 @@ def test_room_reserved_for_another_job_fails_the_node() -> None:
 
 def test_prioritize_is_a_bare_array_of_integer_scores() -> None:
     client, _, _ = cluster()
+    # A team-b pod: n2 runs its own quota's pods only (see test_borrowed_apart.py).
     response = client.post(
-        "/prioritize", json={"Pod": scheduler_pod("a-0", gpu=4), "NodeNames": ["n2", "n3", "zz"]}
+        "/prioritize",
+        json={"Pod": scheduler_pod("b-9", "team-b", gpu=4), "NodeNames": ["n2", "n3", "zz"]},
     )
     assert response.status_code == 200
     scores = json.loads(response.text)

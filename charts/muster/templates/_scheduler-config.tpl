@@ -67,12 +67,14 @@ extenders:
     # it, kube-scheduler deletes them unmarked.  `muster check-scheduler-config` checks this.
     preemptVerb: preempt
     {{- if .Values.schedulerConfig.prioritize }}
-    # Muster's packing score, counting reserved room as used.
+    # Muster's packing score, counting reserved room as used and keeping borrowed pods
+    # apart from guaranteed ones (borrowedApart).
     prioritizeVerb: prioritize
     weight: 1
     {{- else }}
     # prioritizeVerb: prioritize   # Muster's packing score, counting reserved room as
-    # weight: 1                      # used; costs a second call on every scheduling cycle
+    # weight: 1                      # used, borrowed pods kept apart from guaranteed
+    #                                # ones; costs a second call on every scheduling cycle
     {{- end }}
     {{- if .Values.schedulerConfig.bind }}
     # Muster binds, checking each bind against its reservations.

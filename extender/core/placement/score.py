@@ -5,6 +5,13 @@ the resources the pod asks for, of how full the node would be after placing it. 
 the scarce resources count when the pod asks for any (anything but cpu, memory,
 ephemeral-storage), so GPU pods fill GPU nodes one at a time and whole nodes stay free
 for gangs.  The planner's placements (:mod:`.fit`) break ties by the same score.
+
+Borrowed pods go with borrowed pods (``borrowedApart``, on by default): a pod whose quota
+borrows (it is, or the pod takes it, above its ``min`` in a resource the pod asks for)
+scores 0 on a node running pods of a quota within its ``min`` in those resources, and a
+pod whose quota does not, on a node running pods of a borrowing quota (its own quota's
+pods never count against a node).  A reclaim takes borrowed pods: kept apart, they free
+whole nodes with few victims, and guaranteed pods do not pin them in part.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from base.resources import PODS
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState, memoise_on_node
+from quota.admission import is_borrowing, would_borrow
 
 #: Resources every pod asks for; a pod asking for anything else is packed by that alone.
 COMMON_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", PODS})
@@ -53,7 +61,35 @@ def score_nodes(state: ClusterState, pod: PodInfo, node_names: Iterable[str]) ->
             )
             scores[name] = score
             memoise_on_node(memo, name, wants, score)
+    if state.args.borrowed_apart:
+        _keep_borrowed_apart(state, pod, scores, reserved_node)
     return scores
+
+
+def _keep_borrowed_apart(
+    state: ClusterState, pod: PodInfo, scores: dict[str, int], reserved_node: str | None
+) -> None:
+    """Score 0 the nodes running pods of a quota that borrows when the pod's quota does
+    not, or the other way round (see the module docstring)."""
+    own = state.quota_name(pod)
+    if own is None:
+        return
+    asks = [name for name, amount in pod.requests.items() if amount and name != PODS]
+    ledger = state.ledger
+    request: Mapping[str, int] = {} if state.counts_as_used(pod) else pod.requests
+    borrowed = would_borrow(ledger, own, request, asks)
+    borrowing: dict[str, bool] = {own: borrowed}
+    residents = state.node_usage.quotas
+    for name, score in scores.items():
+        if score == 0 or name == reserved_node:
+            continue
+        for quota in residents.get(name, ()):
+            other = borrowing.get(quota)
+            if other is None:
+                other = borrowing[quota] = is_borrowing(ledger, quota, asks)
+            if other != borrowed:
+                scores[name] = 0
+                break
 
 
 def scored_resources(request: Mapping[str, int]) -> list[str]:

@@ -356,7 +356,7 @@ class ClusterState(RoomMixin):
         self.ledger.charge(quota, pod.requests, preemptible=preemptible, used=used, sign=sign)
         if pod.node_name is not None:
             self.node_usage.bind(
-                pod.node_name, key, pod.requests, preemptible=preemptible, sign=sign
+                pod.node_name, key, pod.requests, preemptible=preemptible, sign=sign, quota=quota
             )
             return
         reserved = self.book.reserved(key)

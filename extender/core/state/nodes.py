@@ -59,6 +59,8 @@ class NodeUsage:
         #: node → requests of its bound preemptible pods.
         self.preemptible: dict[str, Resources] = {}
         self._pods: dict[str, set[str]] = {}
+        #: node → quota → how many of its bound pods are charged to that quota.
+        self.quotas: dict[str, dict[str, int]] = {}
         #: node → a pod's scored wants → its packing score there (see
         #: :func:`extender.core.placement.score.score_nodes`); dropped when the node changes.
         self.scores: dict[str, dict[tuple[tuple[str, int], ...], int]] = {}
@@ -90,10 +92,25 @@ class NodeUsage:
         self.changed(node)
 
     def bind(
-        self, node: str, key: str, requests: Mapping[str, int], *, preemptible: bool, sign: int
+        self,
+        node: str,
+        key: str,
+        requests: Mapping[str, int],
+        *,
+        preemptible: bool,
+        sign: int,
+        quota: str | None = None,
     ) -> None:
-        """Count a pod bound to ``node`` (``sign=-1``: take it back out)."""
+        """Count a pod bound to ``node``, charged to ``quota`` (``sign=-1``: take it back
+        out)."""
         self.changed(node)
+        if quota is not None:
+            counts = self.quotas.setdefault(node, {})
+            left = counts.get(quota, 0) + sign
+            if left > 0:
+                counts[quota] = left
+            else:
+                counts.pop(quota, None)
         add_into(self.requested.setdefault(node, {}), requests, sign)
         pods = self._pods.setdefault(node, set())
         if sign > 0:
