@@ -586,6 +586,13 @@ def markdown_table(results: Json) -> str:
             lambda f: str(f["evictions_younger_than_60s"]),
         ),
         (
+            "fair-share gap, GPUs: mean / worst (the most-borrowing team over a team waiting "
+            "at or above its `min`)",
+            lambda f: (
+                f"{f['fair_share_gap_gpus']['mean']:.1f} / {f['fair_share_gap_gpus']['worst']:.0f}"
+            ),
+        ),
+        (
             "Muster's preemption plans (evicted pods per plan)",
             lambda f: (
                 f"{f['preemption_plans']} ({f['evicted_pods_per_plan']})"

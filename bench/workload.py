@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,6 +255,26 @@ class _JobState:
     completed: float | None = None
 
 
+def _fair_share_gap(
+    used: Mapping[str, float],
+    mins: Mapping[str, float],
+    weights: Mapping[str, float],
+    waiting: AbstractSet[str],
+) -> float:
+    """How many more GPUs (each team's borrowing divided by its weight) the team borrowing
+    the most borrows than the least-borrowing team at or above its ``min`` with work
+    waiting; 0 if there is no such team or it borrows the most itself.  Weights are
+    positive."""
+
+    def borrowed(team: str) -> float:
+        return max(0.0, used[team] - mins[team]) / weights[team]
+
+    wanting = [borrowed(team) for team in waiting if team in mins and used[team] >= mins[team]]
+    if not wanting:
+        return 0.0
+    return max(borrowed(team) for team in mins) - min(wanting)
+
+
 def trace_figures(
     sightings: Iterable[PodSighting],
     jobs: Mapping[str, SubmittedJob],
@@ -262,6 +283,7 @@ def trace_figures(
     horizon: float,
     *,
     sample_seconds: float = 5.0,
+    weights: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The comparison table's figures over ``[0, horizon)``, from every sighting of the
     trace's pods and the jobs submitted (``mins``: each team's GPU ``min``).
@@ -274,7 +296,11 @@ def trace_figures(
       (their GPUs wait for the rest, doing nothing);
     - to a team's **seconds below min**, the stretch if the team holds less than its
       ``min`` while one of its jobs waits that would fit in what the ``min`` leaves (the
-      room a guarantee promises: the job's pods not yet running or done, times their GPUs).
+      room a guarantee promises: the job's pods not yet running or done, times their GPUs);
+    - to the **fair-share gap**, the stretch times how many more GPUs (weighted by
+      ``weights``, 1 each by default) the team borrowing the most borrows than a team at
+      or above its ``min`` with a job waiting borrows (0 when no team waits so, or the
+      waiting team borrows the most): idle room lent to one team while another wants it.
 
     A pod that stops holding GPUs without succeeding is an **eviction** (preempted,
     given up, or deleted while running); it **loses** its GPUs times the seconds since its
@@ -294,6 +320,10 @@ def trace_figures(
     allocated = partial = 0.0
     partial_by_job: dict[str, float] = {}
     below = dict.fromkeys(mins, 0.0)
+    weight = {team: (weights or {}).get(team, 1.0) for team in mins}
+    if any(value <= 0 for value in weight.values()):
+        raise ValueError(f"weights must be positive: {weight}")
+    gap_seconds = gap_worst = 0.0
     series: list[tuple[float, float]] = []
     now = 0.0
 
@@ -302,7 +332,7 @@ def trace_figures(
         return js.completed is None and len(js.holding) + len(js.succeeded) < job.pods
 
     def advance(until: float) -> None:
-        nonlocal now, allocated, partial
+        nonlocal now, allocated, partial, gap_seconds, gap_worst
         until = min(until, horizon)
         if until <= now:
             return
@@ -321,6 +351,9 @@ def trace_figures(
             team = jobs[name].team
             if team in used:
                 used[team] += sum(state[name].holding.values())
+        gap = _fair_share_gap(used, mins, weight, {jobs[n].team for n in submitted if waiting(n)})
+        gap_seconds += gap * span
+        gap_worst = max(gap_worst, gap)
         for team, floor in mins.items():
             if used[team] >= floor:
                 continue
@@ -381,6 +414,10 @@ def trace_figures(
         ],
         "partial_gangs": len(partial_by_job),
         "seconds_below_min_with_pending_work": {t: round(s, 1) for t, s in below.items()},
+        "fair_share_gap_gpus": {
+            "mean": round(gap_seconds / horizon, 1),
+            "worst": round(gap_worst, 1),
+        },
         "job_completion_seconds": {
             name: {
                 "p50": round(percentile(values, 0.5) or 0.0, 1),

@@ -322,3 +322,28 @@ def test_refigure_computes_a_run_s_figures_again_from_what_it_recorded(
     assert "--workdir" in capsys.readouterr().err
     assert main(["--refigure", str(results), "--workdir", str(tmp_path / "elsewhere")]) == 2
     assert "no sightings recorded for muster" in capsys.readouterr().err
+
+
+def test_the_fair_share_gap_is_what_a_borrower_holds_over_a_team_that_waits() -> None:
+    # Teams a and b, min 8 each, on 32 GPUs, for 20 s.  a runs 3 x 8 GPUs until 10 s (it
+    # borrows 16); b runs 8 (its min) throughout and a second job of b waits throughout.
+    # Until 10 s a borrows 16 more than b (which waits at its min, borrowing 0): gap 16;
+    # after, nobody borrows: gap 0.  Mean over 20 s: 16 x 10 / 20 = 8.0; worst 16.
+    jobs = {
+        "a1": SubmittedJob("a", 3, 8, "normal", 0.0),
+        "b1": SubmittedJob("b", 1, 8, "normal", 0.0),
+        "b2": SubmittedJob("b", 1, 8, "normal", 0.0),
+    }
+    seen = [PodSighting(0, f"a/a1-{i}", "a1", 8, holds=True, succeeded=False) for i in range(3)]
+    seen += [PodSighting(10, f"a/a1-{i}", "a1", 8, holds=False, succeeded=True) for i in range(3)]
+    seen.append(PodSighting(0, "b/b1-0", "b1", 8, holds=True, succeeded=False))
+    figures = trace_figures(seen, jobs, {"a": 8, "b": 8}, capacity=32, horizon=20)
+    assert figures["fair_share_gap_gpus"] == {"mean": 8.0, "worst": 16.0}
+    # Weighted: a's weight 2 halves what its borrowing counts for: gap 8, mean 4.0.
+    weighted = trace_figures(
+        seen, jobs, {"a": 8, "b": 8}, capacity=32, horizon=20, weights={"a": 2.0}
+    )
+    assert weighted["fair_share_gap_gpus"] == {"mean": 4.0, "worst": 8.0}
+    # A team below its min that waits is the guarantee's business, not this figure's.
+    below = trace_figures(seen, jobs, {"a": 8, "b": 16}, capacity=32, horizon=20)
+    assert below["fair_share_gap_gpus"] == {"mean": 0.0, "worst": 0.0}
