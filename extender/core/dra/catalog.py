@@ -380,7 +380,9 @@ class DraCatalog:
         requests (``node_of``: a pod's node, ``None`` while pending); the nodes whose
         held devices changed.  A claim holds its allocated devices unless its bearer is
         bound (it carries them in its requests): allocated before its pod binds, or
-        shared between jobs, or its pods gone."""
+        shared between jobs.  A claim no live pod names holds nothing: the resourceclaim
+        controller deallocates a claim once no pod uses it (and deletes one made for a
+        pod with it)."""
         changed: set[str] = set()
         for key in claim_keys:
             old = self._held.pop(key, None)
@@ -388,7 +390,7 @@ class DraCatalog:
                 add_into(self._held_on[old[0]], old[1], -1)
                 changed.add(old[0])
             claim = self.claims.get(key)
-            if claim is None or not claim.allocation:
+            if claim is None or not claim.allocation or not self.users.get(key):
                 continue
             bearer = self.bearer(key)
             if bearer is not None and node_of(bearer) is not None:

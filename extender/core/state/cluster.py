@@ -76,6 +76,7 @@ class ClusterState(RoomMixin, DevicesMixin):
         #: DRA's objects; their devices are counted into pods and nodes (:mod:`.devices`).
         self.dra = DraCatalog(self.args.device_class_resources)
         self.given_nodes: dict[str, NodeInfo] = {}
+        self.device_pods: set[str] = set()
 
     # ---- feeding -------------------------------------------------------------------
 
@@ -106,7 +107,7 @@ class ClusterState(RoomMixin, DevicesMixin):
         does.  A pod with DRA claims is stored with their devices in its requests
         (:mod:`.devices`), and the other pods sharing a claim are charged anew."""
         others = set()
-        if pod.devices is not None or pod.key in self.dra.pod_claims:
+        if pod.devices is not None or pod.key in self.device_pods:
             others = self._track(pod)
         self._upsert(self._resolved(pod), now)
         self._recharge(others)
@@ -145,7 +146,7 @@ class ClusterState(RoomMixin, DevicesMixin):
         pod = self.pods.pop(key, None)
         if pod is None:
             return
-        others = self._untrack(key) if key in self.dra.pod_claims else set()
+        others = self._untrack(pod) if key in self.device_pods else set()
         self.membership.forget_preemptible(pod.uid)
         quota = self.membership.charged_to(key)
         self._unindex(pod)

@@ -43,6 +43,8 @@ class DevicesMixin:
     dra: DraCatalog
     #: Each node as given (without its devices), by name.
     given_nodes: dict[str, NodeInfo]
+    #: The keys of the pods that ask something of DRA (``PodInfo.devices``).
+    device_pods: set[str]
 
     # ---- DRA's objects ----------------------------------------------------------------
 
@@ -114,14 +116,19 @@ class DevicesMixin:
         """Note the claims a pod names (none once it is finished); the other pods whose
         charge may change."""
         devices = None if pod.finished else pod.devices
+        if pod.devices is None:
+            self.device_pods.discard(pod.key)
+        else:
+            self.device_pods.add(pod.key)
         claims_before = self.dra.pod_claims.get(pod.key, ())
         changed = self.dra.track(pod.key, pod.namespace, pod.job, pod.node_name, devices)
         self._held_changed((*claims_before, *self.dra.pod_claims.get(pod.key, ())), pod)
         return changed
 
-    def _untrack(self, key: str) -> set[str]:
-        claims_before = self.dra.pod_claims.get(key, ())
-        changed = self.dra.untrack(key)
+    def _untrack(self, pod: PodInfo) -> set[str]:
+        self.device_pods.discard(pod.key)
+        claims_before = self.dra.pod_claims.get(pod.key, ())
+        changed = self.dra.untrack(pod.key)
         self._held_changed(claims_before, None)
         return changed
 
@@ -161,7 +168,7 @@ class DevicesMixin:
         self._recharge(self._dra_pods())
 
     def _dra_pods(self) -> list[str]:
-        return [key for key, pod in self.pods.items() if pod.devices is not None]
+        return [key for key in self.device_pods if key in self.pods]
 
     def _recharge(self, keys: Iterable[str]) -> None:
         """Store the pods again whose devices may count differently now."""
