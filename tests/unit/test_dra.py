@@ -9,10 +9,13 @@ pod carries.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
@@ -29,7 +32,7 @@ from extender.core.objects import parse_node, parse_pod
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
 from extender.core.state import ClusterState
 from quota.tree import parse_elastic_quota
-from tests.builders import node, quota
+from tests.builders import json_values, node, quota
 from tests.dra_builders import (
     DRIVER,
     claim_template,
@@ -451,3 +454,65 @@ def test_no_plan_for_devices_muster_cannot_count() -> None:
     decision = plan_job_preemption(snap, "team-a/train", NOW)
     assert isinstance(decision, Refusal), decision
     assert "'||' is not evaluated" in decision.reasons[0]
+
+
+# ---- bad input never crashes: any field of a valid object replaced by any JSON -------
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _paths(item, (*prefix, index))
+    return found
+
+
+def _replaced(obj: Any, path: tuple[Any, ...], new: Any) -> Any:
+    copied = copy.deepcopy(obj)
+    target = copied
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = new
+    return copied
+
+
+VALID: list[tuple[str, dict[str, Any]]] = [
+    ("DeviceClass", device_class(extended=GPU)),
+    ("ResourceSlice", resource_slice("n0", 2, attributes={"i": {"int": 1}, "m": {"string": "x"}})),
+    ("ResourceClaim", resource_claim("c", "team-a", exactly(2), allocated_on="n0", devices=["g"])),
+    ("ResourceClaimTemplate", claim_template("t", "team-a", exactly(None, selectors=["true"]))),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_malformed_dra_objects_raise_only_manifest_errors_naming_a_field(data: Any) -> None:
+    kind, valid = data.draw(st.sampled_from(VALID))
+    path = data.draw(st.sampled_from(_paths(valid)))
+    broken = _replaced(valid, path, data.draw(json_values(width=3, leaves=6)))
+    snap = ClusterState(MAPPED)
+    try:
+        snap.set_dra_object(kind, broken)
+    except ManifestError as error:
+        assert error.field
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_malformed_pod_claim_raises_only_a_manifest_error(data: Any) -> None:
+    valid = dra_pod("p", template="t", made="p-t-1")
+    valid["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "e"}
+    paths = [
+        p for p in _paths(valid) if p[0] in ("spec", "status") and "resourceclaim" in str(p).lower()
+    ]
+    path = data.draw(st.sampled_from(paths))
+    broken = _replaced(valid, path, data.draw(json_values(width=3, leaves=6)))
+    try:
+        pod = parse_pod(broken)
+    except ManifestError as error:
+        assert error.field
+        return
+    dra_snapshot([node("n0", gpu=0)], [device_class()], [], args=MAPPED).upsert_pod(pod)
