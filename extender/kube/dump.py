@@ -7,7 +7,7 @@ comes from the same loader and core as a ``kubectl get -o yaml`` dump would.
 
 from __future__ import annotations
 
-from extender.core.dra import DRA_API_VERSION
+from extender.core.dra import DRA_API_VERSION, DRA_PLURALS
 from extender.core.jobs import OWNER_KINDS
 from extender.core.podgroups import GANG_OBJECT_KINDS
 from extender.core.topology import (
@@ -36,12 +36,7 @@ RESOURCES: tuple[tuple[str, str, str], ...] = (
     *((f"/apis/{api}/{plural}", api, kind) for kind, (api, plural) in OWNER_KINDS.items()),
     *(
         (f"/apis/{DRA_API_VERSION}/{plural}", DRA_API_VERSION, kind)
-        for kind, plural in (
-            ("DeviceClass", "deviceclasses"),
-            ("ResourceSlice", "resourceslices"),
-            ("ResourceClaimTemplate", "resourceclaimtemplates"),
-            ("ResourceClaim", "resourceclaims"),
-        )
+        for kind, plural in DRA_PLURALS.items()
     ),
     ("/api/v1/pods", "v1", "Pod"),
 )

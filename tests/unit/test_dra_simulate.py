@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 import yaml
@@ -12,7 +13,9 @@ import yaml
 from extender.cli.main import main
 from extender.cli.manifests import load_manifests
 from extender.core.config import MusterArgs
-from tests.builders import node, quota
+from extender.kube.client import KubeClient
+from extender.kube.source import KubeSource
+from tests.builders import node, quota, record_keys
 from tests.dra_builders import claim_template, device_class, dra_pod, exactly, resource_slice
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,3 +125,35 @@ def test_another_api_version_is_ignored_with_a_note(
     old = {**device_class(), "apiVersion": "resource.k8s.io/v1beta1"}
     code, _, err = run(capsys, write(tmp_path, node("n0", gpu=0), old))
     assert code == 0 and "resource.k8s.io/v1 is read" in err
+
+
+def test_the_live_source_reads_the_dra_kinds_through_the_same_parsers() -> None:
+    # The informers list and watch the four kinds (get/list/watch in the RBAC); events
+    # reach the state as simulate's loader puts them: the node gains its slice's 4
+    # devices, a template-claiming bound pod takes 1 (3 free); an unreadable slice is
+    # rejected and counts as absent (0 devices); its deletion likewise.
+    source = KubeSource(cast(KubeClient, object()), MusterArgs(), record_keys=record_keys)
+    paths = {informer.path for informer in source.informers}
+    assert {
+        "/apis/resource.k8s.io/v1/deviceclasses",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/apis/resource.k8s.io/v1/resourceclaims",
+        "/apis/resource.k8s.io/v1/resourceclaimtemplates",
+    } <= paths
+    source._on_node("ADDED", node("n0", gpu=0))
+    source._dra_handler("DeviceClass")("ADDED", device_class(extended=GPU))
+    good = resource_slice("n0", 4)
+    source._dra_handler("ResourceSlice")("ADDED", good)
+    source._dra_handler("ResourceClaimTemplate")(
+        "ADDED", claim_template("one", "team-a", exactly(1))
+    )
+    source._on_pod("ADDED", dra_pod("p", template="one", node="n0"))
+    assert source.state.free_on("n0")[GPU] == 3000
+    bad = {**good, "spec": {**good["spec"], "driver": 7}}
+    source._dra_handler("ResourceSlice")("MODIFIED", bad)
+    assert "spec.driver" in source.rejected[f"ResourceSlice/{good['metadata']['name']}"]
+    assert source.state.nodes["n0"].allocatable.get(GPU, 0) == 0
+    source._dra_handler("ResourceSlice")("MODIFIED", good)
+    assert source.state.free_on("n0")[GPU] == 3000
+    source._dra_handler("ResourceSlice")("DELETED", good)
+    assert source.state.nodes["n0"].allocatable.get(GPU, 0) == 0

@@ -11,6 +11,7 @@ from extender.core.dra.catalog import UNKNOWN_CAPACITY, DraCatalog
 from extender.core.dra.objects import (
     DRA_API_VERSION,
     DRA_KINDS,
+    DRA_PLURALS,
     IMPLICIT_EXTENDED_PREFIX,
     DeviceClass,
     PodDevices,
@@ -28,6 +29,7 @@ from extender.core.dra.selectors import Selector, Unsupported, parse_selector
 __all__ = [
     "DRA_API_VERSION",
     "DRA_KINDS",
+    "DRA_PLURALS",
     "IMPLICIT_EXTENDED_PREFIX",
     "UNKNOWN_CAPACITY",
     "DeviceClass",

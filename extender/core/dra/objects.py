@@ -30,6 +30,13 @@ DRA_API_VERSION = "resource.k8s.io/v1"
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 #: The kinds read, in the order they refer to each other.
 DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim")
+#: Each kind's collection under ``/apis/resource.k8s.io/v1``.
+DRA_PLURALS = {
+    "DeviceClass": "deviceclasses",
+    "ResourceSlice": "resourceslices",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "ResourceClaim": "resourceclaims",
+}
 
 
 @dataclass(frozen=True, slots=True)
