@@ -4,7 +4,8 @@
 ``CONTROLLERS`` names the controllers started by default: Jobs, ReplicaSets, Deployments
 and StatefulSets create and replace their pods; the disruption controller keeps each
 PodDisruptionBudget's status; the garbage collector deletes what an owner leaves behind;
-the namespace, pod-GC and service-account(-token) controllers keep the rest tidy. The
+the namespace, pod-GC and service-account(-token) controllers keep the rest tidy; the
+resourceclaim controller makes pods' ResourceClaims from their templates (DRA). The
 node-lifecycle controller is left out on purpose: there is no kubelet to post node
 heartbeats, so it would taint every node unreachable and evict its pods.
 
@@ -37,6 +38,7 @@ CONTROLLERS: tuple[str, ...] = (
     "pod-garbage-collector-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
+    "resourceclaim-controller",
 )
 
 

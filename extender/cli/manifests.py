@@ -11,7 +11,8 @@ are skipped with a note.
 The files are read into documents by :mod:`extender.cli.documents`; here each
 document is parsed by the core's parsers (as the live informer parses the same
 objects) and loaded, kind by kind, in the order the objects refer to each other:
-PriorityClasses and quotas, nodes, what declares and sizes gangs, budgets, then pods.
+PriorityClasses and quotas, nodes, DRA's objects (DeviceClasses, ResourceSlices,
+ResourceClaimTemplates, ResourceClaims), what declares and sizes gangs, budgets, then pods.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from base.errors import ManifestError
 from extender.cli.documents import Document, read_documents
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
+from extender.core.dra import DRA_API_VERSION, DRA_KINDS
 from extender.core.effects import apply
 from extender.core.gangsize import gang_size
 from extender.core.jobs import OWNER_KINDS, min_available_annotation, parse_owner_size
@@ -86,6 +88,7 @@ def load_manifests(
     priorities = _priority_classes(by_kind["PriorityClass"])
     state = _with_quotas(ClusterState(args), by_kind["ElasticQuota"])
     _load_nodes(state, by_kind.pop("Node"))
+    _load_dra(state, by_kind)
     _load_declarations(state, by_kind)
     pods = _PodLoader(state, priorities, record_keys, tenant_input, notes)
     pods.load(by_kind.pop("Pod"))
@@ -104,6 +107,7 @@ def _sorted_by_kind(documents: Iterable[Document], notes: list[str]) -> dict[str
         "PodDisruptionBudget": [],
         "Topology": [],
         **{kind: [] for kind in OWNER_KINDS},
+        **{kind: [] for kind in DRA_KINDS},
     }
     for document in documents:
         if document.kind not in by_kind:
@@ -131,6 +135,8 @@ def _ignored_version(document: Document) -> str | None:
         return f"Topology of apiVersion {version!r} (Kueue's is read)"
     if kind == "PodDisruptionBudget" and version != "policy/v1":
         return f"PodDisruptionBudget of apiVersion {version!r} (policy/v1 is read)"
+    if kind in DRA_KINDS and version != DRA_API_VERSION:
+        return f"{kind} of apiVersion {version!r} ({DRA_API_VERSION} is read)"
     if kind in OWNER_KINDS and version != OWNER_KINDS[kind][0]:
         return f"{kind} of apiVersion {version!r} ({OWNER_KINDS[kind][0]} is read)"
     return None
@@ -184,6 +190,24 @@ def _load_nodes(state: ClusterState, nodes: list[Document]) -> None:
         if node.name in state.nodes:
             raise document.error("metadata.name", f"duplicate Node name {node.name!r}")
         state.upsert_node(node)
+
+
+def _load_dra(state: ClusterState, by_kind: Mapping[str, list[Document]]) -> None:
+    """DRA's objects, in the order they refer to each other (names unique per kind)."""
+    for kind in DRA_KINDS:
+        seen: set[str] = set()
+        for document in by_kind[kind]:
+            metadata = document.obj.get("metadata")
+            name = metadata.get("name") if isinstance(metadata, Mapping) else None
+            namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+            key = f"{namespace or 'default'}/{name}" if kind.startswith("ResourceClaim") else name
+            if key in seen:
+                raise document.error("metadata.name", f"duplicate {kind} {key!r}")
+            seen.add(str(key))
+            try:
+                state.set_dra_object(kind, document.obj)
+            except ManifestError as error:
+                raise document.error(error.field, error.message) from None
 
 
 def _load_declarations(state: ClusterState, by_kind: Mapping[str, list[Document]]) -> None:

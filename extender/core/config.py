@@ -99,6 +99,22 @@ class MusterArgs(BaseModel):
         "Never", alias="defaultQuotaPreemption"
     )
 
+    #: DRA: the resource name each DeviceClass's devices are charged to quotas (and counted
+    #: on nodes) under, as Kueue's ``deviceClassMappings`` (e.g. ``gpu.nvidia.com:
+    #: nvidia.com/gpu``).  A class not named here counts under its
+    #: ``extendedResourceName``, else ``deviceclass.resource.kubernetes.io/<class>``.
+    device_class_resources: dict[str, str] = Field(
+        default_factory=dict, alias="deviceClassResources", strict=False
+    )
+
+    @field_validator("device_class_resources")
+    @classmethod
+    def _class_resources(cls, value: dict[str, str]) -> dict[str, str]:
+        for device_class, resource in value.items():
+            if not device_class or not resource:
+                raise ValueError(f"{device_class!r}: DeviceClass and resource name are required")
+        return value
+
     @field_validator("default_quota_max")
     @classmethod
     def _resource_list(cls, value: dict[str, str | int]) -> dict[str, str | int]:

@@ -26,6 +26,7 @@ from extender.core.constraints import (
     parse_node_selector,
     parse_tolerations,
 )
+from extender.core.dra.objects import PodDevices, parse_pod_devices
 from extender.core.marks import read_mark
 
 
@@ -79,6 +80,10 @@ class PodInfo:
     #: ``metadata.deletionTimestamp`` (epoch seconds): when the kubelet is to have killed
     #: the pod (the deletion time plus its grace period); ``None`` unless terminating.
     deletion_deadline: float | None = None
+    #: What the pod asks of Dynamic Resource Allocation (its claims), and its requests and
+    #: constraints before DRA's devices are counted in (``None``: it asks nothing DRA
+    #: could serve); :mod:`extender.core.dra` resolves them into ``requests``.
+    devices: PodDevices | None = None
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name (for an all-or-nothing controller's pods with none, the
@@ -223,6 +228,7 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
     affinity = mapping(spec.get("affinity"), "spec.affinity")
     node_affinity = mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    unsupported = _unsupported_constraints(spec, affinity)
     policy = spec.get("preemptionPolicy") or "PreemptLowerPriority"
     if policy not in ("PreemptLowerPriority", "Never"):
         raise ManifestError("spec.preemptionPolicy", f"unknown policy {policy!r}")
@@ -254,10 +260,11 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         tolerations=parse_tolerations(spec.get("tolerations")),
         preemption_policy=policy,
         nominated_node_name=status.get("nominatedNodeName") or None,
-        unsupported=_unsupported_constraints(spec, affinity),
+        unsupported=unsupported,
         resource_version=string(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
         preempted_by=_preempted_by(status),
         controller=_controller(metadata),
+        devices=parse_pod_devices(spec, status, requests, unsupported),
         **_spec_group(spec),
     )
 

@@ -7,6 +7,7 @@ comes from the same loader and core as a ``kubectl get -o yaml`` dump would.
 
 from __future__ import annotations
 
+from extender.core.dra import DRA_API_VERSION, DRA_PLURALS
 from extender.core.jobs import OWNER_KINDS
 from extender.core.podgroups import GANG_OBJECT_KINDS
 from extender.core.topology import (
@@ -33,12 +34,17 @@ RESOURCES: tuple[tuple[str, str, str], ...] = (
         "Topology",
     ),
     *((f"/apis/{api}/{plural}", api, kind) for kind, (api, plural) in OWNER_KINDS.items()),
+    *(
+        (f"/apis/{DRA_API_VERSION}/{plural}", DRA_API_VERSION, kind)
+        for kind, plural in DRA_PLURALS.items()
+    ),
     ("/api/v1/pods", "v1", "Pod"),
 )
 
 
 def dump_cluster(client: KubeClient, page_size: int = 500) -> list[Json]:
-    """Every object of :data:`RESOURCES` (a resource not installed is skipped), each
+    """Every object of :data:`RESOURCES` (a resource not installed or not served, such
+    as DRA's before Kubernetes 1.34, is skipped), each
     with its ``apiVersion`` and ``kind`` as a manifest has them."""
     objects: list[Json] = []
     for path, api_version, kind in RESOURCES:

@@ -5,7 +5,8 @@ rejected objects live there; the pod handler too, with what a pod event sets off
 handler translates one informer's events with the core's parsers and applies them to the
 ``ClusterState`` under the source's lock: Nodes, PriorityClasses, ElasticQuotas, the
 objects that declare gangs (PodGroups, Workloads), the owners that size them (Jobs,
-ReplicaSets, StatefulSets), PodDisruptionBudgets and Kueue's Topologies.  An object the
+ReplicaSets, StatefulSets), PodDisruptionBudgets, Kueue's Topologies and DRA's
+DeviceClasses, ResourceSlices, ResourceClaimTemplates and ResourceClaims.  An object the
 parsers reject is skipped, recorded in ``rejected`` and logged, never fatal.
 """
 
@@ -195,6 +196,25 @@ class ObjectHandlers:
                 self._reject({"kind": "Topology", **obj}, error)
                 return
             self.state.declarations.set_kueue_topology(name, levels)
+
+    def _dra_handler(self, dra_kind: str) -> Handler:
+        def handle(kind: str, obj: Json) -> None:
+            """A DRA object (``resource.k8s.io/v1``): its devices counted into pods'
+            requests and nodes' room; an unreadable one counts as absent."""
+            metadata = obj.get("metadata") or {}
+            namespace = str(metadata.get("namespace") or "")
+            name = str(metadata.get("name") or "")
+            with self.state_lock:
+                if kind == "DELETED":
+                    self.state.forget_dra_object(dra_kind, namespace, name)
+                    return
+                try:
+                    self.state.set_dra_object(dra_kind, obj)
+                except ManifestError as error:
+                    self._reject({"kind": dra_kind, **obj}, error)
+                    self.state.forget_dra_object(dra_kind, namespace, name)
+
+        return handle
 
     def _reject(self, obj: Json, error: Exception) -> None:
         key = f"{obj.get('kind', '?')}/{object_key(obj)}"

@@ -2,10 +2,12 @@
 
 Pods, Nodes, PriorityClasses, PodDisruptionBudgets, ElasticQuotas, PodGroups (both
 ``scheduling.x-k8s.io`` and ``scheduling.sigs.k8s.io``, whichever are installed), Kueue's
-Topology objects (the order of topology levels, where Kueue is installed) and Jobs,
-ReplicaSets and StatefulSets (their size, and whether they still exist) are listed and
-watched; every event is translated by the core's parsers and applied to one
-:class:`ClusterState` under a lock, which decisions hold while they read.  Ready once every
+Topology objects (the order of topology levels, where Kueue is installed), Jobs,
+ReplicaSets and StatefulSets (their size, and whether they still exist) and DRA's
+DeviceClasses, ResourceSlices, ResourceClaimTemplates and ResourceClaims (where
+``resource.k8s.io/v1`` is served) are listed and watched; every event is translated by
+the core's parsers and applied to one :class:`ClusterState` under a lock, which decisions
+hold while they read.  Ready once every
 informer has listed once.  An object the parsers reject is skipped and counted, never fatal.
 
 The pods' handler is here, with what a pod event sets off (a reservation rebuilt, the
@@ -31,6 +33,7 @@ from extender.core.authority import (
     preempted_by_scheduler,
 )
 from extender.core.config import MusterArgs
+from extender.core.dra import DRA_API_VERSION, DRA_PLURALS
 from extender.core.effects import apply
 from extender.core.jobs import OWNER_KINDS
 from extender.core.objects import PodInfo, parse_pod
@@ -128,6 +131,10 @@ class KubeSource(ObjectHandlers):
             *(
                 Informer(client, f"/apis/{api}/{plural}", self._owner_handler(kind))
                 for kind, (api, plural) in OWNER_KINDS.items()
+            ),
+            *(
+                Informer(client, f"/apis/{DRA_API_VERSION}/{plural}", self._dra_handler(kind))
+                for kind, plural in DRA_PLURALS.items()
             ),
             Informer(client, "/api/v1/pods", self._on_pod, keep_objects=False),
         ]

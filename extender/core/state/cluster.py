@@ -26,11 +26,13 @@ from typing import Any
 from base.resources import Resources, add_into
 from extender.core.budgets import DisruptionBudget
 from extender.core.config import MusterArgs
+from extender.core.dra import DraCatalog
 from extender.core.jobs import is_preemptible
 from extender.core.objects import NodeInfo, PodInfo
 from extender.core.podgroups import PodGroupInfo
 from extender.core.state.book import Reservation, ReservationBook
 from extender.core.state.declarations import JobDeclarations
+from extender.core.state.devices import DevicesMixin
 from extender.core.state.directory import PodDirectory
 from extender.core.state.membership import QuotaMembership
 from extender.core.state.minresources import MinResourcesHolds
@@ -45,7 +47,7 @@ from quota.tree import QuotaMembershipError, QuotaSpec, QuotaTree
 NodeMemo = dict[tuple[object, ...], frozenset[Any]]
 
 
-class ClusterState(RoomMixin):
+class ClusterState(RoomMixin, DevicesMixin):
     """Nodes, pods, quotas, pod groups and reservations, with the parts decisions read."""
 
     def __init__(self, args: MusterArgs | None = None, quotas: Iterable[QuotaSpec] = ()) -> None:
@@ -71,6 +73,10 @@ class ClusterState(RoomMixin):
         self.budgets: dict[str, DisruptionBudget] = {}
         #: What started jobs' PodGroup ``minResources`` hold beyond their pods' use.
         self.min_resources = MinResourcesHolds()
+        #: DRA's objects; their devices are counted into pods and nodes (:mod:`.devices`).
+        self.dra = DraCatalog(self.args.device_class_resources)
+        self.given_nodes: dict[str, NodeInfo] = {}
+        self.device_pods: set[str] = set()
 
     # ---- feeding -------------------------------------------------------------------
 
@@ -78,7 +84,10 @@ class ClusterState(RoomMixin):
         """Add or replace a node.  The same node again (a status update: heartbeat,
         conditions, images) changes nothing and keeps every memo: at 5,000 nodes such
         updates come several times a second, and each would otherwise make the next plan
-        recompute every node's eligibility."""
+        recompute every node's eligibility.  DRA devices its ResourceSlices publish are
+        added to its ``allocatable`` (:mod:`.devices`)."""
+        self.given_nodes[node.name] = node
+        node = self._with_devices(node)
         if self.nodes.get(node.name) == node:
             return
         self.nodes[node.name] = node
@@ -86,6 +95,7 @@ class ClusterState(RoomMixin):
         self.node_memo.clear()
 
     def remove_node(self, name: str) -> None:
+        self.given_nodes.pop(name, None)
         self.nodes.pop(name, None)
         self.node_usage.remove_node(name)
         self.node_memo.clear()
@@ -94,7 +104,15 @@ class ClusterState(RoomMixin):
         """Add or replace a pod.  ``now``: when it is seen (live); a new pod of a pod group
         marks when its job last grew (:meth:`PodDirectory.last_joined
         <extender.core.state.directory.PodDirectory.last_joined>`), else its creation time
-        does."""
+        does.  A pod with DRA claims is stored with their devices in its requests
+        (:mod:`.devices`), and the other pods sharing a claim are charged anew."""
+        others = set()
+        if pod.devices is not None or pod.key in self.device_pods:
+            others = self._track(pod)
+        self._upsert(self._resolved(pod), now)
+        self._recharge(others)
+
+    def _upsert(self, pod: PodInfo, now: float | None) -> None:
         old = self.pods.get(pod.key)
         if (
             old is not None
@@ -128,6 +146,7 @@ class ClusterState(RoomMixin):
         pod = self.pods.pop(key, None)
         if pod is None:
             return
+        others = self._untrack(pod) if key in self.device_pods else set()
         self.membership.forget_preemptible(pod.uid)
         quota = self.membership.charged_to(key)
         self._unindex(pod)
@@ -148,6 +167,7 @@ class ClusterState(RoomMixin):
             self.book.reservations[pod.job] = dataclasses.replace(
                 reservation, placements=placements
             )
+        self._recharge(others)
 
     def not_seen_yet(self, key: str) -> bool:
         """Is ``key``, placed by its job's reservation, a pod the state does not hold yet?  A
