@@ -26,7 +26,7 @@ from extender.core.constraints import (
     parse_node_selector,
     parse_tolerations,
 )
-from extender.core.dra.objects import PodDevices, parse_pod_devices
+from extender.core.dra.podclaims import PodDevices, parse_pod_devices
 from extender.core.marks import read_mark
 
 

@@ -1,10 +1,10 @@
 """Dynamic Resource Allocation (``resource.k8s.io/v1``) in the pure core.
 
-``objects`` parses DeviceClasses, ResourceSlices, ResourceClaims, ResourceClaimTemplates
-and a pod's claims; ``selectors`` evaluates the subset of CEL device selectors Muster
-reads; ``catalog`` (:class:`DraCatalog`) turns claims into devices charged to a pod's
-requests and slices into devices on nodes.  No I/O; the state feeds it
-(:mod:`extender.core.state.devices`).
+``objects`` parses DeviceClasses, ResourceSlices, ResourceClaims and
+ResourceClaimTemplates; ``podclaims`` a pod's claims (:class:`PodDevices`);
+``selectors`` evaluates the subset of CEL device selectors Muster reads; ``catalog``
+(:class:`DraCatalog`) turns claims into devices charged to a pod's requests and slices
+into devices on nodes.  No I/O; the state feeds it (:mod:`extender.core.state.devices`).
 """
 
 from extender.core.dra.catalog import UNKNOWN_CAPACITY, DraCatalog
@@ -14,16 +14,15 @@ from extender.core.dra.objects import (
     DRA_PLURALS,
     IMPLICIT_EXTENDED_PREFIX,
     DeviceClass,
-    PodDevices,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
     parse_device_class,
-    parse_pod_devices,
     parse_resource_claim,
     parse_resource_claim_template,
     parse_resource_slice,
 )
+from extender.core.dra.podclaims import PodDevices, parse_pod_devices
 from extender.core.dra.selectors import Selector, Unsupported, parse_selector
 
 __all__ = [

@@ -45,11 +45,11 @@ from extender.core.dra.objects import (
     IMPLICIT_EXTENDED_PREFIX,
     DeviceClass,
     DeviceRequest,
-    PodDevices,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
 )
+from extender.core.dra.podclaims import PodDevices
 from extender.core.dra.selectors import DeviceFacts, Selector, Unsupported
 
 #: Room of a device resource whose capacity Muster cannot count: every node has this many

@@ -1,10 +1,10 @@
-"""DRA's objects (``resource.k8s.io/v1``) as the core reads them, and a pod's claims.
+"""DRA's objects (``resource.k8s.io/v1``) as the core reads them.
 
 DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates are parsed
-into small immutable records holding what quota and node fit read; a pod's
-``spec.resourceClaims`` (and the claims its status names) into :class:`PodDevices`.
-Malformed input raises :class:`~base.errors.ManifestError` naming the field, never
-anything else.
+into small immutable records holding what quota and node fit read
+(:class:`~extender.core.dra.DraCatalog` keeps them); a pod's own claims are
+:mod:`.podclaims`'.  Malformed input raises :class:`~base.errors.ManifestError` naming
+the field, never anything else.
 """
 
 from __future__ import annotations
@@ -123,31 +123,6 @@ class ResourceClaimTemplate:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class PodClaim:
-    """One entry of a pod's ``spec.resourceClaims``: the claim it names, or the
-    template it is made from and (once made) the claim ``status.resourceClaimStatuses``
-    names."""
-
-    name: str
-    claim: str | None
-    template: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class PodDevices:
-    """What a pod asks of DRA, as parsed, and its requests before DRA is resolved."""
-
-    #: The pod's requests by the pod-request rules (containers, overhead, ``pods``).
-    own_requests: Mapping[str, int]
-    #: The constraints it uses that the core cannot simulate, DRA's aside.
-    own_unsupported: tuple[str, ...]
-    claims: tuple[PodClaim, ...]
-    #: ``status.extendedResourceClaimStatus.resourceClaimName``: the claim kube-scheduler
-    #: made for an extended resource backed by DRA (charged through the container request).
-    extended_claim: str | None
-
-
 def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
     """A DeviceClass → :class:`DeviceClass`."""
     metadata = mapping(obj.get("metadata"), "metadata")
@@ -212,53 +187,6 @@ def parse_resource_claim_template(obj: Mapping[str, Any]) -> ResourceClaimTempla
         name=object_name(metadata),
         requests=_requests(mapping(spec.get("spec"), "spec.spec"), "spec.spec"),
     )
-
-
-def parse_pod_devices(
-    spec: Mapping[str, Any],
-    status: Mapping[str, Any],
-    own_requests: Mapping[str, int],
-    own_unsupported: tuple[str, ...] = (),
-) -> PodDevices | None:
-    """A pod's DRA asks (``None``: none, and no extended resource DRA could back)."""
-    entries = mappings(spec.get("resourceClaims"), "spec.resourceClaims")
-    made: dict[str, str] = {}
-    for index, entry in enumerate(
-        mappings(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses")
-    ):
-        where = f"status.resourceClaimStatuses[{index}]"
-        claim = string(entry.get("resourceClaimName"), f"{where}.resourceClaimName")
-        if claim:
-            made[string(entry.get("name"), f"{where}.name")] = claim
-    claims = []
-    for index, entry in enumerate(entries):
-        where = f"spec.resourceClaims[{index}]"
-        name = string(entry.get("name"), f"{where}.name")
-        if not name:
-            raise ManifestError(f"{where}.name", "required")
-        named = string(entry.get("resourceClaimName"), f"{where}.resourceClaimName") or None
-        template = (
-            string(entry.get("resourceClaimTemplateName"), f"{where}.resourceClaimTemplateName")
-            or None
-        )
-        if (named is None) == (template is None):
-            raise ManifestError(
-                where, "exactly one of resourceClaimName and resourceClaimTemplateName is required"
-            )
-        claims.append(PodClaim(name, named or made.get(name), template))
-    extended_status = mapping(
-        status.get("extendedResourceClaimStatus"), "status.extendedResourceClaimStatus"
-    )
-    extended = (
-        string(
-            extended_status.get("resourceClaimName"),
-            "status.extendedResourceClaimStatus.resourceClaimName",
-        )
-        or None
-    )
-    if not claims and extended is None and not any("/" in name for name in own_requests):
-        return None
-    return PodDevices(own_requests, own_unsupported, tuple(claims), extended)
 
 
 def _namespace(metadata: Mapping[str, Any]) -> str:
