@@ -3,11 +3,13 @@
 ``objects`` parses DeviceClasses, ResourceSlices, ResourceClaims and
 ResourceClaimTemplates; ``podclaims`` a pod's claims (:class:`PodDevices`);
 ``selectors`` evaluates the subset of CEL device selectors Muster reads; ``catalog``
-(:class:`DraCatalog`) turns claims into devices charged to a pod's requests and slices
-into devices on nodes.  No I/O; the state feeds it (:mod:`extender.core.state.devices`).
+(:class:`DraCatalog`) turns claims into devices charged to a pod's requests, and
+``nodedevices`` (its mixin) slices into devices on nodes.  No I/O; the state feeds it
+(:mod:`extender.core.state.devices`).
 """
 
-from extender.core.dra.catalog import UNKNOWN_CAPACITY, DraCatalog
+from extender.core.dra.catalog import DraCatalog
+from extender.core.dra.nodedevices import UNKNOWN_CAPACITY
 from extender.core.dra.objects import (
     DRA_API_VERSION,
     DRA_KINDS,

@@ -18,10 +18,11 @@ under one resource name per DeviceClass (its *device resource*):
   are pods of one job, which therefore carries it as a victim; a claim pods of several
   jobs share is charged to none, and while it is allocated its devices stay taken on
   its node (no victim frees them: some other job still uses them);
-- **a node's room** (:meth:`DraCatalog.node_devices`) gains, per device resource, the
-  devices of its ResourceSlices (``spec.nodeName``) that some class of that resource
-  selects, each device once, less the allocated devices no bound pod carries (a claim
-  allocated before its pod binds, or shared between jobs).
+- **a node's room** (:meth:`DraCatalog.node_devices`, counted by its mixin
+  :class:`~.nodedevices.NodeDevicesMixin`) gains, per device resource, the devices of
+  its ResourceSlices (``spec.nodeName``) that some class of that resource selects, each
+  device once, less the allocated devices no bound pod carries (:meth:`DraCatalog.held_on`:
+  a claim allocated before its pod binds, or shared between jobs).
 
 So the planner's copies free a victim's devices exactly when its requests go, and a
 job fits only where its devices are free; it is a *count*: a device two classes of
@@ -31,7 +32,7 @@ only to say that they narrow nothing.  What Muster cannot count (a selector outs
 slice shared by several nodes, a class or claim not seen) is *unknown*: the pod says so
 in ``PodInfo.unsupported``, and Muster neither preempts for it nor guesses; a device
 resource whose capacity is unknown is given every node in abundance
-(:data:`UNKNOWN_CAPACITY`), so Muster's filter leaves the decision to kube-scheduler's
+(:data:`~.nodedevices.UNKNOWN_CAPACITY`), so Muster's filter leaves the decision to kube-scheduler's
 DynamicResources plugin.  Pure data; no I/O.
 """
 
@@ -41,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from base.resources import MILLI, Resources, add_into, nonzero
+from extender.core.dra.nodedevices import NodeDevicesMixin
 from extender.core.dra.objects import (
     IMPLICIT_EXTENDED_PREFIX,
     DeviceClass,
@@ -50,11 +52,7 @@ from extender.core.dra.objects import (
     ResourceSlice,
 )
 from extender.core.dra.podclaims import PodDevices
-from extender.core.dra.selectors import DeviceFacts, Selector, Unsupported
-
-#: Room of a device resource whose capacity Muster cannot count: every node has this many
-#: (milli-units), so the count never refuses what only kube-scheduler can judge.
-UNKNOWN_CAPACITY = 1_000_000 * MILLI
+from extender.core.dra.selectors import Selector, Unsupported
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +63,9 @@ class _User:
     node: str | None
 
 
-class DraCatalog:
+class DraCatalog(NodeDevicesMixin):
     """The DRA objects seen, the live pods naming each claim, and what they make of pods'
-    requests and nodes' room."""
+    requests and nodes' room (the devices on nodes: :class:`NodeDevicesMixin`)."""
 
     def __init__(self, class_resources: Mapping[str, str] | None = None) -> None:
         self.class_resources = dict(class_resources or {})
@@ -79,11 +77,12 @@ class DraCatalog:
         self.users: dict[str, dict[str, _User]] = {}
         #: Pod key → the claim keys it names (in :attr:`users`).
         self.pod_claims: dict[str, tuple[str, ...]] = {}
-        self._node_slices: dict[str, set[str]] = {}
-        self._capacity: dict[str, Resources] = {}
-        self._unknown: dict[str, str] | None = None
-        self._narrowing: dict[tuple[str, tuple[Selector, ...]], bool] = {}
-        self._most: dict[tuple[str, tuple[Selector, ...]], int] = {}
+        # NodeDevicesMixin's: the slices per node, and its memos of devices on nodes.
+        self._node_slices = {}
+        self._capacity = {}
+        self._unknown = None
+        self._narrowing = {}
+        self._most = {}
         #: Claim key → (node, devices) it holds beyond bound pods' requests; per node.
         self._held: dict[str, tuple[str, Resources]] = {}
         self._held_on: dict[str, Resources] = {}
@@ -154,17 +153,6 @@ class DraCatalog:
 
     def forget_template(self, key: str) -> None:
         self.templates.pop(key, None)
-
-    def forget_capacity(self) -> None:
-        """Count every node's devices again when next asked."""
-        self._capacity.clear()
-
-    def _nodes_changed(self, keep_capacity: bool = False) -> None:
-        if not keep_capacity:
-            self._capacity.clear()
-        self._unknown = None
-        self._narrowing.clear()
-        self._most.clear()
 
     # ---- pods naming claims ----------------------------------------------------------
 
@@ -309,69 +297,7 @@ class DraCatalog:
                 count = self._all_count(device_class, selectors, node)
             add_into(charged, {self.resource_of(request.device_class): count * MILLI})
 
-    # ---- devices on nodes ------------------------------------------------------------
-
-    def _class_unknown(self, device_class: DeviceClass) -> str | None:
-        for selector in device_class.selectors:
-            if isinstance(selector, Unsupported):
-                return (
-                    f"DeviceClass {device_class.name}'s selector {selector.expression!r} is "
-                    f"not evaluated ({selector.why})"
-                )
-        return None
-
-    def _selects(
-        self, device_class: DeviceClass, facts: DeviceFacts, extra: tuple[Selector, ...] = ()
-    ) -> bool:
-        return all(
-            isinstance(s, Selector) and s.matches(facts) for s in device_class.selectors
-        ) and all(s.matches(facts) for s in extra)
-
-    def unknown_resources(self) -> Mapping[str, str]:
-        """Device resources whose capacity Muster cannot count, and why."""
-        if self._unknown is None:
-            unknown: dict[str, str] = {}
-            for device_class in self.classes.values():
-                why = self._class_unknown(device_class)
-                if why is not None:
-                    unknown.setdefault(self.resource_of(device_class.name), why)
-            for resource_slice in self.slices.values():
-                if resource_slice.node_name is not None:
-                    continue
-                for device_class in self.classes.values():
-                    resource = self.resource_of(device_class.name)
-                    if resource in unknown:
-                        continue
-                    if any(self._selects(device_class, d.facts) for d in resource_slice.devices):
-                        unknown[resource] = (
-                            f"ResourceSlice {resource_slice.name} holds devices of DeviceClass "
-                            f"{device_class.name} for several nodes; Muster counts devices "
-                            "per node"
-                        )
-            self._unknown = unknown
-        return self._unknown
-
-    def node_devices(self, node: str) -> Resources:
-        """The devices a node's slices hold, per device resource (each device once; an
-        unknown resource at :data:`UNKNOWN_CAPACITY`)."""
-        known = self._capacity.get(node)
-        if known is None:
-            counted: dict[str, set[tuple[str, str, str]]] = {}
-            for name in self._node_slices.get(node, ()):
-                resource_slice = self.slices[name]
-                for device in resource_slice.devices:
-                    for device_class in self.classes.values():
-                        if self._class_unknown(device_class) is None and self._selects(
-                            device_class, device.facts
-                        ):
-                            counted.setdefault(self.resource_of(device_class.name), set()).add(
-                                (resource_slice.driver, resource_slice.pool, device.name)
-                            )
-            known = {resource: len(ids) * MILLI for resource, ids in counted.items()}
-            for resource in self.unknown_resources():
-                known[resource] = UNKNOWN_CAPACITY
-            self._capacity[node] = known
-        return known
+    # ---- devices claims hold on nodes ----------------------------------------------
 
     def refresh_held(
         self, claim_keys: Iterable[str], node_of: Callable[[str], str | None]
@@ -421,37 +347,3 @@ class DraCatalog:
                 ):
                     return resource_slice.node_name
         return None
-
-    def _devices_of(self, device_class: DeviceClass, extra: tuple[Selector, ...], node: str) -> int:
-        return sum(
-            1
-            for name in self._node_slices.get(node, ())
-            for device in self.slices[name].devices
-            if self._selects(device_class, device.facts, extra)
-        )
-
-    def _all_count(
-        self, device_class: DeviceClass, extra: tuple[Selector, ...], node: str | None
-    ) -> int:
-        """``allocationMode: All``: the devices selected on ``node``, or while pending, on
-        the node with the most of them."""
-        if node is not None:
-            return self._devices_of(device_class, extra, node)
-        memo = (device_class.name, extra)
-        if memo not in self._most:
-            self._most[memo] = max(
-                (self._devices_of(device_class, extra, n) for n in self._node_slices), default=0
-            )
-        return self._most[memo]
-
-    def _narrows(self, device_class: DeviceClass, extra: tuple[Selector, ...]) -> bool:
-        """Do a request's selectors leave out some device its class selects?"""
-        memo = (device_class.name, extra)
-        if memo not in self._narrowing:
-            self._narrowing[memo] = any(
-                self._selects(device_class, device.facts)
-                and not all(s.matches(device.facts) for s in extra)
-                for resource_slice in self.slices.values()
-                for device in resource_slice.devices
-            )
-        return self._narrowing[memo]
