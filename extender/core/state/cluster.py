@@ -7,7 +7,10 @@ their own: the pods and who they belong to (:mod:`.directory`), what jobs declar
 (:mod:`.nodes`), the quota ledger (:mod:`quota.accounting`), victim units
 (:mod:`.victims`), reservations and holds (:mod:`.book`), ``minResources`` holds
 (:mod:`.minresources`).  Its room operations (reservations added, ended, expired) are
-:mod:`.room`'s.
+:mod:`.room`'s, DRA's devices :mod:`.devices`'; what decisions read of a pod or a job
+(its quota, whether it counts as used, a job's use) is :mod:`.podview`'s, and of one
+node (pods on it, free room, preemptible amounts) :mod:`.nodeview`'s.  This module
+keeps the fields and feeds the parts.
 
 Every change to a pod reaches every part through one path, :meth:`ClusterState._count`
 (the old version out, the new one in).  A pod *counts as used* when it is bound, or
@@ -19,35 +22,36 @@ front doors apply the effects they return (:mod:`extender.core.effects`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from base.resources import Resources, add_into
 from extender.core.budgets import DisruptionBudget
 from extender.core.config import MusterArgs
 from extender.core.dra import DraCatalog
 from extender.core.jobs import is_preemptible
 from extender.core.objects import NodeInfo, PodInfo
 from extender.core.podgroups import PodGroupInfo
-from extender.core.state.book import Reservation, ReservationBook
+from extender.core.state.book import ReservationBook
 from extender.core.state.declarations import JobDeclarations
 from extender.core.state.devices import DevicesMixin
 from extender.core.state.directory import PodDirectory
 from extender.core.state.membership import QuotaMembership
 from extender.core.state.minresources import MinResourcesHolds
-from extender.core.state.nodes import NodeUsage, memoise_on_node
+from extender.core.state.nodes import NodeUsage
+from extender.core.state.nodeview import NodeViewMixin
+from extender.core.state.podview import PodViewMixin
 from extender.core.state.room import RoomMixin
 from extender.core.state.victims import VictimIndex
 from quota.accounting import QuotaLedger
-from quota.tree import QuotaMembershipError, QuotaSpec, QuotaTree
+from quota.tree import QuotaSpec, QuotaTree
 
 #: Node facts the planner memoises (nodes that could hold a pod shape, the domains of a
 #: topology level); cleared on change.
 NodeMemo = dict[tuple[object, ...], frozenset[Any]]
 
 
-class ClusterState(RoomMixin, DevicesMixin):
+class ClusterState(PodViewMixin, NodeViewMixin, RoomMixin, DevicesMixin):
     """Nodes, pods, quotas, pod groups and reservations, with the parts decisions read."""
 
     def __init__(self, args: MusterArgs | None = None, quotas: Iterable[QuotaSpec] = ()) -> None:
@@ -218,128 +222,6 @@ class ClusterState(RoomMixin, DevicesMixin):
         self._hold_min_resources(job)
         if job in self.victims:
             self._reindex_unit(job)
-
-    # ---- reading: pods, jobs, quotas -----------------------------------------------
-
-    @property
-    def reservations(self) -> Mapping[str, Reservation]:
-        """Every in-flight job's reservation, by job."""
-        return self.book.reservations
-
-    def quota_of(self, pod: PodInfo) -> str:
-        """The pod's quota; raises :class:`QuotaMembershipError` if its label names one it
-        may not use (missing, or not admitting its namespace): its job is refused."""
-        return self.membership.quota_of(pod, self.tree)
-
-    def charged_to(self, pod: PodInfo) -> str | None:
-        """The quota the pod is counted in (its own, or for a pod whose quota label is
-        refused, its namespace's); ``None`` for a pod the state does not hold."""
-        return self.membership.charged_to(pod.key)
-
-    def quota_name(self, pod: PodInfo) -> str | None:
-        """The pod's quota, or ``None`` if its label names one it may not use."""
-        try:
-            return self.quota_of(pod)
-        except QuotaMembershipError:
-            return None
-
-    def preemptible(self, pod: PodInfo) -> bool:
-        """May the pod be a victim?  Its label (or the default); a pod admitted preemptible
-        stays so (:meth:`QuotaMembership.preemptible
-        <extender.core.state.membership.QuotaMembership.preemptible>`)."""
-        return self.membership.preemptible(pod)
-
-    def counts_as_used(self, pod: PodInfo) -> bool:
-        """Bound to a node and not finished, or pending with a reservation, or pending in
-        a job whose admission holds its quota (:meth:`hold_quota`)."""
-        if pod.finished:
-            return False
-        return (
-            pod.node_name is not None
-            or self.book.reserved(pod.key) is not None
-            or self.book.is_held(pod.key)
-        )
-
-    def job_used(self, job: str, gone: Collection[str] = ()) -> Resources:
-        """What the job uses of its quota: the requests of its pods charged to one that
-        :meth:`counts_as_used` (but those keyed in ``gone``), and the room kept for pods
-        being re-created (vacancies)."""
-        used: Resources = {}
-        for key in self.counted_pods(job, gone):
-            add_into(used, self.pods[key].requests)
-        for holder in self.book.vacancies_of(job):
-            add_into(used, self.book.vacancies[holder].requests)
-        return used
-
-    def counted_pods(self, job: str, gone: Collection[str] = ()) -> list[str]:
-        """The keys of the job's pods charged to a quota as used, but ``gone``, in order."""
-        return sorted(
-            key
-            for key in self.members.job_members(job)
-            if key not in gone
-            and self.membership.charged_to(key) is not None
-            and self.counts_as_used(self.pods[key])
-        )
-
-    def quota_held(self, pod_key: str) -> bool:
-        return self.book.is_held(pod_key)
-
-    def reserved_node(self, pod_key: str) -> str | None:
-        reserved = self.book.reserved(pod_key)
-        return reserved[1] if reserved is not None else None
-
-    def reservation_holder(self, pod_key: str) -> str | None:
-        """The job a reserved pod belongs to."""
-        reserved = self.book.reserved(pod_key)
-        return reserved[0] if reserved is not None else None
-
-    # ---- reading: nodes and victims ------------------------------------------------
-
-    def pods_on(self, node: str) -> Iterator[PodInfo]:
-        for key in self.node_usage.pods_on(node):
-            yield self.pods[key]
-
-    def requested_on(self, node: str) -> Mapping[str, int]:
-        return self.node_usage.requested.get(node, {})
-
-    def reserved_on(self, node: str) -> Mapping[str, Mapping[str, int]]:
-        """Room held on ``node`` for pending pods of in-flight jobs, by pod key."""
-        return self.node_usage.reserved.get(node, {})
-
-    def nodes_with_reserved_room(self) -> Collection[str]:
-        """The nodes holding room for some reserved pod (usually few or none)."""
-        return self.node_usage.reserved.keys()
-
-    def free_on(self, node: str, for_pod: str | None = None) -> Resources:
-        """Allocatable minus requested minus room held for pods other than ``for_pod``."""
-        return self.node_usage.free_on(node, self.nodes[node].allocatable, for_pod)
-
-    def free_amount(self, node: str, resource: str) -> int:
-        """:meth:`free_on` of one resource, read without copying the node's room."""
-        return self.node_usage.free_room(node, self.nodes[node].allocatable).get(resource, 0)
-
-    def preemptible_amounts(self, node: str, resource: str) -> tuple[tuple[int, int], ...]:
-        """``(priority, amount of resource)`` of each preemptible pod bound to ``node`` that
-        asks for some, sorted; memoised until the node changes."""
-        known = self.node_usage.victim_amounts.get(node)
-        amounts = known.get(resource) if known is not None else None
-        if amounts is None:
-            amounts = tuple(
-                sorted(
-                    (pod.priority, pod.requests[resource])
-                    for pod in self.pods_on(node)
-                    if pod.requests.get(resource, 0) > 0
-                    and not pod.finished
-                    and self.membership.charged_to(pod.key) is not None
-                    and self.preemptible(pod)
-                )
-            )
-            memoise_on_node(self.node_usage.victim_amounts, node, resource, amounts)
-        return amounts
-
-    def preemptible_on(self, node: str) -> Mapping[str, int]:
-        """Requests of the preemptible pods bound to ``node``: the most eviction could free."""
-        return self.node_usage.preemptible.get(node, {})
 
     # ---- the one path into the indexes ---------------------------------------------
 
