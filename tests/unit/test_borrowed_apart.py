@@ -59,3 +59,21 @@ def test_a_pod_that_makes_its_quota_borrow_counts_as_borrowed() -> None:
 
 def test_off_it_is_packing_alone() -> None:
     assert scores("c-0", "team-c", apart=False) == {"n0": 10, "n1": 10, "n2": 5, "n3": 5}
+
+
+def test_a_quota_borrowing_only_cpu_does_not_keep_gpu_pods_away() -> None:
+    # team-d guarantees no cpu and runs d-0 (4 cpus, no GPU) on n2: it borrows cpu.
+    # c-0 (4 GPUs and 1 cpu; team-c within its min in both) is packed by GPUs alone, and
+    # team-d borrows no GPU: n2 keeps its packing score, floor(10 * 4/8) = 5.
+    state = snapshot(
+        [node(name, gpu=8) for name in NODES],
+        [
+            pod("d-0", "team-d", cpu="4", node="n2", preemptible=True),
+            pod("c-0", "team-c", gpu=4, cpu="1", preemptible=True),
+        ],
+        [
+            quota("team-c", min={GPU: "8", "cpu": "8"}, max={GPU: "32", "cpu": "64"}),
+            quota("team-d", min={"cpu": "0"}, max={"cpu": "64"}),
+        ],
+    )
+    assert score_nodes(state, state.pods["team-c/c-0"], ["n2"]) == {"n2": 5}

@@ -7,7 +7,8 @@ ephemeral-storage), so GPU pods fill GPU nodes one at a time and whole nodes sta
 for gangs.  The planner's placements (:mod:`.fit`) break ties by the same score.
 
 Borrowed pods go with borrowed pods (``borrowedApart``, on by default): a pod whose quota
-borrows (it is, or the pod takes it, above its ``min`` in a resource the pod asks for)
+borrows (it is, or the pod takes it, above its ``min`` in a resource the pod is packed
+by: its scarce ones, if it asks for any)
 scores 0 on a node running pods of a quota within its ``min`` in those resources, and a
 pod whose quota does not, on a node running pods of a borrowing quota (its own quota's
 pods never count against a node).  A reclaim takes borrowed pods: kept apart, they free
@@ -74,22 +75,25 @@ def _keep_borrowed_apart(
     own = state.quota_name(pod)
     if own is None:
         return
-    asks = [name for name, amount in pod.requests.items() if amount and name != PODS]
+    # The resources it is packed by: its scarce ones (GPUs), if it asks for any.  A quota
+    # borrowing only cpu does not make a GPU node costly to reclaim.
+    asks = [name for name in scored_resources(pod.requests) if pod.requests[name]]
     ledger = state.ledger
     request: Mapping[str, int] = {} if state.counts_as_used(pod) else pod.requests
     borrowed = would_borrow(ledger, own, request, asks)
-    borrowing: dict[str, bool] = {own: borrowed}
+    # The quotas of the other kind: few (one per team), so decided once, not per node.
+    apart = frozenset(
+        quota
+        for quota in state.tree.specs
+        if quota != own and is_borrowing(ledger, quota, asks) != borrowed
+    )
+    if not apart:
+        return
     residents = state.node_usage.quotas
+    nothing: Mapping[str, int] = {}
     for name, score in scores.items():
-        if score == 0 or name == reserved_node:
-            continue
-        for quota in residents.get(name, ()):
-            other = borrowing.get(quota)
-            if other is None:
-                other = borrowing[quota] = is_borrowing(ledger, quota, asks)
-            if other != borrowed:
-                scores[name] = 0
-                break
+        if score and name != reserved_node and not apart.isdisjoint(residents.get(name, nothing)):
+            scores[name] = 0
 
 
 def scored_resources(request: Mapping[str, int]) -> list[str]:
