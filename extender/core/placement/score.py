@@ -89,11 +89,12 @@ def _keep_borrowed_apart(
     )
     if not apart:
         return
-    residents = state.node_usage.quotas
-    nothing: Mapping[str, int] = {}
-    for name, score in scores.items():
-        if score and name != reserved_node and not apart.isdisjoint(residents.get(name, nothing)):
-            scores[name] = 0
+    # Set operations over the nodes each quota runs on: no Python loop over 5,000 nodes.
+    zeroed: set[str] = set()
+    for quota in apart:
+        zeroed.update(state.node_usage.quota_nodes.get(quota, ()))
+    zeroed.discard(reserved_node or "")
+    scores.update(dict.fromkeys(zeroed.intersection(scores), 0))
 
 
 def scored_resources(request: Mapping[str, int]) -> list[str]:

@@ -59,8 +59,8 @@ class NodeUsage:
         #: node → requests of its bound preemptible pods.
         self.preemptible: dict[str, Resources] = {}
         self._pods: dict[str, set[str]] = {}
-        #: node → quota → how many of its bound pods are charged to that quota.
-        self.quotas: dict[str, dict[str, int]] = {}
+        #: quota → node → how many pods charged to that quota are bound to the node.
+        self.quota_nodes: dict[str, dict[str, int]] = {}
         #: node → a pod's scored wants → its packing score there (see
         #: :func:`extender.core.placement.score.score_nodes`); dropped when the node changes.
         self.scores: dict[str, dict[tuple[tuple[str, int], ...], int]] = {}
@@ -105,12 +105,12 @@ class NodeUsage:
         out)."""
         self.changed(node)
         if quota is not None:
-            counts = self.quotas.setdefault(node, {})
-            left = counts.get(quota, 0) + sign
+            counts = self.quota_nodes.setdefault(quota, {})
+            left = counts.get(node, 0) + sign
             if left > 0:
-                counts[quota] = left
+                counts[node] = left
             else:
-                counts.pop(quota, None)
+                counts.pop(node, None)
         add_into(self.requested.setdefault(node, {}), requests, sign)
         pods = self._pods.setdefault(node, set())
         if sign > 0:
