@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from base import keys
 from extender.core.effects import AssumeBound, HoldRoom, ReleaseRoom, apply
 from extender.core.objects import parse_pod
 from extender.core.placement.demand import job_demand
@@ -101,3 +102,26 @@ def test_a_job_with_a_pod_bound_does_not_yield() -> None:
     state.remove_pod("team-b/b-1")
     apply(state, AssumeBound(state.pods["team-a/a-lo-0"], "n2"))
     assert yieldable_reservations(state, job_demand(state, "team-a/a-hi")) == []
+
+
+def test_a_job_kept_to_one_rack_sees_the_room_that_yields_in_its_rack() -> None:
+    # As the first test, with n1 in rack r1 and n2 in rack r2, and a-hi required to stay
+    # in one rack.  a-lo holds n2 (b-1 leaving).  Yielded, n2's room is a-hi's with no
+    # victim; the only other rack, r1, would cost b-0.  The rack bounds must count the
+    # room that yields, or r2 looks full and a-hi evicts b-0 in r1 besides taking a-lo's
+    # room (team-a's max needs it either way).  By hand: a-hi on n2, no victims.
+    rack = "cloud.provider.com/topology-rack"
+    nodes = [node("n1", gpu=8, labels={rack: "r1"}), node("n2", gpu=8, labels={rack: "r2"})]
+    state = snapshot(nodes, [*borrowers(), a_lo()], QUOTAS)
+    lo_plan = plan_job_preemption(state, "team-a/a-lo", NOON)
+    assert isinstance(lo_plan, PreemptionPlan) and lo_plan.placements == {"team-a/a-lo": "n2"}
+    hold_plan(state, lo_plan, NOON)
+    required = {keys.KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: rack}
+    state.upsert_pod(
+        parse_pod(pod("a-hi", "team-a", gpu=8, can_preempt=True, priority=50, annotations=required))
+    )
+    plan = plan_job_preemption(state, "team-a/a-hi", NOON + 1)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert plan.victims == ()
+    assert plan.placements == {"team-a/a-hi": "n2"}
+    assert [held.job for held in plan.yielded] == ["team-a/a-lo"]

@@ -8,7 +8,7 @@ the search runs in as few of them as possible.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from base.resources import Resources, add_into
 from extender.core.objects import PodInfo
@@ -27,8 +27,13 @@ class DomainBounds:
     domains' nodes and one over the running preemptible pods, for every domain at once."""
 
     def __init__(
-        self, state: ClusterState, demand: JobDemand, domains: Mapping[str, frozenset[str]]
+        self,
+        state: ClusterState,
+        demand: JobDemand,
+        domains: Mapping[str, frozenset[str]],
+        released: Collection[str] = (),
     ) -> None:
+        """``released``: reserved pods whose held room yields to the job (free there)."""
         self.needed = needed = len(demand.unplaced)
         self.smallest = smallest = smallest_request(demand.unplaced)
         # (The pods of one shape share one memoised set: union the distinct ones.)
@@ -44,6 +49,12 @@ class DomainBounds:
                 evictable.setdefault(pod.node_name, []).append(pod)
             else:
                 add_into(unevictable.setdefault(pod.node_name, {}), pod.requests)
+        yielded: dict[str, int] = {}  # the room held for ``released`` pods, by node
+        for key in released:
+            reserved = state.book.reserved(key)
+            if reserved is not None:
+                held = state.node_usage.reserved.get(reserved[1], {}).get(key, {})
+                yielded[reserved[1]] = yielded.get(reserved[1], 0) + held.get(scarce, 0)
         unit = smallest.get(scarce, 0) or 1
         self.most: dict[str, int] = {}
         self.free: dict[str, int] = {}
@@ -54,7 +65,7 @@ class DomainBounds:
             victims: list[tuple[int, int]] = []
             for name in names & eligible:
                 # In the scarce resource alone: the others only lower the count.
-                room = state.free_amount(name, scarce)
+                room = state.free_amount(name, scarce) + yielded.get(name, 0)
                 gone = unevictable[name].get(scarce, 0) if name in unevictable else 0
                 free += room + gone
                 most += min(

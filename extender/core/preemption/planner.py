@@ -269,7 +269,7 @@ def _plan_in_cheapest_domain(
         return NotFound([f"no node has the label {level} its required topology names"])
     reasons: list[str] = []
     retry_at: float | None = None
-    bounds = DomainBounds(state, demand, domains)
+    bounds = DomainBounds(state, demand, domains, layout.released)
     ranked: list[tuple[tuple[int, int, int], str, frozenset[str]]] = []
     for value in sorted(domains):
         bound = bounds.of(value)
