@@ -46,7 +46,12 @@ class MusterServer(ExtenderProcess):
     code has the flag for it."""
 
     def __init__(
-        self, kubeconfig: Path, log_path: Path, cwd: Path, cpus: set[int] | None = None
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        cwd: Path,
+        cpus: set[int] | None = None,
+        ready_timeout: float = 120,
     ) -> None:
         main = (cwd / "extender" / "cli" / "main.py").read_text()
         debug = ["--enable-debug-endpoints"] if "--enable-debug-endpoints" in main else []
@@ -67,7 +72,7 @@ class MusterServer(ExtenderProcess):
             log_path,
             cwd=cwd,
             cpus=cpus,
-            ready_timeout=120,
+            ready_timeout=ready_timeout,
             stop_timeout=15,
         )
         self.start()
