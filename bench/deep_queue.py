@@ -125,7 +125,8 @@ class NullClient:
 
 @dataclass(frozen=True)
 class Decided:
-    ms: float
+    ms: float  # wall clock
+    cpu_ms: float  # the deciding thread's CPU time (what the machine's other load leaves alone)
     outcome: str  # placed, planned, refused
     reason: str = ""
 
@@ -198,7 +199,7 @@ class Queue:
         passing = self.scheduler_fit(first)  # kube-scheduler's work, not timed
         committed, refused = self.loop.committed, self.loop.refused
         self.handed.clear()
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         result = None
         if passing:
             result = self.extender.filter(first, passing)
@@ -216,19 +217,21 @@ class Queue:
                 self.now += waited
             self.loop._round()
         ms = (time.perf_counter() - started + waited) * 1000
+        cpu = (time.thread_time() - cpu_started) * 1000
         if result is not None and result.passed:
-            return Decided(ms, "placed")
+            return Decided(ms, cpu, "placed")
         if self.loop.committed > committed:
-            return Decided(ms, "planned")
+            return Decided(ms, cpu, "planned")
         if self.loop.refused > refused:
             reasons = self.loop.decisions.for_pod(first.key)[-1].reasons
-            return Decided(ms, "refused", reasons[0] if reasons else "")
+            return Decided(ms, cpu, "refused", reasons[0] if reasons else "")
         if result is None:
-            return Decided(ms, "refused", "kube-scheduler's: no node fits, not Muster's to plan")
+            why = "kube-scheduler's: no node fits, not Muster's to plan"
+            return Decided(ms, cpu, "refused", why)
         why = result.gang_waiting or "; ".join(result.quota_failures)
         if not why:
             why = next(iter({**result.unresolvable, **result.failed}.values()), "")
-        return Decided(ms, "refused", f"by the filter: {why}")
+        return Decided(ms, cpu, "refused", f"by the filter: {why}")
 
     def take_back(self, job: str) -> None:
         """Undo a probe: its room released, its pods removed."""
@@ -239,10 +242,13 @@ class Queue:
 
 def summary(decisions: Sequence[Decided]) -> dict[str, Any]:
     times = [d.ms for d in decisions]
+    cpu = [d.cpu_ms for d in decisions]
     return {
         "n": len(times),
         "p50_ms": round(statistics.median(times), 2),
         "p99_ms": round(percentile(times, 99), 2),
+        "cpu_p50_ms": round(statistics.median(cpu), 2),
+        "cpu_p99_ms": round(percentile(cpu, 99), 2),
         "outcomes": dict(Counter(d.outcome for d in decisions)),
     }
 
@@ -277,8 +283,13 @@ def measure(
                 job = queue.arrive(named)
                 runs.append(queue.decide(job))
                 queue.take_back(job)
-            times = [r.ms for r in runs]
-            results.append(dataclasses.replace(runs[0], ms=statistics.median(times)))
+            results.append(
+                dataclasses.replace(
+                    runs[0],
+                    ms=statistics.median(r.ms for r in runs),
+                    cpu_ms=statistics.median(r.cpu_ms for r in runs),
+                )
+            )
         rows[depth] = summary(results)
         log(f"nodes={nodes} waiting={depth}: probes {rows[depth]}")
     queue.close()
@@ -290,6 +301,7 @@ def measure(
         "build_s": round(build_s, 1),
         "probes": rows,
         "p99_ratio": round(rows[deep]["p99_ms"] / rows[shallow]["p99_ms"], 2),
+        "cpu_p99_ratio": round(rows[deep]["cpu_p99_ms"] / rows[shallow]["cpu_p99_ms"], 2),
         "backlog": {**summary(backlog), "refusals": dict(reasons.most_common(8))},
     }
 
