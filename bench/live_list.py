@@ -11,8 +11,8 @@ stopped.  ``--nodes`` nodes (8 GPUs, 64 CPUs) are registered, then ``--pods`` po
 the creation rates are printed as they go.  Then, ``--repeat`` times: ``muster serve
 --kubeconfig <admin> --no-leader-elect`` is started and ``/readyz`` polled every 50 ms
 (Muster is ready once its informers have listed nodes, pods, quotas and the rest);
-*ready* is process start to the first 200; ``VmRSS`` and ``VmHWM`` are read one second
-later (Muster may take ``READY_TIMEOUT``).  With ``--refs``, each round runs Muster's code
+*ready* is process start to the first 200, with Muster's CPU seconds (user + system, all
+threads) to then; ``VmRSS`` and ``VmHWM`` are read one second later (Muster may take ``READY_TIMEOUT``).  With ``--refs``, each round runs Muster's code
 at each commit in turn (exported with ``git archive``), on the same cluster.  Each round
 first lists the pods alone (:func:`list_floor`: the API server's part, the floor of any
 informer's list on this machine).
@@ -39,6 +39,7 @@ from typing import Any
 import localcluster as lc
 from bench.memory import PRIORITIES, TEAMS, pod_object, proc_status, ready_figures
 from bench.support.cluster_setup import GPU, create_pods, create_quota, with_retries
+from bench.support.meters import process_cpu_seconds
 from bench.support.processes import MusterServer
 from bench.support.run_notes import ROOT, export_muster, log, machine_notes, muster_tree_state
 from extender.kube.client import KubeClient
@@ -132,11 +133,12 @@ def measure(kubeconfig: Path, workdir: Path, cwd: Path) -> dict[str, float]:
     muster = MusterServer(kubeconfig, workdir / "muster-live.log", cwd, ready_timeout=READY_TIMEOUT)
     try:
         ready = time.monotonic() - started
+        cpu = process_cpu_seconds(muster.pid)  # Muster's own work, whatever else runs
         time.sleep(1.0)
         memory = proc_status(muster.pid)
     finally:
         muster.stop()
-    return ready_figures(ready, memory)
+    return {**ready_figures(ready, memory), "cpu_s": round(cpu, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "medians": {
             tree: {
                 name: round(statistics.median(r[name] for r in results), 2)
-                for name in ("ready_s", "rss_mib", "peak_mib")
+                for name in ("ready_s", "cpu_s", "rss_mib", "peak_mib")
             }
             for tree, results in runs.items()
         },
