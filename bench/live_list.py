@@ -11,10 +11,11 @@ stopped.  ``--nodes`` nodes (8 GPUs, 64 CPUs) are registered, then ``--pods`` po
 the creation rates are printed as they go.  Then, ``--repeat`` times: ``muster serve
 --kubeconfig <admin> --no-leader-elect`` is started and ``/readyz`` polled every 50 ms
 (Muster is ready once its informers have listed nodes, pods, quotas and the rest);
-*ready* is process start to the first 200, with Muster's CPU seconds (user + system, all
-threads) to then; ``VmRSS`` and ``VmHWM`` are read one second later (Muster may take ``READY_TIMEOUT``).  With ``--refs``, each round runs Muster's code
-at each commit in turn (exported with ``git archive``), on the same cluster.  Each round
-first lists the pods alone (:func:`list_floor`: the API server's part, the floor of any
+*ready* is process start to the first 200 (Muster may take ``READY_TIMEOUT``), with
+Muster's CPU seconds (user + system, all threads) to then; ``VmRSS`` and ``VmHWM`` are
+read one second later.  With ``--refs``, each round runs Muster's code at each commit in
+turn (exported with ``git archive``), on the same cluster.  Each round first lists the
+pods alone (:func:`list_floor`: the API server's part and the decoding, the floor of any
 informer's list on this machine).
 
 ``--keep`` keeps the plane up after the runs (creating 150,000 pods takes ten minutes
