@@ -26,12 +26,13 @@ setting anything up.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refs", help="commits to compare (default: the working tree)")
     parser.add_argument("--json", metavar="PATH", help="write the summary here")
     parser.add_argument(
-        "--keep", action="store_true", help="after the runs, keep the plane up (interrupt to stop)"
+        "--keep", action="store_true", help="after the runs, keep the plane up (SIGTERM stops it)"
     )
     parser.add_argument(
         "--kubeconfig",
@@ -194,10 +195,13 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{options.pods} pods created, {rate:.0f} pods/s overall")
             rounds(cp.kubeconfig)
             if options.keep:
-                log(f"kept: --kubeconfig {cp.kubeconfig}; interrupt to stop the plane")
-                with contextlib.suppress(KeyboardInterrupt):
-                    while True:
-                        time.sleep(60)
+                log(f"kept: --kubeconfig {cp.kubeconfig}; SIGTERM or SIGINT stops the plane")
+                stop = threading.Event()
+                # A job started in the background ignores SIGINT: SIGTERM stops it too.
+                for number in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(number, lambda *_: stop.set())
+                while not stop.wait(1.0):
+                    pass
     summary = {
         "machine": notes,
         "options": vars(options),
