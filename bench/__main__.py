@@ -1,12 +1,12 @@
 """``python -m bench``: every benchmark with its defaults (see docs/benchmarks.md).
 
-The planner, HTTP, memory (``muster serve --snapshot`` at 5,000 nodes and up to 50,000
-pods: a few minutes, ~400 MB of snapshot files in a temporary directory) and verb-CPU
-benchmarks need nothing but the virtualenv; the end-to-end one needs the control-plane
-binaries (``hack/build-k8s.sh``, which ``make bench`` runs first) and Go, and takes about
-six minutes, the time-to-mark one (a single pod, then gangs) five more, and the live
-initial list of 50,000 pods about four (all on the local control plane).  ``--no-e2e``
-skips them.
+The planner, deep-queue (at 1,300 nodes: a minute), HTTP, memory (``muster serve
+--snapshot`` at 5,000 nodes and up to 50,000 pods: a few minutes, ~400 MB of snapshot files
+in a temporary directory) and verb-CPU benchmarks need nothing but the virtualenv; the
+end-to-end one needs the control-plane binaries (``hack/build-k8s.sh``, which ``make
+bench`` runs first) and Go, and takes about six minutes, the time-to-mark one (a single
+pod, then gangs) five more, and the live initial list of 50,000 pods about four (all on
+the local control plane).  ``--no-e2e`` skips them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import e2e, http, live_list, memory, planner, time_to_mark, verb_cpu
+from bench import deep_queue, e2e, http, live_list, memory, planner, time_to_mark, verb_cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     print("# Planner", flush=True)
     planner.main([])
+    print("\n# Deep queues", flush=True)
+    deep_queue.main(["--nodes", "1300"])
     print("\n# HTTP", flush=True)
     http.main([])
     print("\n# Memory and time to ready", flush=True)

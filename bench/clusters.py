@@ -28,9 +28,16 @@ RACK = "cloud.provider.com/topology-rack"
 
 
 def gpu_cluster(
-    nodes: int, pods_per_node: int = 10, quotas: int = 8, seed: int = 1, racks: int = 0
+    nodes: int,
+    pods_per_node: int = 10,
+    quotas: int = 8,
+    seed: int = 1,
+    racks: int = 0,
+    gpu_pods_per_node: int = 4,
 ) -> ClusterState:
-    """``racks``: label the nodes with that many racks of consecutive nodes (:data:`RACK`)."""
+    """``racks``: label the nodes with that many racks of consecutive nodes (:data:`RACK`);
+    ``gpu_pods_per_node``: how many of a node's pods take 2 GPUs (4: every GPU taken;
+    fewer leave 2 GPUs free a pod fewer)."""
     rng = random.Random(seed)
     cluster_gpus = nodes * 8
     specs = [
@@ -63,7 +70,7 @@ def gpu_cluster(
     for n in range(nodes):
         for slot in range(pods_per_node):
             team = 1 + rng.randrange(quotas - 1)
-            gpu_pod = slot < 4
+            gpu_pod = slot < gpu_pods_per_node
             labels = {
                 keys.PREEMPTIBLE_LABEL: "true" if rng.random() < 0.8 else "false",
             }
@@ -105,12 +112,15 @@ def add_gang(
     gpus: int = 8,
     name: str = "train",
     annotations: dict[str, str] | None = None,
+    team: str = "team-0",
+    priority: int = 500,
 ) -> str:
-    """A pending, non-preemptible gang in team-0 that may trigger preemption; returns its job."""
+    """A pending, non-preemptible gang (in team-0 unless ``team`` says) that may trigger
+    preemption; returns its job."""
     for i in range(size):
         snap.upsert_pod(
             PodInfo(
-                namespace="team-0",
+                namespace=team,
                 name=f"{name}-{i}",
                 uid=f"{name}-{i}",
                 labels={
@@ -119,7 +129,7 @@ def add_gang(
                     keys.CAN_PREEMPT_LABEL: "true",
                 },
                 annotations=dict(annotations or {}),
-                priority=500,
+                priority=priority,
                 created=EPOCH + 90_000,
                 started=None,
                 node_name=None,
@@ -139,4 +149,4 @@ def add_gang(
                 unsupported=(),
             )
         )
-    return f"team-0/{name}"
+    return f"{team}/{name}"

@@ -2,7 +2,7 @@
 pods, from process start to ``/readyz``, and its memory.
 
     python -m bench.live_list [--nodes 5000] [--pods 50000] [--threads 8] [--repeat 2]
-                              [--refs REF,...] [--json PATH]
+                              [--refs REF,...] [--json PATH] [--keep | --kubeconfig PATH]
 
 One local control plane (``localcluster``), kube-scheduler and the kubelet emulator
 stopped.  ``--nodes`` nodes (8 GPUs, 64 CPUs) are registered, then ``--pods`` pods of
@@ -11,9 +11,16 @@ stopped.  ``--nodes`` nodes (8 GPUs, 64 CPUs) are registered, then ``--pods`` po
 the creation rates are printed as they go.  Then, ``--repeat`` times: ``muster serve
 --kubeconfig <admin> --no-leader-elect`` is started and ``/readyz`` polled every 50 ms
 (Muster is ready once its informers have listed nodes, pods, quotas and the rest);
-*ready* is process start to the first 200; ``VmRSS`` and ``VmHWM`` are read one second
-later.  With ``--refs``, each round runs Muster's code at each commit in turn (exported
-with ``git archive``), on the same cluster.
+*ready* is process start to the first 200 (Muster may take ``READY_TIMEOUT``), with
+Muster's CPU seconds (user + system, all threads) to then; ``VmRSS`` and ``VmHWM`` are
+read one second later.  With ``--refs``, each round runs Muster's code at each commit in
+turn (exported with ``git archive``), on the same cluster.  Each round first lists the
+pods alone (:func:`list_floor`: the API server's part and the decoding, the floor of any
+informer's list on this machine).
+
+``--keep`` keeps the plane up after the runs (creating 150,000 pods takes ten minutes
+here) and prints its kubeconfig; ``--kubeconfig`` measures against such a plane, without
+setting anything up.
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,10 +41,17 @@ from typing import Any
 import localcluster as lc
 from bench.memory import PRIORITIES, TEAMS, pod_object, proc_status, ready_figures
 from bench.support.cluster_setup import GPU, create_pods, create_quota, with_retries
+from bench.support.meters import process_cpu_seconds
 from bench.support.processes import MusterServer
 from bench.support.run_notes import ROOT, export_muster, log, machine_notes, muster_tree_state
+from extender.kube.client import KubeClient
+from extender.kube.informer import Informer
 
 Json = dict[str, Any]
+#: Muster's informers' page size (``Informer.page_size``), which the floor list uses too.
+PAGE_SIZE = Informer.page_size
+#: How long Muster may take to ready (at 150,000 pods on 2 shared cores: minutes).
+READY_TIMEOUT = 900.0
 
 
 def setup(cp: lc.ControlPlane, nodes: int, threads: int) -> None:
@@ -93,16 +109,38 @@ def create_bound_pods(cp: lc.ControlPlane, nodes: int, pods: int, threads: int) 
     return pods / (time.monotonic() - started)
 
 
-def measure(cp: lc.ControlPlane, workdir: Path, cwd: Path) -> dict[str, float]:
+def list_floor(kubeconfig: Path, page_size: int = PAGE_SIZE) -> dict[str, float]:
+    """The API server's part of the list, alone: every pod listed in pages of
+    ``page_size`` (Muster's) with Muster's API client, each page decoded, nothing parsed
+    or kept; seconds, and pods listed."""
+    client = KubeClient.from_kubeconfig(str(kubeconfig))
+    try:
+        started = time.monotonic()
+        count = 0
+        params = {"limit": str(page_size)}
+        while True:
+            page = client.request("GET", "/api/v1/pods", params=params)
+            count += len(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            params = {"limit": str(page_size), "continue": token}
+        return {"list_s": round(time.monotonic() - started, 2), "listed": count}
+    finally:
+        client.close()
+
+
+def measure(kubeconfig: Path, workdir: Path, cwd: Path) -> dict[str, float]:
     started = time.monotonic()
-    muster = MusterServer(cp.kubeconfig, workdir / "muster-live.log", cwd)
+    muster = MusterServer(kubeconfig, workdir / "muster-live.log", cwd, ready_timeout=READY_TIMEOUT)
     try:
         ready = time.monotonic() - started
+        cpu = process_cpu_seconds(muster.pid)  # Muster's own work, whatever else runs
         time.sleep(1.0)
         memory = proc_status(muster.pid)
     finally:
         muster.stop()
-    return ready_figures(ready, memory)
+    return {**ready_figures(ready, memory), "cpu_s": round(cpu, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--refs", help="commits to compare (default: the working tree)")
     parser.add_argument("--json", metavar="PATH", help="write the summary here")
+    parser.add_argument(
+        "--keep", action="store_true", help="after the runs, keep the plane up (SIGTERM stops it)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="measure against a plane already holding the pods (a --keep run's): no setup",
+    )
     options = parser.parse_args(argv)
     notes = machine_notes()
     workdir = Path(tempfile.mkdtemp(prefix="muster-bench-live-"))
@@ -125,26 +171,50 @@ def main(argv: list[str] | None = None) -> int:
             notes["muster"][ref] = commit[:12]
     log(f"machine: {notes}; workdir: {workdir}")
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    with lc.ControlPlane(bin_dir=lc.ensure_binaries(), workdir=workdir, keep_workdir=True) as cp:
-        cp.stop_scheduler()
-        if cp.kubelet is not None:
-            cp.kubelet.stop()
-        setup(cp, options.nodes, options.threads)
-        rate = create_bound_pods(cp, options.nodes, options.pods, options.threads)
-        log(f"{options.pods} pods created, {rate:.0f} pods/s overall")
+    floors: list[dict[str, float]] = []
+    rate = 0.0
+
+    def rounds(kubeconfig: Path) -> None:
         for attempt in range(options.repeat):
+            floors.append(list_floor(kubeconfig))
+            log(f"run {attempt + 1}, the list alone: {floors[-1]}")
             for name, cwd in trees.items():
-                runs[name].append(measure(cp, workdir, cwd))
+                runs[name].append(measure(kubeconfig, workdir, cwd))
                 log(f"run {attempt + 1}, {name}: {runs[name][-1]}")
+
+    if options.kubeconfig:
+        rounds(Path(options.kubeconfig))
+    else:
+        binaries = lc.ensure_binaries()
+        with lc.ControlPlane(bin_dir=binaries, workdir=workdir, keep_workdir=True) as cp:
+            cp.stop_scheduler()
+            if cp.kubelet is not None:
+                cp.kubelet.stop()
+            setup(cp, options.nodes, options.threads)
+            rate = create_bound_pods(cp, options.nodes, options.pods, options.threads)
+            log(f"{options.pods} pods created, {rate:.0f} pods/s overall")
+            rounds(cp.kubeconfig)
+            if options.keep:
+                log(f"kept: --kubeconfig {cp.kubeconfig}; SIGTERM or SIGINT stops the plane")
+                stop = threading.Event()
+                # A job started in the background ignores SIGINT: SIGTERM stops it too.
+                for number in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(number, lambda *_: stop.set())
+                while not stop.wait(1.0):
+                    pass
     summary = {
         "machine": notes,
         "options": vars(options),
         "create_pods_per_s": round(rate, 1),
         "runs": runs,
+        "list_alone": floors,
+        "list_alone_median_s": round(statistics.median(f["list_s"] for f in floors), 2)
+        if floors
+        else None,
         "medians": {
             tree: {
                 name: round(statistics.median(r[name] for r in results), 2)
-                for name in ("ready_s", "rss_mib", "peak_mib")
+                for name in ("ready_s", "cpu_s", "rss_mib", "peak_mib")
             }
             for tree, results in runs.items()
         },

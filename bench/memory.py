@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -288,37 +289,49 @@ def pod_object(rng: random.Random, index: int, node: int, slot: int, gang: list[
     }
 
 
-def snapshot_manifests(nodes: int, pods: int, seed: int = 1) -> Json:
-    """The snapshot (module docstring) as one ``kind: List``."""
+def snapshot_items(nodes: int, pods: int, seed: int = 1) -> Iterator[Json]:
+    """The snapshot's objects (module docstring), one at a time, in the file's order."""
     rng = random.Random(seed)
     gpus = nodes * 8
-    items: list[Json] = [
-        {
+    for name, value in PRIORITIES.items():
+        yield {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
             "metadata": {"name": name},
             "value": value,
         }
-        for name, value in PRIORITIES.items()
-    ]
     for team in range(TEAMS):
         share = gpus // 2 if team == 0 else gpus // (2 * TEAMS)
-        items.append(
-            {
-                "apiVersion": QUOTA_API,
-                "kind": "ElasticQuota",
-                "metadata": {"name": f"team-{team}", "namespace": f"team-{team}"},
-                "spec": {"min": {GPU: str(share)}, "max": {GPU: str(gpus)}},
-            }
-        )
-    items += [node_object(i) for i in range(nodes)]
+        yield {
+            "apiVersion": QUOTA_API,
+            "kind": "ElasticQuota",
+            "metadata": {"name": f"team-{team}", "namespace": f"team-{team}"},
+            "spec": {"min": {GPU: str(share)}, "max": {GPU: str(gpus)}},
+        }
+    for i in range(nodes):
+        yield node_object(i)
     gang = [0]
     per_node = -(-pods // nodes) if nodes else 0
     for index in range(pods):
         node, slot = index % nodes, index // nodes
         assert slot < per_node
-        items.append(pod_object(rng, index, node, slot, gang))
-    return {"apiVersion": "v1", "kind": "List", "items": items}
+        yield pod_object(rng, index, node, slot, gang)
+
+
+def snapshot_manifests(nodes: int, pods: int, seed: int = 1) -> Json:
+    """The snapshot (module docstring) as one ``kind: List``."""
+    return {"apiVersion": "v1", "kind": "List", "items": list(snapshot_items(nodes, pods, seed))}
+
+
+def write_snapshot(path: Path, nodes: int, pods: int, seed: int = 1) -> None:
+    """Write ``json.dumps(snapshot_manifests(...))`` to ``path`` object by object, so that
+    150,000 pods never sit whole in this process's memory."""
+    with path.open("w") as out:
+        out.write('{"apiVersion": "v1", "kind": "List", "items": [')
+        for n, item in enumerate(snapshot_items(nodes, pods, seed)):
+            out.write(", " if n else "")
+            out.write(json.dumps(item))
+        out.write("]}")
 
 
 def free_port() -> int:
@@ -399,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     for nodes, pods in [(1, 0), *[(options.nodes, count) for count in counts]]:
         path = workdir / f"snapshot-{nodes}n-{pods}p.json"
         if not path.exists():
-            path.write_text(json.dumps(snapshot_manifests(nodes, pods)))
+            write_snapshot(path, nodes, pods)
         files[(nodes, pods)] = path
         log(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB")
     runs: dict[tuple[int, int], list[dict[str, float]]] = {key: [] for key in files}

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from bench.http import _pod
-from bench.memory import free_port, snapshot_manifests
+from bench.memory import free_port, write_snapshot
 from bench.support.meters import process_cpu_seconds
 from bench.support.processes import MUSTER_COMMAND
 from bench.support.run_notes import export_muster, log, machine_notes
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     snapshot = workdir / f"snapshot-{options.nodes}n-{options.pods}p.json"
     if not snapshot.exists():
-        snapshot.write_text(json.dumps(snapshot_manifests(options.nodes, options.pods)))
+        write_snapshot(snapshot, options.nodes, options.pods)
     trees = {ref: export_muster(ref, workdir) for ref in refs}
     notes["refs"] = {ref: commit[:12] for ref, (commit, _) in trees.items()}
     log(f"machine: {notes}; workdir: {workdir}")

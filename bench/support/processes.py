@@ -60,6 +60,7 @@ class MusterServer(ExtenderProcess):
         cwd: Path,
         cpus: set[int] | None = None,
         config: Path | None = None,
+        ready_timeout: float = 120,
     ) -> None:
         main = (cwd / "extender" / "cli" / "main.py").read_text()
         debug = ["--enable-debug-endpoints"] if "--enable-debug-endpoints" in main else []
@@ -82,7 +83,7 @@ class MusterServer(ExtenderProcess):
             log_path,
             cwd=cwd,
             cpus=cpus,
-            ready_timeout=120,
+            ready_timeout=ready_timeout,
             stop_timeout=15,
         )
         self.start()

@@ -7,7 +7,8 @@ version fell out of the API server's window) means list again; any other
 error backs off exponentially (capped) and retries, so an API server restart
 is survived without help.  A relist diffs against what the informer holds,
 so objects deleted while it was not watching are reported deleted.  The first list
-is handed on page by page (there is nothing to diff against), and an informer made
+is handed on page by page (there is nothing to diff against), each next page asked for
+while the one before is handed on, and an informer made
 with ``keep_objects=False`` remembers of each object only its name, namespace, UID and
 ``resourceVersion`` (what the diff needs): 50,000 pods' JSON held would be ~1 GB.
 
@@ -20,7 +21,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,36 +134,30 @@ class Informer(Watched):
         # Nothing known yet (the first list): each page is handed on as it comes, so the
         # whole list is never held at once.
         first = not self._store
-        selector = {"labelSelector": self.label_selector} if self.label_selector else {}
-        params: dict[str, str] = {"limit": str(self.page_size), **selector}
-        while True:
-            try:
-                page = self.client.request("GET", self.path, params=params)
-            except ApiError as error:
-                if error.status != 404:
-                    raise
-                self.installed = False
-                page = {"items": [], "metadata": {}}
-                for key, obj in list(self._store.items()):
-                    del self._store[key]
-                    self._deliver("DELETED", obj)
-                self.synced.set()
-                return None
-            for obj in page.get("items") or []:
-                key = object_key(obj)
-                if first:
-                    seen = key in items
-                    items[key] = _stub(obj)
-                    self._remember(key, obj)
-                    self._deliver("MODIFIED" if seen else "ADDED", obj)
-                else:
-                    items[key] = obj
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                version = str(metadata.get("resourceVersion", ""))
-                break
-            params = {"limit": str(self.page_size), "continue": token, **selector}
+        version = ""
+        try:
+            for page in self._pages():
+                for obj in page.get("items") or []:
+                    key = object_key(obj)
+                    if first:
+                        seen = key in items
+                        items[key] = _stub(obj)
+                        self._remember(key, obj)
+                        self._deliver("MODIFIED" if seen else "ADDED", obj)
+                    else:
+                        items[key] = obj
+                metadata = page.get("metadata") or {}
+                if not metadata.get("continue"):
+                    version = str(metadata.get("resourceVersion", ""))
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            self.installed = False
+            for key, obj in list(self._store.items()):
+                del self._store[key]
+                self._deliver("DELETED", obj)
+            self.synced.set()
+            return None
         self.installed = True
         self.stats.lists += 1
         for key, obj in list(self._store.items()):
@@ -180,6 +176,25 @@ class Informer(Watched):
                 self._deliver("MODIFIED" if known else "ADDED", obj)
         self.synced.set()
         return version
+
+    def _pages(self) -> Iterator[Json]:
+        """The list's pages, in order; each next page is asked for as soon as the one
+        before it arrives, so the API server serves it (on another core) while this
+        thread hands on the one before (at 150,000 pods the list is minutes of both).
+        At most one page waits ahead; an error is raised where its page would be."""
+        selector = {"labelSelector": self.label_selector} if self.label_selector else {}
+        params: dict[str, str] = {"limit": str(self.page_size), **selector}
+        with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name} pages") as pool:
+            ahead = pool.submit(self.client.request, "GET", self.path, params=params)
+            while True:
+                page = ahead.result()
+                token = (page.get("metadata") or {}).get("continue")
+                if token:
+                    params = {"limit": str(self.page_size), "continue": token, **selector}
+                    ahead = pool.submit(self.client.request, "GET", self.path, params=params)
+                yield page
+                if not token:
+                    return
 
     def _watch(self, version: str) -> str:
         """Watch from ``version`` until the server closes the watch; return the last version."""

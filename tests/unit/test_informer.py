@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from extender.kube.client import KubeClient
+import pytest
+
+from extender.kube.client import ApiError, KubeClient
 from extender.kube.informer import Informer
 
 
@@ -48,16 +50,14 @@ def test_the_first_list_is_handed_on_page_by_page_and_a_relist_is_diffed() -> No
         keep_objects=False,
     )
     assert informer._relist() == "100"
-    assert events == [
-        "page 0",
-        "ADDED p0",
-        "ADDED p1",
-        "page 2",
-        "ADDED p2",
-        "ADDED p3",
-        "page 4",
-        "ADDED p4",
-    ]
+    added = [e for e in events if not e.startswith("page")]
+    assert added == [f"ADDED p{i}" for i in range(5)]
+    # Each page is asked for before its pods are handed on, and the next one while they
+    # are (in another thread): one page ahead, never two.
+    assert [e for e in events if e.startswith("page")] == ["page 0", "page 2", "page 4"]
+    for start in (0, 2, 4):
+        assert events.index(f"page {start}") < events.index(f"ADDED p{start}")
+    assert events.index("page 4") > events.index("ADDED p1")
     assert informer.synced.is_set()
     # Only identity and version are kept.
     assert informer._store["ns/p0"] == {
@@ -101,3 +101,46 @@ def test_an_informer_keeps_whole_objects_by_default() -> None:
     informer = Informer(cast(KubeClient, client), "/api/v1/pods", lambda kind, obj: None)
     informer._relist()
     assert informer._store["ns/p0"] == pod("p0", "1")
+
+
+class FailingClient(PagedClient):
+    """Pages as :class:`PagedClient`, then ``status`` for the page at ``fail_at``."""
+
+    def __init__(self, pods: list[dict[str, Any]], fail_at: int, status: int) -> None:
+        super().__init__(pods, [])
+        self.fail_at, self.status = fail_at, status
+
+    def request(
+        self, method: str, path: str, params: dict[str, str] | None = None, **_: Any
+    ) -> Any:
+        if int((params or {}).get("continue", "0")) == self.fail_at:
+            raise ApiError(self.status, "no")
+        return super().request(method, path, params)
+
+
+def test_a_resource_gone_mid_list_is_not_installed_and_what_was_known_is_deleted() -> None:
+    events: list[str] = []
+    client = PagedClient([pod(f"p{i}", "1") for i in range(3)], [])
+    informer = Informer(
+        cast(KubeClient, client),
+        "/apis/x/v1/things",
+        lambda kind, obj: events.append(f"{kind} {obj['metadata']['name']}"),
+    )
+    informer._relist()
+    events.clear()
+    informer.client = cast(KubeClient, FailingClient(client.pods, fail_at=2, status=404))
+    assert informer._relist() is None
+    assert not informer.installed and not informer._store
+    assert sorted(events) == ["DELETED p0", "DELETED p1", "DELETED p2"]
+
+
+def test_an_expired_continue_token_ends_the_list_with_its_error() -> None:
+    client = FailingClient([pod(f"p{i}", "1") for i in range(5)], fail_at=4, status=410)
+    handed: list[str] = []
+    informer = Informer(
+        cast(KubeClient, client), "/api/v1/pods", lambda kind, obj: handed.append(kind)
+    )
+    with pytest.raises(ApiError) as raised:
+        informer._relist()
+    assert raised.value.status == 410 and handed == ["ADDED"] * 4
+    assert not informer.synced.is_set()

@@ -24,6 +24,8 @@ the same order.
 from __future__ import annotations
 
 import bisect
+import heapq
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from extender.core.objects import PodInfo
@@ -37,6 +39,10 @@ SCATTERED: UnitPlace = ("", frozenset())
 #: A victim unit, sortable in the victim order: ``(highest priority, -latest start, job,
 #: quota, place)``.
 UnitEntry = tuple[int, float, str, str, UnitPlace]
+
+#: One of the index's sorted lists: ``("all", None)``, ``("quota", quota)`` or
+#: ``("asks", resources)``.
+ListKey = tuple[str, str | frozenset[str] | None]
 
 
 class VictimIndex:
@@ -54,6 +60,9 @@ class VictimIndex:
         self._scattered: dict[frozenset[str], int] = {}
         # Elastic units: job → the minimum it declares, below its running pods.
         self._elastic: dict[str, int] = {}
+        # The sorted lists' changes not applied yet, by list (see _settle): entries added,
+        # entries taken out.  Readers of the order settle first; a pod event only notes.
+        self._pending: dict[ListKey, tuple[list[UnitEntry], Counter[UnitEntry]]] = {}
 
     def __contains__(self, job: object) -> bool:
         return job in self._unit_of
@@ -92,11 +101,13 @@ class VictimIndex:
             quota,
             place,
         )
-        bisect.insort(self._units.setdefault(quota, []), entry)
-        bisect.insort(self._all, entry)
+        self._units.setdefault(quota, [])
+        self._note(("quota", quota), entry, added=True)
+        self._note(("all", None), entry, added=True)
         if place is SCATTERED:  # its list is read by every walk (see units_asking)
             self._scattered[asks] = self._scattered.get(asks, 0) + 1
-        bisect.insort(self._asking.setdefault(asks, []), entry)
+        self._asking.setdefault(asks, [])
+        self._note(("asks", asks), entry, added=True)
         self._asks_of[job] = asks
         self._unit_of[job] = entry
         self._unit_pods[job] = tuple(pods)
@@ -106,14 +117,10 @@ class VictimIndex:
         old = self._unit_of.pop(job, None)
         if old is None:
             return
-        units = self._units[old[3]]
-        del units[bisect.bisect_left(units, old)]
-        del self._all[bisect.bisect_left(self._all, old)]
+        self._note(("quota", old[3]), old, added=False)
+        self._note(("all", None), old, added=False)
         asks = self._asks_of.pop(job)
-        asking = self._asking[asks]
-        del asking[bisect.bisect_left(asking, old)]
-        if not asking:
-            del self._asking[asks]
+        self._note(("asks", asks), old, added=False)
         if old[4] is SCATTERED:
             if self._scattered[asks] == 1:
                 del self._scattered[asks]
@@ -128,8 +135,65 @@ class VictimIndex:
             else:
                 self._resources[resources] = (shared, count - 1)
 
+    def _list(self, key: ListKey) -> list[UnitEntry]:
+        which = key[1]
+        if isinstance(which, str):
+            return self._units[which]
+        if isinstance(which, frozenset):
+            return self._asking[which]
+        return self._all
+
+    def _forget_if_empty(self, key: ListKey, units: list[UnitEntry]) -> None:
+        """An empty list of units asking for some resources goes (see units_asking)."""
+        if not units and isinstance(key[1], frozenset):
+            del self._asking[key[1]]
+
+    def _note(self, key: ListKey, entry: UnitEntry, *, added: bool) -> None:
+        """Note ``entry`` added to (or taken out of) the sorted list ``key`` names; a list
+        with nothing pending loses an entry at once."""
+        pending = self._pending.get(key)
+        if pending is None:
+            if not added:
+                units = self._list(key)
+                del units[bisect.bisect_left(units, entry)]
+                self._forget_if_empty(key, units)
+                return
+            pending = self._pending[key] = ([], Counter())
+        if added:
+            pending[0].append(entry)
+        else:
+            pending[1][entry] += 1
+
+    def _settle(self) -> None:
+        """Apply the pending changes: a few by insertion (as a pod event would), many (the
+        informer's first list of every pod) by one sort and merge, so loading n pods costs
+        n log n, not n² (each insertion into a list of n moves half of it)."""
+        for key, (added, removed) in self._pending.items():
+            units = self._list(key)
+            if len(added) <= 32:
+                for entry in added:
+                    bisect.insort(units, entry)
+                for entry in removed.elements():
+                    del units[bisect.bisect_left(units, entry)]
+            else:
+                merged = heapq.merge(units, sorted(added))
+                if removed:
+                    kept = []
+                    for entry in merged:
+                        if removed[entry]:
+                            removed[entry] -= 1
+                        else:
+                            kept.append(entry)
+                    units[:] = kept
+                else:
+                    units[:] = merged
+            self._forget_if_empty(key, units)
+        self._pending.clear()
+
     def units(self, quota: str | None = None) -> Sequence[UnitEntry]:
         """The quota's units (every quota's with ``None``) in the victim order."""
+        if self._pending:
+            self._settle()
         if quota is None:
             return self._all
         return self._units.get(quota, ())
@@ -137,6 +201,8 @@ class VictimIndex:
     def units_asking(self) -> Mapping[frozenset[str], Sequence[UnitEntry]]:
         """Every quota's units by the resources their pods ask for a positive amount of,
         each list in the victim order."""
+        if self._pending:
+            self._settle()
         return self._asking
 
     def asks_of_scattered(self) -> Collection[frozenset[str]]:
