@@ -88,14 +88,6 @@ class MusterServer(ExtenderProcess):
         )
         self.start()
 
-    def counter(self, name: str) -> float:
-        """The value of one unlabelled sample of ``/metrics`` (0 when absent)."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        for line in text.splitlines():
-            if line.startswith(f"{name} "):
-                return float(line.split()[1])
-        return 0.0
-
     def metrics(self) -> dict[str, float]:
         """Request counts and mean latency (ms) per verb, from ``/metrics``."""
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
