@@ -88,8 +88,8 @@ class PreemptionPlan:
         # The room is held through the longest notice of its victims, and as long as
         # the reservations it takes were; their victims, still leaving, are its own now.
         notice = max((v.notice_seconds for v in self.victims), default=0.0)
-        victims = [victim.pod.key for victim in self.victims]
-        victims += (key for held in self.yielded for key in held.victims if key not in victims)
+        taken_over = (key for held in self.yielded for key in held.victims)
+        victims = dict.fromkeys([*(victim.pod.key for victim in self.victims), *taken_over])
         return Reservation(
             job=self.job,
             quota=self.quota,
@@ -121,7 +121,11 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     settled = Overlay.settled(state)
     ledger = settled.ledger
     refusal = ineligibility(state, demand, now, ledger)
-    found = NotFound(refusal) if refusal else _find(state, demand, ledger, now)
+    found: Found | NotFound = NotFound(refusal)
+    preemptor: Preemptor | None = None
+    if not refusal:
+        preemptor = _preemptor(state, demand, ledger)
+        found = _find(state, demand, preemptor, ledger, now)
     yielded: tuple[Reservation, ...] = ()
     if isinstance(found, NotFound) and not found.fits:
         # Room held for a lower-priority job of the quota, not used yet, may yield.
@@ -130,13 +134,14 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             freed = Overlay.settled(state, released)
             if ineligibility(state, demand, now, freed.ledger):
                 continue
-            retried = _find(state, demand, freed.ledger, now, released)
+            freed_preemptor = _preemptor(state, demand, freed.ledger)
+            retried = _find(state, demand, freed_preemptor, freed.ledger, now, released)
             if isinstance(retried, Found):
-                found, yielded, ledger = retried, step, freed.ledger
+                found, yielded, preemptor = retried, step, freed_preemptor
                 break
     if isinstance(found, NotFound):
         return Refusal(job, tuple(found.reasons), found.retry_at)
-    preemptor = _preemptor(state, demand, ledger)
+    assert preemptor is not None  # a plan was searched for, so the job was eligible
     spent = [pod for pod in state.leaving() if not pod.terminating]
     victims: list[Victim] = []
     budgets = BudgetUse(state.budgets.values(), spent)
@@ -168,13 +173,13 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
 def _find(
     state: ClusterState,
     demand: JobDemand,
+    preemptor: Preemptor,
     ledger: QuotaLedger,
     now: float,
     released: frozenset[str] = frozenset(),
 ) -> Found | NotFound:
     """The plan's victims, on the settled ``ledger`` (with the room of the reserved pods
     ``released`` free): in the cheapest domain for a job requiring one."""
-    preemptor = _preemptor(state, demand, ledger)
     spent = [pod for pod in state.leaving() if not pod.terminating]
     request = state.declarations.topology_request(demand.job)
     layout = JobLayout(state, demand.job, released)
@@ -202,7 +207,8 @@ def _plan(
     allowing what it spares when nothing is found without: victims that break a guarantee
     in a resource the job does not ask for, or a PodDisruptionBudget (under pdbPolicy
     BestEffort), budgets first; then again below the found plan's highest victim
-    priority while that ranks better (:func:`_lower_priority_plan`).
+    priority while that ranks better
+    (:func:`~extender.core.preemption.ranking.lower_priority_plan`).
     ``within``: the nodes of the one domain the job is planned in."""
     best_effort = state.args.pdb_policy == "BestEffort"
 
