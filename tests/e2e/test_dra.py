@@ -145,14 +145,21 @@ def muster_mapping_the_class(
         yield muster
 
 
-def test_a_dra_gang_reclaims_a_borrowing_teams_claimed_gpus_whole(
-    cluster: Cluster, muster_mapping_the_class: MusterProcess, class_name: str
-) -> None:
-    muster = muster_mapping_the_class
+def _two_nodes_two_teams(cluster: Cluster) -> tuple[list[str], Teams]:
+    """Two nodes with no GPUs of their own (their devices come from slices); team A
+    guaranteed 16 GPUs, team B none, both capped at 16."""
     nodes = [cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi"}) for i in range(2)]
     teams = Teams(
         cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
     )
+    return nodes, teams
+
+
+def test_a_dra_gang_reclaims_a_borrowing_teams_claimed_gpus_whole(
+    cluster: Cluster, muster_mapping_the_class: MusterProcess, class_name: str
+) -> None:
+    muster = muster_mapping_the_class
+    nodes, teams = _two_nodes_two_teams(cluster)
     try:
         with published_devices(cluster, nodes, 8) as device_class:
             assert device_class == class_name
@@ -256,10 +263,7 @@ def test_a_plan_never_counts_devices_a_surviving_pods_shared_claim_holds(
     # the gang waits whole (derived from the README's "a claim shared by pods of several
     # jobs ... no victim frees those" and design.md's "commits only if the whole job fits").
     muster = muster_mapping_the_class
-    nodes = [cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi"}) for i in range(2)]
-    teams = Teams(
-        cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
-    )
+    nodes, teams = _two_nodes_two_teams(cluster)
     try:
         with published_devices(cluster, nodes, 8) as device_class:
             for namespace in (teams.a, teams.b):
