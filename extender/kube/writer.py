@@ -9,6 +9,7 @@ with capped exponential backoff; anything else is raised.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -128,7 +129,11 @@ class ClusterWriter:
         (the condition's patch then fails with 404, for the caller to ignore)."""
         now = format_time(self.clock())
         cause = f"preempted by job {preemptor}" if preemptor is not None else "drained"
-        self.event(pod, "Preempted", f"Marked for eviction, {cause}: {reason}")
+        # Named by the pod and its preemptor: a Muster that completes the record after
+        # another stopped between this event and the condition cannot post it twice.
+        once = hashlib.sha256(f"{pod.uid}/{preemptor}".encode()).hexdigest()[:16]
+        name = f"{pod.name}.preempted.{once}"
+        self.event(pod, "Preempted", f"Marked for eviction, {cause}: {reason}", name=name)
         condition = {
             "type": "DisruptionTarget",
             "status": "True",
@@ -219,13 +224,24 @@ class ClusterWriter:
             )
         )
 
-    def event(self, pod: PodInfo, reason: str, message: str, kind: str = "Normal") -> None:
-        """Record an Event on a pod (best effort: a lost event is logged, not raised)."""
+    def event(
+        self,
+        pod: PodInfo,
+        reason: str,
+        message: str,
+        kind: str = "Normal",
+        *,
+        name: str | None = None,
+    ) -> None:
+        """Record an Event on a pod (best effort: a lost event is logged, not raised);
+        ``name``: the event's own name, so that it is posted at most once (an event of
+        that name already there is the same event)."""
         now = format_time(self.clock())
+        naming = {"name": name} if name is not None else {"generateName": f"{pod.name}."}
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            "metadata": {**naming, "namespace": pod.namespace},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -247,7 +263,11 @@ class ClusterWriter:
                     "POST", f"/api/v1/namespaces/{pod.namespace}/events", body
                 )
             )
-        except (ApiError, httpx.HTTPError) as error:
+        except ApiError as error:
+            if name is not None and error.status == 409:
+                return  # posted already
+            log.warning("event %s on %s lost: %s", reason, pod.key, error)
+        except httpx.HTTPError as error:
             log.warning("event %s on %s lost: %s", reason, pod.key, error)
 
 

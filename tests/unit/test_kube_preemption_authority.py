@@ -345,3 +345,38 @@ def test_a_restarted_muster_records_the_disruption_of_victims_marked_before_it_s
         ("POST", "/api/v1/namespaces/team-a/events"),
         ("PATCH", "/api/v1/namespaces/team-a/pods/low/status"),
     ]
+
+
+class EventsOnceClient(RecordingClient):
+    """An API server as far as named events go: a second event of one name is a 409."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        self.calls.append((method, path, body))
+        name = (body or {}).get("metadata", {}).get("name") if path.endswith("/events") else None
+        if name is not None:
+            if name in self.names:
+                raise ApiError(409, f'events "{name}" already exists')
+            self.names.add(name)
+        return {}
+
+
+def test_a_victim_s_preempted_event_is_posted_once_whoever_completes_the_record() -> None:
+    # A Muster stopped between a victim's Preempted event and its DisruptionTarget leaves
+    # the record for the next one to complete (PostFilterLoop.complete_in_flight): both
+    # post the event under the same name, so the API server keeps one (the kill -9 e2e
+    # test saw two). Another preemptor's event for the same pod is another event.
+    client = EventsOnceClient()
+    writer = ClusterWriter(cast(KubeClient, client), clock=lambda: NOW, record_keys=record_keys)
+    pod = parse_pod(victim("low", "n0", 1))
+    for _ in range(2):
+        writer.record_disruption(pod, preemptor="a/j", reason="r")
+    writer.record_disruption(pod, preemptor="a/k", reason="r")
+    events = [body for method, path, body in client.calls if path.endswith("/events")]
+    names = [e["metadata"]["name"] for e in events]
+    assert len(names) == 3 and names[0] == names[1] != names[2]
+    assert all(name.startswith("low.preempted.") for name in names)
+    assert client.names == {names[0], names[2]}
