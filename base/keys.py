@@ -71,6 +71,13 @@ MIN_RUNTIME_ANNOTATION = "muster.dev/min-runtime-seconds"
 #: ``maxPreemptionNoticeSeconds`` (0: no notice).
 PREEMPTION_NOTICE_ANNOTATION = "muster.dev/preemption-notice-seconds"
 MAX_PREEMPTION_NOTICE_ANNOTATION = "muster.dev/max-preemption-notice-seconds"
+#: On a quota: its weight in sharing what quotas borrow (a non-negative number, default
+#: 1; 0: it borrows only what no other quota wants).
+FAIR_SHARING_WEIGHT_ANNOTATION = "muster.dev/fair-sharing-weight"
+#: On a quota: its jobs waiting longer than this many seconds are not passed by later,
+#: smaller jobs of the same or lower priority for the room they need; the argument
+#: starvationSeconds otherwise.
+STARVATION_ANNOTATION = "muster.dev/starvation-seconds"
 #: On a pod, written by the job (its training code or operator): when it saved its work
 #: (RFC 3339).  A time at or after its soft-eviction mark answers the notice: the pod is
 #: evicted at once.

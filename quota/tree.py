@@ -15,6 +15,7 @@ annotations (docs/design.md); :class:`QuotaPolicy` holds them parsed.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -68,6 +69,11 @@ class QuotaPolicy:
     #: The longest notice its pods may declare before they are evicted; ``None``: the
     #: ``maxPreemptionNoticeSeconds`` argument decides.
     max_preemption_notice_seconds: float | None = None
+    #: Its weight in sharing borrowed capacity (0: it borrows only what nobody else wants).
+    fair_sharing_weight: float = 1.0
+    #: Its jobs waiting longer than this are not passed by later smaller jobs; ``None``:
+    #: the ``starvationSeconds`` argument decides.
+    starvation_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +185,26 @@ def parse_policy(annotations: Mapping[str, str]) -> QuotaPolicy:
         stop_policy=_enum(annotations, keys.STOP_POLICY_ANNOTATION, StopPolicy.NONE),
         min_runtime_seconds=_seconds(annotations, keys.MIN_RUNTIME_ANNOTATION),
         max_preemption_notice_seconds=_seconds(annotations, keys.MAX_PREEMPTION_NOTICE_ANNOTATION),
+        fair_sharing_weight=_weight(annotations),
+        starvation_seconds=_seconds(annotations, keys.STARVATION_ANNOTATION),
     )
+
+
+def _weight(annotations: Mapping[str, str]) -> float:
+    """The quota's fair-sharing weight: a finite non-negative number, default 1."""
+    text = annotations.get(keys.FAIR_SHARING_WEIGHT_ANNOTATION)
+    if text is None:
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ManifestError(
+            f"metadata.annotations.{keys.FAIR_SHARING_WEIGHT_ANNOTATION}",
+            f"{text!r} is not a non-negative number",
+        )
+    return value
 
 
 def _enum(annotations: Mapping[str, str], key: str, default: _Policy) -> _Policy:

@@ -78,6 +78,21 @@ class MusterArgs(BaseModel):
     #: whose quota borrows scores 0 on nodes running pods of quotas within their ``min``,
     #: and the other way round, so a reclaim frees whole nodes with few victims.
     borrowed_apart: bool = Field(True, alias="borrowedApart")
+    #: Borrowed capacity is shared by the quotas' weighted dominant shares
+    #: (``muster.dev/fair-sharing-weight``): a job is not admitted past its quota's fair
+    #: share while a quota below it has work waiting, and a borrower below its share may
+    #: take back from one above it (docs/quotas-and-preemption.md).  ``False``: borrowing
+    #: is first come, first served, as before.
+    fair_sharing: bool = Field(True, alias="fairSharing")
+    #: A waiting job holds back other quotas' borrowing for at most this long after its
+    #: last pod was created, so work that cannot be placed cannot keep room idle for ever.
+    fair_sharing_wait_seconds: float = Field(300.0, alias="fairSharingWaitSeconds", gt=0)
+    #: A job waiting longer than this (a quota's ``muster.dev/starvation-seconds`` sets its
+    #: own) is not passed by later, smaller jobs of the same or lower priority for the room
+    #: it needs (0: no protection).
+    starvation_seconds: float = Field(0.0, alias="starvationSeconds", ge=0)
+    #: The longest a starving job holds room as it frees before the room is let go again.
+    starvation_hold_seconds: float = Field(300.0, alias="starvationHoldSeconds", gt=0)
     #: Node labels of the topology levels, coarsest first: a gang preferring one level
     #: that no domain of it holds tries the next coarser (see extender/core/topology.py).
     #: Empty: the levels of Kueue's Topology object holding the level a gang asks for,
