@@ -112,7 +112,7 @@ def _from_cluster(options: argparse.Namespace, live: str) -> int:
     answer: dict[str, Any] = {
         "pod": key,
         "source": "computed from the cluster (Muster not asked: no --muster-url)",
-        "muster": explain.pod(state, DecisionLog(), key),
+        "muster": explain.pod(state, DecisionLog(), key, time.time()),
     }
     if key in document["placements"]:
         answer["now"] = f"Muster would place it on {document['placements'][key]}"

@@ -172,7 +172,7 @@ def _serve_debug(app: FastAPI, extender: Extender) -> None:
     @app.get("/debug/pods/{namespace}/{name}", summary="why is this pod pending?")
     def debug_pod(namespace: str, name: str) -> Response:
         with extender.source.exclusive() as state:
-            found = explain.pod(state, extender.log, f"{namespace}/{name}")
+            found = explain.pod(state, extender.log, f"{namespace}/{name}", extender.clock())
         if found is None:
             return JSONResponse({"error": f"pod {namespace}/{name} is not known"}, 404)
         return JSONResponse(found)

@@ -124,7 +124,7 @@ def _gang(status: GangStatus, now: float) -> dict[str, Any]:
     }
 
 
-def pod(state: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | None:
+def pod(state: ClusterState, log: DecisionLog, key: str, now: float) -> dict[str, Any] | None:
     """What Muster knows and last decided about one pod, or ``None`` if nothing."""
     info = state.pods.get(key)
     decisions = log.for_pod(key)
@@ -141,7 +141,7 @@ def pod(state: ClusterState, log: DecisionLog, key: str) -> dict[str, Any] | Non
             "priority": info.priority,
             # When the work it would lose began: its start, or its last checkpoint.
             "workStarted": format_time(info.work_started),
-            "quotaAdmission": admission_failures(state, info) or "admitted",
+            "quotaAdmission": admission_failures(state, info, now) or "admitted",
         }
         topology = _topology(state, info.job)
         if topology is not None:  # only for a job with a topology request

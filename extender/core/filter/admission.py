@@ -5,7 +5,8 @@ pods of the job the quota has not charged yet are checked together
 (:func:`~extender.core.placement.demand.job_demand`).  A pod whose job's preemption
 freed room waits until that room is free in fact (:func:`room_not_free_yet`).  An
 admitted pod's job is held against its quota until kube-scheduler binds it
-(:func:`admission_hold`), as kube-scheduler's cache assumes a pod.
+(:func:`admission_hold`), as kube-scheduler's cache assumes a pod.  A job that would
+borrow past its quota's fair share waits for other quotas' work (:mod:`.fairshare`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from extender.core.effects import HoldQuota
+from extender.core.filter.fairshare import fair_share_wait
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import job_demand, uncharged_with_min_resources
 from extender.core.state import ClusterState
@@ -20,8 +22,10 @@ from quota.admission import job_admission_failures, over_max_on_path
 from quota.tree import QuotaMembershipError
 
 
-def admission_failures(state: ClusterState, pod: PodInfo) -> list[str]:
-    """Why the job of ``pod`` is not admitted by its quota; empty when it is."""
+def admission_failures(state: ClusterState, pod: PodInfo, now: float | None = None) -> list[str]:
+    """Why the job of ``pod`` is not admitted by its quota; empty when it is.  With the
+    time ``now``, a job that would borrow past its quota's fair share while another
+    quota's work waits is not admitted either (:mod:`.fairshare`)."""
     try:
         quota = state.quota_of(pod)
     except QuotaMembershipError as error:
@@ -39,7 +43,11 @@ def admission_failures(state: ClusterState, pod: PodInfo) -> list[str]:
         return [error.reason]
     if not demand.unplaced:
         return []
-    return job_admission_failures(state.ledger, quota, demand.np_request, demand.p_request)
+    failures = job_admission_failures(state.ledger, quota, demand.np_request, demand.p_request)
+    if failures or now is None:
+        return failures
+    wait = fair_share_wait(state, demand, now)
+    return [wait] if wait is not None else []
 
 
 def room_not_free_yet(state: ClusterState, pod: PodInfo) -> str | None:

@@ -73,11 +73,17 @@ class FilterResult:
 
 
 def filter_nodes(
-    state: ClusterState, pod: PodInfo, node_names: Iterable[str], *, as_extender: bool
+    state: ClusterState,
+    pod: PodInfo,
+    node_names: Iterable[str],
+    *,
+    as_extender: bool,
+    now: float | None = None,
 ) -> FilterResult:
-    """Sort ``node_names`` into passed, failed and unresolvable for ``pod``."""
+    """Sort ``node_names`` into passed, failed and unresolvable for ``pod`` (at ``now``,
+    for fair sharing's admission check: see :func:`.admission.admission_failures`)."""
     names = list(node_names)
-    failures = admission_failures(state, pod)
+    failures = admission_failures(state, pod, now)
     if failures:
         reason = "; ".join(failures)
         if room_not_free_yet(state, pod) is not None:

@@ -66,7 +66,7 @@ def _filter_pod(
     now: float,
 ) -> FilterResult:
     """The nodes sorted for ``pod``; then, for a pod of a gang, the whole job decided."""
-    result = filter_nodes(state, pod, node_names, as_extender=as_extender)
+    result = filter_nodes(state, pod, node_names, as_extender=as_extender, now=now)
     if result.quota_failures or pod.group is None:
         return result
     gang = view_gang(state, pod)

@@ -33,9 +33,11 @@ from base.keys import COMPLETION_INDEX_ANNOTATION
 from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.preemption.policy import (
+    FAIR_SHARE_ADMISSION,
     Admission,
     Preemptor,
     Rule,
+    above_share,
     allowed,
     cohort_rule,
     within_rule,
@@ -91,6 +93,12 @@ def describe(
         )
     if group.rule is Rule.NEWER_EQUAL_PRIORITY:
         return f"equal priority ({group.priority}) but newer, in the same quota {preemptor.quota}"
+    if group.rule is Rule.FAIR_SHARE:
+        return (
+            f"quota {group.quota} borrows above its fair share: its share of borrowed "
+            f"capacity is above quota {preemptor.quota}'s, and taking {resources} back "
+            "narrows the gap (fairSharing)"
+        )
     if group.rule is Rule.RECLAIM:
         return (
             f"quota {group.quota} is borrowing beyond its min; quota {preemptor.quota} reclaims "
@@ -207,21 +215,24 @@ _Phase = tuple[
 
 
 def _phases(state: ClusterState, preemptor: Preemptor, ledger: QuotaLedger) -> list[_Phase]:
-    """The walk's phases, in order: the borrowing quotas the cohort rule lets the job take
-    from, then its own quota's lower-priority work."""
+    """The walk's phases, in order: the borrowing quotas above the job's quota's fair share
+    (fair sharing), the other borrowing quotas the cohort rule lets the job take from,
+    then its own quota's lower-priority work."""
     policy = state.tree[preemptor.quota].policy
     phases: list[_Phase] = []
+    victims = state.victims
+    borrowing = frozenset(
+        quota
+        for quota in state.tree.specs
+        if quota != preemptor.quota
+        and reclaimable(ledger, quota, preemptor.quota, preemptor.contested)
+    )
+    fair = above_share(state, preemptor, borrowing, ledger)
+    if fair:
+        phases.append((victims.units(), victims.units_asking(), fair, FAIR_SHARE_ADMISSION))
     cohort = cohort_rule(preemptor, policy)
-    if cohort is not None:
-        borrowing = frozenset(
-            quota
-            for quota in state.tree.specs
-            if quota != preemptor.quota
-            and reclaimable(ledger, quota, preemptor.quota, preemptor.contested)
-        )
-        if borrowing:
-            victims = state.victims
-            phases.append((victims.units(), victims.units_asking(), borrowing, cohort))
+    if cohort is not None and borrowing - fair:
+        phases.append((victims.units(), victims.units_asking(), borrowing - fair, cohort))
     own = within_rule(preemptor, policy)
     if own is not None:
         phases.append((state.victims.units(preemptor.quota), None, {preemptor.quota}, own))

@@ -46,6 +46,7 @@ from extender.core.preemption.candidates import describe
 from extender.core.preemption.cost import last_save
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
+from extender.core.preemption.fairness import preemptor_share
 from extender.core.preemption.policy import (
     Preemptor,
     own_evictable_requests,
@@ -328,7 +329,12 @@ def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> P
     for name, amount in own_evictable_requests(state, preemptor).items():
         request[name] = request.get(name, 0) - amount
     borrows = would_borrow(ledger, demand.quota, request, demand.asks)
-    return dataclasses.replace(preemptor, borrows=borrows, within_min_by_own_work=not borrows)
+    return dataclasses.replace(
+        preemptor,
+        borrows=borrows,
+        within_min_by_own_work=not borrows,
+        fair_share=preemptor_share(state, demand, ledger) if borrows else None,
+    )
 
 
 def _earliest(first: float | None, second: float | None) -> float | None:

@@ -5,7 +5,9 @@
 - another quota, borrowing in a resource the job asks for: when the job stays within its
   own ``min``, ``reclaimWithinCohort`` (``Any`` or ``LowerPriority``); when the job itself
   borrows, ``borrowWithinCohort`` (``LowerPriority``, at or below
-  ``maxPriorityThreshold`` if set).
+  ``maxPriorityThreshold`` if set); with ``fairSharing``, a borrowing job may also take
+  from quotas whose share of borrowed capacity is above its quota's, at any priority
+  (:func:`above_share`; the gap check is :mod:`.fairness`'s).
 
 A policy admits a victim by its priority (and, for equal priority, its creation time): an
 :data:`Admission`.  The candidate walk (:mod:`.candidates`) asks here for every group it
@@ -18,6 +20,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -26,6 +29,8 @@ from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
 from extender.core.preemption.walk import by_priority, settled_units, with_settled
 from extender.core.state import ClusterState, UnitEntry
+from quota.accounting import QuotaLedger
+from quota.fairshare import share_after
 from quota.tree import BorrowWithinCohort, QuotaPolicy, ReclaimWithinCohort, WithinQuota
 
 
@@ -36,6 +41,7 @@ class Rule(Enum):
     NEWER_EQUAL_PRIORITY = "withinQuota LowerOrNewerEqualPriority"
     RECLAIM = "reclaimWithinCohort"
     BORROW = "borrowWithinCohort"
+    FAIR_SHARE = "fairSharing"
 
 
 #: How a quota's policy admits victims: a pod is allowed with ``rule`` if its priority is at
@@ -57,6 +63,9 @@ class Preemptor:
     #: Within its min only once its own quota's evictable pods are gone: a plan must then
     #: leave the quota within its min (the job reclaims; it may not borrow).
     within_min_by_own_work: bool = False
+    #: Its quota's share of borrowed capacity before the job, when fair sharing is on
+    #: (:mod:`.fairness`); ``None`` when off.
+    fair_share: float | None = None
 
 
 def preemptor_of(
@@ -159,6 +168,24 @@ def cohort_rule(preemptor: Preemptor, policy: QuotaPolicy) -> Admission | None:
     return (ceiling, Rule.BORROW, None, 0.0)
 
 
+#: How fair sharing admits victims: any priority, from quotas above the preemptor's share.
+FAIR_SHARE_ADMISSION: Admission = (math.inf, Rule.FAIR_SHARE, None, 0.0)
+
+
+def above_share(
+    state: ClusterState, preemptor: Preemptor, borrowing: AbstractSet[str], ledger: QuotaLedger
+) -> frozenset[str]:
+    """Of the ``borrowing`` quotas, those whose share of borrowed
+    capacity is above its quota's: fair sharing may take from them when the job borrows
+    (:mod:`.fairness`)."""
+    if preemptor.fair_share is None or not preemptor.borrows:
+        return frozenset()
+    capacity = state.capacity()
+    return frozenset(
+        quota for quota in borrowing if share_after(ledger, quota, capacity) > preemptor.fair_share
+    )
+
+
 def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None:
     """Why ``victim`` may not be marked for ``job`` now, whatever record names it (``None``:
     the rules allow it).  Checked before the victims of a reservation read back are marked
@@ -189,6 +216,8 @@ def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None
         lending = cohort_rule(preemptor, policy)
         borrowing = cohort_rule(replace(preemptor, borrows=True), policy)
         admissions = [lending, borrowing]
+        if state.args.fair_sharing:  # the plan checked the shares; the record is Muster's
+            admissions.append(FAIR_SHARE_ADMISSION)
     for admission in admissions:
         if admission is not None and allowed(state, (victim,), admission, check_preemptible=True):
             return None

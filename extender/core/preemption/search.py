@@ -18,7 +18,8 @@ from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
 from extender.core.preemption.candidates import VictimGroup, find_victim_groups
-from extender.core.preemption.policy import Preemptor
+from extender.core.preemption.fairness import gap_widens
+from extender.core.preemption.policy import Preemptor, Rule
 from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
@@ -113,6 +114,7 @@ def search_victims(
     skipped_for_min: list[str] = []
     skipped_for_budgets: list[str] = []
     skipped_for_runtime: list[str] = []
+    skipped_for_fairness: list[str] = []
     runtimes = min_runtimes(state)
     protected: list[float] = []  # when each victim spared for its minimum runtime is not
     below_min: dict[str, str] = {}
@@ -140,6 +142,13 @@ def search_victims(
                     guaranteed_skipped = True
                     continue
                 below_min[group.job] = guaranteed
+        if group.rule is Rule.FAIR_SHARE:
+            widens = gap_widens(
+                state, demand, preemptor, ledger, simulation.ledger, [group], taken=False
+            )
+            if widens is not None:
+                skipped_for_fairness.append(widens)
+                continue
         if spare_budgets and state.budgets:
             broken = budgets.violations(group.pods)
             if broken:
@@ -152,6 +161,8 @@ def search_victims(
             break
     else:
         reasons = _why_no_fit(demand, simulation, skipped_for_min)
+        if skipped_for_fairness:
+            reasons.append("spared by fair sharing: " + skipped_for_fairness[0])
         if skipped_for_runtime:
             reasons.append(
                 "spared for their minimum runtime: " + "; ".join(sorted(skipped_for_runtime))
@@ -166,6 +177,12 @@ def search_victims(
         return NotFound(reasons, guaranteed_skipped, bool(skipped_for_budgets), retry_at=retry_at)
 
     kept = _minimised(simulation, removed)
+    if preemptor.fair_share is not None:
+        # The gap was checked group by group as they were taken; the plan kept (own
+        # quota's groups may have gone back) is checked whole.
+        widens = gap_widens(state, demand, preemptor, ledger, simulation.ledger, kept, taken=True)
+        if widens is not None:
+            return NotFound([f"spared by fair sharing: {widens}"])
     placements = fit.place()
     if placements is None:  # cannot happen: fits() said yes for this very state
         return NotFound(["internal: the placement that fit could not be rebuilt"])

@@ -15,6 +15,7 @@ from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
 from extender.core.placement.fit import JobFit
 from extender.core.preemption.candidates import VictimGroup
+from extender.core.preemption.policy import Rule
 from extender.core.state import ClusterState
 from extender.core.topology import SliceRequest
 from quota.admission import job_admission_failures, min_violations, would_borrow
@@ -179,7 +180,11 @@ class Simulation:
         quota = group.quota
         read = self._read.get(quota)
         if read is None:
-            read = self._read[quota] = self.counts_for_job(quota) or bool(self._guarding(quota))
+            read = self._read[quota] = (
+                self.counts_for_job(quota)
+                or bool(self._guarding(quota))
+                or group.rule is Rule.FAIR_SHARE  # its share is judged (.fairness)
+            )
         if read:
             self.fit.overlay.charge(quota, group.requests, sign)
 
@@ -191,13 +196,14 @@ class Simulation:
         before any eviction, and whose quota the job's checks do not count,
         would be spared by the minimisation whatever else is put back: this
         only saves re-checking them one by one.  (Their quotas' usage is left
-        as it is: only the ``min`` checks read it, and they are over.)
+        as it is: only the ``min`` checks read it, and they are over; the shares of
+        quotas fair sharing takes from are read again, so their groups stay.)
         """
         groups = removed[:-1]
         if len(self.fit.shapes) != 1:
             return groups
         gained = self.fit.gained_nodes()
-        counting = {
+        counting = {group.quota for group in groups if group.rule is Rule.FAIR_SHARE} | {
             quota for quota in {group.quota for group in groups} if self.counts_for_job(quota)
         }
         rest = [

@@ -2,8 +2,9 @@
 
 :class:`PodDirectory` holds the pods by key and the membership indexes decisions read
 without walking every pod: per job its pods, per job the pods whose soft-eviction mark
-names it, per node the pending pods nominated to it, the bound pods on their way out,
-when each pod-group job last grew, and the UIDs of pods recently removed.  It knows
+names it, per job its pods still pending, per node the pending pods nominated to it, the
+bound pods on their way out, when each pod-group job last grew, and the UIDs of pods
+recently removed.  It knows
 nothing of quotas or room: :class:`~extender.core.state.cluster.ClusterState` feeds it
 through its one path and keeps the other indexes beside it.
 """
@@ -27,6 +28,7 @@ class PodDirectory:
         self._by_job: dict[str, set[str]] = {}
         self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
         self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
+        self._pending: dict[str, set[str]] = {}  # job → its pods not bound, not leaving
         self.departing: set[str] = set()  # bound pods on their way out
         #: Terminating pods past their deletion deadline and margin: they count as
         #: staying, in no job's marked victims and not among the pods on their way out.
@@ -43,6 +45,8 @@ class PodDirectory:
             return  # staying: not leaving, and no longer a victim on its way out
         if pod.marked_for is not None and live:
             _member(self._marked_for, pod.marked_for, key, sign)
+        if pod.node_name is None and live and not pod.terminating:
+            _member(self._pending, pod.job, key, sign)
         if pod.nominated_node_name is not None and pod.node_name is None and live:
             _member(self._nominated, pod.nominated_node_name, key, sign)
         if pod.departing and pod.node_name is not None and live:
@@ -105,6 +109,11 @@ class PodDirectory:
     def jobs_with_marked_victims(self) -> Collection[str]:
         """The jobs some present pod's soft-eviction mark names."""
         return self._marked_for.keys()
+
+    def pending_jobs(self) -> Mapping[str, Collection[str]]:
+        """Job → keys of its pods not bound yet (neither finished nor terminating): the
+        jobs with work waiting, for fair sharing's admission check."""
+        return self._pending
 
     def nominated_to(self, node: str) -> Collection[str]:
         """Keys of the pending pods whose ``status.nominatedNodeName`` is ``node``."""

@@ -11,9 +11,9 @@ until it changes.  The planner's copies and the overlay read nodes through it.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from base.resources import Resources
+from base.resources import Resources, add_into
 from extender.core.objects import NodeInfo, PodInfo
 from extender.core.state.membership import QuotaMembership
 from extender.core.state.nodes import NodeUsage, memoise_on_node
@@ -27,8 +27,21 @@ class NodeViewMixin:
         nodes: dict[str, NodeInfo]
         node_usage: NodeUsage
         membership: QuotaMembership
+        node_memo: dict[tuple[object, ...], frozenset[Any]]
 
         def preemptible(self, pod: PodInfo) -> bool: ...
+
+    def capacity(self) -> Mapping[str, int]:
+        """The cluster's allocatable room summed over its nodes, by resource (what fair
+        sharing's shares are fractions of); memoised until a node changes."""
+        memo = self.node_memo.get(("capacity",))
+        if memo is None:
+            totals: dict[str, int] = {}
+            for node in self.nodes.values():
+                add_into(totals, node.allocatable)
+            memo = frozenset(totals.items())
+            self.node_memo[("capacity",)] = memo
+        return dict(memo)
 
     def pods_on(self, node: str) -> Iterator[PodInfo]:
         for key in self.node_usage.pods_on(node):

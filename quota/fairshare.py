@@ -1,0 +1,62 @@
+"""Fair sharing of borrowed capacity: each quota's weighted dominant share.
+
+What a quota *borrows* of a resource is what it uses beyond its ``min`` (all of it for a
+resource absent from ``min``).  Its *share* is the largest, over the resources it
+governs, of what it borrows as a fraction of the cluster's capacity of that resource
+(the dominant share, as in DRF), divided by its weight (``muster.dev/fair-sharing-weight``,
+default 1).  A weight of 0 counts as :data:`ZERO_WEIGHT`: such a quota's share is
+enormous as soon as it borrows anything, so it borrows only what no other quota wants.
+
+Two rules use the share (docs/quotas-and-preemption.md, "Fair sharing"):
+
+- admission: a job is not admitted past its quota's fair share while a quota whose
+  share would stay lower has work waiting (:func:`share_after`);
+- preemption between borrowers: a borrower may take back from a quota whose share is
+  above its own only while the gap between the two shares strictly narrows
+  (:func:`narrows_gap`); the victim's job then cannot take the room back the same way,
+  since that would widen the gap again.
+
+Pure: the ledger and the capacity are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from quota.accounting import QuotaLedger
+
+#: The weight a quota of weight 0 counts with.
+ZERO_WEIGHT = 1e-6
+
+
+def share_after(
+    ledger: QuotaLedger,
+    quota: str,
+    capacity: Mapping[str, int],
+    change: Mapping[str, int] | None = None,
+) -> float:
+    """``quota``'s weighted dominant share of borrowed capacity, with its use changed by
+    ``change`` (a job admitted: positive amounts; victims evicted: negative)."""
+    spec = ledger.tree[quota]
+    used = ledger[quota].used
+    change = change or {}
+    dominant = 0.0
+    for name in spec.governed:
+        total = capacity.get(name, 0)
+        if total <= 0:
+            continue
+        borrowed = used.get(name, 0) + change.get(name, 0) - spec.min.get(name, 0)
+        if borrowed > 0:
+            dominant = max(dominant, borrowed / total)
+    weight = spec.policy.fair_sharing_weight or ZERO_WEIGHT
+    return dominant / weight
+
+
+def narrows_gap(before: tuple[float, float], after: tuple[float, float]) -> bool:
+    """Does a preemption that takes the shares of (the preemptor's quota, the victims'
+    quota) from ``before`` to ``after`` strictly narrow the gap between them?  Only from a
+    quota whose share was above the preemptor's."""
+    preemptor_before, victim_before = before
+    preemptor_after, victim_after = after
+    gap = victim_before - preemptor_before
+    return gap > 0 and abs(victim_after - preemptor_after) < gap

@@ -1,0 +1,262 @@
+"""Fair sharing of borrowed capacity (issue 35, item 1): shares, the admission check,
+preemption between borrowers, and no loop.  Expected results are derived by hand in each
+test's comment from docs/quotas-and-preemption.md ("Fair sharing"): a quota's share is
+the largest, over the resources it governs, of what it uses beyond its ``min`` as a
+fraction of the cluster's capacity, divided by its weight.
+
+The cluster, unless a test says otherwise: four nodes of one GPU each (capacity 4 GPUs),
+team-a and team-b both ``min`` 0 and ``max`` 4 GPUs, so every GPU either uses is borrowed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.core.config import MusterArgs
+from extender.core.effects import ReleaseRoom, apply
+from extender.core.filter.verb import filter_pod
+from extender.core.objects import parse_pod
+from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
+from extender.core.state import ClusterState
+from quota.fairshare import ZERO_WEIGHT, share_after
+from tests.builders import hold_plan, node, pod, quota, snapshot
+
+GPU = "nvidia.com/gpu"
+CREATED = "2026-01-01T12:00:00Z"
+CREATED_AT = 1_767_268_800.0  # CREATED in seconds
+NOW = CREATED_AT + 10
+NODES = [node(f"n{i}", gpu=1) for i in range(1, 5)]
+
+
+def teams(weight_a: str = "1", weight_b: str = "1") -> list[dict[str, Any]]:
+    return [
+        quota(
+            "team-a",
+            min={GPU: "0"},
+            max={GPU: "4"},
+            annotations={"muster.dev/fair-sharing-weight": weight_a},
+        ),
+        quota(
+            "team-b",
+            min={GPU: "0"},
+            max={GPU: "4"},
+            annotations={"muster.dev/fair-sharing-weight": weight_b},
+        ),
+    ]
+
+
+def running_b(count: int) -> list[dict[str, Any]]:
+    """team-b's 1-GPU preemptible pods on n1, n2, ...: b-0 started first."""
+    return [
+        pod(
+            f"b-{i}",
+            "team-b",
+            gpu=1,
+            node=f"n{i + 1}",
+            preemptible=True,
+            started=f"2026-01-01T11:0{i}:00Z",
+        )
+        for i in range(count)
+    ]
+
+
+def gang(name: str, namespace: str, size: int, **extra: Any) -> list[dict[str, Any]]:
+    annotations = {"muster.dev/min-available": str(size)}
+    return [
+        pod(
+            f"{name}-{i}",
+            namespace,
+            gpu=1,
+            group=name,
+            created=CREATED,
+            preemptible=True,  # what a quota borrows is preemptible
+            annotations=annotations,
+            **extra,
+        )
+        for i in range(size)
+    ]
+
+
+def admit(state: ClusterState, key: str, now: float = NOW) -> tuple[str, ...]:
+    """The quota failures of the filter for pod ``key`` over every node."""
+    result = filter_pod(state, state.pods[key], sorted(state.nodes), as_extender=True, now=now)
+    return result.quota_failures
+
+
+def test_shares_are_weighted_dominant_fractions_of_capacity() -> None:
+    quotas = [
+        quota(
+            "team-a",
+            min={GPU: "1", "cpu": "2"},
+            max={GPU: "4", "cpu": "64"},
+            annotations={"muster.dev/fair-sharing-weight": "2"},
+        ),
+        quota(
+            "team-b",
+            min={GPU: "0"},
+            max={GPU: "4"},
+            annotations={"muster.dev/fair-sharing-weight": "0"},
+        ),
+    ]
+    pods = [
+        pod("a-0", "team-a", gpu=1, cpu="8", node="n1"),
+        pod("a-1", "team-a", gpu=1, cpu="8", node="n2"),
+    ]
+    state = snapshot(NODES, pods, quotas)
+    # Capacity: 4 GPUs, 4 x 32 = 128 cpu.  team-a uses 2 GPUs (borrows 2 - 1 = 1: 1/4) and
+    # 16 cpu (borrows 16 - 2 = 14: 14/128 = 0.109); dominant 0.25, weight 2: 0.125.
+    assert share_after(state.ledger, "team-a", state.capacity()) == 0.125
+    # One more GPU: borrows 2 of 4 = 0.5, / 2 = 0.25.
+    assert share_after(state.ledger, "team-a", state.capacity(), {GPU: 1000}) == 0.25
+    # team-b borrows nothing: 0 whatever its weight; with one GPU, 1/4 over weight 0.
+    assert share_after(state.ledger, "team-b", state.capacity()) == 0.0
+    assert share_after(state.ledger, "team-b", state.capacity(), {GPU: 1000}) == 0.25 / ZERO_WEIGHT
+
+
+def test_a_borrower_waits_while_a_quota_with_a_lower_share_has_work_waiting() -> None:
+    # team-b runs 2 GPUs (share 2/4 = 0.5); team-a's gang of 2 waits (its share once
+    # admitted: 2/4 = 0.5).  team-b's next pod would take team-b to 3/4 = 0.75 > 0.5: it
+    # waits, and the two free GPUs stay free for team-a's gang.
+    pods = [
+        *running_b(2),
+        pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True),
+        *gang("a", "team-a", 2),
+    ]
+    state = snapshot(NODES, pods, teams())
+    failures = admit(state, "team-b/b-2")
+    assert len(failures) == 1
+    assert "fair share" in failures[0] and "team-a/a" in failures[0], failures
+    # team-a's gang is admitted: its share 0.5 is not above team-b's 0.5 (nothing of
+    # team-b's waits with a lower share either).
+    assert admit(state, "team-a/a-0") == ()
+
+
+def test_equal_shares_admit_and_the_weight_decides() -> None:
+    # team-a weighs 1/4: its gang of 2 would take its share to 0.5 / 0.25 = 2.0, above the
+    # 0.75 team-b's next pod brings team-b to, so team-b's pod is admitted.
+    pods = [
+        *running_b(2),
+        pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True),
+        *gang("a", "team-a", 2),
+    ]
+    state = snapshot(NODES, pods, teams(weight_a="0.25"))
+    assert admit(state, "team-b/b-2") == ()
+    # team-b runs 1 (0.25) and team-a's gang of 2 waits (0.5); team-b's next takes it to
+    # 2/4 = 0.5: equal, admitted.
+    pods = [
+        *running_b(1),
+        pod("b-1", "team-b", gpu=1, created=CREATED, preemptible=True),
+        *gang("a", "team-a", 2),
+    ]
+    state = snapshot(NODES, pods, teams())
+    assert admit(state, "team-b/b-1") == ()
+
+
+def test_waiting_work_holds_others_back_only_for_a_while_and_only_when_on() -> None:
+    pods = [
+        *running_b(2),
+        pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True),
+        *gang("a", "team-a", 2),
+    ]
+    state = snapshot(NODES, pods, teams())
+    # fairSharingWaitSeconds (300 s) after team-a's newest pod was created, it no longer
+    # holds team-b back.
+    assert admit(state, "team-b/b-2", now=CREATED_AT + 299)
+    assert admit(state, "team-b/b-2", now=CREATED_AT + 301) == ()
+    off = snapshot(NODES, pods, teams(), MusterArgs(fairSharing=False))
+    assert admit(off, "team-b/b-2") == ()
+
+
+def test_a_borrower_below_its_share_takes_back_from_one_above_it() -> None:
+    # team-b borrows all 4 GPUs (share 1.0); team-a (share 0) asks for 2.  After: team-a
+    # 0.5, team-b 0.5: the gap goes from 1.0 to 0, so 2 of team-b's pods go, the newest
+    # first (least work lost): b-3 and b-2.
+    pods = [*running_b(4), *gang("a", "team-a", 2, can_preempt=True)]
+    state = snapshot(NODES, pods, teams())
+    plan = plan_job_preemption(state, "team-a/a", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert sorted(v.pod.key for v in plan.victims) == ["team-b/b-2", "team-b/b-3"]
+    assert all("fairSharing" in v.reason for v in plan.victims)
+    # Without fair sharing a borrower takes nothing from another (borrowWithinCohort
+    # Never, the default).
+    off = snapshot(NODES, pods, teams(), MusterArgs(fairSharing=False))
+    assert isinstance(plan_job_preemption(off, "team-a/a", NOW), Refusal)
+
+
+def test_a_preemption_that_would_not_narrow_the_gap_is_refused() -> None:
+    # team-a asks for all 4: after, team-a 1.0 and team-b 0: the gap stays 1.0, not
+    # narrower, so no plan.  3 GPUs: 0.75 against 0.25, a gap of 0.5 < 1.0: allowed.
+    pods = [*running_b(4), *gang("a", "team-a", 4, can_preempt=True)]
+    refused = plan_job_preemption(snapshot(NODES, pods, teams()), "team-a/a", NOW)
+    assert isinstance(refused, Refusal)
+    assert any("fair sharing" in reason for reason in refused.reasons), refused
+    pods = [*running_b(4), *gang("a", "team-a", 3, can_preempt=True)]
+    plan = plan_job_preemption(snapshot(NODES, pods, teams()), "team-a/a", NOW)
+    assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 3
+
+
+def test_weight_zero_borrows_only_what_nobody_else_wants() -> None:
+    # team-b weighs 0: borrowing 4 GPUs its share is 1.0 / 1e-6.  team-a's 4 would leave
+    # team-b at 0 and team-a at 1.0: a gap of 1.0, far narrower than 1e6: allowed.
+    pods = [*running_b(4), *gang("a", "team-a", 4, can_preempt=True)]
+    plan = plan_job_preemption(snapshot(NODES, pods, teams(weight_b="0")), "team-a/a", NOW)
+    assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    weights=st.tuples(*[st.sampled_from(["0", "0.5", "1", "2", "3"])] * 2),
+    running=st.integers(min_value=1, max_value=4),
+    ask=st.integers(min_value=1, max_value=4),
+)
+def test_no_admit_reclaim_readmit_loop(weights: tuple[str, str], running: int, ask: int) -> None:
+    # team-b runs `running` 1-GPU pods; team-a's gang of `ask` plans.  When fair sharing
+    # lets it evict, the plan is committed (victims gone, the gang bound where the plan
+    # put it) and the victims' job comes back at once as a pending gang that may preempt:
+    # it must not be able to take the room back from team-a (it would widen the gap it
+    # narrowed, by the rule's arithmetic: docs/quotas-and-preemption.md).
+    pods = [*running_b(running), *gang("a", "team-a", ask, can_preempt=True)]
+    state = snapshot(NODES, pods, teams(*weights))
+    plan = plan_job_preemption(state, "team-a/a", NOW)
+    if not isinstance(plan, PreemptionPlan) or not plan.victims:
+        return
+    hold_plan(state, plan, NOW)
+    back: list[dict[str, Any]] = []
+    for victim in plan.victims:
+        state.remove_pod(victim.pod.key)
+        back.append(
+            pod(
+                victim.pod.name + "-again",
+                "team-b",
+                gpu=1,
+                group="b-again",
+                can_preempt=True,
+                preemptible=True,
+                created=CREATED,
+                annotations={"muster.dev/min-available": str(len(plan.victims))},
+            )
+        )
+    for key, node_name in plan.placements.items():
+        bound = parse_pod(
+            pod(
+                key.split("/")[1],
+                "team-a",
+                gpu=1,
+                node=node_name,
+                preemptible=True,
+                group="a",
+                created=CREATED,
+                started=CREATED,
+                annotations={"muster.dev/min-available": str(ask)},
+            )
+        )
+        state.upsert_pod(bound)
+    apply(state, ReleaseRoom("team-a/a"))
+    for item in back:
+        state.upsert_pod(parse_pod(item))
+    again = plan_job_preemption(state, "team-b/b-again", NOW + 1)
+    if isinstance(again, PreemptionPlan):
+        assert not any(v.job == "team-a/a" for v in again.victims), again
