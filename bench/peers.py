@@ -206,10 +206,12 @@ class Replay:
         say: Callable[[str], None],
         min_runtime: float = 0.0,
         prioritize: str = "off",
+        fair_sharing: bool = True,
     ):
         self.trace = trace
         self.min_runtime = min_runtime
         self.prioritize = prioritize
+        self.fair_sharing = fair_sharing
         self.muster: MusterServer | None = None
         self.system = system
         self.workdir = workdir
@@ -254,10 +256,13 @@ class Replay:
             stack.callback(plane.stop)
             plane.start()
             if self.system == "muster":
-                config = None
-                if self.prioritize != "off":  # the prioritize verb on, with or without
-                    config = workdir / "muster-args.yaml"  # borrowed pods kept apart
-                    config.write_text(f"borrowedApart: {str(self.prioritize == 'apart').lower()}\n")
+                # The chart's arguments: fair sharing on unless --muster-fair-sharing off;
+                # with the prioritize verb on, borrowed pods kept apart or not.
+                config = workdir / "muster-args.yaml"
+                lines = [f"fairSharing: {str(self.fair_sharing).lower()}"]
+                if self.prioritize != "off":
+                    lines.append(f"borrowedApart: {str(self.prioritize == 'apart').lower()}")
+                config.write_text("\n".join(lines) + "\n")
                 muster = MusterServer(plane.kubeconfig, workdir / "muster.log", ROOT, config=config)
                 self.muster = muster
                 stack.callback(muster.stop)
@@ -498,12 +503,14 @@ def play(
     trace_too: bool = True,
     min_runtime: float = 0.0,
     prioritize: str = "off",
+    fair_sharing: bool = True,
 ) -> Json:
     """Every system on the trace, one after another; the figures per system."""
     results: Json = {
         "seed": trace.seed,
         "min_runtime_seconds": min_runtime,
         "muster_prioritize": prioritize,
+        "muster_fair_sharing": fair_sharing,
         "kubernetes": lc.peers.SCHEDULER_PLUGINS_KUBERNETES,
         "trace": {
             "seconds": trace.seconds,
@@ -521,7 +528,7 @@ def play(
     }
     for system in systems:
         began = time.time()
-        replay = Replay(trace, system, workdir, say, min_runtime, prioritize)
+        replay = Replay(trace, system, workdir, say, min_runtime, prioritize, fair_sharing)
         figures = replay.run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
         results["systems"][system] = figures
@@ -656,6 +663,13 @@ def main(argv: list[str] | None = None) -> int:
         "MostAllocated packs), packing (on, borrowedApart false), apart (on, borrowed pods "
         "kept apart from guaranteed ones, Muster's default)",
     )
+    parser.add_argument(
+        "--muster-fair-sharing",
+        choices=("on", "off"),
+        default="on",
+        help="Muster's fairSharing argument: on (the chart's setting, the default) or off "
+        "(first come, first served borrowing, Muster's own default)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument(
         "--add-to",
@@ -714,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         trace_too=not options.no_trace,
         min_runtime=options.min_runtime,
         prioritize=options.muster_prioritize,
+        fair_sharing=options.muster_fair_sharing == "on",
     )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())

@@ -81,9 +81,10 @@ class MusterArgs(BaseModel):
     #: Borrowed capacity is shared by the quotas' weighted dominant shares
     #: (``muster.dev/fair-sharing-weight``): a job is not admitted past its quota's fair
     #: share while a quota below it has work waiting, and a borrower below its share may
-    #: take back from one above it (docs/quotas-and-preemption.md).  ``False``: borrowing
-    #: is first come, first served, as before.
-    fair_sharing: bool = Field(True, alias="fairSharing")
+    #: take back from one above it (docs/quotas-and-preemption.md).  ``False`` (the
+    #: default, as Kueue's): borrowing is first come, first served, and a borrower takes
+    #: from another only under ``borrowWithinCohort``.  The chart turns it on.
+    fair_sharing: bool = Field(False, alias="fairSharing")
     #: A waiting job holds back other quotas' borrowing for at most this long after its
     #: last pod was created, so work that cannot be placed cannot keep room idle for ever.
     fair_sharing_wait_seconds: float = Field(300.0, alias="fairSharingWaitSeconds", gt=0)

@@ -29,6 +29,7 @@ CREATED = "2026-01-01T12:00:00Z"
 CREATED_AT = 1_767_268_800.0  # CREATED in seconds
 NOW = CREATED_AT + 10
 NODES = [node(f"n{i}", gpu=1) for i in range(1, 5)]
+ON = MusterArgs(fairSharing=True)
 
 
 def teams(weight_a: str = "1", weight_b: str = "1") -> list[dict[str, Any]]:
@@ -105,7 +106,7 @@ def test_shares_are_weighted_dominant_fractions_of_capacity() -> None:
         pod("a-0", "team-a", gpu=1, cpu="8", node="n1"),
         pod("a-1", "team-a", gpu=1, cpu="8", node="n2"),
     ]
-    state = snapshot(NODES, pods, quotas)
+    state = snapshot(NODES, pods, quotas, ON)
     # Capacity: 4 GPUs, 4 x 32 = 128 cpu.  team-a uses 2 GPUs (borrows 2 - 1 = 1: 1/4) and
     # 16 cpu (borrows 16 - 2 = 14: 14/128 = 0.109); dominant 0.25, weight 2: 0.125.
     assert share_after(state.ledger, "team-a", state.capacity()) == 0.125
@@ -125,7 +126,7 @@ def test_a_borrower_waits_while_a_quota_with_a_lower_share_has_work_waiting() ->
         pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True),
         *gang("a", "team-a", 2),
     ]
-    state = snapshot(NODES, pods, teams())
+    state = snapshot(NODES, pods, teams(), ON)
     failures = admit(state, "team-b/b-2")
     assert len(failures) == 1
     assert "fair share" in failures[0] and "team-a/a" in failures[0], failures
@@ -142,7 +143,7 @@ def test_equal_shares_admit_and_the_weight_decides() -> None:
         pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True),
         *gang("a", "team-a", 2),
     ]
-    state = snapshot(NODES, pods, teams(weight_a="0.25"))
+    state = snapshot(NODES, pods, teams(weight_a="0.25"), ON)
     assert admit(state, "team-b/b-2") == ()
     # team-b runs 1 (0.25) and team-a's gang of 2 waits (0.5); team-b's next takes it to
     # 2/4 = 0.5: equal, admitted.
@@ -151,7 +152,7 @@ def test_equal_shares_admit_and_the_weight_decides() -> None:
         pod("b-1", "team-b", gpu=1, created=CREATED, preemptible=True),
         *gang("a", "team-a", 2),
     ]
-    state = snapshot(NODES, pods, teams())
+    state = snapshot(NODES, pods, teams(), ON)
     assert admit(state, "team-b/b-1") == ()
 
 
@@ -161,7 +162,7 @@ def test_waiting_work_holds_others_back_only_for_a_while_and_only_when_on() -> N
         pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True),
         *gang("a", "team-a", 2),
     ]
-    state = snapshot(NODES, pods, teams())
+    state = snapshot(NODES, pods, teams(), ON)
     # fairSharingWaitSeconds (300 s) after team-a's newest pod was created, it no longer
     # holds team-b back.
     assert admit(state, "team-b/b-2", now=CREATED_AT + 299)
@@ -175,7 +176,7 @@ def test_a_borrower_below_its_share_takes_back_from_one_above_it() -> None:
     # 0.5, team-b 0.5: the gap goes from 1.0 to 0, so 2 of team-b's pods go, the newest
     # first (least work lost): b-3 and b-2.
     pods = [*running_b(4), *gang("a", "team-a", 2, can_preempt=True)]
-    state = snapshot(NODES, pods, teams())
+    state = snapshot(NODES, pods, teams(), ON)
     plan = plan_job_preemption(state, "team-a/a", NOW)
     assert isinstance(plan, PreemptionPlan), plan
     assert sorted(v.pod.key for v in plan.victims) == ["team-b/b-2", "team-b/b-3"]
@@ -190,11 +191,11 @@ def test_a_preemption_that_would_not_narrow_the_gap_is_refused() -> None:
     # team-a asks for all 4: after, team-a 1.0 and team-b 0: the gap stays 1.0, not
     # narrower, so no plan.  3 GPUs: 0.75 against 0.25, a gap of 0.5 < 1.0: allowed.
     pods = [*running_b(4), *gang("a", "team-a", 4, can_preempt=True)]
-    refused = plan_job_preemption(snapshot(NODES, pods, teams()), "team-a/a", NOW)
+    refused = plan_job_preemption(snapshot(NODES, pods, teams(), ON), "team-a/a", NOW)
     assert isinstance(refused, Refusal)
     assert any("fair sharing" in reason for reason in refused.reasons), refused
     pods = [*running_b(4), *gang("a", "team-a", 3, can_preempt=True)]
-    plan = plan_job_preemption(snapshot(NODES, pods, teams()), "team-a/a", NOW)
+    plan = plan_job_preemption(snapshot(NODES, pods, teams(), ON), "team-a/a", NOW)
     assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 3
 
 
@@ -202,7 +203,7 @@ def test_weight_zero_borrows_only_what_nobody_else_wants() -> None:
     # team-b weighs 0: borrowing 4 GPUs its share is 1.0 / 1e-6.  team-a's 4 would leave
     # team-b at 0 and team-a at 1.0: a gap of 1.0, far narrower than 1e6: allowed.
     pods = [*running_b(4), *gang("a", "team-a", 4, can_preempt=True)]
-    plan = plan_job_preemption(snapshot(NODES, pods, teams(weight_b="0")), "team-a/a", NOW)
+    plan = plan_job_preemption(snapshot(NODES, pods, teams(weight_b="0"), ON), "team-a/a", NOW)
     assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 4
 
 
@@ -219,7 +220,7 @@ def test_no_admit_reclaim_readmit_loop(weights: tuple[str, str], running: int, a
     # it must not be able to take the room back from team-a (it would widen the gap it
     # narrowed, by the rule's arithmetic: docs/quotas-and-preemption.md).
     pods = [*running_b(running), *gang("a", "team-a", ask, can_preempt=True)]
-    state = snapshot(NODES, pods, teams(*weights))
+    state = snapshot(NODES, pods, teams(*weights), ON)
     plan = plan_job_preemption(state, "team-a/a", NOW)
     if not isinstance(plan, PreemptionPlan) or not plan.victims:
         return

@@ -15,7 +15,13 @@ from extender.cli.main import main
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_DIRS = [ROOT / "tests" / "scenarios", ROOT.parent / "shared" / "scenarios"]
 SCENARIOS = sorted(
-    {path for folder in SCENARIO_DIRS if folder.is_dir() for path in folder.glob("*.yaml")}
+    {
+        path
+        for folder in SCENARIO_DIRS
+        if folder.is_dir()
+        for path in folder.glob("*.yaml")
+        if not path.name.endswith(".args.yaml")
+    }
 )
 
 
@@ -32,7 +38,10 @@ def test_there_are_scenarios() -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
 def test_scenario_matches_expected(scenario: Path, capsys: pytest.CaptureFixture[str]) -> None:
     expected = json.loads(scenario.with_suffix("").with_suffix(".expected.json").read_text())
-    code, out, _ = run(capsys, str(scenario), "--output", "json")
+    # A scenario's arguments, when it needs any, beside it: NAME.args.yaml (--config).
+    config = scenario.with_suffix("").with_suffix(".args.yaml")
+    options = ["--config", str(config)] if config.is_file() else []
+    code, out, _ = run(capsys, str(scenario), "--output", "json", *options)
     assert code == 0
     result = json.loads(out)
     if "evictions" in expected:
