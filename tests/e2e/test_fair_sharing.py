@@ -1,0 +1,134 @@
+"""Fair sharing, live through a stock kube-scheduler (issue 35, item 1), with
+``fairSharing: true`` (the chart's setting).
+
+Four nodes of one GPU: capacity 4 GPUs.  Team A and team B both have ``min`` 0 and ``max``
+4 GPUs, so everything either runs is borrowed; a quota's share is the GPUs it runs over
+4, divided by its weight (docs/quotas-and-preemption.md, "Fair sharing").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import Cluster
+from muster_process import MusterProcess
+from test_muster_extender import GPU, QUOTA_API
+from test_preemption_story import (  # noqa: F401 (fixtures)
+    PREEMPTIBLE,
+    Teams,
+    muster_with_arguments,
+    tokens,
+)
+
+import localcluster as lc
+
+pytestmark = pytest.mark.e2e
+
+BORROWER = {**PREEMPTIBLE, "quota.scheduling.koordinator.sh/can-preempt": "true"}
+QUOTA = {"min": {GPU: "0"}, "max": {GPU: "4"}}
+
+
+@pytest.fixture
+def muster_fair(
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
+) -> Iterator[MusterProcess]:
+    with muster_with_arguments(control_plane, tmp_path, tokens, {"fairSharing": True}) as muster:
+        yield muster
+
+
+def _teams(cluster: Cluster, weight_a: str) -> Teams:
+    for i in range(4):
+        cluster.create_node(f"n{i}", {"cpu": "8", "memory": "32Gi", GPU: 1})
+    teams = Teams(cluster, QUOTA, QUOTA)
+    cluster.rest.request(
+        "PATCH",
+        f"{QUOTA_API}/namespaces/{teams.a}/elasticquotas/{teams.a}",
+        {"metadata": {"annotations": {"muster.dev/fair-sharing-weight": weight_a}}},
+        content_type="application/merge-patch+json",
+    )
+    return teams
+
+
+def _gang(teams: Teams, name: str, size: int, labels: dict[str, str]) -> None:
+    for i in range(size):
+        teams.create(
+            teams.a,
+            f"{name}-{i}",
+            requests={"cpu": "1", GPU: 1},
+            labels={**labels, "pod-group.scheduling.sigs.k8s.io": name},
+            annotations={"muster.dev/min-available": str(size)},
+        )
+
+
+def _running(teams: Teams, namespace: str, name: str) -> bool:
+    pod: dict[str, Any] | None = teams.get(namespace, name)
+    return pod is not None and pod["status"].get("phase") == "Running"
+
+
+def test_a_borrower_below_its_share_takes_back_from_one_above_it(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # Team B runs b-0..b-3 (share 4/4 = 1.0), created one after another.  Team A's gang
+    # of 2 (share 0) borrows too, so without fair sharing it takes nothing
+    # (borrowWithinCohort Never).  With it: after the plan team A's share is 2/4 = 0.5
+    # and team B's 0.5, the gap 1.0 -> 0: exactly two of team B's pods go (which two is
+    # the least lost work's choice; they start within the second here), two keep running.
+    # A third victim would widen the gap again (A 0.5 or more, B 0.25): never more.
+    teams = _teams(cluster, "1")
+    try:
+        for i in range(4):
+            teams.create(teams.b, f"b-{i}", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, f"b-{i}", "Running")
+        _gang(teams, "a-train", 2, BORROWER)
+        for i in range(2):
+            teams.wait(teams.a, f"a-train-{i}", "Running", timeout=90)
+        names = [f"b-{i}" for i in range(4)]
+        lc.wait_until(
+            lambda: sum(teams.get(teams.b, name) is None for name in names) == 2 or None,
+            timeout=60,
+            what="two of team B's pods evicted",
+        )
+        assert sum(_running(teams, teams.b, name) for name in names) == 2
+    finally:
+        teams.cleanup()
+
+
+def test_a_borrower_waits_while_a_quota_below_its_share_has_work_waiting(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # Team A weighs 2.  Team B runs b-0 and b-1 (share 2/4 = 0.5).  Team A's gang of 3
+    # (it may not preempt) does not fit the 2 free GPUs; once admitted its share would
+    # be (3/4) / 2 = 0.375.  Team B's b-2 would take team B to 3/4 = 0.75 > 0.375: it
+    # waits, and the 2 free GPUs stay free.  When b-0 ends, 3 are free and the gang runs.
+    # (First come, first served, b-2 would take a free GPU at once, and after b-0 ended
+    # only 2 would be free: the gang would still wait.)
+    teams = _teams(cluster, "2")
+    try:
+        for i in range(2):
+            teams.create(teams.b, f"b-{i}", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, f"b-{i}", "Running")
+        _gang(teams, "a-big", 3, PREEMPTIBLE)
+        teams.create(teams.b, "b-2", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+
+        def refused_for_fair_share() -> bool | None:
+            pod = teams.get(teams.b, "b-2") or {}
+            assert not pod.get("spec", {}).get("nodeName"), "b-2 was bound"
+            conditions = pod.get("status", {}).get("conditions", [])
+            messages = [c.get("message", "") for c in conditions if c.get("type") == "PodScheduled"]
+            return any("fair share" in message for message in messages) or None
+
+        lc.wait_until(refused_for_fair_share, timeout=60, what="b-2 held back by fair sharing")
+        cluster.rest.request(
+            "DELETE", f"/api/v1/namespaces/{teams.b}/pods/b-0", query={"gracePeriodSeconds": 0}
+        )
+        for i in range(3):
+            teams.wait(teams.a, f"a-big-{i}", "Running", timeout=90)
+        # The gang fills the 3 GPUs b-1 leaves: b-2 has no room.
+        assert not (teams.get(teams.b, "b-2") or {}).get("spec", {}).get("nodeName")
+    finally:
+        teams.cleanup()
