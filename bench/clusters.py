@@ -34,8 +34,10 @@ def gpu_cluster(
     seed: int = 1,
     racks: int = 0,
     gpu_pods_per_node: int = 4,
+    args: MusterArgs | None = None,
 ) -> ClusterState:
-    """``racks``: label the nodes with that many racks of consecutive nodes (:data:`RACK`);
+    """``args``: Muster's arguments (default: its defaults); ``racks``: label the nodes with
+    that many racks of consecutive nodes (:data:`RACK`);
     ``gpu_pods_per_node``: how many of a node's pods take 2 GPUs (4: every GPU taken;
     fewer leave 2 GPUs free a pod fewer)."""
     rng = random.Random(seed)
@@ -50,7 +52,7 @@ def gpu_cluster(
         )
         for i in range(quotas)
     ]
-    snap = ClusterState(MusterArgs(), specs)
+    snap = ClusterState(args or MusterArgs(), specs)
     for n in range(nodes):
         snap.upsert_node(
             NodeInfo(

@@ -55,6 +55,7 @@ from typing import Any, cast
 from base import keys
 from bench.clusters import RACK, add_gang, gpu_cluster
 from bench.support.run_notes import log, machine_notes
+from extender.core.config import MusterArgs
 from extender.core.decisions import DecisionLog
 from extender.core.effects import ReleaseRoom, apply
 from extender.core.objects import PodInfo
@@ -254,10 +255,22 @@ def summary(decisions: Sequence[Decided]) -> dict[str, Any]:
 
 
 def measure(
-    nodes: int, depths: list[int], probes: int, teams: int, seed: int, repeat: int
+    nodes: int,
+    depths: list[int],
+    probes: int,
+    teams: int,
+    seed: int,
+    repeat: int,
+    fair_sharing: bool = False,
 ) -> dict[str, Any]:
     built = time.perf_counter()
-    state = gpu_cluster(nodes, quotas=teams, racks=max(1, nodes // RACK_NODES), gpu_pods_per_node=3)
+    state = gpu_cluster(
+        nodes,
+        quotas=teams,
+        racks=max(1, nodes // RACK_NODES),
+        gpu_pods_per_node=3,
+        args=MusterArgs(fairSharing=fair_sharing),
+    )
     queue = Queue(state)
     build_s = time.perf_counter() - built
     backlog: list[Decided] = []
@@ -314,12 +327,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--teams", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3, help="decisions per probe (median)")
+    parser.add_argument(
+        "--fair-sharing",
+        action="store_true",
+        help="Muster's fairSharing on (the chart's setting; its admission check reads the "
+        "waiting gangs)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results here")
     options = parser.parse_args(argv)
     depths = [int(d) for d in options.depths.split(",")]
     results = {"machine": machine_notes(), "options": vars(options), "runs": []}
     for nodes in (int(n) for n in options.nodes.split(",")):
-        row = measure(nodes, depths, options.probes, options.teams, options.seed, options.repeat)
+        row = measure(
+            nodes,
+            depths,
+            options.probes,
+            options.teams,
+            options.seed,
+            options.repeat,
+            options.fair_sharing,
+        )
         cast(list[Any], results["runs"]).append(row)
         print(json.dumps(row), flush=True)
     if options.json:
