@@ -261,3 +261,31 @@ def test_no_admit_reclaim_readmit_loop(weights: tuple[str, str], running: int, a
     again = plan_job_preemption(state, "team-b/b-again", NOW + 1)
     if isinstance(again, PreemptionPlan):
         assert not any(v.job == "team-a/a" for v in again.victims), again
+
+
+def test_no_plan_for_a_borrower_while_a_quota_below_its_share_waits() -> None:
+    # team-c borrows all 4 GPUs (share 1.0).  team-b's 1-GPU job b-new may preempt: its
+    # share after is 1/4 = 0.25, and evicting one of team-c's (0.75 after) narrows the gap.
+    # But team-a (weight 2) has a 1-GPU job waiting whose share after is 0.25 / 2 = 0.125
+    # < 0.25: b-new is not admitted past it, so it gets no plan either; a-wait itself
+    # gets one (0.125 against team-c's 0.75 after: the gap narrows from 1.0).
+    quotas = [
+        *teams(weight_a="2"),
+        quota("team-c", min={GPU: "0"}, max={GPU: "4"}),
+    ]
+    running_c = [
+        pod(f"c-{i}", "team-c", gpu=1, node=f"n{i + 1}", preemptible=True) for i in range(4)
+    ]
+    waiting = [
+        pod("a-wait", "team-a", gpu=1, created=CREATED, preemptible=True, can_preempt=True),
+        pod("b-new", "team-b", gpu=1, created=CREATED, preemptible=True, can_preempt=True),
+    ]
+    state = snapshot(NODES, [*running_c, *waiting], quotas, ON)
+    refused = plan_job_preemption(state, "team-b/b-new", NOW)
+    assert isinstance(refused, Refusal), refused
+    assert "team-a/a-wait" in refused.reasons[0], refused
+    plan = plan_job_preemption(state, "team-a/a-wait", NOW)
+    assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 1
+    # Without team-a's waiting job, b-new gets its plan.
+    state = snapshot(NODES, [*running_c, waiting[1]], quotas, ON)
+    assert isinstance(plan_job_preemption(state, "team-b/b-new", NOW), PreemptionPlan)

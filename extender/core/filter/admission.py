@@ -6,7 +6,8 @@ pods of the job the quota has not charged yet are checked together
 freed room waits until that room is free in fact (:func:`room_not_free_yet`).  An
 admitted pod's job is held against its quota until kube-scheduler binds it
 (:func:`admission_hold`), as kube-scheduler's cache assumes a pod.  A job that would
-borrow past its quota's fair share waits for other quotas' work (:mod:`.fairshare`).
+borrow past its quota's fair share waits for other quotas' work
+(:mod:`~extender.core.placement.fairshare`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from extender.core.effects import HoldQuota
-from extender.core.filter.fairshare import fair_share_wait
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import job_demand, uncharged_with_min_resources
+from extender.core.placement.fairshare import fair_share_wait
 from extender.core.state import ClusterState
 from quota.admission import job_admission_failures, over_max_on_path
 from quota.tree import QuotaMembershipError
@@ -25,7 +26,7 @@ from quota.tree import QuotaMembershipError
 def admission_failures(state: ClusterState, pod: PodInfo, now: float | None = None) -> list[str]:
     """Why the job of ``pod`` is not admitted by its quota; empty when it is.  With the
     time ``now``, a job that would borrow past its quota's fair share while another
-    quota's work waits is not admitted either (:mod:`.fairshare`)."""
+    quota's work waits is not admitted either (:mod:`~extender.core.placement.fairshare`)."""
     try:
         quota = state.quota_of(pod)
     except QuotaMembershipError as error:

@@ -42,6 +42,7 @@ from extender.core.notice import notice_seconds
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
+from extender.core.placement.fairshare import fair_share_wait
 from extender.core.preemption.candidates import describe
 from extender.core.preemption.cost import last_save
 from extender.core.preemption.domains import DomainBounds
@@ -122,6 +123,11 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     settled = Overlay.settled(state)
     ledger = settled.ledger
     refusal = ineligibility(state, demand, now, ledger)
+    if not refusal:
+        # Past its quota's fair share while another quota's work waits: no plan either (the
+        # room it would free is that work's to take).
+        wait = fair_share_wait(state, demand, now)
+        refusal = [wait] if wait is not None else []
     found: Found | NotFound = NotFound(refusal)
     preemptor: Preemptor | None = None
     if not refusal:

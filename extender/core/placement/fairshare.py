@@ -7,8 +7,8 @@ never gets them.  With it, a job that would borrow (``fairSharing``) is compared
 the jobs waiting in the other quotas (one cohort: the quota tree) that ask for a
 resource it borrows: if one of them, once admitted, would leave its quota's share
 (:func:`quota.fairshare.share_after`) below what this job's quota's share would be,
-this job waits, and the room it would have taken stays free for that job.  Equal shares
-admit.
+this job waits, and the room it would have taken stays free for that job; the filter
+turns it away, and the planner makes no plan for it.  Equal shares admit.
 
 A waiting job counts only while it could be admitted by its own quota and for
 ``fairSharingWaitSeconds`` after its newest pod was created: work that cannot be placed
