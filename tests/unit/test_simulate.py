@@ -41,6 +41,10 @@ def test_scenario_matches_expected(scenario: Path, capsys: pytest.CaptureFixture
     # A scenario's arguments, when it needs any, beside it: NAME.args.yaml (--config).
     config = scenario.with_suffix("").with_suffix(".args.yaml")
     options = ["--config", str(config)] if config.is_file() else []
+    # A scenario about time decides at the time beside it: NAME.now (--now), RFC 3339.
+    at = scenario.with_suffix("").with_suffix(".now")
+    if at.is_file():
+        options += ["--now", at.read_text().strip()]
     code, out, _ = run(capsys, str(scenario), "--output", "json", *options)
     assert code == 0
     result = json.loads(out)
