@@ -41,23 +41,21 @@ off held room: that room was decided for it.  Pure: the time is passed in.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from base.resources import PODS, Resources, add_into
 from base.times import format_time
 from extender.core.filter.nodes import FilterResult
 from extender.core.gangsize import gang_size
-from extender.core.objects import NodeInfo, PodInfo
+from extender.core.objects import PodInfo
 from extender.core.placement.demand import job_demand
 from extender.core.placement.nodefit import static_misfit
 from extender.core.state import ClusterState
 from quota.admission import job_admission_failures
 from quota.tree import QuotaMembershipError
-
-#: Whether a pod may ever run on a node (node name, node).
-_NodeCheck = Callable[[str, NodeInfo], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,24 +124,25 @@ def starving_holds(state: ClusterState, now: float) -> tuple[Hold, ...]:
 
 
 def _starving(state: ClusterState, job: str, now: float) -> tuple[Hold, list[PodInfo]] | None:
-    """``job``'s hold (its claims still empty) and its pods to place, if it starves."""
+    """``job``'s hold (its claims still empty) and its pods to place, if it starves.  The
+    cheap tests first: most pending jobs have not waited long enough."""
     if job in state.reservations:
         return None  # room decided for it already
-    pods = [pod for pod in state.members.job_pods(job) if not pod.finished and not pod.terminating]
-    pending = [pod for pod in pods if pod.node_name is None]
-    if not pending or len(pending) < len(pods):
-        return None  # something of it runs: it is not waiting whole
-    if any(state.quota_held(pod.key) or state.reserved_node(pod.key) for pod in pending):
-        return None  # admitted: binding
+    pending = [state.pods[key] for key in state.members.pending_jobs()[job]]
     quota = state.quota_name(pending[0])
     if quota is None or quota in state.tree.parents:
         return None
-    since = max(pod.created for pod in pods)
+    since = max(pod.created for pod in pending)
     window = hold_window(
         since, starvation_seconds(state, quota), state.args.starvation_hold_seconds, now
     )
     if window is None:
         return None
+    pods = [pod for pod in state.members.job_pods(job) if not pod.finished and not pod.terminating]
+    if len(pending) < len(pods):
+        return None  # something of it is bound: it is not waiting whole
+    if any(state.quota_held(pod.key) or state.reserved_node(pod.key) for pod in pending):
+        return None  # admitted: binding
     first = min(pending, key=lambda pod: pod.key)
     if first.group is not None and len(pods) < gang_size(state, first):
         return None  # its pods do not all exist yet
@@ -173,63 +172,89 @@ def _pick_nodes(
     the room ``taken`` leaves, then the node whose newest pod started first (with pods
     running alike it empties first; and a node held gets no new pods, so a node the
     stream refills never displaces it), then by name; ``None`` when a pod fits no node
-    even empty."""
-    names = sorted(state.nodes)
-    free: dict[str, Resources] = {}
-    room: dict[str, Resources] = {}
-    newest: dict[str, float] = {}  # node → when its newest pod started
-    for name in names:
-        newest[name] = max((p.start_or_created for p in state.pods_on(name)), default=-math.inf)
-        free[name] = dict(state.free_on(name))
-        room[name] = dict(state.nodes[name].allocatable)
-        if name in taken:
-            add_into(free[name], taken[name], -1)
-            add_into(room[name], taken[name], -1)
-    resources = sorted({name for pod in pods for name in pod.requests if name != PODS})
-    order = sorted(pods, key=lambda p: (tuple(-p.requests.get(r, 0) for r in resources), p.key))
-    misfits: dict[tuple[object, ...], dict[str, bool]] = {}
+    even empty.  One heap of the nodes per pod shape and node constraints, each node's
+    place in it worked out again only once a pod was picked for it."""
+    picker = _Picker(state, taken, sorted({r for pod in pods for r in pod.requests if r != PODS}))
+    order = sorted(
+        pods, key=lambda p: (tuple(-p.requests.get(r, 0) for r in picker.resources), p.key)
+    )
     claims: dict[str, Resources] = {}
     for pod in order:
-        asks = {name: amount for name, amount in pod.requests.items() if amount > 0}
-        fits_node = _misfit_memo(misfits, pod)
-        best: tuple[float, float, str] | None = None
-        for name in names:
-            if any(room[name].get(r, 0) < amount for r, amount in asks.items()):
-                continue
-            if not fits_node(name, state.nodes[name]):
-                continue
-            lack = sum(
-                max(0, amount - free[name].get(r, 0)) / amount
-                for r, amount in asks.items()
-                if r != PODS
-            )
-            if best is None or (lack, newest[name], name) < best:
-                best = (lack, newest[name], name)
-        if best is None:
+        chosen = picker.pick(pod)
+        if chosen is None:
             return None
-        chosen = best[2]
-        add_into(free[chosen], asks, -1)
-        add_into(room[chosen], asks, -1)
-        add_into(claims.setdefault(chosen, {}), {r: a for r, a in asks.items() if r != PODS})
+        add_into(claims.setdefault(chosen, {}), {r: pod.requests[r] for r in picker.resources})
     return claims
 
 
-def _misfit_memo(memo: dict[tuple[object, ...], dict[str, bool]], pod: PodInfo) -> _NodeCheck:
-    """Whether ``pod`` may ever run on a node, memoised per node over pods of the same
-    node constraints (a gang's pods share them)."""
-    key = (
-        tuple(sorted(pod.node_selector.items())),
-        repr(pod.required_affinity),
-        repr(pod.tolerations),
-    )
-    seen = memo.setdefault(key, {})
+class _Picker:
+    """The nodes' room as pods are picked for them (:func:`_pick_nodes`)."""
 
-    def check(name: str, node: NodeInfo) -> bool:
-        if name not in seen:
-            seen[name] = static_misfit(pod, node) is None
-        return seen[name]
+    def __init__(
+        self, state: ClusterState, taken: Mapping[str, Mapping[str, int]], resources: list[str]
+    ) -> None:
+        self.state, self.taken, self.resources = state, taken, resources
+        self.free: dict[str, list[int]] = {}  # node → free of each resource, less picked
+        self.room: dict[str, list[int]] = {}  # node → allocatable, less picked
+        self.newest: dict[str, float] = {}  # node → when its newest pod started
+        self.picked: dict[str, int] = {}  # node → pods picked for it (an entry's version)
+        self.heaps: dict[tuple[object, ...], list[tuple[float, float, str, int]]] = {}
 
-    return check
+    def _node(self, name: str) -> None:
+        state, taken = self.state, self.taken.get(name, {})
+        self.free[name] = [state.free_amount(name, r) - taken.get(r, 0) for r in self.resources]
+        allocatable = state.nodes[name].allocatable
+        self.room[name] = [allocatable.get(r, 0) - taken.get(r, 0) for r in self.resources]
+        self.newest[name] = state.newest_start(name)
+        self.picked[name] = 0
+
+    def _entry(self, name: str, asks: list[int]) -> tuple[float, float, str, int] | None:
+        """The node's place for a pod asking ``asks``; ``None``: it can never hold one."""
+        if any(room < amount for room, amount in zip(self.room[name], asks, strict=True)):
+            return None
+        lack = sum(
+            max(0, amount - free) / amount
+            for free, amount in zip(self.free[name], asks, strict=True)
+            if amount > 0
+        )
+        return (lack, self.newest[name], name, self.picked[name])
+
+    def pick(self, pod: PodInfo) -> str | None:
+        """The node for ``pod``, its room taken; ``None`` when none could ever hold it."""
+        asks = [pod.requests.get(r, 0) for r in self.resources]
+        key = (
+            tuple(asks),
+            tuple(sorted(pod.node_selector.items())),
+            repr(pod.required_affinity),
+            repr(pod.tolerations),
+        )
+        heap = self.heaps.get(key)
+        if heap is None:
+            heap = []
+            for name, node in self.state.nodes.items():
+                if name not in self.picked:
+                    self._node(name)
+                entry = self._entry(name, asks)
+                if entry is not None and static_misfit(pod, node) is None:
+                    heap.append(entry)
+            heapq.heapify(heap)
+            self.heaps[key] = heap
+        while heap:
+            name, version = heap[0][2], heap[0][3]
+            if version == self.picked[name]:
+                break
+            heapq.heappop(heap)  # the node's room changed since: its place again
+            entry = self._entry(name, asks)
+            if entry is not None:
+                heapq.heappush(heap, entry)
+        else:
+            return None
+        name = heap[0][2]
+        for i, amount in enumerate(asks):
+            self.free[name][i] -= amount
+            self.room[name][i] -= amount
+        self.picked[name] += 1
+        return name
 
 
 def kept_off(
