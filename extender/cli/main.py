@@ -48,6 +48,12 @@ def _add_simulate(commands: _SubParsers) -> None:
         choices=("json", "table"),
         help="json (default when stdout is not a terminal) or table",
     )
+    what_if.add_argument(
+        "--now",
+        metavar="TIME",
+        help="decide as at this RFC 3339 time (default: the clock's); rules that wait "
+        "(starvation, minimum runtime, timeouts) read it",
+    )
 
 
 def _add_serve(commands: _SubParsers) -> None:
@@ -188,7 +194,9 @@ def _add_evictor(commands: _SubParsers) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     options = build_parser().parse_args(argv)
     if options.command == "simulate":
-        return simulate.run(options.files, options.config, options.output, options.records_key_dir)
+        return simulate.run(
+            options.files, options.config, options.output, options.records_key_dir, options.now
+        )
     if options.command == "serve":
         return serve.run(
             config=options.config,

@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from base.errors import ManifestError
+from base.times import parse_time
 from extender.cli.errors import InputError
 from extender.cli.manifests import load_manifests
 from extender.core.config import ArgsError, MusterArgs, parse_args
@@ -42,6 +44,16 @@ def load_args_file(path: str | None) -> MusterArgs:
         return parse_args(document)
     except ArgsError as error:
         raise InputError(f"{path}: {error}") from None
+
+
+def _parse_now(text: str | None) -> float | None:
+    """``--now`` in epoch seconds; raises :class:`InputError`."""
+    if text is None:
+        return None
+    try:
+        return parse_time(text, "--now")
+    except ManifestError as error:
+        raise InputError(str(error)) from None
 
 
 def simulate_files(
@@ -118,15 +130,20 @@ def render_table(document: dict[str, Any], out: TextIO) -> None:
 
 
 def run(
-    paths: Sequence[str], config: str | None, output: str | None, records_key_dir: str | None = None
+    paths: Sequence[str],
+    config: str | None,
+    output: str | None,
+    records_key_dir: str | None = None,
+    at: str | None = None,
 ) -> int:
-    """The ``simulate`` command; returns the exit status."""
+    """The ``simulate`` command; returns the exit status (``at``: ``--now``)."""
     try:
+        now = _parse_now(at)
         args = load_args_file(config)
         record_keys = None
         if records_key_dir is not None:
             record_keys = read_key_directory(Path(records_key_dir))
-        document, notes = simulate_files(paths, args, record_keys=record_keys)
+        document, notes = simulate_files(paths, args, now, record_keys=record_keys)
     except RecordKeyError as error:
         print(f"muster simulate: --records-key-dir: {error}", file=sys.stderr)
         return 2

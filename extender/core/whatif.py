@@ -7,7 +7,8 @@ constraints on (there is no kube-scheduler to apply them).  A pod that
 cannot be placed sends its job to the preemption planner; a committed plan's
 victims are removed at once, as if the eviction operator had deleted them,
 and its reservation steers the job's pods.  Rounds repeat until nothing
-changes.  Quotas with ``stop-policy: HoldAndDrain`` are drained first.
+changes.  Quotas with ``stop-policy: HoldAndDrain`` are drained first.  Room held
+for starving jobs at the given time (:mod:`extender.core.filter.starvation`) is a note.
 
 Pure: the caller hands in the state (which this mutates) and the time.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 from extender.core.effects import AssumeBound, HoldRoom, ReleaseRoom, apply
 from extender.core.filter.nodes import FilterResult
+from extender.core.filter.starvation import describe_hold, starving_holds
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import PodInfo
 from extender.core.placement.score import best_node, score_nodes
@@ -53,6 +55,7 @@ def run_simulation(state: ClusterState, now: float) -> SimulationResult:
             f"({state.args.stuck_terminating_seconds:g}s) past its deletion deadline: its room "
             "counts as taken"
         )
+    result.notes.extend(describe_hold(hold) for hold in starving_holds(state, now))
     pending = _pending_in_order(state, result)
     play = _Play(state, now, result)
     max_rounds = 2 * len(pending) + 2

@@ -41,6 +41,10 @@ def test_scenario_matches_expected(scenario: Path, capsys: pytest.CaptureFixture
     # A scenario's arguments, when it needs any, beside it: NAME.args.yaml (--config).
     config = scenario.with_suffix("").with_suffix(".args.yaml")
     options = ["--config", str(config)] if config.is_file() else []
+    # A scenario about time decides at the time beside it: NAME.now (--now), RFC 3339.
+    at = scenario.with_suffix("").with_suffix(".now")
+    if at.is_file():
+        options += ["--now", at.read_text().strip()]
     code, out, _ = run(capsys, str(scenario), "--output", "json", *options)
     assert code == 0
     result = json.loads(out)
@@ -194,6 +198,24 @@ def test_invalid_input_exits_2_with_one_line(
     assert err.count("\n") == 1, err
     assert err.startswith(f"muster simulate: {path}")
     assert message in err
+
+
+def test_now_decides_the_time(capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = ROOT / "tests" / "scenarios" / "starving-gang-holds-room.yaml"
+    config = str(scenario.with_suffix("").with_suffix(".args.yaml"))
+    # By hand (the scenario's header): at 12:09:59 the gang has waited 599 s < 600, so
+    # nothing is held and all five 1-GPU jobs find a GPU (12 are free); at 12:11:40 it
+    # starves (the note) and only s-1 is placed.
+    code, out, err = run(capsys, str(scenario), "--config", config, "--now", "2026-01-01T12:09:59Z")
+    assert code == 0 and "starving" not in err
+    assert len(json.loads(out)["placements"]) == 5
+    code, out, err = run(capsys, str(scenario), "--config", config, "--now", "2026-01-01T12:11:40Z")
+    assert code == 0
+    assert "job team-a/train is starving" in err and "n1, n2, n3, n4" in err
+    assert json.loads(out)["placements"] == {"team-b/s-1": "n6"}
+    code, out, err = run(capsys, str(scenario), "--now", "yesterday")
+    assert code == 2 and out == ""
+    assert err == "muster simulate: --now: 'yesterday' is not an RFC 3339 timestamp\n"
 
 
 def test_bad_config_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,8 @@
 """The filter verb for one pod: quota admission, node sorting, and a gang placed whole.
 
 :func:`filter_pod` is what kube-scheduler's ``filter`` call and ``simulate`` run.  It
-sorts the nodes (:mod:`.nodes`, with job-level admission from :mod:`.admission`); for a
+sorts the nodes (:mod:`.nodes`, with job-level admission from :mod:`.admission`, and
+room held for starving jobs kept from later ones: :mod:`.starvation`); for a
 pod of a gang it then reads the gang once (:class:`~extender.core.gangsize.GangView`) and
 either turns the whole job away (its pods still arriving, in backoff, too few created),
 holds the pod to room already placed, or places the job whole (:mod:`.gang`), repairing a
@@ -18,6 +19,7 @@ from extender.core.filter.admission import added_pods_admission_failures, admiss
 from extender.core.filter.gang import GangPlacement, GangWait, plan_gang_placement
 from extender.core.filter.gangstatus import backoff_reason
 from extender.core.filter.nodes import FilterResult, filter_nodes
+from extender.core.filter.starvation import keep_off_held_room
 from extender.core.gangsize import (
     GangView,
     arriving_reason,
@@ -67,6 +69,7 @@ def _filter_pod(
 ) -> FilterResult:
     """The nodes sorted for ``pod``; then, for a pod of a gang, the whole job decided."""
     result = filter_nodes(state, pod, node_names, as_extender=as_extender, now=now)
+    result, held = keep_off_held_room(state, pod, result, now)  # room of starving jobs
     if result.quota_failures or pod.group is None:
         return result
     gang = view_gang(state, pod)
@@ -101,7 +104,7 @@ def _filter_pod(
         return result  # the gang's min-available is placed: this pod is one more
     else:
         refused = reservation.refused if reservation is not None else frozenset()
-    decision = plan_gang_placement(state, pod, allowed=allowed, refused=refused, gang=gang)
+    decision = plan_gang_placement(state, pod, allowed=allowed, refused=refused | held, gang=gang)
     return _decided(state, pod, gang, node_names, decision, reserved_node, now)
 
 

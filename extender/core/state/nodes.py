@@ -74,6 +74,9 @@ class NodeUsage:
         #: asks for some, sorted (see ``ClusterState.preemptible_amounts``); dropped when
         #: the node changes.
         self.victim_amounts: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {}
+        #: node → when its newest bound pod started (see ``ClusterState.newest_start``);
+        #: dropped when the node changes.
+        self.newest_starts: dict[str, float] = {}
 
     def changed(self, node: str) -> None:
         """Drop what the memos hold for ``node``: it, or its totals, changed."""
@@ -81,6 +84,7 @@ class NodeUsage:
         self.copies.pop(node, None)
         self.free_rooms.pop(node, None)
         self.victim_amounts.pop(node, None)
+        self.newest_starts.pop(node, None)
 
     def add_node(self, node: str) -> None:
         """A node added or changed (its allocatable may differ)."""

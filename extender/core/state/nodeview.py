@@ -10,6 +10,7 @@ until it changes.  The planner's copies and the overlay read nodes through it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,16 @@ class NodeViewMixin:
     def pods_on(self, node: str) -> Iterator[PodInfo]:
         for key in self.node_usage.pods_on(node):
             yield self.pods[key]
+
+    def newest_start(self, node: str) -> float:
+        """When the newest pod bound to ``node`` started (else was created); ``-inf`` for
+        a node running none.  Memoised until the node changes."""
+        usage = self.node_usage
+        newest = usage.newest_starts.get(node)
+        if newest is None:
+            newest = max((pod.start_or_created for pod in self.pods_on(node)), default=-math.inf)
+            usage.newest_starts[node] = newest
+        return newest
 
     def requested_on(self, node: str) -> Mapping[str, int]:
         return self.node_usage.requested.get(node, {})
