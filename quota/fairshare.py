@@ -1,8 +1,9 @@
 """Fair sharing of borrowed capacity: each quota's weighted dominant share.
 
 What a quota *borrows* of a resource is what it uses beyond its ``min`` (all of it for a
-resource absent from ``min``).  Its *share* is the largest, over the resources it
-governs, of what it borrows as a fraction of the cluster's capacity of that resource
+resource absent from ``min``: a quota that does not name a resource some quota names is
+guaranteed none of it).  Its *share* is the largest, over the resources quotas name (not
+the pod count), of what it borrows as a fraction of the cluster's capacity of that resource
 (the dominant share, as in DRF), divided by its weight (``muster.dev/fair-sharing-weight``,
 default 1).  A weight of 0 counts as :data:`ZERO_WEIGHT`: such a quota's share is
 enormous as soon as it borrows anything, so it borrows only what no other quota wants.
@@ -23,10 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from base.resources import PODS
 from quota.accounting import QuotaLedger
 
-#: The weight a quota of weight 0 counts with.
+#: The weight a quota of weight 0 (or less than this) counts with.
 ZERO_WEIGHT = 1e-6
+#: Shares are rounded to this many decimal places.
+SHARE_DIGITS = 9
 
 
 def share_after(
@@ -41,15 +45,18 @@ def share_after(
     used = ledger[quota].used
     change = change or {}
     dominant = 0.0
-    for name in spec.governed:
+    for name in ledger.tree.governed:
+        if name == PODS:
+            continue
         total = capacity.get(name, 0)
         if total <= 0:
             continue
         borrowed = used.get(name, 0) + change.get(name, 0) - spec.min.get(name, 0)
         if borrowed > 0:
             dominant = max(dominant, borrowed / total)
-    weight = spec.policy.fair_sharing_weight or ZERO_WEIGHT
-    return dominant / weight
+    weight = max(spec.policy.fair_sharing_weight, ZERO_WEIGHT)
+    # Rounded, so that shares equal in exact arithmetic compare equal (0.3 / 3 and 0.1).
+    return round(dominant / weight, SHARE_DIGITS)
 
 
 def narrows_gap(before: tuple[float, float], after: tuple[float, float]) -> bool:

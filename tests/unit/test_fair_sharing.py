@@ -259,8 +259,9 @@ def test_no_admit_reclaim_readmit_loop(weights: tuple[str, str], running: int, a
     for item in back:
         state.upsert_pod(parse_pod(item))
     again = plan_job_preemption(state, "team-b/b-again", NOW + 1)
-    if isinstance(again, PreemptionPlan):
-        assert not any(v.job == "team-a/a" for v in again.victims), again
+    # team-a and team-b are the only quotas, and every GPU is in use: the returning job
+    # could run only by evicting team-a's gang, which the gap rule refuses.
+    assert isinstance(again, Refusal), again
 
 
 def test_no_plan_for_a_borrower_while_a_quota_below_its_share_waits() -> None:
@@ -289,3 +290,74 @@ def test_no_plan_for_a_borrower_while_a_quota_below_its_share_waits() -> None:
     # Without team-a's waiting job, b-new gets its plan.
     state = snapshot(NODES, [*running_c, waiting[1]], quotas, ON)
     assert isinstance(plan_job_preemption(state, "team-b/b-new", NOW), PreemptionPlan)
+
+
+def test_a_quota_naming_no_gpus_borrows_every_gpu_it_uses() -> None:
+    # team-x names only cpu: every GPU it uses is borrowed (guaranteed none), as for a
+    # quota with GPU min 0.  Its gang of 4 GPUs against team-b's 4: after, team-x 4/4 = 1.0
+    # and team-b 0: the gap stays 1.0, so no plan; its gang of 2: 0.5 and 0.5, a plan.
+    quotas = [*teams(), quota("team-x", min={"cpu": "8"}, max={"cpu": "64"})]
+    for size, planned in ((4, False), (2, True)):
+        pods = [*running_b(4), *gang("x", "team-x", size, can_preempt=True)]
+        plan = plan_job_preemption(snapshot(NODES, pods, quotas, ON), "team-x/x", NOW)
+        assert isinstance(plan, PreemptionPlan) is planned, (size, plan)
+
+
+def test_a_job_within_min_once_its_own_work_goes_is_not_held_back() -> None:
+    # team-a (min 2) runs two priority-1 pods on n1, n2; team-c (min = max 2) runs two
+    # non-preemptible pods on n3, n4.  team-a's priority-100 gang of 2 would take team-a to
+    # 4 > min 2, but once its own two are evicted (withinQuota LowerPriority) it is within
+    # its min: it does not borrow, so team-b's waiting 1-GPU job (share 0.25 once admitted,
+    # below the 0.5 team-a's gang would borrow to) does not hold it back.  Its plan evicts
+    # its own two.
+    quotas = [
+        quota("team-a", min={GPU: "2"}, max={GPU: "4"}),
+        quota("team-b", min={GPU: "0"}, max={GPU: "4"}),
+        quota("team-c", min={GPU: "2"}, max={GPU: "2"}),
+    ]
+    pods = [
+        *[
+            pod(f"a-low-{i}", "team-a", gpu=1, node=f"n{i + 1}", preemptible=True, priority=1)
+            for i in range(2)
+        ],
+        *[pod(f"c-{i}", "team-c", gpu=1, node=f"n{i + 3}") for i in range(2)],
+        pod("b-wait", "team-b", gpu=1, created=CREATED, preemptible=True),
+        *gang("a", "team-a", 2, can_preempt=True, priority=100),
+    ]
+    plan = plan_job_preemption(snapshot(NODES, pods, quotas, ON), "team-a/a", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert sorted(v.pod.key for v in plan.victims) == ["team-a/a-low-0", "team-a/a-low-1"]
+
+
+def test_fair_sharing_adds_to_borrow_within_cohort() -> None:
+    # team-a may borrow from lower priority (borrow-within-cohort LowerPriority): its
+    # priority-100 gang of 4 takes team-b's four priority-0 pods with fair sharing off; on,
+    # the gap rule alone would refuse it (1.0 -> 1.0), but fair sharing takes nothing away.
+    quotas = [
+        quota(
+            "team-a",
+            min={GPU: "0"},
+            max={GPU: "4"},
+            annotations={"muster.dev/borrow-within-cohort": "LowerPriority"},
+        ),
+        quota("team-b", min={GPU: "0"}, max={GPU: "4"}),
+    ]
+    pods = [*running_b(4), *gang("a", "team-a", 4, can_preempt=True, priority=100)]
+    for args in (ON, MusterArgs(fairSharing=False)):
+        plan = plan_job_preemption(snapshot(NODES, pods, quotas, args), "team-a/a", NOW)
+        assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 4, plan
+
+
+def test_equal_shares_compare_equal() -> None:
+    # 10 GPUs.  team-a (weight 3) borrows 3: (3/10)/3 = 0.1 exactly; team-b (weight 1)
+    # borrows 1: 0.1.  In floating point 0.3/3 is 0.0999..., below 0.1: shares are rounded.
+    nodes = [node(f"n{i}", gpu=1) for i in range(10)]
+    pods = [
+        *[pod(f"a-{i}", "team-a", gpu=1, node=f"n{i}", preemptible=True) for i in range(3)],
+        pod("b-0", "team-b", gpu=1, node="n3", preemptible=True),
+    ]
+    state = snapshot(nodes, pods, teams(weight_a="3"), ON)
+    capacity = state.capacity()
+    assert share_after(state.ledger, "team-a", capacity) == share_after(
+        state.ledger, "team-b", capacity
+    )

@@ -48,7 +48,7 @@ def admission_failures(state: ClusterState, pod: PodInfo, now: float | None = No
     if failures or now is None:
         return failures
     wait = fair_share_wait(state, demand, now)
-    return [wait] if wait is not None else []
+    return [wait.reason] if wait is not None else []
 
 
 def room_not_free_yet(state: ClusterState, pod: PodInfo) -> str | None:

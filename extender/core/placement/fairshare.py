@@ -17,78 +17,104 @@ A waiting job counts only while it could be admitted by its own quota and for
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from base.resources import PODS
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.state import ClusterState
+from quota.accounting import QuotaLedger
 from quota.admission import job_admission_failures
 from quota.fairshare import share_after
 from quota.tree import QuotaMembershipError
 
 
-def fair_share_wait(state: ClusterState, demand: JobDemand, now: float) -> str | None:
-    """Why ``demand``'s job waits for a quota below its fair share, or ``None``."""
+@dataclass(frozen=True, slots=True)
+class FairShareWait:
+    """Why a job waits for another quota's job, and until when at the latest (when that
+    job stops holding others back)."""
+
+    reason: str
+    until: float
+
+
+def fair_share_wait(
+    state: ClusterState, demand: JobDemand, now: float, ledger: QuotaLedger | None = None
+) -> FairShareWait | None:
+    """Why ``demand``'s job waits for a quota below its fair share, or ``None``; judged on
+    ``ledger`` (the live one by default; the planner gives its settled view)."""
     if not state.args.fair_sharing:
         return None
+    ledger = ledger or state.ledger
     quota = demand.quota
-    ledger = state.ledger
-    borrowed = borrowed_resources(state, demand)
+    borrowed = borrowed_resources(ledger, demand)
     if not borrowed:
         return None
     capacity = state.capacity()
     mine = share_after(ledger, quota, capacity, demand.request)
-    waiting = _waiting_quotas(state, quota, borrowed, mine, now)
+    waiting = _waiting_job(state, ledger, quota, borrowed, mine, now)
     if waiting is None:
         return None
-    other, job, theirs = waiting
+    other, job, theirs, until = waiting
     # Rounded: the same message from attempt to attempt while nothing changes.
-    return (
+    reason = (
         f"quota {quota} would borrow past its fair share (its share of borrowed capacity "
         f"{mine:.3f} once this job is admitted), while quota {other}'s job {job} waits "
         f"with a lower share ({theirs:.3f}); the room is left for it (fairSharing)"
     )
+    return FairShareWait(reason, until)
 
 
-def borrowed_resources(state: ClusterState, demand: JobDemand) -> frozenset[str]:
+def borrowed_resources(ledger: QuotaLedger, demand: JobDemand) -> frozenset[str]:
     """The resources the job asks for in which admitting it takes its quota beyond its
-    ``min``."""
-    spec = state.tree[demand.quota]
-    used = state.ledger[demand.quota].used
+    ``min``: any resource some quota names (one its own quota does not name is
+    guaranteed it nothing, as :func:`quota.admission.would_borrow` says)."""
+    spec = ledger.tree[demand.quota]
+    used = ledger[demand.quota].used
     return frozenset(
         name
         for name, amount in demand.request.items()
         if amount > 0
-        and name in spec.governed
+        and name != PODS
+        and name in ledger.tree.governed
         and used.get(name, 0) + amount > spec.min.get(name, 0)
     )
 
 
-def _waiting_quotas(
+def _waiting_job(
     state: ClusterState,
+    ledger: QuotaLedger,
     quota: str,
     borrowed: frozenset[str],
     mine: float,
     now: float,
-) -> tuple[str, str, float] | None:
-    """The first waiting job, by name, of another quota that asks for one
-    of ``borrowed``, its quota admits, and whose admission leaves its quota's share below
-    ``mine``: ``(its quota, the job, that share)``; ``None`` if there is none."""
-    tree, ledger = state.tree, state.ledger
+) -> tuple[str, str, float, float] | None:
+    """The first waiting job, by name, of another quota that asks for one of
+    ``borrowed``, its quota admits, and whose admission leaves its quota's share below
+    ``mine``: ``(its quota, the job, that share, until when it holds others back)``;
+    ``None`` if there is none.  Only quotas whose share is below ``mine`` now can have
+    one (admitting more only raises a share): with none, no waiting job is read."""
     capacity = state.capacity()
-    horizon = now - state.args.fair_sharing_wait_seconds
-    lower: dict[str, bool] = {}  # quota → is its share now below mine (else it cannot be)
-    for job in sorted(state.members.pending_jobs()):
-        pods = [state.pods[key] for key in state.members.pending_jobs()[job]]
-        if max(pod.created for pod in pods) < horizon:
+    lower = {
+        other
+        for other in ledger.tree.specs
+        if other != quota and share_after(ledger, other, capacity) < mine
+    }
+    if not lower:
+        return None
+    wait = state.args.fair_sharing_wait_seconds
+    pending = state.members.pending_jobs()
+    found: tuple[str, str, float, float] | None = None
+    for job, keys in pending.items():
+        if found is not None and job >= found[1]:
+            continue  # the first by name wins: the same answer on every replica
+        first = state.pods[next(iter(keys))]
+        newest = max(state.pods[key].created for key in keys)
+        if newest + wait <= now:
             continue
-        other = state.quota_name(pods[0])
-        if other is None or other == quota:
-            continue
+        other = state.quota_name(first)
         if other not in lower:
-            lower[other] = share_after(ledger, other, capacity) < mine
-        if not lower[other]:
-            continue  # admitting more only raises its share
-        if not any(pod.requests.get(name, 0) > 0 for pod in pods for name in borrowed):
             continue
-        if not borrowed & tree[other].governed:
+        if not any(state.pods[key].requests.get(name, 0) > 0 for key in keys for name in borrowed):
             continue
         try:
             demand = job_demand(state, job)
@@ -100,5 +126,5 @@ def _waiting_quotas(
             continue
         theirs = share_after(ledger, other, capacity, demand.request)
         if theirs < mine:
-            return other, job, theirs
-    return None
+            found = (other, job, theirs, newest + wait)
+    return found

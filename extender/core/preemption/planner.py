@@ -123,18 +123,21 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     settled = Overlay.settled(state)
     ledger = settled.ledger
     refusal = ineligibility(state, demand, now, ledger)
-    if not refusal:
-        # Past its quota's fair share while another quota's work waits: no plan either (the
-        # room it would free is that work's to take).
-        wait = fair_share_wait(state, demand, now)
-        refusal = [wait] if wait is not None else []
     found: Found | NotFound = NotFound(refusal)
     preemptor: Preemptor | None = None
+    held_back = False
     if not refusal:
         preemptor = _preemptor(state, demand, ledger)
-        found = _find(state, demand, preemptor, ledger, now)
+        # Borrowing past its quota's fair share while another quota's work waits: no plan
+        # either (the room it would free is that work's to take), and no room yields to
+        # it; planned again when that work stops holding it back.
+        wait = fair_share_wait(state, demand, now, ledger) if preemptor.borrows else None
+        if wait is not None:
+            found, held_back = NotFound([wait.reason], retry_at=wait.until), True
+        else:
+            found = _find(state, demand, preemptor, ledger, now)
     yielded: tuple[Reservation, ...] = ()
-    if isinstance(found, NotFound) and not found.fits:
+    if isinstance(found, NotFound) and not found.fits and not held_back:
         # Room held for a lower-priority job of the quota, not used yet, may yield.
         for step in yield_steps(yieldable_reservations(state, demand)):
             released = reserved_pods(state, step)

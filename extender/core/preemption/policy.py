@@ -186,6 +186,15 @@ def above_share(
     )
 
 
+def borrow_rule(
+    state: ClusterState, preemptor: Preemptor, pods: tuple[PodInfo, ...]
+) -> Rule | None:
+    """The rule by which the preemptor's ``borrowWithinCohort`` lets it evict ``pods`` of
+    another quota, or ``None``."""
+    cohort = cohort_rule(preemptor, state.tree[preemptor.quota].policy)
+    return allowed(state, pods, cohort, check_preemptible=True) if cohort is not None else None
+
+
 def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None:
     """Why ``victim`` may not be marked for ``job`` now, whatever record names it (``None``:
     the rules allow it).  Checked before the victims of a reservation read back are marked
@@ -216,9 +225,18 @@ def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None
         lending = cohort_rule(preemptor, policy)
         borrowing = cohort_rule(replace(preemptor, borrows=True), policy)
         admissions = [lending, borrowing]
-        if state.args.fair_sharing:  # the plan checked the shares; the record is Muster's
+        if state.args.fair_sharing and _above_share_now(state, quota, victim_quota):
             admissions.append(FAIR_SHARE_ADMISSION)
     for admission in admissions:
         if admission is not None and allowed(state, (victim,), admission, check_preemptible=True):
             return None
     return f"quota {quota}'s policy does not let job {job} preempt {victim.key}"
+
+
+def _above_share_now(state: ClusterState, quota: str, victim_quota: str) -> bool:
+    """Is ``victim_quota``'s share of borrowed capacity above ``quota``'s now (fair sharing
+    may then take from it; the plan checked the gap)?"""
+    capacity = state.capacity()
+    return share_after(state.ledger, victim_quota, capacity) > share_after(
+        state.ledger, quota, capacity
+    )
