@@ -25,6 +25,10 @@ NON_PREEMPTIBLE = {"quota.scheduling.koordinator.sh/preemptible": "false"}
 
 @pytest.fixture
 def live_muster(control_plane: lc.ControlPlane, tmp_path: Path) -> Iterator[MusterProcess]:
+    # The leader's Lease lives in muster-system, as the chart installs it: without it no
+    # replica leads, and parked pods are never nudged (the leader's work).  Made here, so
+    # the test does not depend on an earlier one on the same plane having made it.
+    control_plane.create_namespace("muster-system")
     process = MusterProcess(tmp_path, kubeconfig=control_plane.kubeconfig)
     try:
         with control_plane.using_extender(lc.ExtenderConfig(process.url, bind=True)):
