@@ -65,7 +65,12 @@ and binding). Between rounds the gang is deleted and team B refills the freed no
 
 ``--profile PREFIX`` adds one Muster trial (the first Muster mode of ``--modes``), not
 counted in the medians, with ``py-spy record`` attached to Muster (collapsed stacks in
-``PREFIX.txt``; py-spy must be installed), and prints the hottest functions.
+``PREFIX.txt``, a flame graph in ``PREFIX.svg``; py-spy must be installed), and prints the
+hottest functions.
+
+Reported beside each trial's rate: the extender's CPU per pod bound (its process's CPU
+seconds in the window ÷ the pods), and for every mode but *alone* and the no-op its rate ÷
+the no-op's (medians, and per round paired) as well as ÷ alone's.
 
 What the other live benchmarks share with this one (Muster's processes, the pod watch, the
 CPU and kube-apiserver meters, the run's notes) is in :mod:`bench.support`.
@@ -478,18 +483,32 @@ def median(values: Iterable[float]) -> float:
     return round(statistics.median(list(values)), 2)
 
 
+def extender_ms_per_pod(trial: Trial) -> float | None:
+    """The extender's process CPU in the window (scheduler start to last binding) ÷ the
+    pods bound, in ms; None without an extender."""
+    cpu = trial.cpu.get("muster", trial.cpu.get("noop-extender"))
+    if cpu is None or not trial.pods:
+        return None
+    return round(1000 * cpu / trial.pods, 3)
+
+
 def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -> Json:
     modes = list(dict.fromkeys(t.mode for t in trials))
     summary: Json = {"machine": notes, "throughput": {}, "gang": {}}
     print(f"Machine and code: {json.dumps(notes)}")
     print("\nThroughput (pods/s = (pods - 1) / (first to last binding))")
-    print(f"{'mode':<20} {'round':>5} {'pods/s':>8} {'1st→last s':>11} {'start→last s':>13}  cpu s")
+    print(
+        f"{'mode':<20} {'round':>5} {'pods/s':>8} {'1st→last s':>11} {'start→last s':>13} "
+        f"{'ext ms/pod':>10}  cpu s"
+    )
     for t in trials:
+        per_pod = extender_ms_per_pod(t)
         print(
             f"{t.mode:<20} {t.round:>5} {t.pods_per_s:>8} {t.first_to_last_s:>11} "
-            f"{t.start_to_last_s:>13}  {t.cpu}"
+            f"{t.start_to_last_s:>13} {'-' if per_pod is None else per_pod:>10}  {t.cpu}"
         )
     alone = [t for t in trials if t.mode == ALONE]
+    noop = [t for t in trials if t.mode == NOOP_FILTER]
     for mode in modes:
         rows = [t for t in trials if t.mode == mode]
         entry: Json = {
@@ -500,6 +519,9 @@ def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -
                 name: median(t.cpu.get(name, 0.0) for t in rows) for name in rows[0].cpu
             },
         }
+        costs = [ms for t in rows if (ms := extender_ms_per_pod(t)) is not None]
+        if costs:
+            entry["median_extender_cpu_ms_per_pod"] = median(costs)
         if rows[0].muster:
             entry["median_muster"] = {
                 key: median(t.muster.get(key, 0.0) for t in rows) for key in rows[0].muster
@@ -516,6 +538,18 @@ def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -
             ]
             if paired:
                 entry["median_paired_ratio"] = round(statistics.median(paired), 3)
+        if mode not in (ALONE, NOOP_FILTER) and noop:
+            entry["ratio_to_noop"] = round(
+                entry["median_pods_per_s"] / median(t.pods_per_s for t in noop), 3
+            )
+            paired = [
+                t.pods_per_s / n.pods_per_s
+                for t in rows
+                for n in noop
+                if n.round == t.round and n.pods_per_s > 0
+            ]
+            if paired:
+                entry["median_paired_ratio_to_noop"] = round(statistics.median(paired), 3)
         summary["throughput"][mode] = entry
         print(f"{mode}: {json.dumps(entry)}")
     if gangs:
