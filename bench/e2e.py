@@ -63,10 +63,11 @@ gang pod bound, and its parts: creation to the first victim marked
 (*victim termination*), last victim gone to the last gang pod bound (kube-scheduler's retry
 and binding). Between rounds the gang is deleted and team B refills the freed nodes.
 
-``--profile PREFIX`` adds one Muster trial (the first Muster mode of ``--modes``), not
-counted in the medians, with ``py-spy record`` attached to Muster (collapsed stacks in
-``PREFIX.txt``, a flame graph in ``PREFIX.svg``; py-spy must be installed), and prints the
-hottest functions.
+``--profile PREFIX`` adds one Muster trial for each Muster mode of ``--modes`` (after the
+rounds, not counted in the medians), with ``py-spy record`` attached to Muster (collapsed
+stacks in ``PREFIX.txt``, a flame graph of the GIL holder's stacks in ``PREFIX.svg``; with
+several Muster modes, ``PREFIX-MODE.txt`` and ``.svg``, ``@`` written ``-at-``; py-spy must be
+installed), and prints the hottest functions of each.
 
 Reported beside each trial's rate: the extender's CPU per pod bound (its process's CPU
 seconds in the window ÷ the pods), and for every mode but *alone* and the no-op its rate ÷
@@ -479,6 +480,16 @@ def ref_of(mode: str) -> str:
     return mode.partition("@")[2]
 
 
+def profile_prefixes(prefix: str | None, modes: Sequence[str]) -> dict[str, str]:
+    """``--profile``'s trials: each Muster mode → its files' prefix (``MUSTER`` if none)."""
+    if prefix is None:
+        return {}
+    musters = [m for m in modes if base_mode(m) not in (ALONE, NOOP_FILTER, NOOP_WATCH)]
+    if len(musters) <= 1:
+        return {musters[0] if musters else MUSTER: prefix}
+    return {m: f"{prefix}-{m.replace('@', '-at-')}" for m in musters}
+
+
 def median(values: Iterable[float]) -> float:
     return round(statistics.median(list(values)), 2)
 
@@ -670,6 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         commit, muster_cwds[ref] = export_muster(ref, workdir)
         notes[f"muster@{ref}"] = f"{commit[:12]} (exported)"
         log(f"Muster's code for @{ref}: {commit[:12]}")
+    profiled = profile_prefixes(options.profile, modes)
     trials: list[Trial] = []
     gangs: list[GangRound] = []
     began = time.monotonic()
@@ -683,13 +695,9 @@ def main(argv: list[str] | None = None) -> int:
             for round_ in range(1, options.repeat + 1):
                 for mode in modes:
                     trials.append(bench.throughput_trial(mode, round_))
-            if options.profile:
-                profiled = next(
-                    (m for m in modes if base_mode(m) not in (ALONE, NOOP_FILTER, NOOP_WATCH)),
-                    MUSTER,
-                )
-                extra = bench.throughput_trial(profiled, 0, profile=options.profile)
-                log(f"profiled trial (not in the medians): {extra.pods_per_s} pods/s")
+            for mode, prefix in profiled.items():
+                extra = bench.throughput_trial(mode, 0, profile=prefix)
+                log(f"profiled trial {mode} (not in the medians): {extra.pods_per_s} pods/s")
             if options.gang_repeat > 0:
                 if cp.kubelet is not None and not cp.kubelet.running:
                     cp.kubelet.start()
@@ -704,10 +712,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = report(trials, gangs, notes)
     summary["options"] = vars(options)
     summary["trials"] = [dataclasses.asdict(t) for t in trials]
-    if options.profile:
-        path = Path(f"{options.profile}.txt")
+    for mode, prefix in profiled.items():
+        path = Path(f"{prefix}.txt")
         if path.exists():
-            print(f"\nMuster under py-spy ({path})")
+            print(f"\nMuster ({mode}) under py-spy ({path})")
             print("\n".join(summarize_profile(path)))
     if options.json:
         Path(options.json).write_text(json.dumps(summary, indent=1))

@@ -1,7 +1,9 @@
 """``py-spy`` attached to a process for a block, and the hottest functions it saw.
 
 :func:`py_spy` records collapsed stacks into ``PREFIX.txt`` and a flame graph into
-``PREFIX.svg`` while the block runs (py-spy must be installed); :func:`summarize_profile`
+``PREFIX.svg`` (of the samples in which a thread holds the GIL: the interpreter's CPU,
+without the waits py-spy cannot tell from work) while the block runs (py-spy must be
+installed); :func:`summarize_profile`
 ranks the functions of such a file, by self and inclusive share of the samples in which the
 process was busy (not waiting).
 """
@@ -25,8 +27,9 @@ from bench.support.run_notes import log
 @contextlib.contextmanager
 def py_spy(pid: int, prefix: str) -> Iterator[None]:
     """``py-spy record`` on ``pid`` for the block: collapsed stacks in ``PREFIX.txt`` and a
-    flame graph in ``PREFIX.svg`` (two samplers side by side, each at 100 Hz: py-spy writes
-    one format per recording; ``--nonblocking``, so neither pauses the process)."""
+    flame graph of the GIL holder's stacks in ``PREFIX.svg`` (two samplers side by side,
+    each at 100 Hz: py-spy writes one format per recording; ``--nonblocking``, so neither
+    pauses the process)."""
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     processes = [
         subprocess.Popen(
@@ -42,11 +45,12 @@ def py_spy(pid: int, prefix: str) -> Iterator[None]:
                 form,
                 "--output",
                 f"{prefix}.{suffix}",
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        for form, suffix in (("raw", "txt"), ("flamegraph", "svg"))
+        for form, suffix, extra in (("raw", "txt", []), ("flamegraph", "svg", ["--gil"]))
     ]
     time.sleep(1.0)  # let them attach
     try:
