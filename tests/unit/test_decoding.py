@@ -200,3 +200,23 @@ def test_the_client_decodes_a_success_with_the_decoder_named_and_an_error_with_j
             assert list(events) == [{"type": "ADDED", "object": without_managed_fields(pod("a"))}]
     finally:
         kube.close()
+
+
+def test_the_parsers_make_the_same_pods_and_nodes_of_a_lean_page() -> None:
+    # bench.memory's cluster (pods of gangs, priorities, owners, pending and running), each
+    # object given managed fields: the core's parsers read nothing of what LEAN leaves out.
+    from bench.memory import PRIORITIES, snapshot_items
+    from extender.core.objects import PriorityClasses, parse_node, parse_pod
+
+    classes = PriorityClasses(values=PRIORITIES)
+    objects = [o for o in snapshot_items(nodes=40, pods=400) if o["kind"] in ("Pod", "Node")]
+    for obj in objects:
+        obj["metadata"]["managedFields"] = pod("x")["metadata"]["managedFields"]
+    data = json.dumps({"metadata": {}, "items": objects}).encode()
+    whole, lean = json.loads(data)["items"], decode_lean_page(data)["items"]
+    assert len(lean) == len(objects) == 440
+    for before, after in zip(whole, lean, strict=True):
+        if before["kind"] == "Pod":
+            assert parse_pod(after, classes) == parse_pod(before, classes)
+        else:
+            assert parse_node(after) == parse_node(before)
