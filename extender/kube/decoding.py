@@ -18,6 +18,7 @@ the managed fields.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -82,7 +83,19 @@ _OBJECT_FIELDS = _Object.__struct_fields__
 
 
 def _metadata(meta: _Metadata) -> Json:
-    return {name: value for name in _METADATA_FIELDS if (value := getattr(meta, name)) is not UNSET}
+    out = {name: value for name in _METADATA_FIELDS if (value := getattr(meta, name)) is not UNSET}
+    for name in ("labels", "annotations"):
+        mapping = out.get(name)
+        if type(mapping) is dict:
+            out[name] = {_key(key): value for key, value in mapping.items()}
+    return out
+
+
+def _key(key: Any) -> Any:
+    """A label's or annotation's key, one string object for every pod that has it
+    (``json.loads`` shares the keys of one document, msgspec only short ones; the state
+    keeps every pod's labels and annotations)."""
+    return sys.intern(key) if type(key) is str else key
 
 
 def _object(obj: _Object) -> Json:
