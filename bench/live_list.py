@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("ready_s", "cpu_s", "rss_mib", "peak_mib")
             }
             for tree, results in runs.items()
+            if results
         },
     }
     print(json.dumps(summary, indent=1))
