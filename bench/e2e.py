@@ -63,9 +63,15 @@ gang pod bound, and its parts: creation to the first victim marked
 (*victim termination*), last victim gone to the last gang pod bound (kube-scheduler's retry
 and binding). Between rounds the gang is deleted and team B refills the freed nodes.
 
-``--profile PREFIX`` adds one Muster trial (the first Muster mode of ``--modes``), not
-counted in the medians, with ``py-spy record`` attached to Muster (collapsed stacks in
-``PREFIX.txt``; py-spy must be installed), and prints the hottest functions.
+``--profile PREFIX`` adds one Muster trial for each Muster mode of ``--modes`` (after the
+rounds, not counted in the medians), with ``py-spy record`` attached to Muster (collapsed
+stacks in ``PREFIX.txt``, a flame graph of the GIL holder's stacks in ``PREFIX.svg``; with
+several Muster modes, ``PREFIX-MODE.txt`` and ``.svg``, ``@`` written ``-at-``; py-spy must be
+installed), and prints the hottest functions of each.
+
+Reported beside each trial's rate: the extender's CPU per pod bound (its process's CPU
+seconds in the window ÷ the pods), and for every mode but *alone* and the no-op its rate ÷
+the no-op's (medians, and per round paired) as well as ÷ alone's.
 
 What the other live benchmarks share with this one (Muster's processes, the pod watch, the
 CPU and kube-apiserver meters, the run's notes) is in :mod:`bench.support`.
@@ -474,8 +480,27 @@ def ref_of(mode: str) -> str:
     return mode.partition("@")[2]
 
 
+def profile_prefixes(prefix: str | None, modes: Sequence[str]) -> dict[str, str]:
+    """``--profile``'s trials: each Muster mode → its files' prefix (``MUSTER`` if none)."""
+    if prefix is None:
+        return {}
+    musters = [m for m in modes if base_mode(m) not in (ALONE, NOOP_FILTER, NOOP_WATCH)]
+    if len(musters) <= 1:
+        return {musters[0] if musters else MUSTER: prefix}
+    return {m: f"{prefix}-{m.replace('@', '-at-')}" for m in musters}
+
+
 def median(values: Iterable[float]) -> float:
     return round(statistics.median(list(values)), 2)
+
+
+def extender_ms_per_pod(trial: Trial) -> float | None:
+    """The extender's process CPU in the window (scheduler start to last binding) ÷ the
+    pods bound, in ms; None without an extender."""
+    cpu = trial.cpu.get("muster", trial.cpu.get("noop-extender"))
+    if cpu is None or not trial.pods:
+        return None
+    return round(1000 * cpu / trial.pods, 3)
 
 
 def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -> Json:
@@ -483,13 +508,18 @@ def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -
     summary: Json = {"machine": notes, "throughput": {}, "gang": {}}
     print(f"Machine and code: {json.dumps(notes)}")
     print("\nThroughput (pods/s = (pods - 1) / (first to last binding))")
-    print(f"{'mode':<20} {'round':>5} {'pods/s':>8} {'1st→last s':>11} {'start→last s':>13}  cpu s")
+    print(
+        f"{'mode':<20} {'round':>5} {'pods/s':>8} {'1st→last s':>11} {'start→last s':>13} "
+        f"{'ext ms/pod':>10}  cpu s"
+    )
     for t in trials:
+        per_pod = extender_ms_per_pod(t)
         print(
             f"{t.mode:<20} {t.round:>5} {t.pods_per_s:>8} {t.first_to_last_s:>11} "
-            f"{t.start_to_last_s:>13}  {t.cpu}"
+            f"{t.start_to_last_s:>13} {'-' if per_pod is None else per_pod:>10}  {t.cpu}"
         )
     alone = [t for t in trials if t.mode == ALONE]
+    noop = [t for t in trials if t.mode == NOOP_FILTER]
     for mode in modes:
         rows = [t for t in trials if t.mode == mode]
         entry: Json = {
@@ -500,6 +530,9 @@ def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -
                 name: median(t.cpu.get(name, 0.0) for t in rows) for name in rows[0].cpu
             },
         }
+        costs = [ms for t in rows if (ms := extender_ms_per_pod(t)) is not None]
+        if costs:
+            entry["median_extender_cpu_ms_per_pod"] = median(costs)
         if rows[0].muster:
             entry["median_muster"] = {
                 key: median(t.muster.get(key, 0.0) for t in rows) for key in rows[0].muster
@@ -516,6 +549,18 @@ def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -
             ]
             if paired:
                 entry["median_paired_ratio"] = round(statistics.median(paired), 3)
+        if mode not in (ALONE, NOOP_FILTER) and noop:
+            entry["ratio_to_noop"] = round(
+                entry["median_pods_per_s"] / median(t.pods_per_s for t in noop), 3
+            )
+            paired = [
+                t.pods_per_s / n.pods_per_s
+                for t in rows
+                for n in noop
+                if n.round == t.round and n.pods_per_s > 0
+            ]
+            if paired:
+                entry["median_paired_ratio_to_noop"] = round(statistics.median(paired), 3)
         summary["throughput"][mode] = entry
         print(f"{mode}: {json.dumps(entry)}")
     if gangs:
@@ -636,6 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         commit, muster_cwds[ref] = export_muster(ref, workdir)
         notes[f"muster@{ref}"] = f"{commit[:12]} (exported)"
         log(f"Muster's code for @{ref}: {commit[:12]}")
+    profiled = profile_prefixes(options.profile, modes)
     trials: list[Trial] = []
     gangs: list[GangRound] = []
     began = time.monotonic()
@@ -649,13 +695,9 @@ def main(argv: list[str] | None = None) -> int:
             for round_ in range(1, options.repeat + 1):
                 for mode in modes:
                     trials.append(bench.throughput_trial(mode, round_))
-            if options.profile:
-                profiled = next(
-                    (m for m in modes if base_mode(m) not in (ALONE, NOOP_FILTER, NOOP_WATCH)),
-                    MUSTER,
-                )
-                extra = bench.throughput_trial(profiled, 0, profile=options.profile)
-                log(f"profiled trial (not in the medians): {extra.pods_per_s} pods/s")
+            for mode, prefix in profiled.items():
+                extra = bench.throughput_trial(mode, 0, profile=prefix)
+                log(f"profiled trial {mode} (not in the medians): {extra.pods_per_s} pods/s")
             if options.gang_repeat > 0:
                 if cp.kubelet is not None and not cp.kubelet.running:
                     cp.kubelet.start()
@@ -670,10 +712,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = report(trials, gangs, notes)
     summary["options"] = vars(options)
     summary["trials"] = [dataclasses.asdict(t) for t in trials]
-    if options.profile:
-        path = Path(f"{options.profile}.txt")
+    for mode, prefix in profiled.items():
+        path = Path(f"{prefix}.txt")
         if path.exists():
-            print(f"\nMuster under py-spy ({path})")
+            print(f"\nMuster ({mode}) under py-spy ({path})")
             print("\n".join(summarize_profile(path)))
     if options.json:
         Path(options.json).write_text(json.dumps(summary, indent=1))

@@ -3,6 +3,7 @@ pods, from process start to ``/readyz``, and its memory.
 
     python -m bench.live_list [--nodes 5000] [--pods 50000] [--threads 8] [--repeat 2]
                               [--refs REF,...] [--json PATH] [--keep | --kubeconfig PATH]
+                              [--profile PREFIX]
 
 One local control plane (``localcluster``), kube-scheduler and the kubelet emulator
 stopped.  ``--nodes`` nodes (8 GPUs, 64 CPUs) are registered, then ``--pods`` pods of
@@ -18,6 +19,12 @@ turn (exported with ``git archive``), on the same cluster.  Each round first lis
 pods alone (:func:`list_floor`: the API server's part and the decoding, the floor of any
 informer's list on this machine).
 
+``--profile PREFIX`` adds, after the rounds, one start of each tree's Muster (not counted in
+the medians) with ``py-spy record`` attached from the moment its process appears to ready:
+collapsed stacks in ``PREFIX-TREE.txt``, a flame graph of the GIL holder's stacks in
+``PREFIX-TREE.svg`` (:func:`bench.support.profiling.py_spy`), and its hottest functions
+printed.
+
 ``--keep`` keeps the plane up after the runs (creating 150,000 pods takes ten minutes
 here) and prints its kubeconfig; ``--kubeconfig`` measures against such a plane, without
 setting anything up.
@@ -26,7 +33,9 @@ setting anything up.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
 import signal
 import statistics
@@ -34,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,6 +53,7 @@ from bench.memory import PRIORITIES, TEAMS, pod_object, proc_status, ready_figur
 from bench.support.cluster_setup import GPU, create_pods, create_quota, with_retries
 from bench.support.meters import process_cpu_seconds
 from bench.support.processes import MusterServer
+from bench.support.profiling import py_spy, summarize_profile
 from bench.support.run_notes import ROOT, export_muster, log, machine_notes, muster_tree_state
 from extender.kube.client import KubeClient
 from extender.kube.informer import Informer
@@ -130,11 +141,59 @@ def list_floor(kubeconfig: Path, page_size: int = PAGE_SIZE) -> dict[str, float]
         client.close()
 
 
-def measure(kubeconfig: Path, workdir: Path, cwd: Path) -> dict[str, float]:
-    started = time.monotonic()
-    muster = MusterServer(kubeconfig, workdir / "muster-live.log", cwd, ready_timeout=READY_TIMEOUT)
+def _muster_child() -> int | None:
+    """The pid of this process's ``muster serve`` child, if it has started."""
+    me = str(os.getpid())
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] != me:
+                continue
+            if b"extender.cli.main" in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except (OSError, IndexError):
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def profiling_muster(prefix: str | None) -> Iterator[None]:
+    """py-spy on the ``muster serve`` this block starts, from when its process appears
+    until the block ends (nothing without a prefix)."""
+    if prefix is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            pid = _muster_child()
+            if pid is not None:
+                with py_spy(pid, prefix):
+                    stop.wait()
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=run, name="py-spy attacher", daemon=True)
+    thread.start()
     try:
+        yield
+    finally:
+        stop.set()
+        thread.join(90)
+
+
+def measure(
+    kubeconfig: Path, workdir: Path, cwd: Path, profile: str | None = None
+) -> dict[str, float]:
+    started = time.monotonic()
+    with profiling_muster(profile):
+        muster = MusterServer(
+            kubeconfig, workdir / "muster-live.log", cwd, ready_timeout=READY_TIMEOUT
+        )
         ready = time.monotonic() - started
+    try:
         cpu = process_cpu_seconds(muster.pid)  # Muster's own work, whatever else runs
         time.sleep(1.0)
         memory = proc_status(muster.pid)
@@ -151,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--refs", help="commits to compare (default: the working tree)")
     parser.add_argument("--json", metavar="PATH", help="write the summary here")
+    parser.add_argument(
+        "--profile", metavar="PREFIX", help="one more start of each tree's Muster under py-spy"
+    )
     parser.add_argument(
         "--keep", action="store_true", help="after the runs, keep the plane up (SIGTERM stops it)"
     )
@@ -181,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
             for name, cwd in trees.items():
                 runs[name].append(measure(kubeconfig, workdir, cwd))
                 log(f"run {attempt + 1}, {name}: {runs[name][-1]}")
+        if options.profile:
+            for name, cwd in trees.items():
+                prefix = f"{options.profile}-{name}"
+                profiled = measure(kubeconfig, workdir, cwd, profile=prefix)
+                log(f"profiled (not in the medians), {name}: {profiled}")
+                if Path(f"{prefix}.txt").exists():
+                    print("\n".join(summarize_profile(Path(f"{prefix}.txt"))), flush=True)
 
     if options.kubeconfig:
         rounds(Path(options.kubeconfig))
@@ -217,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("ready_s", "cpu_s", "rss_mib", "peak_mib")
             }
             for tree, results in runs.items()
+            if results
         },
     }
     print(json.dumps(summary, indent=1))

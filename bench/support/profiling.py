@@ -1,8 +1,11 @@
 """``py-spy`` attached to a process for a block, and the hottest functions it saw.
 
-:func:`py_spy` records collapsed stacks into ``PREFIX.txt`` while the block runs (py-spy
-must be installed); :func:`summarize_profile` ranks the functions of such a file, by self
-and inclusive share of the samples in which the process was busy (not waiting).
+:func:`py_spy` records collapsed stacks into ``PREFIX.txt`` and a flame graph into
+``PREFIX.svg`` (of the samples in which a thread holds the GIL: the interpreter's CPU,
+without the waits py-spy cannot tell from work) while the block runs (py-spy must be
+installed); :func:`summarize_profile`
+ranks the functions of such a file, by self and inclusive share of the samples in which the
+process was busy (not waiting).
 """
 
 from __future__ import annotations
@@ -23,37 +26,46 @@ from bench.support.run_notes import log
 
 @contextlib.contextmanager
 def py_spy(pid: int, prefix: str) -> Iterator[None]:
-    """``py-spy record`` on ``pid`` (collapsed stacks in ``PREFIX.txt``) for the block."""
+    """``py-spy record`` on ``pid`` for the block: collapsed stacks in ``PREFIX.txt`` and a
+    flame graph of the GIL holder's stacks in ``PREFIX.svg`` (two samplers side by side,
+    each at 100 Hz: py-spy writes one format per recording; ``--nonblocking``, so neither
+    pauses the process)."""
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    process = subprocess.Popen(
-        [
-            exe,
-            "record",
-            "--pid",
-            str(pid),
-            "--rate",
-            "200",
-            "--nonblocking",
-            "--format",
-            "raw",
-            "--output",
-            f"{prefix}.txt",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    time.sleep(1.0)  # let it attach
+    processes = [
+        subprocess.Popen(
+            [
+                exe,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                "100",
+                "--nonblocking",
+                "--format",
+                form,
+                "--output",
+                f"{prefix}.{suffix}",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for form, suffix, extra in (("raw", "txt", []), ("flamegraph", "svg", ["--gil"]))
+    ]
+    time.sleep(1.0)  # let them attach
     try:
         yield
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            _, err = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, err = process.communicate()
-        if process.returncode not in (0, -signal.SIGINT):
-            log(f"py-spy exited {process.returncode}: {err.decode(errors='replace')[-500:]}")
+        for process in processes:
+            process.send_signal(signal.SIGINT)
+        for process in processes:
+            try:
+                _, err = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, err = process.communicate()
+            if process.returncode not in (0, -signal.SIGINT):
+                log(f"py-spy exited {process.returncode}: {err.decode(errors='replace')[-500:]}")
 
 
 def _frames(line: str) -> tuple[list[str], int]:

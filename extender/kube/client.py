@@ -2,16 +2,18 @@
 
 Muster reads and writes raw Kubernetes JSON: the core's parsers take dicts,
 and decoding 50,000 pods into generated model classes only to turn them back
-into dicts would cost seconds.  Configuration (kubeconfig files, in-cluster
-service-account tokens, their refresh) comes from the official ``kubernetes``
-package; requests go through one pooled ``httpx.Client``.
+into dicts would cost seconds.  A caller may name the decoder of a successful
+answer's bytes (the informers': :mod:`extender.kube.decoding`); ``json.loads``
+otherwise.  Configuration (kubeconfig files, in-cluster service-account tokens,
+their refresh) comes from the official ``kubernetes`` package; requests go
+through one pooled ``httpx.Client``.
 """
 
 from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,6 +22,8 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 Json = dict[str, Any]
+#: JSON bytes → the decoded document.
+Decode = Callable[[bytes], Any]
 
 
 class ApiError(RuntimeError):
@@ -92,7 +96,9 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        decode: Decode | None = None,
     ) -> Json:
+        """One request; the answer decoded (by ``decode`` when it succeeded, if given)."""
         response = self._http.request(
             method,
             path,
@@ -101,13 +107,18 @@ class KubeClient:
             headers=self._headers(content_type if body is not None else None),
             timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
         )
-        return _decoded(response)
+        return _decoded(response, decode)
 
     @contextmanager
     def watch(
-        self, path: str, params: Mapping[str, str], read_timeout: float
+        self,
+        path: str,
+        params: Mapping[str, str],
+        read_timeout: float,
+        decode: Decode = json.loads,
     ) -> Iterator[Iterator[Json]]:
-        """Stream watch events (``{"type", "object"}``) until the server ends the watch."""
+        """Stream watch events (``{"type", "object"}``, each line decoded by ``decode``)
+        until the server ends the watch."""
         with self._http.stream(
             "GET",
             path,
@@ -120,7 +131,7 @@ class KubeClient:
                 _decoded(response)
             # iter_bytes: undoes a Content-Encoding, should anything in between compress.
             events = stream_lines(response.iter_bytes())
-            yield (json.loads(line) for line in events if line.strip())
+            yield (decode(line) for line in events if line.strip())
 
 
 def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
@@ -141,9 +152,14 @@ def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield b"".join(parts)
 
 
-def _decoded(response: httpx.Response) -> Json:
+def _decoded(response: httpx.Response, decode: Decode | None = None) -> Json:
     try:
-        body = response.json() if response.content else {}
+        if not response.content:
+            body = {}
+        elif decode is not None and response.status_code < 300:
+            body = decode(response.content)
+        else:
+            body = response.json()
     except ValueError:
         body = {"message": response.text[:500]}
     if response.status_code >= 300:

@@ -10,7 +10,9 @@ so objects deleted while it was not watching are reported deleted.  The first li
 is handed on page by page (there is nothing to diff against), each next page asked for
 while the one before is handed on, and an informer made
 with ``keep_objects=False`` remembers of each object only its name, namespace, UID and
-``resourceVersion`` (what the diff needs): 50,000 pods' JSON held would be ~1 GB.
+``resourceVersion`` (what the diff needs): 50,000 pods' JSON held would be ~1 GB.  Pages
+and events are decoded by msgspec (:mod:`extender.kube.decoding`): ``decoding=LEAN``, for
+pods and nodes, leaves out their ``managedFields``.
 
 A resource whose API is not installed (``404``, e.g. a CRD group the
 cluster lacks) counts as synced and empty, and is looked for again later.
@@ -29,6 +31,7 @@ from typing import Any
 import httpx
 
 from extender.kube.client import ApiError, Json, KubeClient
+from extender.kube.decoding import WHOLE, Decoding
 from extender.kube.health import Watched
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,9 @@ class Informer(Watched):
     #: False: remember only each object's identity and version (a relist's DELETED
     #: then carries just those), for resources with many large objects (pods, nodes).
     keep_objects: bool = True
+    #: How pages and events are decoded: ``LEAN`` leaves out the objects' managed fields
+    #: and any top-level field beyond a Pod's or a Node's (for those two kinds only).
+    decoding: Decoding = WHOLE
     stats: InformerStats = field(default_factory=InformerStats)
 
     def __post_init__(self) -> None:
@@ -185,16 +191,19 @@ class Informer(Watched):
         selector = {"labelSelector": self.label_selector} if self.label_selector else {}
         params: dict[str, str] = {"limit": str(self.page_size), **selector}
         with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name} pages") as pool:
-            ahead = pool.submit(self.client.request, "GET", self.path, params=params)
+            ahead = pool.submit(self._page, params)
             while True:
                 page = ahead.result()
                 token = (page.get("metadata") or {}).get("continue")
                 if token:
                     params = {"limit": str(self.page_size), "continue": token, **selector}
-                    ahead = pool.submit(self.client.request, "GET", self.path, params=params)
+                    ahead = pool.submit(self._page, params)
                 yield page
                 if not token:
                     return
+
+    def _page(self, params: dict[str, str]) -> Json:
+        return self.client.request("GET", self.path, params=params, decode=self.decoding.page)
 
     def _watch(self, version: str) -> str:
         """Watch from ``version`` until the server closes the watch; return the last version."""
@@ -206,7 +215,9 @@ class Informer(Watched):
         }
         if self.label_selector:
             params["labelSelector"] = self.label_selector
-        with self.client.watch(self.path, params, read_timeout=self.watch_seconds + 30) as events:
+        with self.client.watch(
+            self.path, params, read_timeout=self.watch_seconds + 30, decode=self.decoding.event
+        ) as events:
             for event in events:
                 if self._stop.is_set():
                     break

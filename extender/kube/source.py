@@ -48,6 +48,7 @@ from extender.core.topology import (
     KUEUE_TOPOLOGY_VERSION,
 )
 from extender.kube.client import Json, KubeClient
+from extender.kube.decoding import LEAN
 from extender.kube.handlers import ObjectHandlers
 from extender.kube.health import Health
 from extender.kube.informer import Informer, object_key
@@ -111,7 +112,7 @@ class KubeSource(ObjectHandlers):
         """One informer per kind, each with its handler."""
         return [
             Informer(client, "/apis/scheduling.k8s.io/v1/priorityclasses", self._on_priority),
-            Informer(client, "/api/v1/nodes", self._on_node, keep_objects=False),
+            Informer(client, "/api/v1/nodes", self._on_node, keep_objects=False, decoding=LEAN),
             *(
                 Informer(
                     client, f"/apis/{group}/v1alpha1/elasticquotas", self._quota_handler(group)
@@ -136,7 +137,7 @@ class KubeSource(ObjectHandlers):
                 Informer(client, f"/apis/{DRA_API_VERSION}/{plural}", self._dra_handler(kind))
                 for kind, plural in DRA_PLURALS.items()
             ),
-            Informer(client, "/api/v1/pods", self._on_pod, keep_objects=False),
+            Informer(client, "/api/v1/pods", self._on_pod, keep_objects=False, decoding=LEAN),
         ]
 
     def quota_objects(self) -> dict[str, tuple[str, QuotaSpec]]:

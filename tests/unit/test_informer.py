@@ -7,6 +7,7 @@ from typing import Any, cast
 import pytest
 
 from extender.kube.client import ApiError, KubeClient
+from extender.kube.decoding import LEAN, WHOLE
 from extender.kube.informer import Informer
 
 
@@ -144,3 +145,19 @@ def test_an_expired_continue_token_ends_the_list_with_its_error() -> None:
         informer._relist()
     assert raised.value.status == 410 and handed == ["ADDED"] * 4
     assert not informer.synced.is_set()
+
+
+def test_an_informer_asks_its_pages_with_its_decoding() -> None:
+    seen: list[Any] = []
+
+    class Recording(PagedClient):
+        def request(
+            self, method: str, path: str, params: dict[str, str] | None = None, **options: Any
+        ) -> Any:
+            seen.append(options.get("decode"))
+            return super().request(method, path, params)
+
+    client = Recording([pod("p0", "1")], [])
+    Informer(cast(KubeClient, client), "/api/v1/pods", lambda k, o: None)._relist()
+    Informer(cast(KubeClient, client), "/api/v1/pods", lambda k, o: None, decoding=LEAN)._relist()
+    assert seen == [WHOLE.page, LEAN.page]
