@@ -382,3 +382,62 @@ def test_under_any_stream_no_job_holds_nodes_longer_than_the_hold_seconds(
 
 def _stamp(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_borrowing_starving_job_does_not_keep_a_guaranteed_one_off() -> None:
+    # team-a guarantees nothing (min 0, max 64): its starving gang borrows (32 > 0).
+    # team-b guarantees 64 and uses 36 (its fillers): its later 1-GPU pod stays within its min,
+    # so the borrower's hold does not keep it off n1..n4 (a guarantee is not withheld for a
+    # job the guaranteed quota could evict once it ran).  With team-a guaranteed (QUOTAS),
+    # the same pod is kept off them (test above).
+    quotas = [
+        quota("team-a", min={GPU: "0"}, max={GPU: "64"}),
+        quota("team-b", min={GPU: "64"}, max={GPU: "64"}),
+    ]
+    annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "4"}
+    borrowing = [
+        pod(
+            f"train-{i}",
+            "team-a",
+            gpu=8,
+            group="train",
+            created="2026-01-01T12:00:00Z",
+            annotations=annotations,
+            preemptible=True,
+        )  # what a quota borrows is preemptible
+        for i in range(4)
+    ]
+    state = snapshot(
+        [node(name, gpu=8) for name in NODES], [*fillers(), *borrowing, small()], quotas, args()
+    )
+    assert holds_of(state, IN_HOLD)["team-a/train"].borrows
+    assert kept_off(state, state.pods["team-b/small"], NODES, IN_HOLD) == {}
+    guaranteed = cluster(small())
+    assert set(kept_off(guaranteed, guaranteed.pods["team-b/small"], NODES, IN_HOLD)) == {
+        "n1",
+        "n2",
+        "n3",
+        "n4",
+    }
+
+
+def test_a_gang_kept_off_held_room_says_the_room_is_reserved() -> None:
+    # A later gang of two 5-GPU pods (team-b): only n3 (5 free) could take one of them, and
+    # n3 is held for the starving gang: it waits, and its reason says the room is reserved
+    # (the words the requeuer nudges parked pods on when the hold ends).
+    annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"}
+    later = [
+        pod(
+            f"pair-{i}",
+            "team-b",
+            gpu=5,
+            group="pair",
+            created="2026-01-01T12:05:00Z",
+            annotations=annotations,
+        )
+        for i in range(2)
+    ]
+    state = cluster(*later)
+    result = filter_pod(state, state.pods["team-b/pair-0"], NODES, as_extender=False, now=IN_HOLD)
+    assert not result.passed
+    assert result.gang_waiting is not None and "reserved" in result.gang_waiting, result

@@ -54,7 +54,7 @@ from extender.core.objects import PodInfo
 from extender.core.placement.demand import job_demand
 from extender.core.placement.nodefit import static_misfit
 from extender.core.state import ClusterState
-from quota.admission import job_admission_failures
+from quota.admission import job_admission_failures, would_borrow
 from quota.tree import QuotaMembershipError
 
 
@@ -74,6 +74,10 @@ class Hold:
     asks: Mapping[str, int]
     #: Node → the room held there for it (what its pods picked for the node ask).
     claims: Mapping[str, Mapping[str, int]]
+    #: Its quota, and whether admitting it takes that quota beyond its ``min``: a borrowing
+    #: job's hold never keeps off a job of another quota that stays within its own ``min``.
+    quota: str = ""
+    borrows: bool = False
 
 
 def starvation_seconds(state: ClusterState, quota: str) -> float:
@@ -129,7 +133,7 @@ def _starving(state: ClusterState, job: str, now: float) -> tuple[Hold, list[Pod
     if job in state.reservations:
         return None  # room decided for it already
     pending = [state.pods[key] for key in state.members.pending_jobs()[job]]
-    quota = state.quota_name(pending[0])
+    quota = state.quota_name(min(pending, key=lambda pod: pod.key))
     if quota is None or quota in state.tree.parents:
         return None
     since = max(pod.created for pod in pending)
@@ -154,7 +158,9 @@ def _starving(state: ClusterState, job: str, now: float) -> tuple[Hold, list[Pod
         return None  # its quota does not admit it: no room would help
     asks = _asks(pods)
     priority = max(pod.priority for pod in pods)
-    return Hold(job, priority, since, window[0], window[1], asks, {}), pending
+    borrows = would_borrow(state.ledger, demand.quota, demand.request, demand.asks)
+    hold = Hold(job, priority, since, window[0], window[1], asks, {}, demand.quota, borrows)
+    return hold, pending
 
 
 def _asks(pods: Collection[PodInfo]) -> Resources:
@@ -271,6 +277,7 @@ def kept_off(
         pods.append(pod)
     since = max(p.created for p in pods)
     mine = _asks(pods)
+    guaranteed = _within_min(state, pod)
     ahead = [
         hold
         for hold in holds
@@ -278,6 +285,7 @@ def kept_off(
         and since > hold.since
         and pod.priority <= hold.priority
         and all(mine.get(name, 0) <= amount for name, amount in hold.asks.items())
+        and not (hold.borrows and guaranteed is not None and guaranteed != hold.quota)
     ]
     refused: dict[str, str] = {}
     for name in nodes:
@@ -298,6 +306,18 @@ def kept_off(
                 f"{format_time(first.since)}; held until {format_time(first.ends)})"
             )
     return refused
+
+
+def _within_min(state: ClusterState, pod: PodInfo) -> str | None:
+    """``pod``'s quota if admitting its job keeps that quota within its ``min`` (a
+    guarantee a borrowing job's hold must not withhold), else ``None``."""
+    try:
+        demand = job_demand(state, pod.job, including=pod)
+    except (QuotaMembershipError, IndexError):
+        return None
+    if would_borrow(state.ledger, demand.quota, demand.request, demand.asks):
+        return None
+    return demand.quota
 
 
 def keep_off_held_room(

@@ -105,6 +105,12 @@ def _filter_pod(
     else:
         refused = reservation.refused if reservation is not None else frozenset()
     decision = plan_gang_placement(state, pod, allowed=allowed, refused=refused | held, gang=gang)
+    if held and isinstance(decision, GangWait):
+        # Say so: the room it waits for is reserved, and when the hold ends it is nudged.
+        decision = dataclasses.replace(
+            decision,
+            reason=f"{decision.reason}; room on {len(held)} nodes is reserved for a starving job",
+        )
     return _decided(state, pod, gang, node_names, decision, reserved_node, now)
 
 
