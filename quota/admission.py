@@ -113,13 +113,23 @@ def would_borrow(
     of it is borrowing (GPUs, for a quota naming only cpu and memory, when another quota
     names GPUs).  A resource no quota names is outside quota accounting: it makes no job
     a borrower."""
+    return bool(borrowed_in(ledger, quota, request, resources))
+
+
+def borrowed_in(
+    ledger: QuotaLedger, quota: str, request: Mapping[str, int], resources: Iterable[str]
+) -> frozenset[str]:
+    """The resources of ``resources`` in which ``quota`` is, or admitting ``request``
+    takes it, above its ``min`` (as :func:`would_borrow` judges them)."""
     spec = ledger.tree[quota]
-    usage = ledger[quota]
+    used = ledger[quota].used
     accounted = ledger.tree.governed
-    return any(
-        usage.used.get(name, 0) + request.get(name, 0) > spec.min.get(name, 0)
+    return frozenset(
+        name
         for name in resources
-        if name in accounted and name != PODS
+        if name in accounted
+        and name != PODS
+        and used.get(name, 0) + request.get(name, 0) > spec.min.get(name, 0)
     )
 
 

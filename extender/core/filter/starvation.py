@@ -17,10 +17,9 @@ pod as soon as it fits, and the gang never finds four whole nodes free.  So:
   :func:`~extender.core.placement.nodefit.static_misfit` models them).  A job no nodes
   could ever hold whole picks none and holds nothing.  The choice is derived from the
   cluster as it is, not remembered: every call, replica and restart agrees.  It is
-  stable because the rule makes it so: the nodes picked only gain room (what frees
-  there is kept, nothing new starts there), other nodes are refilled (their newest pod
-  is newer than any picked node's), so the choice moves only to a node lacking less
-  than one picked.
+  mostly stable: held room only gains, while other nodes are refilled (their newest pod
+  is newer than any picked node's); room beyond the hold, and earlier, higher-priority
+  or larger jobs, can still start pods on a picked node and move the choice.
 - While it starves, a pod of another job is *kept off* the room picked for it when its
   job is later (its newest pod created after the starving job's), of the same or lower
   priority and no larger (asks no more, in all its pods, of any resource the starving
@@ -133,7 +132,8 @@ def _starving(state: ClusterState, job: str, now: float) -> tuple[Hold, list[Pod
     if job in state.reservations:
         return None  # room decided for it already
     pending = [state.pods[key] for key in state.members.pending_jobs()[job]]
-    quota = state.quota_name(min(pending, key=lambda pod: pod.key))
+    first = min(pending, key=lambda pod: pod.key)
+    quota = state.quota_name(first)
     if quota is None or quota in state.tree.parents:
         return None
     since = max(pod.created for pod in pending)
@@ -147,7 +147,6 @@ def _starving(state: ClusterState, job: str, now: float) -> tuple[Hold, list[Pod
         return None  # something of it is bound: it is not waiting whole
     if any(state.quota_held(pod.key) or state.reserved_node(pod.key) for pod in pending):
         return None  # admitted: binding
-    first = min(pending, key=lambda pod: pod.key)
     if first.group is not None and len(pods) < gang_size(state, first):
         return None  # its pods do not all exist yet
     try:

@@ -17,13 +17,13 @@ A waiting job counts only while it could be admitted by its own quota and for
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from base.resources import PODS
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
-from quota.admission import job_admission_failures
+from quota.admission import borrowed_in, job_admission_failures
 from quota.fairshare import share_after
 from quota.tree import QuotaMembershipError
 
@@ -51,7 +51,7 @@ def fair_share_wait(
         return None
     capacity = state.capacity()
     mine = share_after(ledger, quota, capacity, demand.request)
-    waiting = _waiting_job(state, ledger, quota, borrowed, mine, now)
+    waiting = _waiting_job(state, ledger, capacity, quota, borrowed, mine, now)
     if waiting is None:
         return None
     other, job, theirs, until = waiting
@@ -68,21 +68,14 @@ def borrowed_resources(ledger: QuotaLedger, demand: JobDemand) -> frozenset[str]
     """The resources the job asks for in which admitting it takes its quota beyond its
     ``min``: any resource some quota names (one its own quota does not name is
     guaranteed it nothing, as :func:`quota.admission.would_borrow` says)."""
-    spec = ledger.tree[demand.quota]
-    used = ledger[demand.quota].used
-    return frozenset(
-        name
-        for name, amount in demand.request.items()
-        if amount > 0
-        and name != PODS
-        and name in ledger.tree.governed
-        and used.get(name, 0) + amount > spec.min.get(name, 0)
-    )
+    asked = [name for name, amount in demand.request.items() if amount > 0]
+    return borrowed_in(ledger, demand.quota, demand.request, asked)
 
 
 def _waiting_job(
     state: ClusterState,
     ledger: QuotaLedger,
+    capacity: Mapping[str, int],
     quota: str,
     borrowed: frozenset[str],
     mine: float,
@@ -93,7 +86,6 @@ def _waiting_job(
     ``mine``: ``(its quota, the job, that share, until when it holds others back)``;
     ``None`` if there is none.  Only quotas whose share is below ``mine`` now can have
     one (admitting more only raises a share): with none, no waiting job is read."""
-    capacity = state.capacity()
     lower = {
         other
         for other in ledger.tree.specs
