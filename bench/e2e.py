@@ -503,6 +503,24 @@ def extender_ms_per_pod(trial: Trial) -> float | None:
     return round(1000 * cpu / trial.pods, 3)
 
 
+def _add_ratios(
+    entry: Json, rows: list[Trial], baseline: list[Trial], of_medians: str, paired_median: str
+) -> None:
+    """Into ``entry``: its median rate ÷ ``baseline``'s (``of_medians``), and the median
+    of each round's ratio to the baseline's trial of that round (``paired_median``)."""
+    entry[of_medians] = round(
+        entry["median_pods_per_s"] / median(t.pods_per_s for t in baseline), 3
+    )
+    paired = [
+        t.pods_per_s / b.pods_per_s
+        for t in rows
+        for b in baseline
+        if b.round == t.round and b.pods_per_s > 0
+    ]
+    if paired:
+        entry[paired_median] = round(statistics.median(paired), 3)
+
+
 def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -> Json:
     modes = list(dict.fromkeys(t.mode for t in trials))
     summary: Json = {"machine": notes, "throughput": {}, "gang": {}}
@@ -538,29 +556,9 @@ def report(trials: list[Trial], gangs: list[GangRound], notes: dict[str, Any]) -
                 key: median(t.muster.get(key, 0.0) for t in rows) for key in rows[0].muster
             }
         if mode != ALONE and alone:
-            entry["ratio_of_medians"] = round(
-                entry["median_pods_per_s"] / median(t.pods_per_s for t in alone), 3
-            )
-            paired = [
-                t.pods_per_s / a.pods_per_s
-                for t in rows
-                for a in alone
-                if a.round == t.round and a.pods_per_s > 0
-            ]
-            if paired:
-                entry["median_paired_ratio"] = round(statistics.median(paired), 3)
+            _add_ratios(entry, rows, alone, "ratio_of_medians", "median_paired_ratio")
         if mode not in (ALONE, NOOP_FILTER) and noop:
-            entry["ratio_to_noop"] = round(
-                entry["median_pods_per_s"] / median(t.pods_per_s for t in noop), 3
-            )
-            paired = [
-                t.pods_per_s / n.pods_per_s
-                for t in rows
-                for n in noop
-                if n.round == t.round and n.pods_per_s > 0
-            ]
-            if paired:
-                entry["median_paired_ratio_to_noop"] = round(statistics.median(paired), 3)
+            _add_ratios(entry, rows, noop, "ratio_to_noop", "median_paired_ratio_to_noop")
         summary["throughput"][mode] = entry
         print(f"{mode}: {json.dumps(entry)}")
     if gangs:
