@@ -17,7 +17,7 @@ from extender.core.effects import HoldRoom, apply
 from extender.core.filter.admission import admission_failures, admission_hold
 from extender.core.objects import parse_pod
 from extender.core.podgroups import PodGroupInfo, parse_scheduler_plugins_pod_group
-from extender.core.preemption.candidates import _with_hold_change
+from extender.core.preemption.groups import _with_hold_change
 from extender.core.state import ClusterState, Reservation
 from extender.core.state.overlay import Overlay
 from tests.builders import leaving, node, pod, quota, snapshot

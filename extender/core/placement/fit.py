@@ -91,12 +91,14 @@ class JobFit:
         #: Nodes where evicting preemptible pods could add room for the job.
         self.useful_nodes = frozenset(lacking)
         #: For each useful node, the resources it may lack at some point of the search.
-        self._short: Mapping[str, frozenset[str]] = lacking
+        self.short: Mapping[str, frozenset[str]] = lacking
         #: For each useful node, the only resources it may lack for one more copy of a
         #: shape as victims go (see :meth:`frees_what_is_missing`).  (Every running pod
         #: is in the node totals this bound rests on: one whose quota label is refused is
         #: counted in its namespace's quota.)
         self.lacking: Mapping[str, frozenset[str]] | None = lacking
+        #: Every resource some useful node may lack.
+        self.may_lack: frozenset[str] = frozenset().union(*set(lacking.values()))
         self._initial = [dict(shape.capacity) for shape in self.shapes]
         #: With slices: each node's domain of the slice level, and per shape how many of
         #: the job's bound pods of that shape each domain holds and (kept as victims come
@@ -207,7 +209,7 @@ class JobFit:
         """Would removing ``pods`` free a resource that one of their nodes may lack for a
         copy of a shape it can hold more of?  (A pod that frees only what is plentiful
         there gains the job nothing.)  "May lack" is judged against the most copies the
-        node could hold with every victim gone (``_short``), not against one copy
+        node could hold with every victim gone (``short``), not against one copy
         more than it holds now: where another resource limits the node today, freeing
         this one helps only once that one is freed too, and the walk meets the pods in
         either order.  For a job of several shapes: does it free anything the job asks
@@ -221,7 +223,7 @@ class JobFit:
                 if any(pod.requests.get(name, 0) > 0 for name in self._needed):
                     return True
                 continue
-            short = self._short[node]
+            short = self.short[node]
             room = self.overlay.room(node)
             requests = pod.requests
             for shape in self.shapes:

@@ -24,21 +24,17 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
-from typing import Protocol
 
-from base.keys import COMPLETION_INDEX_ANNOTATION
-from base.resources import add_into
 from extender.core.objects import PodInfo
+from extender.core.preemption.groups import GroupBuilder, Offer, VictimGroup, Wanted
 from extender.core.preemption.policy import (
     FAIR_SHARE_ADMISSION,
     Admission,
     Preemptor,
     Rule,
     above_share,
-    allowed,
     cohort_rule,
     within_rule,
 )
@@ -53,30 +49,6 @@ from extender.core.preemption.walk import (
 from extender.core.state import ClusterState, UnitEntry
 from quota.accounting import QuotaLedger
 from quota.admission import reclaimable
-
-
-@dataclass(slots=True)
-class VictimGroup:
-    """Pods that are evicted together: one pod, or the running pods of one gang.
-
-    Not frozen, though never changed: the walk builds one per trial eviction (some
-    3,000 a plan at 5,000 nodes), and a frozen dataclass is five times slower to build.
-    """
-
-    job: str
-    quota: str
-    pods: tuple[PodInfo, ...]
-    requests: Mapping[str, int]
-    priority: int  # the highest among the pods
-    started: float  # when the latest work among the pods began (start or checkpoint)
-    other_quota: bool
-    rule: Rule
-    #: One pod an elastic job runs above its minimum: its job keeps running.
-    shed: bool = False
-
-    @property
-    def order_key(self) -> tuple[int, int, float, str]:
-        return (0 if self.other_quota else 1, self.priority, -self.started, self.job)
 
 
 def describe(
@@ -111,36 +83,13 @@ def describe(
     )
 
 
-class Wanted(Protocol):
-    """The planner's side of the walk: could evicting a group still help it?"""
-
-    def __call__(self, pods: tuple[PodInfo, ...], quota: str) -> bool:
-        """Could evicting ``pods``, of ``quota``, help now?
-
-        Asked with the planner's state at that moment; it must say no to a set
-        of pods only if it says no to each of its subsets (as "could one of
-        them help?" does).
-        """
-        ...
-
-    @property
-    def taken(self) -> AbstractSet[str]:
-        """Keys of the pods the search has taken out so far (not offered again)."""
-        ...
-
-    def lacking(self, quotas: AbstractSet[str]) -> Mapping[str, AbstractSet[str]] | None:
-        """Node → resources: for the rest of the walk, a group of one of ``quotas`` can
-        be wanted only if one of its pods runs on one of these nodes and asks for one
-        of its resources; ``None`` if any group may be."""
-        ...
-
-
 def find_victim_groups(
     state: ClusterState,
     preemptor: Preemptor,
     wanted: Wanted,
     ledger: QuotaLedger,
     priority_cap: int | None = None,
+    reorder: Callable[[Iterator[Offer]], Iterator[tuple[int, Offer]]] | None = None,
 ) -> Iterator[VictimGroup]:
     """Every victim group the policies allow and ``wanted(pods, quota)`` accepts, in
     preemption order, built lazily; with ``priority_cap``, only groups of that priority
@@ -163,13 +112,36 @@ def find_victim_groups(
     some of its pods) before the group is built.
 
     Which quotas borrow is read from ``ledger``: the plan's settled view, in which
-    earlier plans' victims still leaving are gone.
+    earlier plans' victims still leaving are gone.  ``reorder``: numbers the offers by
+    their place and may offer some later (:mod:`.deferral`); each group says where it
+    was offered (``position``).
     """
     promised = state.book.promised_victims()
-    walk = _Walk(
+    builder = GroupBuilder(
         state, preemptor, wanted, promised, state.victims.unit_pods(), state.victims.entries()
     )
-    settled = settled_units(state, promised)
+    offers = _offers(state, preemptor, wanted, ledger, priority_cap, builder)
+    numbered = enumerate(offers) if reorder is None else reorder(offers)
+    for position, (entry, admission, shed) in numbered:
+        if shed is None:
+            group = builder.group(entry, admission, position)
+        else:
+            group = builder.shed(entry[2], entry[3], shed, admission, position)
+        if group is not None:
+            yield group
+
+
+def _offers(
+    state: ClusterState,
+    preemptor: Preemptor,
+    wanted: Wanted,
+    ledger: QuotaLedger,
+    priority_cap: int | None,
+    builder: GroupBuilder,
+) -> Iterator[Offer]:
+    """What :func:`find_victim_groups` offers, in order, phase by phase."""
+    settled = settled_units(state, promised=builder.promised)
+    entries_of = builder.unit_entries
     for units, asking, quotas, admission in _phases(state, preemptor, ledger):
         # Elastic jobs give up their pods above their minimum before any whole job of
         # their priority or above goes.
@@ -177,7 +149,7 @@ def find_victim_groups(
         last = ceiling + 1 if equal_rule is not None else ceiling
         if priority_cap is not None:
             last = min(last, priority_cap)
-        excess = [shed for shed in walk.excess(quotas) if shed[0] <= last]
+        excess = [shed for shed in builder.excess(quotas) if shed[0] <= last]
         entries: Iterator[UnitEntry]
         lacking = wanted.lacking(quotas)
         if lacking is None:
@@ -194,18 +166,21 @@ def find_victim_groups(
             entries = with_settled(entries, settled, quotas, last)
         for entry in entries:
             while excess and excess[0][0] <= entry[0]:
-                _priority, job, quota, pods = excess.pop(0)
-                yield from walk.shed(job, quota, pods, admission)
+                _priority, job, _quota, pods = excess.pop(0)
+                yield from _shed_offers(entries_of[job], admission, pods)
             if entry[3] in quotas and entry[2] != preemptor.job:
-                group = walk.group(entry, admission)
-                if group is not None:
-                    yield group
-        for _priority, job, quota, pods in excess:
-            yield from walk.shed(job, quota, pods, admission)
+                yield entry, admission, None
+        for _priority, job, _quota, pods in excess:
+            yield from _shed_offers(entries_of[job], admission, pods)
 
 
-#: One phase of the walk: its units, the same split by what they ask for (or ``None``),
-#: the quotas it takes from, and how their policy admits victims.
+def _shed_offers(
+    entry: UnitEntry, admission: Admission, pods: Iterable[PodInfo]
+) -> Iterator[Offer]:
+    for pod in pods:
+        yield entry, admission, pod
+
+
 _Phase = tuple[
     Sequence[UnitEntry],
     Mapping[frozenset[str], Sequence[UnitEntry]] | None,
@@ -237,162 +212,3 @@ def _phases(state: ClusterState, preemptor: Preemptor, ledger: QuotaLedger) -> l
     if own is not None:
         phases.append((state.victims.units(preemptor.quota), None, {preemptor.quota}, own))
     return phases
-
-
-@dataclass(frozen=True, slots=True)
-class _Walk:
-    """What building a victim group from a unit reads."""
-
-    state: ClusterState
-    preemptor: Preemptor
-    wanted: Wanted
-    promised: AbstractSet[str]
-    unit_pods: Mapping[str, tuple[PodInfo, ...]]
-    unit_entries: Mapping[str, UnitEntry]
-
-    def excess(self, quotas: AbstractSet[str]) -> list[tuple[int, str, str, list[PodInfo]]]:
-        """The elastic jobs of ``quotas`` with pods above the minimum they declare, in the
-        victim order: ``(priority, job, quota, pods to shed first)``, the pods by
-        :func:`shed_order` (the highest completion index of an indexed Job, else the
-        newest)."""
-        elastic = self.state.victims.elastic()
-        if not elastic:
-            return []
-        entries = sorted(
-            self.unit_entries[job]
-            for job in elastic
-            if job in self.unit_entries
-            and self.unit_entries[job][3] in quotas
-            and job != self.preemptor.job
-        )
-        excess = []
-        for priority, _start, job, quota, _place in entries:
-            alive = [
-                pod
-                for pod in self.unit_pods[job]
-                if not pod.departing and pod.key not in self.promised
-            ]
-            alive.sort(key=shed_order)
-            above = alive[: max(0, len(alive) - elastic[job])]
-            if above:
-                excess.append((priority, job, quota, above))
-        return excess
-
-    def shed(
-        self, job: str, quota: str, pods: list[PodInfo], admission: Admission
-    ) -> Iterator[VictimGroup]:
-        """One group per pod of ``pods`` (an elastic job's pods above its minimum) that the
-        planner still wants and the policy allows: its job keeps running."""
-        state = self.state
-        for pod in pods:
-            if pod.key in self.wanted.taken or not self.wanted((pod,), quota):
-                continue
-            rule = allowed(state, (pod,), admission, check_preemptible=True)
-            if rule is None:
-                continue
-            requests: Mapping[str, int] = pod.requests
-            if state.declarations.declares_min_resources(job):
-                requests = _with_hold_change(state, job, (pod,), requests, self.wanted.taken)
-            other = quota != self.preemptor.quota
-            yield VictimGroup(
-                job,
-                quota,
-                (pod,),
-                requests,
-                pod.priority,
-                pod.work_started,
-                other,
-                rule,
-                shed=True,
-            )
-
-    def group(self, entry: UnitEntry, admission: Admission) -> VictimGroup | None:
-        """The victim group of ``entry``'s unit, if the planner wants it and the policy
-        ``admission`` allows every pod of it; ``None`` otherwise."""
-        state, promised = self.state, self.promised
-        priority, negative_start, job, quota, place = entry
-        unit = self.unit_pods[job]
-        # A placed unit is all of its job's pods (see UnitPlace).
-        size = len(unit) if place[0] else len(state.members.job_members(job))
-        if size == len(unit) and not self.wanted(unit, quota):
-            return None
-        members: tuple[PodInfo, ...]
-        requests: Mapping[str, int]
-        if size == 1:  # the common case, kept cheap: the unit is that one pod
-            only = unit[0]
-            if only.departing or only.key in promised:
-                return None
-            members = unit
-            requests = only.requests
-            # It is preemptible (the unit index holds no other); its priority is the unit's.
-            rule = (
-                admission[1]
-                if priority <= admission[0]
-                else allowed(state, members, admission, check_preemptible=False)
-            )
-        else:
-            taken = self.wanted.taken
-            members = tuple(
-                member
-                for member in state.members.job_pods(job)
-                if member.node_name is not None
-                and not member.finished
-                and not member.departing
-                and member.key not in promised
-                and member.key not in taken
-            )
-            if not members or not self.wanted(members, quota):
-                return None
-            # A gang's pods may not all be preemptible.
-            rule = allowed(state, members, admission, check_preemptible=True)
-            requests = members[0].requests if len(members) == 1 else _summed(members)
-        if rule is None:
-            return None
-        if state.declarations.declares_min_resources(job):
-            requests = _with_hold_change(state, job, members, requests, self.wanted.taken)
-        other = quota != self.preemptor.quota
-        return VictimGroup(job, quota, members, requests, priority, -negative_start, other, rule)
-
-
-def shed_order(pod: PodInfo) -> tuple[int, float, str]:
-    """Which of an elastic job's pods go first: the highest completion index of an indexed
-    Job, else the newest (latest start), then by name."""
-    index = pod.annotations.get(COMPLETION_INDEX_ANNOTATION, "")
-    # Only plain ASCII digits, not too many (a tenant writes it: "²" is a digit to
-    # str.isdigit and not to int, and int refuses thousands of digits).
-    number = int(index) if 0 < len(index) <= 9 and index.isascii() and index.isdigit() else 0
-    return (-number, -pod.start_or_created, pod.name)
-
-
-def _summed(pods: Sequence[PodInfo]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for pod in pods:
-        add_into(total, pod.requests)
-    return total
-
-
-def _with_hold_change(
-    state: ClusterState,
-    job: str,
-    members: tuple[PodInfo, ...],
-    requests: Mapping[str, int],
-    taken: AbstractSet[str] = frozenset(),
-) -> Mapping[str, int]:
-    """What evicting ``members`` frees in their quota when their job's PodGroup declares
-    ``minResources``: their requests, plus the job's hold once the pods already ``taken``
-    are gone, less the hold it keeps without them too (it grows while other pods of the
-    job still count, and goes with the last one)."""
-    gone = set(taken)
-    before = (
-        state.min_resources.hold_without(state, job, gone)
-        if gone
-        else state.min_resources.held(job)
-    )
-    gone.update(pod.key for pod in members)
-    after = state.min_resources.hold_without(state, job, gone)
-    freed = dict(requests)
-    if before is not None:
-        add_into(freed, before.amount)
-    if after is not None:
-        add_into(freed, after.amount, -1)
-    return freed

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from extender.core.placement.demand import JobDemand
-from extender.core.preemption.candidates import VictimGroup
+from extender.core.preemption.groups import VictimGroup
 from extender.core.preemption.policy import Preemptor, Rule
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger

@@ -18,8 +18,10 @@ from base.times import format_time
 from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
-from extender.core.preemption.candidates import VictimGroup, find_victim_groups
+from extender.core.preemption.candidates import find_victim_groups
+from extender.core.preemption.deferral import Deferral
 from extender.core.preemption.fairness import gap_widens
+from extender.core.preemption.groups import VictimGroup
 from extender.core.preemption.policy import Preemptor, Rule, borrow_rule
 from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.state import ClusterState
@@ -93,6 +95,57 @@ def search_victims(
     group of another quota admitted less than its minimum runtime before ``now``
     (:func:`protected_until`).  ``ledger``: the settled quota usage the candidates'
     borrowing is judged on."""
+    found = _walk(
+        state,
+        demand,
+        preemptor,
+        ledger,
+        spent,
+        spare_guaranteed=spare_guaranteed,
+        spare_budgets=spare_budgets,
+        within=within,
+        layout=layout,
+        now=now,
+        priority_cap=priority_cap,
+        defer=True,
+    )
+    if found is None:  # the walk that held units back cannot vouch for its answer
+        found = _walk(
+            state,
+            demand,
+            preemptor,
+            ledger,
+            spent,
+            spare_guaranteed=spare_guaranteed,
+            spare_budgets=spare_budgets,
+            within=within,
+            layout=layout,
+            now=now,
+            priority_cap=priority_cap,
+            defer=False,
+        )
+        assert found is not None
+    return found
+
+
+def _walk(
+    state: ClusterState,
+    demand: JobDemand,
+    preemptor: Preemptor,
+    ledger: QuotaLedger,
+    spent: Sequence[PodInfo],
+    *,
+    spare_guaranteed: bool,
+    spare_budgets: bool,
+    within: frozenset[str] | None,
+    layout: JobLayout,
+    now: float,
+    priority_cap: int | None,
+    defer: bool,
+) -> Found | NotFound | None:
+    """:func:`search_victims`'s walk; with ``defer``, holding units back where that may
+    apply (:mod:`.deferral`), and ``None`` when it did and cannot tell the answer is the
+    one the walk without would give."""
     simulation = Simulation(
         state,
         demand,
@@ -110,6 +163,14 @@ def search_victims(
             return Found([], placements, {})
         return NotFound([FITS_ALREADY], fits=True)
     spare_budgets = spare_budgets or state.args.pdb_policy == "Strict"
+    deferral = None
+    if defer and Deferral.applies(
+        state,
+        fit,
+        budgets=spare_budgets and bool(state.budgets),
+        within_min=simulation.within_min,
+    ):
+        deferral = Deferral(state, fit, simulation.counts_for_job)
     budgets = BudgetUse(state.budgets.values(), spent)
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
@@ -121,7 +182,14 @@ def search_victims(
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
     refused = state.book.refused_victims.get(demand.job, ())
-    for group in find_victim_groups(state, preemptor, wants, ledger, priority_cap):
+    for group in find_victim_groups(
+        state,
+        preemptor,
+        wants,
+        ledger,
+        priority_cap,
+        None if deferral is None else deferral.reorder,
+    ):
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
         if group.other_quota:
@@ -167,6 +235,8 @@ def search_victims(
         if wants.satisfied():
             break
     else:
+        if deferral is not None and skipped_for_min:
+            return None  # the units met out of order may have met other min checks
         reasons = _why_no_fit(demand, simulation, skipped_for_min)
         if skipped_for_fairness:
             reasons.append("spared by fair sharing: " + skipped_for_fairness[0])
@@ -183,6 +253,14 @@ def search_victims(
         retry_at = min(protected) if protected else None
         return NotFound(reasons, guaranteed_skipped, bool(skipped_for_budgets), retry_at=retry_at)
 
+    if deferral is not None:
+        if (
+            skipped_for_min
+            or below_min
+            or not deferral.keeps_guarantees(simulation.ledger, removed, simulation.guarding)
+        ):
+            return None
+        removed.sort(key=lambda group: group.position)
     kept = _minimised(simulation, removed)
     if preemptor.fair_share is not None:
         # The gap was checked group by group as they were taken; the plan kept (own

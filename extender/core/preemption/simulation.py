@@ -14,7 +14,7 @@ from collections.abc import Set as AbstractSet
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
 from extender.core.placement.fit import JobFit
-from extender.core.preemption.candidates import VictimGroup
+from extender.core.preemption.groups import VictimGroup
 from extender.core.preemption.policy import Rule
 from extender.core.state import ClusterState
 from extender.core.topology import SliceRequest
@@ -140,7 +140,7 @@ class Simulation:
             self._counts[quota] = counts
         return counts
 
-    def _guarding(self, quota: str) -> tuple[str, ...]:
+    def guarding(self, quota: str) -> tuple[str, ...]:
         """The quotas whose ``min`` a victim of ``quota`` must not break (those with one)."""
         guards = self._guards.get(quota)
         if guards is None:
@@ -154,7 +154,7 @@ class Simulation:
         """Why evicting ``group`` takes a quota on its path below its ``min`` in a
         resource the job asks for, and why in any resource it governs (``None``: it
         does not)."""
-        guards = self._guarding(group.quota)
+        guards = self.guarding(group.quota)
         if not guards:
             return None, None
         return min_violations(self.ledger, guards, group.requests, self._contested)
@@ -182,7 +182,7 @@ class Simulation:
         if read is None:
             read = self._read[quota] = (
                 self.counts_for_job(quota)
-                or bool(self._guarding(quota))
+                or bool(self.guarding(quota))
                 or group.rule is Rule.FAIR_SHARE  # its share is judged (.fairness)
             )
         if read:

@@ -44,6 +44,19 @@ class NodeViewMixin:
             self.node_memo[("capacity",)] = memo
         return dict(memo)
 
+    def largest_allocatable(self) -> Mapping[str, int]:
+        """The most any one node has of each resource; memoised until a node changes."""
+        memo = self.node_memo.get(("largest",))
+        if memo is None:
+            largest: dict[str, int] = {}
+            for node in self.nodes.values():
+                for name, amount in node.allocatable.items():
+                    if amount > largest.get(name, 0):
+                        largest[name] = amount
+            memo = frozenset(largest.items())
+            self.node_memo[("largest",)] = memo
+        return dict(memo)
+
     def pods_on(self, node: str) -> Iterator[PodInfo]:
         for key in self.node_usage.pods_on(node):
             yield self.pods[key]

@@ -107,6 +107,16 @@ class Overlay:
             room = self._rooms[node] = self._room_now(node)
         return room
 
+    def peek(self, node: str) -> Mapping[str, int]:
+        """The node copy's free room, to read only: the state's own while the copy was
+        never made (and nothing makes it differ)."""
+        room = self._rooms.get(node)
+        if room is not None:
+            return room
+        if self._released or node in self.left:
+            return self._room_now(node)
+        return self.state.node_usage.free_room(node, self.state.nodes[node].allocatable)
+
     def touched(self) -> Collection[str]:
         """The nodes whose copies differ from the state, or may."""
         return self._rooms.keys()
