@@ -10,9 +10,16 @@ resource it borrows: if one of them, once admitted, would leave its quota's shar
 this job waits, and the room it would have taken stays free for that job; the filter
 turns it away, and the planner makes no plan for it.  Equal shares admit.
 
-A waiting job counts only while it could be admitted by its own quota and for
-``fairSharingWaitSeconds`` after its newest pod was created: work that cannot be placed
-(a node selector matching no node) cannot keep capacity idle for ever.
+A waiting job counts only while it could run once room frees, and for
+``fairSharingWaitSeconds`` after its newest pod was created.  Could run: its own quota
+admits it, none of its pods is gated (``schedulingGates``), each fits some node of the
+cluster when that node is empty (node selector, required node affinity, taints and
+tolerations, requests within allocatable), and a gang's pods all exist and fit the nodes
+together when every node is empty (:func:`could_run`).  A tenant's pods that can never
+run (a node selector matching no node, a request larger than any node, a gate never
+removed) hold no one back, however often they are re-created; work that cannot be
+placed for a reason Muster does not model (inter-pod affinity, a volume) still holds
+others back for ``fairSharingWaitSeconds`` after its newest pod was created.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from extender.core.gangsize import gang_size, live_pods
 from extender.core.placement.demand import JobDemand, job_demand
+from extender.core.placement.shapes import fits_when_empty
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
 from quota.admission import borrowed_in, job_admission_failures
@@ -82,10 +91,11 @@ def _waiting_job(
     now: float,
 ) -> tuple[str, str, float, float] | None:
     """The first waiting job, by name, of another quota that asks for one of
-    ``borrowed``, its quota admits, and whose admission leaves its quota's share below
-    ``mine``: ``(its quota, the job, that share, until when it holds others back)``;
-    ``None`` if there is none.  Only quotas whose share is below ``mine`` now can have
-    one (admitting more only raises a share): with none, no waiting job is read."""
+    ``borrowed``, its quota admits, that could run once room frees (:func:`could_run`),
+    and whose admission leaves its quota's share below ``mine``: ``(its quota, the job,
+    that share, until when it holds others back)``; ``None`` if there is none.  Only
+    quotas whose share is below ``mine`` now can have one (admitting more only raises a
+    share): with none, no waiting job is read."""
     lower = {
         other
         for other in ledger.tree.specs
@@ -117,6 +127,22 @@ def _waiting_job(
         if job_admission_failures(ledger, other, demand.np_request, demand.p_request):
             continue
         theirs = share_after(ledger, other, capacity, demand.request)
-        if theirs < mine:
+        if theirs < mine and could_run(state, demand):
             found = (other, job, theirs, newest + wait)
     return found
+
+
+def could_run(state: ClusterState, demand: JobDemand) -> bool:
+    """Could ``demand``'s pods run once room frees, as far as Muster can tell: none is
+    gated (``schedulingGates``: kube-scheduler does not try it), each fits some node when
+    that node is empty, and a gang's pods all exist (its min-available) and fit the nodes
+    together when every node is empty."""
+    if any(pod.gated for pod in demand.unplaced):
+        return False  # it waits for its gates to be removed, not for room
+    first = demand.unplaced[0]
+    if first.group is None:
+        return fits_when_empty(state, demand.unplaced, whole=False)
+    size = gang_size(state, first)
+    if len(live_pods(state, demand.job)) < size:
+        return False  # its pods do not all exist: it waits for them, not for room
+    return fits_when_empty(state, demand.unplaced, whole=size > 1)
