@@ -3,7 +3,9 @@
 
 Four nodes of one GPU: capacity 4 GPUs.  Team A and team B both have ``min`` 0 and ``max``
 4 GPUs, so everything either runs is borrowed; a quota's share is the GPUs it runs over
-4, divided by its weight (docs/quotas-and-preemption.md, "Fair sharing").
+4, divided by its weight (docs/quotas-and-preemption.md, "Fair sharing").  Only waiting
+work that could run once room frees holds others back: a tenant's pod that fits no node
+does not, written with the tenant's own namespace-scoped token.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import Cluster
+from e2e_support import Cluster, make_pod, tenant_client
 from muster_process import MusterProcess
 from test_muster_extender import GPU, QUOTA_API
 from test_preemption_story import (  # noqa: F401 (fixtures)
@@ -132,3 +134,50 @@ def test_a_borrower_waits_while_a_quota_below_its_share_has_work_waiting(
         assert not (teams.get(teams.b, "b-2") or {}).get("spec", {}).get("nodeName")
     finally:
         teams.cleanup()
+
+
+def test_a_tenant_s_pod_that_can_never_run_holds_no_one_back(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # As above: team A weighs 2, team B runs b-0 and b-1 (share 2/4 = 0.5), and b-2 would
+    # take team B to 3/4 = 0.75.  Team A's tenant, with its own token, creates a 1-GPU pod
+    # whose node selector matches no node (its share once admitted (1/4) / 2 = 0.125 <
+    # 0.75, and its quota admits it): counted as waiting, it would hold b-2 back with two
+    # GPUs free (as a-big does above).  It can never run, so it does not: b-2 binds
+    # through kube-scheduler.  The tenant then deletes and re-creates it (its wait starts
+    # again): b-3 binds as well.
+    teams = _teams(cluster, "2")
+    tenant = tenant_client(cluster, teams.a)
+    pods_a = f"/api/v1/namespaces/{teams.a}/pods"
+    never = make_pod(
+        "a-never", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE, node_selector={"pool": "x"}
+    )
+    try:
+        for i in range(2):
+            teams.create(teams.b, f"b-{i}", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, f"b-{i}", "Running")
+        for attempt, borrower in enumerate(("b-2", "b-3")):
+            if attempt:
+                tenant.request("DELETE", f"{pods_a}/a-never", query={"gracePeriodSeconds": 0})
+                lc.wait_until(
+                    lambda: teams.get(teams.a, "a-never") is None or None,
+                    timeout=30,
+                    what="a-never deleted",
+                )
+            tenant.request("POST", pods_a, never)
+            lc.wait_until(  # kube-scheduler tried it (and Muster's informer has it)
+                lambda: _unschedulable(teams, "a-never") or None,
+                timeout=30,
+                what="a-never unschedulable",
+            )
+            teams.create(teams.b, borrower, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, borrower, "Running", timeout=60)
+        assert not _running(teams, teams.a, "a-never")
+    finally:
+        teams.cleanup()
+
+
+def _unschedulable(teams: Teams, name: str) -> bool:
+    pod: dict[str, Any] = teams.get(teams.a, name) or {}
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
