@@ -456,3 +456,24 @@ def test_a_gated_pod_holds_no_one_back() -> None:
     gated = pod("a-x", "team-a", gpu=1, created=CREATED, preemptible=True)
     gated["spec"]["schedulingGates"] = [{"name": "wait"}]
     assert not held_back([gated])
+
+
+def test_waiting_work_holds_back_only_a_pod_that_could_take_room_it_could_use() -> None:
+    # team-a's 1-GPU pod a-x (share once admitted 0.125 < 0.75) selects pool=x.  team-b
+    # runs b-0 on n1 and b-1 on n2, so kube-scheduler offers b-2 only n3 and n4.  With n1
+    # labelled pool=x, a-x could use n1 alone, which b-2 cannot take: b-2 is admitted (a
+    # tenant's pod pinned to nodes that stay full holds no one back elsewhere).  With n3
+    # labelled instead, b-2 could take the room a-x waits for: held back.
+    b_2 = pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True)
+    a_x = pod("a-x", "team-a", gpu=1, created=CREATED, preemptible=True, **SELECT)
+    for labelled, held in (("n1", False), ("n3", True)):
+        nodes = [
+            node(f"n{i}", gpu=1, labels={"pool": "x"} if f"n{i}" == labelled else {})
+            for i in range(1, 5)
+        ]
+        state = snapshot(nodes, [*running_b(2), b_2, a_x], teams(weight_a="2"), ON)
+        pod_b = state.pods["team-b/b-2"]
+        result = filter_pod(state, pod_b, ["n3", "n4"], as_extender=True, now=NOW)
+        assert bool(result.quota_failures) is held, (labelled, result.quota_failures)
+        # Asked about every node (simulate, the planner), b-2 is held back either way.
+        assert admit(state, "team-b/b-2")
