@@ -136,43 +136,52 @@ def test_a_borrower_waits_while_a_quota_below_its_share_has_work_waiting(
         teams.cleanup()
 
 
-def test_a_tenant_s_pod_that_can_never_run_holds_no_one_back(
+def test_a_tenant_s_pods_that_cannot_run_hold_no_one_back(
     cluster: Cluster, muster_fair: MusterProcess
 ) -> None:
-    # As above: team A weighs 2, team B runs b-0 and b-1 (share 2/4 = 0.5), and b-2 would
-    # take team B to 3/4 = 0.75.  Team A's tenant, with its own token, creates a 1-GPU pod
-    # whose node selector matches no node (its share once admitted (1/4) / 2 = 0.125 <
-    # 0.75, and its quota admits it): counted as waiting, it would hold b-2 back with two
-    # GPUs free (as a-big does above).  It can never run, so it does not: b-2 binds
-    # through kube-scheduler.  The tenant then deletes and re-creates it (its wait starts
-    # again): b-3 binds as well.
+    # Team A weighs 2; team B runs b-0 (share 1/4 = 0.25).  Team A's tenant, with its own
+    # token, creates a 1-GPU pod that is pending, its quota admitting it and its share
+    # once admitted (1/4) / 2 = 0.125 below what each of team B's next pods b-1, b-2, b-3
+    # would take team B to (0.5, 0.75, 1.0): counted as waiting, it would hold each back
+    # with GPUs free (as a-big does above).  It does not, and each binds through
+    # kube-scheduler, in turn: (1) its node selector matches no node, so it can never
+    # run; (2) the same, deleted and re-created (its wait starts again); (3) its required
+    # node affinity pins it to b-0's node, which b-3 cannot take (the one free GPU is
+    # elsewhere): room b-3 takes is no room it could have had.
     teams = _teams(cluster, "2")
     tenant = tenant_client(cluster, teams.a)
     pods_a = f"/api/v1/namespaces/{teams.a}/pods"
-    never = make_pod(
-        "a-never", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE, node_selector={"pool": "x"}
-    )
     try:
-        for i in range(2):
-            teams.create(teams.b, f"b-{i}", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
-            teams.wait(teams.b, f"b-{i}", "Running")
-        for attempt, borrower in enumerate(("b-2", "b-3")):
-            if attempt:
-                tenant.request("DELETE", f"{pods_a}/a-never", query={"gracePeriodSeconds": 0})
+        teams.create(teams.b, "b-0", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+        teams.wait(teams.b, "b-0", "Running")
+        busy = (teams.get(teams.b, "b-0") or {})["spec"]["nodeName"]
+        never = make_pod(
+            "a-wait", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE, node_selector={"x": "y"}
+        )
+        pinned = make_pod("a-wait", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [busy]}]}
+        pinned["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+        for borrower, waiting in (("b-1", never), ("b-2", never), ("b-3", pinned)):
+            if teams.get(teams.a, "a-wait") is not None:
+                tenant.request("DELETE", f"{pods_a}/a-wait", query={"gracePeriodSeconds": 0})
                 lc.wait_until(
-                    lambda: teams.get(teams.a, "a-never") is None or None,
+                    lambda: teams.get(teams.a, "a-wait") is None or None,
                     timeout=30,
-                    what="a-never deleted",
+                    what="a-wait deleted",
                 )
-            tenant.request("POST", pods_a, never)
+            tenant.request("POST", pods_a, waiting)
             lc.wait_until(  # kube-scheduler tried it (and Muster's informer has it)
-                lambda: _unschedulable(teams, "a-never") or None,
+                lambda: _unschedulable(teams, "a-wait") or None,
                 timeout=30,
-                what="a-never unschedulable",
+                what="a-wait unschedulable",
             )
             teams.create(teams.b, borrower, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
             teams.wait(teams.b, borrower, "Running", timeout=60)
-        assert not _running(teams, teams.a, "a-never")
+        assert not _running(teams, teams.a, "a-wait")
     finally:
         teams.cleanup()
 
