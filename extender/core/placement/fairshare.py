@@ -166,6 +166,6 @@ def could_run(state: ClusterState, demand: JobDemand, nodes: Collection[str] | N
 def _could_use(state: ClusterState, demand: JobDemand, nodes: Collection[str]) -> bool:
     """Is one of ``nodes`` eligible for one of ``demand``'s pods (static constraints, and
     allocatable enough: :func:`~extender.core.placement.shapes.eligible_nodes`)?"""
-    # (The pods of one shape share one memoised set: union the distinct ones.)
-    eligible = frozenset().union(*{eligible_nodes(state, pod) for pod in demand.unplaced})
-    return any(name in eligible for name in nodes)
+    # (The pods of one shape share one memoised set: the distinct ones, not copied.)
+    sets = {eligible_nodes(state, pod) for pod in demand.unplaced}
+    return any(name in eligible for eligible in sets for name in nodes)
