@@ -84,6 +84,9 @@ class PodInfo:
     #: constraints before DRA's devices are counted in (``None``: it asks nothing DRA
     #: could serve); :mod:`extender.core.dra` resolves them into ``requests``.
     devices: PodDevices | None = None
+    #: ``spec.schedulingGates`` is not empty: kube-scheduler does not try the pod until
+    #: its gates are removed, so it waits for them, not for room.
+    gated: bool = False
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name (for an all-or-nothing controller's pods with none, the
@@ -265,6 +268,7 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         preempted_by=_preempted_by(status),
         controller=_controller(metadata),
         devices=parse_pod_devices(spec, status, requests, unsupported),
+        gated=bool(mappings(spec.get("schedulingGates"), "spec.schedulingGates")),
         **_spec_group(spec),
     )
 

@@ -3,7 +3,9 @@
 
 Four nodes of one GPU: capacity 4 GPUs.  Team A and team B both have ``min`` 0 and ``max``
 4 GPUs, so everything either runs is borrowed; a quota's share is the GPUs it runs over
-4, divided by its weight (docs/quotas-and-preemption.md, "Fair sharing").
+4, divided by its weight (docs/quotas-and-preemption.md, "Fair sharing").  Only waiting
+work that could run once room frees holds others back: a tenant's pod that fits no node
+does not, written with the tenant's own namespace-scoped token.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import Cluster
+from e2e_support import Cluster, make_pod, tenant_client
 from muster_process import MusterProcess
 from test_muster_extender import GPU, QUOTA_API
 from test_preemption_story import (  # noqa: F401 (fixtures)
@@ -132,3 +134,59 @@ def test_a_borrower_waits_while_a_quota_below_its_share_has_work_waiting(
         assert not (teams.get(teams.b, "b-2") or {}).get("spec", {}).get("nodeName")
     finally:
         teams.cleanup()
+
+
+def test_a_tenant_s_pods_that_cannot_run_hold_no_one_back(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # Team A weighs 2; team B runs b-0 (share 1/4 = 0.25).  Team A's tenant, with its own
+    # token, creates a 1-GPU pod that is pending, its quota admitting it and its share
+    # once admitted (1/4) / 2 = 0.125 below what each of team B's next pods b-1, b-2, b-3
+    # would take team B to (0.5, 0.75, 1.0): counted as waiting, it would hold each back
+    # with GPUs free (as a-big does above).  It does not, and each binds through
+    # kube-scheduler, in turn: (1) its node selector matches no node, so it can never
+    # run; (2) the same, deleted and re-created (its wait starts again); (3) its required
+    # node affinity pins it to b-0's node, which b-3 cannot take (the one free GPU is
+    # elsewhere): room b-3 takes is no room it could have had.
+    teams = _teams(cluster, "2")
+    tenant = tenant_client(cluster, teams.a)
+    pods_a = f"/api/v1/namespaces/{teams.a}/pods"
+    try:
+        teams.create(teams.b, "b-0", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+        teams.wait(teams.b, "b-0", "Running")
+        busy = (teams.get(teams.b, "b-0") or {})["spec"]["nodeName"]
+        never = make_pod(
+            "a-wait", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE, node_selector={"x": "y"}
+        )
+        pinned = make_pod("a-wait", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [busy]}]}
+        pinned["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+        for borrower, waiting in (("b-1", never), ("b-2", never), ("b-3", pinned)):
+            if teams.get(teams.a, "a-wait") is not None:
+                tenant.request("DELETE", f"{pods_a}/a-wait", query={"gracePeriodSeconds": 0})
+                lc.wait_until(
+                    lambda: teams.get(teams.a, "a-wait") is None or None,
+                    timeout=30,
+                    what="a-wait deleted",
+                )
+            tenant.request("POST", pods_a, waiting)
+            lc.wait_until(  # kube-scheduler tried it (and Muster's informer has it)
+                lambda: _unschedulable(teams, "a-wait") or None,
+                timeout=30,
+                what="a-wait unschedulable",
+            )
+            teams.create(teams.b, borrower, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, borrower, "Running", timeout=60)
+        assert not _running(teams, teams.a, "a-wait")
+    finally:
+        teams.cleanup()
+
+
+def _unschedulable(teams: Teams, name: str) -> bool:
+    pod: dict[str, Any] = teams.get(teams.a, name) or {}
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)

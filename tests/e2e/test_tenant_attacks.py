@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import Cluster, condition, make_pod
+from e2e_support import Cluster, condition, make_pod, tenant_client
 from muster_process import MUSTER, ROOT, MusterProcess
 from test_muster_extender import GPU
 from test_preemption_story import (  # noqa: F401 (fixtures)
@@ -43,56 +43,6 @@ GUARANTEED = {
     "quota.scheduling.koordinator.sh/preemptible": "false",
     "quota.scheduling.koordinator.sh/can-preempt": "true",
 }
-
-
-def tenant_client(cluster: Cluster, namespace: str) -> lc.RestClient:
-    """A client with the token of a ServiceAccount that may write pods, Jobs and
-    PodGroups in ``namespace`` and nothing else."""
-    rest = cluster.rest
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": "tenant", "namespace": namespace},
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]},
-            {
-                "apiGroups": ["scheduling.x-k8s.io", "scheduling.sigs.k8s.io"],
-                "resources": ["podgroups"],
-                "verbs": ["*"],
-            },
-        ],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": "tenant", "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}],
-    }
-    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces"
-    rest.request("POST", f"{rbac}/{namespace}/roles", role)
-    rest.request("POST", f"{rbac}/{namespace}/rolebindings", binding)
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}}
-    rest.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", account)
-    answer = rest.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/tenant/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    client = lc.RestClient(cluster.plane.server, answer["status"]["token"], cluster.plane.ca_file)
-
-    def may_write_pods() -> bool | None:  # RBAC caches take a moment to see the binding
-        try:
-            client.request("GET", f"/api/v1/namespaces/{namespace}/pods")
-            return True
-        except lc.ApiError as error:
-            if error.status == 403:
-                return None
-            raise
-
-    lc.wait_until(may_write_pods, timeout=30, what="the tenant's Role to take effect")
-    return client
 
 
 @contextlib.contextmanager

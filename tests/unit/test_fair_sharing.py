@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from base import keys
 from extender.core.config import MusterArgs
 from extender.core.effects import ReleaseRoom, apply
 from extender.core.filter.verb import filter_pod
@@ -361,3 +362,118 @@ def test_equal_shares_compare_equal() -> None:
     assert share_after(state.ledger, "team-a", capacity) == share_after(
         state.ledger, "team-b", capacity
     )
+
+
+# Only waiting work that could run once room frees holds others back (a tenant controls
+# its own pods: pending pods that can never run must not keep the room idle).  Each test:
+# team-b runs 2 GPUs (share 2/4 = 0.5) and its next pod b-2 would take it to 3/4 = 0.75;
+# team-a's waiting work, with a lower share once admitted, holds b-2 back only if it could
+# run on the cluster's nodes once they empty (its quota admits it in every case: max 4).
+
+SELECT = {"spec": {"nodeSelector": {"pool": "x"}}}
+NEVER = {
+    # No node is labelled pool=x.
+    "a node selector matching no node": SELECT,
+    # 2 GPUs a pod on nodes of 1 GPU.
+    "a request larger than any node": {"gpu": 2},
+    # Every node is tainted (below), and the pod tolerates nothing.
+    "a taint on every node": {},
+}
+TAINT = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+TOLERATE = {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}
+
+
+def held_back(waiting: list[dict[str, Any]], nodes: list[dict[str, Any]] = NODES) -> bool:
+    """Is team-b's b-2 held back by fair sharing, with team-a's ``waiting`` pods?"""
+    b_2 = pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True)
+    state = snapshot(nodes, [*running_b(2), b_2, *waiting], teams(weight_a="2"), ON)
+    failures = admit(state, "team-b/b-2")
+    assert all("fair share" in failure for failure in failures), failures
+    return bool(failures)
+
+
+def test_pods_that_can_never_run_hold_no_one_back() -> None:
+    # team-a's pod a-x (weight 2: its share once admitted 1/4 / 2 = 0.125 < 0.75, or
+    # 2/4 / 2 = 0.25 for the 2-GPU pod) fits no node even empty, in each way a tenant can
+    # write one: b-2 is admitted.  Created just now (re-created, say): still nothing.
+    tainted = [node(f"n{i}", gpu=1, taints=[TAINT]) for i in range(1, 5)]
+    for how, extra in NEVER.items():
+        nodes = tainted if how == "a taint on every node" else NODES
+        spec = {"gpu": 1, **extra}
+        never = pod("a-x", "team-a", created=CREATED, preemptible=True, **spec)
+        assert not held_back([never], nodes), how
+    # The controls, each fitting some node once it empties (n1..n4 run team-b's pods or
+    # are free): they hold b-2 back.
+    fits = pod("a-x", "team-a", gpu=1, created=CREATED, preemptible=True)
+    assert held_back([fits])
+    labelled = [node("n1", gpu=1, labels={"pool": "x"}), *NODES[1:]]
+    selects = pod("a-x", "team-a", gpu=1, created=CREATED, preemptible=True, **SELECT)
+    assert held_back([selects], labelled)
+    tolerates = pod("a-x", "team-a", gpu=1, created=CREATED, preemptible=True, spec=TOLERATE)
+    assert held_back([tolerates], tainted)
+
+
+def test_a_gang_counts_only_if_it_fits_the_empty_nodes_whole() -> None:
+    # n1 and n2 are labelled pool=x; team-a's gang asks for 1 GPU a pod on pool=x.  Each
+    # pod fits n1 or n2 once empty, but 2 nodes of 1 GPU hold 2 copies: a gang of 3 can
+    # never run whole (its share once admitted, 3/4 / 2 = 0.375 < 0.75, and its quota's
+    # max of 4 would have let it hold b-2 back); a gang of 2 can (2/4 / 2 = 0.25): held.
+    pool = [node(f"n{i}", gpu=1, labels={"pool": "x"}) for i in (1, 2)]
+    nodes = [*pool, *NODES[2:]]
+    assert not held_back(gang("a", "team-a", 3, **SELECT), nodes)
+    assert held_back(gang("a", "team-a", 2, **SELECT), nodes)
+
+
+def test_a_gang_of_two_shapes_counts_only_if_both_fit_together() -> None:
+    # Only n1 (1 GPU) is labelled pool=x.  The gang's two pods both select it, one also
+    # tolerating a taint (so two shapes): each fits n1 alone, both never (2 GPUs on a
+    # node of 1): b-2 is admitted.  With the second pod selecting nothing, it goes to
+    # n2..n4 while the first takes n1: held.
+    nodes = [node("n1", gpu=1, labels={"pool": "x"}), *NODES[1:]]
+    first, second = gang("a", "team-a", 2, **SELECT)
+    second["spec"]["tolerations"] = TOLERATE["tolerations"]
+    assert not held_back([first, second], nodes)
+    del second["spec"]["nodeSelector"]
+    assert held_back([first, second], nodes)
+
+
+def test_a_gang_whose_pods_do_not_all_exist_holds_no_one_back() -> None:
+    # min-available 3, two pods created: it waits for its third pod, not for room (its
+    # two pods' share, 2/4 / 2 = 0.25 < 0.75, would have held b-2 back).  With the
+    # third (3/4 / 2 = 0.375 < 0.75, 3 GPUs free once n1..n4 empty): held.
+    three = gang("a", "team-a", 3)
+    for item in three:  # (the size gang() writes is not a key Muster reads)
+        item["metadata"]["annotations"] = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "3"}
+    assert not held_back(three[:2])
+    assert held_back(three)
+
+
+def test_a_gated_pod_holds_no_one_back() -> None:
+    # team-a's 1-GPU pod (share once admitted 1/4 / 2 = 0.125 < 0.75) carries a
+    # scheduling gate: kube-scheduler does not try it until the gate goes, which its
+    # tenant may never do.  It waits for its gate, not for room: b-2 is admitted.  The
+    # same pod without the gate holds b-2 back (test above).
+    gated = pod("a-x", "team-a", gpu=1, created=CREATED, preemptible=True)
+    gated["spec"]["schedulingGates"] = [{"name": "wait"}]
+    assert not held_back([gated])
+
+
+def test_waiting_work_holds_back_only_a_pod_that_could_take_room_it_could_use() -> None:
+    # team-a's 1-GPU pod a-x (share once admitted 0.125 < 0.75) selects pool=x.  team-b
+    # runs b-0 on n1 and b-1 on n2, so kube-scheduler offers b-2 only n3 and n4.  With n1
+    # labelled pool=x, a-x could use n1 alone, which b-2 cannot take: b-2 is admitted (a
+    # tenant's pod pinned to nodes that stay full holds no one back elsewhere).  With n3
+    # labelled instead, b-2 could take the room a-x waits for: held back.
+    b_2 = pod("b-2", "team-b", gpu=1, created=CREATED, preemptible=True)
+    a_x = pod("a-x", "team-a", gpu=1, created=CREATED, preemptible=True, **SELECT)
+    for labelled, held in (("n1", False), ("n3", True)):
+        nodes = [
+            node(f"n{i}", gpu=1, labels={"pool": "x"} if f"n{i}" == labelled else {})
+            for i in range(1, 5)
+        ]
+        state = snapshot(nodes, [*running_b(2), b_2, a_x], teams(weight_a="2"), ON)
+        pod_b = state.pods["team-b/b-2"]
+        result = filter_pod(state, pod_b, ["n3", "n4"], as_extender=True, now=NOW)
+        assert bool(result.quota_failures) is held, (labelled, result.quota_failures)
+        # Asked about every node (simulate, the planner), b-2 is held back either way.
+        assert admit(state, "team-b/b-2")

@@ -229,6 +229,22 @@ def test_a_gang_whose_pods_do_not_all_exist_does_not_starve() -> None:
     assert "team-a/train" in holds_of(state, IN_HOLD)
 
 
+def test_a_gated_job_does_not_starve() -> None:
+    # The gang of test_the_starving_gang_holds_the_nodes_it_lacks_least_on, one of its
+    # pods created with a scheduling gate (a tenant can write one and never remove it):
+    # kube-scheduler does not try it, so no room would let it run: it holds nothing, and
+    # the later 1-GPU pod passes everywhere.  Its gate removed: it starves as before.
+    pods = train()
+    pods[0]["spec"]["schedulingGates"] = [{"name": "wait"}]
+    state = snapshot(
+        [node(name, gpu=8) for name in NODES], [*fillers(), *pods, small()], QUOTAS, args()
+    )
+    assert holds_of(state, IN_HOLD) == {}
+    assert passes_everywhere_free(state, "team-b/small", IN_HOLD)
+    state.upsert_pod(parse_pod(train()[0]))
+    assert "team-a/train" in holds_of(state, IN_HOLD)
+
+
 def test_room_beyond_what_is_held_stays_usable() -> None:
     # One 8-GPU pod (a job of its own, created 12:00) on n1..n2 of 16 GPUs: n1 has 10
     # free, n2 6.  By hand: it lacks nothing on n1 (10 >= 8): held there, 8 GPUs.  A

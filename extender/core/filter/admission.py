@@ -23,10 +23,16 @@ from quota.admission import job_admission_failures, over_max_on_path
 from quota.tree import QuotaMembershipError
 
 
-def admission_failures(state: ClusterState, pod: PodInfo, now: float | None = None) -> list[str]:
+def admission_failures(
+    state: ClusterState,
+    pod: PodInfo,
+    now: float | None = None,
+    nodes: Collection[str] | None = None,
+) -> list[str]:
     """Why the job of ``pod`` is not admitted by its quota; empty when it is.  With the
     time ``now``, a job that would borrow past its quota's fair share while another
-    quota's work waits is not admitted either (:mod:`~extender.core.placement.fairshare`)."""
+    quota's work waits that could use one of ``nodes`` (the pod's candidates; ``None``:
+    any) is not admitted either (:mod:`~extender.core.placement.fairshare`)."""
     try:
         quota = state.quota_of(pod)
     except QuotaMembershipError as error:
@@ -47,7 +53,7 @@ def admission_failures(state: ClusterState, pod: PodInfo, now: float | None = No
     failures = job_admission_failures(state.ledger, quota, demand.np_request, demand.p_request)
     if failures or now is None:
         return failures
-    wait = fair_share_wait(state, demand, now)
+    wait = fair_share_wait(state, demand, now, nodes=nodes)
     return [wait.reason] if wait is not None else []
 
 

@@ -81,9 +81,10 @@ def filter_nodes(
     now: float | None = None,
 ) -> FilterResult:
     """Sort ``node_names`` into passed, failed and unresolvable for ``pod`` (at ``now``,
-    for fair sharing's admission check: see :func:`.admission.admission_failures`)."""
+    for fair sharing's admission check, which holds the pod back only for waiting work
+    that could use one of ``node_names``: see :func:`.admission.admission_failures`)."""
     names = list(node_names)
-    failures = admission_failures(state, pod, now)
+    failures = admission_failures(state, pod, now, names)
     if failures:
         reason = "; ".join(failures)
         if room_not_free_yet(state, pod) is not None:

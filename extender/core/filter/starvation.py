@@ -6,10 +6,10 @@ small job that fits the room freeing a GPU at a time: kube-scheduler places each
 pod as soon as it fits, and the gang never finds four whole nodes free.  So:
 
 - A job is *starving* when its pods all exist (its min-available, for a gang), none of
-  them is placed (bound, reserved, or held by an admission it is binding on), its quota
-  admits it, and it has waited ``starvation-seconds`` since its newest pod was created
-  (the quota's ``muster.dev/starvation-seconds``, else the argument
-  ``starvationSeconds``; 0: never).
+  them is placed (bound, reserved, or held by an admission it is binding on) or gated
+  (``schedulingGates``: kube-scheduler does not try it), its quota admits it, and it
+  has waited ``starvation-seconds`` since its newest pod was created (the quota's
+  ``muster.dev/starvation-seconds``, else the argument ``starvationSeconds``; 0: never).
 - For it Muster *picks nodes*: each pod of the job, largest first, goes to the node it
   lacks least on (the sum over the resources it asks of the fraction it still lacks;
   ties to the node whose newest pod started first, then by name), among the nodes whose
@@ -132,6 +132,8 @@ def _starving(state: ClusterState, job: str, now: float) -> tuple[Hold, list[Pod
     if job in state.reservations:
         return None  # room decided for it already
     pending = [state.pods[key] for key in state.members.pending_jobs()[job]]
+    if any(pod.gated for pod in pending):
+        return None  # kube-scheduler does not try it until its gates go: no room would help
     first = min(pending, key=lambda pod: pod.key)
     quota = state.quota_name(first)
     if quota is None or quota in state.tree.parents:

@@ -10,17 +10,30 @@ resource it borrows: if one of them, once admitted, would leave its quota's shar
 this job waits, and the room it would have taken stays free for that job; the filter
 turns it away, and the planner makes no plan for it.  Equal shares admit.
 
-A waiting job counts only while it could be admitted by its own quota and for
-``fairSharingWaitSeconds`` after its newest pod was created: work that cannot be placed
-(a node selector matching no node) cannot keep capacity idle for ever.
+A waiting job counts only while it could run once room frees, and for
+``fairSharingWaitSeconds`` after its newest pod was created.  Could run: its own quota
+admits it, none of its pods is gated (``schedulingGates``), each fits some node of the
+cluster when that node is empty (node selector, required node affinity, taints and
+tolerations, requests within allocatable), and a gang's pods all exist and fit the nodes
+together when every node is empty (:func:`could_run`).  At the filter, it holds back
+only a pod one of whose candidate nodes (those kube-scheduler's own filters pass) one
+of its pods could use: room taken elsewhere is no room it could have had.  A tenant's
+pods that can never run (a node selector matching no node, a request larger than any
+node, a gate never removed) hold no one back, however often they are re-created, and
+pods pinned to nodes that stay full hold back no pod that could only go elsewhere;
+work that cannot be placed for a reason Muster does not model (inter-pod affinity, a
+volume) still holds others back for ``fairSharingWaitSeconds`` after its newest pod
+was created.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from extender.core.gangsize import gang_size, live_pods
 from extender.core.placement.demand import JobDemand, job_demand
+from extender.core.placement.shapes import eligible_nodes, fits_when_empty
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
 from quota.admission import borrowed_in, job_admission_failures
@@ -38,10 +51,16 @@ class FairShareWait:
 
 
 def fair_share_wait(
-    state: ClusterState, demand: JobDemand, now: float, ledger: QuotaLedger | None = None
+    state: ClusterState,
+    demand: JobDemand,
+    now: float,
+    ledger: QuotaLedger | None = None,
+    nodes: Collection[str] | None = None,
 ) -> FairShareWait | None:
     """Why ``demand``'s job waits for a quota below its fair share, or ``None``; judged on
-    ``ledger`` (the live one by default; the planner gives its settled view)."""
+    ``ledger`` (the live one by default; the planner gives its settled view).  ``nodes``:
+    the nodes the job's pod could go to now (kube-scheduler's candidates); a waiting job
+    none of whose pods could use any of them is not held back for (``None``: any node)."""
     if not state.args.fair_sharing:
         return None
     ledger = ledger or state.ledger
@@ -51,7 +70,7 @@ def fair_share_wait(
         return None
     capacity = state.capacity()
     mine = share_after(ledger, quota, capacity, demand.request)
-    waiting = _waiting_job(state, ledger, capacity, quota, borrowed, mine, now)
+    waiting = _waiting_job(state, ledger, capacity, (quota, mine), borrowed, now, nodes)
     if waiting is None:
         return None
     other, job, theirs, until = waiting
@@ -76,16 +95,19 @@ def _waiting_job(
     state: ClusterState,
     ledger: QuotaLedger,
     capacity: Mapping[str, int],
-    quota: str,
+    asking: tuple[str, float],
     borrowed: frozenset[str],
-    mine: float,
     now: float,
+    nodes: Collection[str] | None,
 ) -> tuple[str, str, float, float] | None:
     """The first waiting job, by name, of another quota that asks for one of
-    ``borrowed``, its quota admits, and whose admission leaves its quota's share below
-    ``mine``: ``(its quota, the job, that share, until when it holds others back)``;
-    ``None`` if there is none.  Only quotas whose share is below ``mine`` now can have
-    one (admitting more only raises a share): with none, no waiting job is read."""
+    ``borrowed``, its quota admits, that could run once room frees (:func:`could_run`) on
+    one of ``nodes`` (if given), and whose admission leaves its quota's share below
+    ``mine`` (``asking``: the asking job's quota, and that quota's share with it):
+    ``(its quota, the job, that share, until when it holds others back)``; ``None`` if
+    there is none.  Only quotas whose share is below ``mine`` now can have one (admitting
+    more only raises a share): with none, no waiting job is read."""
+    quota, mine = asking
     lower = {
         other
         for other in ledger.tree.specs
@@ -117,6 +139,33 @@ def _waiting_job(
         if job_admission_failures(ledger, other, demand.np_request, demand.p_request):
             continue
         theirs = share_after(ledger, other, capacity, demand.request)
-        if theirs < mine:
+        if theirs < mine and could_run(state, demand, nodes):
             found = (other, job, theirs, newest + wait)
     return found
+
+
+def could_run(state: ClusterState, demand: JobDemand, nodes: Collection[str] | None = None) -> bool:
+    """Could ``demand``'s pods run once room frees, as far as Muster can tell: none is
+    gated (``schedulingGates``: kube-scheduler does not try it), each fits some node when
+    that node is empty, and a gang's pods all exist (its min-available) and fit the nodes
+    together when every node is empty.  With ``nodes``, one of its pods must also be able
+    to use one of them (room taken elsewhere is no room it could have had)."""
+    if any(pod.gated for pod in demand.unplaced):
+        return False  # it waits for its gates to be removed, not for room
+    if nodes is not None and not _could_use(state, demand, nodes):
+        return False
+    first = demand.unplaced[0]
+    if first.group is None:
+        return fits_when_empty(state, demand.unplaced, whole=False)
+    size = gang_size(state, first)
+    if len(live_pods(state, demand.job)) < size:
+        return False  # its pods do not all exist: it waits for them, not for room
+    return fits_when_empty(state, demand.unplaced, whole=size > 1)
+
+
+def _could_use(state: ClusterState, demand: JobDemand, nodes: Collection[str]) -> bool:
+    """Is one of ``nodes`` eligible for one of ``demand``'s pods (static constraints, and
+    allocatable enough: :func:`~extender.core.placement.shapes.eligible_nodes`)?"""
+    # (The pods of one shape share one memoised set: the distinct ones, not copied.)
+    sets = {eligible_nodes(state, pod) for pod in demand.unplaced}
+    return any(name in eligible for eligible in sets for name in nodes)

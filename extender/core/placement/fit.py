@@ -37,6 +37,7 @@ from extender.core.placement.shapes import (
     eligible_nodes,
     shape_of,
     short_on,
+    size_order,
 )
 from extender.core.state import ClusterState, Overlay
 from extender.core.topology import SliceRequest, assign_slices, slices_fit
@@ -77,7 +78,7 @@ class JobFit:
         #: with the removed victims taken out.
         self.overlay = Overlay.settled(state, released) if settled else Overlay(state, released)
         # Largest first: the order the greedy placement uses.
-        self.shapes = sorted(shapes.values(), key=lambda s: _size(s.request), reverse=True)
+        self.shapes = sorted(shapes.values(), key=lambda s: size_order(s.request), reverse=True)
         self.eligible = frozenset().union(*(shape.eligible for shape in self.shapes))
         lacking = self._count_copies(released)
         #: Every resource the job asks for (with an amount).
@@ -376,8 +377,3 @@ def _shapes_of(
             shapes[key] = shape
         shape.pods.append(pod)
     return shapes
-
-
-def _size(request: Resources) -> tuple[int, ...]:
-    scarce = sum(amount for name, amount in request.items() if name not in COMMON_RESOURCES)
-    return (scarce, request.get("cpu", 0), request.get("memory", 0))

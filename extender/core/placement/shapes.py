@@ -10,12 +10,13 @@ come and go.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from base.resources import Resources, copies_that_fit
+from base.resources import Resources, add_into, copies_that_fit, subtract
 from extender.core.objects import PodInfo
 from extender.core.placement.nodefit import constraint_signature, static_misfit
+from extender.core.placement.score import COMMON_RESOURCES
 from extender.core.state import ClusterState, Copies, Overlay, memoise_on_node
 
 
@@ -51,6 +52,51 @@ def eligible_nodes(state: ClusterState, pod: PodInfo) -> frozenset[str]:
     )
     state.node_memo[key] = eligible
     return eligible
+
+
+def fits_when_empty(state: ClusterState, pods: Sequence[PodInfo], *, whole: bool) -> bool:
+    """Could ``pods`` run once room frees: does each fit some node when that node is empty
+    (:func:`eligible_nodes`), and, ``whole`` (a gang), do they all fit the nodes together
+    when every node is empty?  Together: each shape, largest first, fills the eligible
+    nodes' allocatable, by name, less what the shapes before it took: enough when it
+    finds room for all (one shape: its copies per node summed), so a refusal may be
+    pessimistic only for a gang of several shapes.  Memoised per set of shapes until a
+    node changes: it depends on the nodes alone."""
+    counts: dict[tuple[object, ...], list[PodInfo]] = {}
+    for pod in pods:
+        counts.setdefault(shape_of(pod), []).append(pod)
+    key = ("fits-empty", whole, frozenset((shape, len(each)) for shape, each in counts.items()))
+    cached = state.node_memo.get(key)
+    if cached is not None:
+        return bool(cached)
+    shapes = sorted(counts.values(), key=lambda each: size_order(each[0].requests), reverse=True)
+    fits = all(eligible_nodes(state, each[0]) for each in shapes)
+    if fits and whole:
+        taken: dict[str, Resources] = {}  # node → what the shapes before took there
+        for each in shapes:
+            request, remaining = each[0].requests, len(each)
+            for name in sorted(eligible_nodes(state, each[0])):
+                room = state.nodes[name].allocatable
+                count = copies_that_fit(
+                    request, subtract(room, taken[name]) if name in taken else room, remaining
+                )
+                if count and len(shapes) > 1:
+                    add_into(taken.setdefault(name, {}), {r: a * count for r, a in request.items()})
+                remaining -= count
+                if remaining == 0:
+                    break
+            if remaining:
+                fits = False
+                break
+    state.node_memo[key] = frozenset({True}) if fits else frozenset()
+    return fits
+
+
+def size_order(request: Mapping[str, int]) -> tuple[int, ...]:
+    """A request's place when shapes go largest first: its scarce resources (GPUs and the
+    like) in all, then cpu, then memory."""
+    scarce = sum(amount for name, amount in request.items() if name not in COMMON_RESOURCES)
+    return (scarce, request.get("cpu", 0), request.get("memory", 0))
 
 
 def count_copies(
