@@ -11,6 +11,7 @@ what it found (:func:`_minimised`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -95,7 +96,8 @@ def search_victims(
     group of another quota admitted less than its minimum runtime before ``now``
     (:func:`protected_until`).  ``ledger``: the settled quota usage the candidates'
     borrowing is judged on."""
-    found = _walk(
+    walk = functools.partial(
+        _walk,
         state,
         demand,
         preemptor,
@@ -107,23 +109,10 @@ def search_victims(
         layout=layout,
         now=now,
         priority_cap=priority_cap,
-        defer=True,
     )
+    found = walk(defer=True)
     if found is None:  # the walk that held units back cannot vouch for its answer
-        found = _walk(
-            state,
-            demand,
-            preemptor,
-            ledger,
-            spent,
-            spare_guaranteed=spare_guaranteed,
-            spare_budgets=spare_budgets,
-            within=within,
-            layout=layout,
-            now=now,
-            priority_cap=priority_cap,
-            defer=False,
-        )
+        found = walk(defer=False)
         assert found is not None
     return found
 
