@@ -63,6 +63,19 @@ class Deferral:
         self._missing: dict[str, dict[str, int]] = {}
         #: Nodes whose units are offered at their place now.
         self._released: set[str] = set()
+        #: Quota → what its units held now ask of each resource some quota has a ``min``
+        #: of (what :meth:`keeps_guarantees` weighs).
+        self._bounded = tuple(
+            sorted(
+                {
+                    name
+                    for spec in state.tree.specs.values()
+                    for name, b in spec.min.items()
+                    if b > 0
+                }
+            )
+        )
+        self._held_of: dict[str, dict[str, int]] = {}
 
     @staticmethod
     def applies(state: ClusterState, fit: JobFit, *, budgets: bool, within_min: bool) -> bool:
@@ -82,6 +95,7 @@ class Deferral:
         """``offers`` numbered by their place, some held back and offered later."""
         held, released, short, uncounted = self._held, self._released, self._short, self._uncounted
         unit_pods, missing_of = self._unit_pods, self._missing
+        held_of, bounded = self._held_of, self._bounded
         for position, offer in enumerate(offers):
             entry, admission, shed = offer
             node = entry[4][0]
@@ -108,6 +122,11 @@ class Deferral:
                 held.setdefault(node, []).append((position, offer, requests))
                 for name in short_here:
                     missing[name] -= requests.get(name, 0)
+                counted = held_of.get(entry[3])
+                if counted is None:
+                    counted = held_of[entry[3]] = dict.fromkeys(bounded, 0)
+                for name in bounded:
+                    counted[name] += requests.get(name, 0)
                 continue
             # Offered at its place; first, the units held on a node it runs on, where
             # taking it could let that node gain with them.
@@ -124,6 +143,7 @@ class Deferral:
         # no plan has met every unit, as the walk without deferral does.
         rest = sorted((item for items in held.values() for item in items), key=_by_position)
         held.clear()
+        self._held_of.clear()
         for position, offer, _requests in rest:
             yield position, offer
 
@@ -140,17 +160,8 @@ class Deferral:
         of a quota with units held: its usage now, less what is held, less the largest
         amount of the resource a group taken asks for, at least its ``min``."""
         tree = ledger.tree
-        bounded = {
-            name for spec in tree.specs.values() for name, bound in spec.min.items() if bound > 0
-        }
-        by_quota: dict[str, dict[str, int]] = {}
-        for offers in self._held.values():
-            for _position, (entry, _admission, _shed), requests in offers:
-                held = by_quota.setdefault(entry[3], {})
-                for name in bounded:
-                    held[name] = held.get(name, 0) + requests.get(name, 0)
         lowered: dict[str, dict[str, int]] = {}
-        for quota, amounts in by_quota.items():
+        for quota, amounts in self._held_of.items():
             for guard in guarding(quota):
                 add_into(lowered.setdefault(guard, {}), amounts)
         largest: dict[str, int] = {}
@@ -170,7 +181,10 @@ class Deferral:
         """Offer ``node``'s held units, in order; its later units come at their place."""
         self._released.add(node)
         self._missing.pop(node, None)
-        for position, offer, _requests in self._held.pop(node, ()):
+        for position, offer, requests in self._held.pop(node, ()):
+            counted = self._held_of[offer[0][3]]
+            for name in self._bounded:
+                counted[name] -= requests.get(name, 0)
             yield position, offer
 
     def _missing_now(self, node: str) -> dict[str, int]:
@@ -180,9 +194,7 @@ class Deferral:
         room = self._peek(node)
         wanted = self._shape.capacity.get(node, 0) + 1
         amounts = self._amounts
-        missing = {}
-        for name in self._short[node]:
-            missing[name] = wanted * amounts[name] - room.get(name, 0)
+        missing = {name: wanted * amounts[name] - room.get(name, 0) for name in self._short[node]}
         held = self._held.get(node)
         if held is not None:
             for _position, _offer, requests in held:
