@@ -5,7 +5,6 @@ Koordinator's shared weight), and the weighted fair-share gap in the table and i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import localcluster as lc
 from bench.peers import _quota_object, main, markdown_table
 from bench.support.weights import koordinator_shared_weight, parse_weights
 from bench.workload import PodSighting, SubmittedJob, trace_figures
+from tests.unit.test_bench_peers import write_recorded_run
 
 
 def test_weights_are_read_one_positive_number_per_team() -> None:
@@ -100,11 +100,7 @@ def test_refigure_and_the_table_weigh_the_fair_share_gap_by_the_run_s_weights(
     }
     seen = [PodSighting(0, f"a/a1-{i}", "a1", 8, holds=True, succeeded=False) for i in range(3)]
     seen.append(PodSighting(0, "b/b1-0", "b1", 8, holds=True, succeeded=False))
-    run = tmp_path / "muster"
-    run.mkdir()
-    rows = [{"job": name, **dataclasses.asdict(job)} for name, job in jobs.items()]
-    rows += [dataclasses.asdict(sighting) for sighting in seen]
-    (run / "sightings.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_recorded_run(tmp_path, "muster", jobs, seen)
     trace = {
         "seconds": 10,
         "drain": 10,
