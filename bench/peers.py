@@ -4,7 +4,7 @@ the peers' own schedulers, each on its own fresh local control plane, and one ta
     python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
         [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
         [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--json peers.json]
-        [--add-to peers.json] [--markdown] [--workdir DIR]
+        [--add-to peers.json] [--markdown] [--workdir DIR] [--weights 1,1,2,4]
     python -m bench.peers --refigure peers.json --workdir DIR [--markdown]
 
 Systems (each with its documented configuration, on the same Kubernetes release,
@@ -30,6 +30,28 @@ Systems (each with its documented configuration, on the same Kubernetes release,
   namespace (:func:`localcluster.kueue.kueue_queues`); each Job is submitted suspended to
   its team's LocalQueue. Kueue is not in the scheduling path: its binding rate is
   kube-scheduler's, and its cost is admission time, inside the completion times.
+
+With ``--weights`` (one positive number per team, in the trace's order of teams; without
+it, no system is given a weight) each system that has a fair-sharing weight is given the
+team's, in its own form, and the fair-share gap row weighs each team's borrowing by it:
+
+- ``muster``: the quota annotation ``muster.dev/fair-sharing-weight``
+  (``base.keys.FAIR_SHARING_WEIGHT_ANNOTATION``), read when its ``fairSharing`` argument
+  is on (``--muster-fair-sharing``, on by default);
+- ``kueue``: fair sharing turned on in its Configuration (v0.17.0's v1beta2 API has no
+  ``enable``: a ``fairSharing`` block turns it on, with ``preemptionStrategies`` Kueue's
+  former default, :func:`localcluster.kueue.kueue_configuration`) and each ClusterQueue's
+  ``spec.fairSharing.weight``; without ``--weights`` Kueue runs without fair sharing, its
+  default, as before;
+- ``koordinator``: the ElasticQuota annotation
+  ``quota.scheduling.koordinator.sh/shared-weight`` (v1.6.0,
+  ``apis/extension/elastic_quota.go``), per resource the weight with which its elastic
+  quota plugin divides what the other quotas leave unused; absent it is the quota's
+  ``max``, so each team's is its ``max`` times its weight
+  (:func:`bench.support.weights.koordinator_shared_weight`);
+- ``scheduler-plugins`` (CapacityScheduling) and ``kube-scheduler`` alone: none, they
+  have no such setting (CapacityScheduling lends first come, first served, up to
+  ``max``).
 
 Every system is given the same objects: an ElasticQuota per team (``min`` and ``max`` in
 GPUs; CPU and memory split alike, so they never decide) and a PodGroup (``minMember`` =
@@ -58,7 +80,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +89,11 @@ from base import keys
 from bench.support.cluster_setup import TRIAL_LABEL, create_pods, delete_pods, pod_body
 from bench.support.pod_watch import PodWatch, is_bound, is_gone
 from bench.support.processes import Evictor, MusterServer
+from bench.support.weights import (
+    KOORDINATOR_SHARED_WEIGHT,
+    koordinator_shared_weight,
+    parse_weights,
+)
 from bench.time_to_mark import SAMPLE_PROFILES
 from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
 from bench.workload import (
@@ -171,15 +198,24 @@ def _job_object(job: TraceJob) -> Json:
 
 
 def _quota_object(
-    team: str, min_gpus: int, max_gpus: int, teams: int, nodes: int, min_runtime: float = 0.0
+    team: str,
+    min_gpus: int,
+    max_gpus: int,
+    teams: int,
+    nodes: int,
+    min_runtime: float = 0.0,
+    weight: float | None = None,
 ) -> Json:
     """A team's ElasticQuota: GPUs as the trace says; CPU and memory split as GPUs are,
     so they never decide (scheduler-plugins reads a resource absent from ``max`` as 0);
-    the admins' settings Muster alone reads: the notice cap, and ``min_runtime``."""
+    the admins' settings Muster alone reads: the notice cap, ``min_runtime``, and the
+    fair-sharing ``weight`` if one is given."""
     cpu, memory = nodes * NODE_CPU, nodes * NODE_MEMORY_GI
     settings = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: str(MAX_NOTICE_SECONDS)}
     if min_runtime > 0:
         settings[keys.MIN_RUNTIME_ANNOTATION] = f"{min_runtime:g}"
+    if weight is not None:
+        settings[keys.FAIR_SHARING_WEIGHT_ANNOTATION] = f"{weight:g}"
     return {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "ElasticQuota",
@@ -207,8 +243,10 @@ class Replay:
         min_runtime: float = 0.0,
         prioritize: str = "off",
         fair_sharing: bool = True,
+        weights: Mapping[str, float] | None = None,
     ):
         self.trace = trace
+        self.weights = weights
         self.min_runtime = min_runtime
         self.prioritize = prioritize
         self.fair_sharing = fair_sharing
@@ -274,7 +312,9 @@ class Replay:
                     scheduler_config=SAMPLE_PROFILES,
                 )
             elif self.system == "kueue":
-                kueue = lc.kueue.start_kueue(plane, workdir=workdir / "kueue")
+                kueue = lc.kueue.start_kueue(
+                    plane, workdir=workdir / "kueue", fair_sharing=self.weights is not None
+                )
                 stack.callback(kueue.stop)
             self._prepare(plane)
             yield plane
@@ -307,21 +347,30 @@ class Replay:
                 len(self.trace.teams),
                 self.trace.nodes,
                 self.min_runtime,
+                self._weight(team.name),
             )
             if self.system == "koordinator":  # its own API group, and its namespaces key
                 spec = quota["spec"]
                 quota = lc.koordinator.elastic_quota(
                     team.name, team.name, min=spec["min"], max=spec["max"]
                 )
+                if self.weights is not None:
+                    shared = koordinator_shared_weight(spec["max"], self.weights[team.name])
+                    quota["metadata"]["annotations"][KOORDINATOR_SHARED_WEIGHT] = shared
             api = quota["apiVersion"]
             rest.request("POST", f"/apis/{api}/namespaces/{team.name}/elasticquotas", quota)
         if self.system == "kueue":
             queues = lc.kueue.kueue_queues(
-                lc.kueue.TeamQuota(team.name, team.min_gpus, team.max_gpus)
+                lc.kueue.TeamQuota(
+                    team.name, team.min_gpus, team.max_gpus, weight=self._weight(team.name)
+                )
                 for team in self.trace.teams
             )
             lc.kueue.create_kueue_objects(plane, queues)
             lc.kueue.wait_queues_active(plane, queues)
+
+    def _weight(self, team: str) -> float | None:
+        return None if self.weights is None else self.weights[team]
 
     def _submit(self, plane: lc.ControlPlane, job: TraceJob) -> None:
         rest = plane.rest
@@ -482,6 +531,7 @@ class Replay:
             {team.name: team.min_gpus for team in self.trace.teams},
             self.trace.capacity,
             horizon,
+            weights=self.weights,
         )
         figures["submit_errors"] = self.errors
         figures["binding"] = binding
@@ -504,8 +554,10 @@ def play(
     min_runtime: float = 0.0,
     prioritize: str = "off",
     fair_sharing: bool = True,
+    weights: Mapping[str, float] | None = None,
 ) -> Json:
-    """Every system on the trace, one after another; the figures per system."""
+    """Every system on the trace, one after another; the figures per system
+    (``weights``: each team's fair-sharing weight, see the module docstring)."""
     results: Json = {
         "seed": trace.seed,
         "min_runtime_seconds": min_runtime,
@@ -526,9 +578,13 @@ def play(
         },
         "systems": {},
     }
+    if weights is not None:
+        results["weights"] = dict(weights)
     for system in systems:
         began = time.time()
-        replay = Replay(trace, system, workdir, say, min_runtime, prioritize, fair_sharing)
+        replay = Replay(
+            trace, system, workdir, say, min_runtime, prioritize, fair_sharing, weights=weights
+        )
         figures = replay.run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
         results["systems"][system] = figures
@@ -594,7 +650,8 @@ def markdown_table(results: Json) -> str:
         ),
         (
             "fair-share gap, GPUs: mean / worst (the most-borrowing team over a team waiting "
-            "at or above its `min`)",
+            "at or above its `min`"
+            + (", each team's borrowing ÷ its weight)" if results.get("weights") else ")"),
             lambda f: (
                 f"{f['fair_share_gap_gpus']['mean']:.1f} / {f['fair_share_gap_gpus']['worst']:.0f}"
             ),
@@ -670,6 +727,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Muster's fairSharing argument: on (the chart's setting, the default) or off "
         "(first come, first served borrowing, Muster's own default)",
     )
+    parser.add_argument(
+        "--weights",
+        metavar="W1,W2,...",
+        help="the teams' fair-sharing weights, one positive number per team (default: none, "
+        "all alike); given to Muster, Kueue (its fair sharing turned on) and Koordinator, "
+        "and the fair-share gap is weighted by them",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument(
         "--add-to",
@@ -712,6 +776,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as error:
         parser.error(str(error))
+    weights = None
+    if options.weights is not None:
+        try:
+            listed = parse_weights(options.weights, options.teams)
+        except ValueError as error:
+            parser.error(str(error))
+        weights = {team.name: w for team, w in zip(trace.teams, listed, strict=True)}
     if not 0 <= options.min_runtime < float("inf"):
         parser.error(f"--min-runtime: {options.min_runtime:g} is not a number of seconds >= 0")
     if options.no_trace and not options.throughput_pods:
@@ -729,6 +800,7 @@ def main(argv: list[str] | None = None) -> int:
         min_runtime=options.min_runtime,
         prioritize=options.muster_prioritize,
         fair_sharing=options.muster_fair_sharing == "on",
+        weights=weights,
     )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())
@@ -780,7 +852,9 @@ def refigure(results: Json, workdir: Path) -> Json:
                     jobs[name] = SubmittedJob(**row)
                 else:
                     seen.append(PodSighting(**{**row, "saves": Saves(**row["saves"])}))
-        figures.update(trace_figures(seen, jobs, mins, capacity, horizon))
+        figures.update(
+            trace_figures(seen, jobs, mins, capacity, horizon, weights=results.get("weights"))
+        )
     return results
 
 

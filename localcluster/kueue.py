@@ -113,6 +113,9 @@ class TeamQuota(NamedTuple):
     max_gpus: int
     cpu: str = "100000"
     memory: str = "1000Ti"
+    #: The ClusterQueue's ``spec.fairSharing.weight``, read when fair sharing is on
+    #: (``kueue_configuration(fair_sharing=True)``); None: unset (Kueue's default, 1).
+    weight: float | None = None
 
 
 def kueue_configuration(
@@ -124,6 +127,7 @@ def kueue_configuration(
     pods_ready_timeout: float = 60.0,
     block_admission: bool = False,
     requeue_backoff_seconds: int = 10,
+    fair_sharing: bool = False,
 ) -> Json:
     """Kueue's ``Configuration`` (config.kueue.x-k8s.io/v1beta2) for the local plane.
 
@@ -153,8 +157,16 @@ def kueue_configuration(
       ``PartialAdmission`` on (beta since v0.5): a Job annotated
       ``kueue.x-k8s.io/job-min-parallelism: N`` may be admitted with fewer pods, down to
       N, when its whole parallelism does not fit.
+    * ``fairSharing`` with ``fair_sharing`` only (off by default, as in Kueue): in the
+      v1beta2 Configuration its presence turns fair sharing on (v1beta1's ``enable`` is
+      gone; ``pkg/scheduler/preemption/fairsharing.Enabled`` is ``cfg.FairSharing !=
+      nil``), and ``preemptionStrategies`` must be given (``pkg/config/validation.go``):
+      here ``[LessThanOrEqualToFinalShare, LessThanInitialShare]``, v1beta1's default.
+      Admission then favours the ClusterQueue with the lowest weighted share (borrowing
+      above nominal quota over the cohort's lendable resources, divided by its
+      ``spec.fairSharing.weight``) and reclaiming preempts from the highest.
     """
-    return {
+    config: Json = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": KUEUE_NAMESPACE,
@@ -177,6 +189,11 @@ def kueue_configuration(
         "clientConnection": {"qps": 50, "burst": 100},
         "featureGates": {"VisibilityOnDemand": False, "MultiKueue": False},
     }
+    if fair_sharing:
+        config["fairSharing"] = {
+            "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+        }
+    return config
 
 
 def kueue_crds(crds_dir: Path, *, webhook_url: str, ca_pem: bytes) -> list[Json]:
@@ -300,6 +317,7 @@ def start_kueue(
     admission_webhooks: bool = True,
     ready_timeout: float = 120.0,
     log_level: int = 2,
+    fair_sharing: bool = False,
 ) -> KueueManager:
     """Start Kueue's controller manager against the started ``plane`` and wait until it is
     ready (its ``/readyz``: certificates loaded, webhook server listening; then its
@@ -307,7 +325,8 @@ def start_kueue(
     ``kueue-manager`` and ``crds/`` (default: ``ensure_peer("kueue")``, built if needed);
     ``workdir``: its files (default ``<plane.workdir>/kueue``); ``admission_webhooks``:
     register Kueue's Job and Kueue-kind admission webhooks (see the module docstring).
-    The configuration is :func:`kueue_configuration`'s. Stop it with ``.stop()``."""
+    The configuration is :func:`kueue_configuration`'s (``fair_sharing``: its fair
+    sharing on). Stop it with ``.stop()``."""
     bin_dir = bin_dir or ensure_peer("kueue")
     workdir = workdir or plane.workdir / "kueue"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -337,6 +356,7 @@ def start_kueue(
         pods_ready_timeout=pods_ready_timeout,
         block_admission=block_admission,
         requeue_backoff_seconds=requeue_backoff_seconds,
+        fair_sharing=fair_sharing,
     )
     config_path = workdir / "kueue-config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -483,7 +503,8 @@ def kueue_queues(
     back what others borrowed, whatever their priority), ``borrowWithinCohort: {policy:
     Never}`` (a borrowing job preempts no one); ``queueingStrategy: BestEffortFIFO`` (a
     job that does not fit does not hold back smaller ones behind it). The ClusterQueue
-    admits only its team's namespace."""
+    admits only its team's namespace; a team's ``weight``, if set, is its
+    ``spec.fairSharing.weight``."""
     objects: list[Json] = [
         {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}}
     ]
@@ -491,12 +512,16 @@ def kueue_queues(
         quota = team if isinstance(team, TeamQuota) else TeamQuota(*team)
         if quota.max_gpus < quota.min_gpus:
             raise ValueError(f"team {quota.name}: max {quota.max_gpus} < min {quota.min_gpus}")
+        fair_sharing = (
+            {} if quota.weight is None else {"fairSharing": {"weight": f"{quota.weight:g}"}}
+        )
         objects.append(
             {
                 "apiVersion": KUEUE_API,
                 "kind": "ClusterQueue",
                 "metadata": {"name": quota.name},
                 "spec": {
+                    **fair_sharing,
                     "cohortName": cohort,
                     "namespaceSelector": {
                         "matchLabels": {"kubernetes.io/metadata.name": quota.name}

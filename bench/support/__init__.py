@@ -14,4 +14,5 @@
   Running, marked for soft eviction and deleted;
 * ``meters``: CPU seconds per process and kube-apiserver's request counters over a window;
 * ``profiling``: ``py-spy`` attached to a process, and the hottest functions it saw.
+* ``weights``: ``bench.peers --weights``, read and written as Koordinator reads them.
 """

@@ -283,24 +283,35 @@ def test_a_minimum_runtime_that_is_not_seconds_is_refused_before_anything_runs(
     assert "--min-runtime" in capsys.readouterr().err
 
 
+def write_recorded_run(
+    workdir: Path, system: str, jobs: dict[str, SubmittedJob], seen: list[PodSighting]
+) -> None:
+    """What a run of ``system`` records under ``--workdir`` for ``--refigure``: its
+    submissions, then its sightings."""
+    run = workdir / system
+    run.mkdir()
+    rows = [{"job": name, **dataclasses.asdict(job)} for name, job in jobs.items()]
+    rows += [dataclasses.asdict(sighting) for sighting in seen]
+    (run / "sightings.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
 def test_refigure_computes_a_run_s_figures_again_from_what_it_recorded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A run of one system recorded: job g (1 pod x 8 GPUs) bound at 0 and evicted at 40
     # (saving every 30 s: loses 8 x 10 = 80); the results it wrote say 0 GPU-s lost (a
     # figure defined since, say). Computed again from the sightings: 80.
-    run = tmp_path / "muster"
-    run.mkdir()
-    rows = [
-        {"job": "g", **dataclasses.asdict(SubmittedJob("team-a", 1, 8, "normal", 0.0))},
-        dataclasses.asdict(PodSighting(0, "team-a/g-0", "g", 8, holds=True, succeeded=False)),
-        dataclasses.asdict(
+    write_recorded_run(
+        tmp_path,
+        "muster",
+        {"g": SubmittedJob("team-a", 1, 8, "normal", 0.0)},
+        [
+            PodSighting(0, "team-a/g-0", "g", 8, holds=True, succeeded=False),
             PodSighting(
                 40, "team-a/g-0", "g", 8, holds=False, succeeded=False, saves=Saves(interval=30.0)
-            )
-        ),
-    ]
-    (run / "sightings.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+            ),
+        ],
+    )
     trace = {
         "seconds": 40,
         "drain": 10,
