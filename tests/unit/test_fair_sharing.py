@@ -477,3 +477,52 @@ def test_waiting_work_holds_back_only_a_pod_that_could_take_room_it_could_use() 
         assert bool(result.quota_failures) is held, (labelled, result.quota_failures)
         # Asked about every node (simulate, the planner), b-2 is held back either way.
         assert admit(state, "team-b/b-2")
+
+
+def test_reclaim_takes_from_the_quota_furthest_above_its_share_first() -> None:
+    # Eight nodes of one GPU.  team-a, team-b and team-c: min 2, max 8 each.  team-a runs
+    # a-0..a-4 (5 GPUs: borrows 3, share 3/8 = 0.375), team-b runs b-0..b-2 (3 GPUs:
+    # borrows 1, share 1/8 = 0.125), all priority 1; b-2 started last of all, a-4 last of
+    # team-a's.  team-c's pod (priority 100, below its min of 2) reclaims one GPU from a
+    # borrowing quota.  The victim order alone (priority 1 for all, then the least work
+    # lost: the latest start) would take b-2.  With fairSharing, among victims of one
+    # priority the quota furthest above its fair share goes first: team-a, so a-4 (team-a
+    # goes from 5 to 4, still above its min of 2).  With it off: b-2.
+    nodes = [node(f"n{i}", gpu=1) for i in range(1, 9)]
+    quotas = [
+        quota(name, min={GPU: "2"}, max={GPU: "8"}) for name in ("team-a", "team-b", "team-c")
+    ]
+    running = [
+        *(
+            pod(
+                f"a-{i}",
+                "team-a",
+                gpu=1,
+                node=f"n{i + 1}",
+                preemptible=True,
+                priority=1,
+                started=f"2026-01-01T10:0{i}:00Z",
+            )
+            for i in range(5)
+        ),
+        *(
+            pod(
+                f"b-{i}",
+                "team-b",
+                gpu=1,
+                node=f"n{i + 6}",
+                preemptible=True,
+                priority=1,
+                started=f"2026-01-01T11:0{i}:00Z",
+            )
+            for i in range(3)
+        ),
+        pod("c-0", "team-c", gpu=1, created=CREATED, priority=100, can_preempt=True),
+    ]
+    plan = plan_job_preemption(snapshot(nodes, running, quotas, ON), "team-c/c-0", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-a/a-4"]
+    off = snapshot(nodes, running, quotas, MusterArgs(fairSharing=False))
+    plan = plan_job_preemption(off, "team-c/c-0", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-b/b-2"]

@@ -23,6 +23,7 @@ against the policies.
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -49,6 +50,7 @@ from extender.core.preemption.walk import (
 from extender.core.state import ClusterState, UnitEntry
 from quota.accounting import QuotaLedger
 from quota.admission import reclaimable
+from quota.fairshare import share_after
 
 
 def describe(
@@ -142,7 +144,7 @@ def _offers(
     """What :func:`find_victim_groups` offers, in order, phase by phase."""
     settled = settled_units(state, promised=builder.promised)
     entries_of = builder.unit_entries
-    for units, asking, quotas, admission in _phases(state, preemptor, ledger):
+    for units, asking, quotas, admission, ranked in _phases(state, preemptor, ledger):
         # Elastic jobs give up their pods above their minimum before any whole job of
         # their priority or above goes.
         ceiling, _rule, equal_rule, _created_after = admission
@@ -152,18 +154,29 @@ def _offers(
         excess = [shed for shed in builder.excess(quotas) if shed[0] <= last]
         entries: Iterator[UnitEntry]
         lacking = wanted.lacking(quotas)
+        lists: list[Sequence[UnitEntry]]
+        if ranked is not None:  # one list per quota, merged by priority, then rank
+            lists = [state.victims.units(quota) for quota in sorted(quotas)]
+        else:
+            lists = [units]
         if lacking is None:
-            entries = itertools.islice(units, bisect.bisect_right(units, last, key=by_priority))
+            streams: list[Iterator[UnitEntry]] = [
+                itertools.islice(part, bisect.bisect_right(part, last, key=by_priority))
+                for part in lists
+            ]
         else:  # pass over the units that cannot help, at C speed
-            sources = (
-                [units]
-                if asking is None
-                else asking_for(asking, state.victims.asks_of_scattered(), lacking)
-            )
             screen = places_wanted(lacking, state.victims.unit_resources())
-            entries = screened(sources, last, screen)
+            if ranked is None and asking is not None:
+                lists = list(asking_for(asking, state.victims.asks_of_scattered(), lacking))
+            streams = (
+                [screened([part], last, screen) for part in lists]
+                if ranked
+                else [screened(lists, last, screen)]
+            )
+        order = None if ranked is None else _by_priority_then_rank(ranked)
+        entries = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=order)
         if settled:
-            entries = with_settled(entries, settled, quotas, last)
+            entries = with_settled(entries, settled, quotas, last, order)
         for entry in entries:
             while excess and excess[0][0] <= entry[0]:
                 _priority, job, _quota, pods = excess.pop(0)
@@ -186,13 +199,16 @@ _Phase = tuple[
     Mapping[frozenset[str], Sequence[UnitEntry]] | None,
     AbstractSet[str],
     Admission,
+    Mapping[str, int] | None,
 ]
 
 
 def _phases(state: ClusterState, preemptor: Preemptor, ledger: QuotaLedger) -> list[_Phase]:
     """The walk's phases, in order: the borrowing quotas above the job's quota's fair share
     (fair sharing), the other borrowing quotas the cohort rule lets the job take from,
-    then its own quota's lower-priority work."""
+    then its own quota's lower-priority work.  With ``fairSharing``, each phase taking
+    from other quotas ranks them (the last element: quota → rank), the quota furthest
+    above its fair share first: among victims of one priority, its go first."""
     policy = state.tree[preemptor.quota].policy
     phases: list[_Phase] = []
     victims = state.victims
@@ -204,11 +220,46 @@ def _phases(state: ClusterState, preemptor: Preemptor, ledger: QuotaLedger) -> l
     )
     fair = above_share(state, preemptor, borrowing, ledger)
     if fair:
-        phases.append((victims.units(), victims.units_asking(), fair, FAIR_SHARE_ADMISSION))
+        phases.append(
+            (
+                victims.units(),
+                victims.units_asking(),
+                fair,
+                FAIR_SHARE_ADMISSION,
+                _ranks(state, ledger, fair),
+            )
+        )
     cohort = cohort_rule(preemptor, policy)
     if cohort is not None and borrowing - fair:
-        phases.append((victims.units(), victims.units_asking(), borrowing - fair, cohort))
+        lenders = borrowing - fair
+        ranks = _ranks(state, ledger, lenders)
+        phases.append((victims.units(), victims.units_asking(), lenders, cohort, ranks))
     own = within_rule(preemptor, policy)
     if own is not None:
-        phases.append((state.victims.units(preemptor.quota), None, {preemptor.quota}, own))
+        phases.append((state.victims.units(preemptor.quota), None, {preemptor.quota}, own, None))
     return phases
+
+
+def _ranks(
+    state: ClusterState, ledger: QuotaLedger, quotas: AbstractSet[str]
+) -> Mapping[str, int] | None:
+    """With ``fairSharing``, ``quotas`` ranked by their share of borrowed capacity, the
+    largest first (then by name); ``None`` when off, or for one quota."""
+    if not state.args.fair_sharing or len(quotas) < 2:
+        return None
+    capacity = state.capacity()
+    shares = {quota: share_after(ledger, quota, capacity) for quota in quotas}
+    ordered = sorted(quotas, key=lambda quota: (-shares[quota], quota))
+    return {quota: rank for rank, quota in enumerate(ordered)}
+
+
+def _by_priority_then_rank(
+    ranks: Mapping[str, int],
+) -> Callable[[UnitEntry], tuple[int, int, float, str]]:
+    """The walk's order with quotas ranked: priority, then the quota's rank, then the
+    victim order (least work lost, then by job)."""
+
+    def key(entry: UnitEntry) -> tuple[int, int, float, str]:
+        return (entry[0], ranks[entry[3]], entry[1], entry[2])
+
+    return key

@@ -15,9 +15,10 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from operator import itemgetter
+from typing import Any
 
 from extender.core.state import SCATTERED, ClusterState, UnitEntry, UnitPlace
 
@@ -59,16 +60,21 @@ def with_settled(
     settled: Mapping[str, UnitEntry | None],
     quotas: AbstractSet[str],
     last: float,
+    key: Callable[[UnitEntry], Any] | None = None,
 ) -> Iterator[UnitEntry]:
     """``entries`` with the units of :func:`settled_units` at their settled places in the
-    victim order (and under the priority ceiling ``last`` by their settled priority)."""
+    victim order (and under the priority ceiling ``last`` by their settled priority);
+    ``key``: the order ``entries`` are in, when not the victim order itself."""
     staying = sorted(
-        entry
-        for entry in settled.values()
-        if entry is not None and entry[3] in quotas and entry[0] <= last
+        (
+            entry
+            for entry in settled.values()
+            if entry is not None and entry[3] in quotas and entry[0] <= last
+        ),
+        key=key,
     )
     others = (entry for entry in entries if entry[2] not in settled)
-    return heapq.merge(others, staying)
+    return heapq.merge(others, staying, key=key)
 
 
 def asking_for(

@@ -13,7 +13,9 @@ and all together, in **the victim order**, defined here and nowhere else:
 
 "Other quotas first", the order's first rule in docs/design.md, is the candidate walk's
 (:mod:`extender.core.preemption.candidates` takes other quotas' units before the
-preemptor's own); within each walk, units come in this order.
+preemptor's own); within each walk, units come in this order, except that with fair
+sharing the walk ranks the other quotas among units of one priority (the quota furthest
+above its fair share first).
 
 Every quota's units are also kept split by the resources their pods ask for
 (:meth:`VictimIndex.units_asking`), so a walk for a job short of GPUs reads the units
