@@ -10,6 +10,8 @@ does not, written with the tenant's own namespace-scoped token.
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,3 +192,51 @@ def _unschedulable(teams: Teams, name: str) -> bool:
     pod: dict[str, Any] = teams.get(teams.a, name) or {}
     conditions = pod.get("status", {}).get("conditions", [])
     return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
+
+
+def test_the_quota_furthest_above_its_share_lends_back_first(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # Six nodes of one GPU.  Team A: min 2; team B: min 1; team C: min 2 (max 6 each).
+    # Team A runs a-0..a-3 (borrows 2: share 2/6), then team B b-0 and b-1, started in a
+    # later second (borrows 1: share 1/6), all of one priority.  Team C's pod, below its
+    # min, reclaims one GPU.  The victim order alone would take b-1 or b-0 (the least work
+    # lost: the latest start); with fair sharing, among victims of one priority the quota
+    # furthest above its share goes first: one of team A's pods (team A stays at 3, above
+    # its min), and both of team B's keep running.
+    for i in range(6):
+        cluster.create_node(f"n{i}", {"cpu": "8", "memory": "32Gi", GPU: 1})
+    teams = Teams(
+        cluster, {"min": {GPU: "2"}, "max": {GPU: "6"}}, {"min": {GPU: "1"}, "max": {GPU: "6"}}
+    )
+    others = Teams(
+        cluster,
+        {"min": {GPU: "2"}, "max": {GPU: "6"}},
+        {"min": {GPU: "0"}, "max": {GPU: "6"}},
+        suffix="2",
+    )
+    team_a = [f"a-{i}" for i in range(4)]
+    try:
+        for name in team_a:
+            teams.create(teams.a, name, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.a, name, "Running")
+        # Start times are in whole seconds: team B's must be later than team A's.
+        started = _start_time(teams, teams.a, "a-3")
+        lc.wait_until(lambda: time.time() >= started + 1 or None, timeout=5, what="a new second")
+        for name in ("b-0", "b-1"):
+            teams.create(teams.b, name, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, name, "Running")
+        assert _start_time(teams, teams.b, "b-0") > started
+        others.create(others.a, "c-0", requests={"cpu": "1", GPU: 1}, labels=BORROWER)
+        others.wait(others.a, "c-0", "Running", timeout=90)
+        assert _running(teams, teams.b, "b-0") and _running(teams, teams.b, "b-1")
+        assert sum(_running(teams, teams.a, name) for name in team_a) == 3
+    finally:
+        others.cleanup()
+        teams.cleanup()
+
+
+def _start_time(teams: Teams, namespace: str, name: str) -> float:
+    pod = teams.get(namespace, name) or {}
+    stamp = pod["status"]["startTime"]
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
