@@ -526,3 +526,60 @@ def test_reclaim_takes_from_the_quota_furthest_above_its_share_first() -> None:
     plan = plan_job_preemption(off, "team-c/c-0", NOW)
     assert isinstance(plan, PreemptionPlan), plan
     assert [victim.pod.key for victim in plan.victims] == ["team-b/b-2"]
+
+
+def _below_share_case(a4_started: str) -> PreemptionPlan | Refusal:
+    # Eight nodes of one GPU.  team-a: min 2, runs a-0..a-4 (borrows 3: share 3/8); team-b:
+    # min 3, runs b-low (priority 0, preemptible, started 11:00) and b-run-0, b-run-1
+    # (priority 50, not preemptible): at its min, share 0.  team-b's new pod (priority 50)
+    # needs a GPU: with it team-b would borrow, but evicting b-low keeps it within its min,
+    # so it is planned as a reclaim of b-low.  As a borrower (fair sharing) it may take
+    # back from team-a, above its share: one pod of team-a's, the latest to start (gap
+    # 3/8 - 0 before, 2/8 - 1/8 after: narrower).  Both plans: no guarantee broken,
+    # highest victim priority 0, one pod; the least work lost decides.
+    nodes = [node(f"n{i}", gpu=1) for i in range(1, 9)]
+    quotas = [
+        quota("team-a", min={GPU: "2"}, max={GPU: "8"}),
+        quota("team-b", min={GPU: "3"}, max={GPU: "8"}),
+    ]
+    starts = ["10:00", "10:01", "10:02", "10:03", a4_started]
+    running = [
+        *(
+            pod(
+                f"a-{i}",
+                "team-a",
+                gpu=1,
+                node=f"n{i + 1}",
+                preemptible=True,
+                priority=0,
+                started=f"2026-01-01T{start}:00Z",
+            )
+            for i, start in enumerate(starts)
+        ),
+        pod(
+            "b-low",
+            "team-b",
+            gpu=1,
+            node="n6",
+            preemptible=True,
+            priority=0,
+            started="2026-01-01T11:00:00Z",
+        ),
+        pod("b-run-0", "team-b", gpu=1, node="n7", priority=50, started="2026-01-01T11:00:00Z"),
+        pod("b-run-1", "team-b", gpu=1, node="n8", priority=50, started="2026-01-01T11:00:00Z"),
+        pod("b-new", "team-b", gpu=1, created=CREATED, priority=50, can_preempt=True),
+    ]
+    return plan_job_preemption(snapshot(nodes, running, quotas, ON), "team-b/b-new", NOW)
+
+
+def test_a_job_within_min_by_its_own_work_may_take_back_as_a_borrower() -> None:
+    # a-4 started at 11:30, after b-low: evicting it loses less work; the borrower's plan
+    # ranks better and is kept.
+    plan = _below_share_case("11:30")
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-a/a-4"]
+    assert "fairSharing" in plan.victims[0].reason
+    # a-4 started at 10:04, before b-low: the reclaim of b-low loses less: it is kept.
+    plan = _below_share_case("10:04")
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-b/b-low"]
