@@ -136,7 +136,6 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             found, held_back = NotFound([wait.reason], retry_at=wait.until), True
         else:
             found = _find(state, demand, preemptor, ledger, now)
-            found, preemptor = _or_as_borrower(state, demand, preemptor, ledger, now, found)
     yielded: tuple[Reservation, ...] = ()
     if isinstance(found, NotFound) and not found.fits and not held_back:
         # Room held for a lower-priority job of the quota, not used yet, may yield.
@@ -345,38 +344,6 @@ def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> P
         within_min_by_own_work=not borrows,
         fair_share=preemptor_share(state, demand, ledger) if borrows else None,
     )
-
-
-def _or_as_borrower(
-    state: ClusterState,
-    demand: JobDemand,
-    preemptor: Preemptor,
-    ledger: QuotaLedger,
-    now: float,
-    found: Found | NotFound,
-) -> tuple[Found | NotFound, Preemptor]:
-    """With ``fairSharing``, a job that fits its quota's ``min`` only once its own
-    lower-priority work is gone (planned as a reclaim, ``found``) is planned as the
-    borrower it also is, which may take back from quotas above its quota's share; the
-    plan that ranks better (:class:`~.ranking.PlanRank`) is kept, the reclaim on a tie.
-    Not while its borrowing would wait for another quota's work (fair sharing's
-    admission)."""
-    if not (state.args.fair_sharing and preemptor.within_min_by_own_work):
-        return found, preemptor
-    borrower = dataclasses.replace(
-        preemptor,
-        borrows=True,
-        within_min_by_own_work=False,
-        fair_share=preemptor_share(state, demand, ledger),
-    )
-    if fair_share_wait(state, demand, now, ledger) is not None:
-        return found, preemptor
-    other = _find(state, demand, borrower, ledger, now)
-    if not isinstance(other, Found):
-        return found, preemptor
-    if isinstance(found, Found) and not plan_rank(other, now) < plan_rank(found, now):
-        return found, preemptor
-    return other, borrower
 
 
 def _earliest(first: float | None, second: float | None) -> float | None:
