@@ -15,17 +15,19 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from base.resources import MILLI
 from bench.clusters import GPU, add_gang, gpu_cluster
+from extender.core.podgroups import parse_scheduler_plugins_pod_group
 from extender.core.preemption import search
 from extender.core.preemption.deferral import Deferral
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
 from extender.core.state import ClusterState
 from quota.tree import QuotaSpec
+from tests.builders import node, pod, quota, snapshot
 
 NOW = 1_767_400_000.0
 
@@ -43,9 +45,9 @@ def random_case(seed: int) -> tuple[ClusterState, str]:
         gpu_pods_per_node=rng.choice((2, 3, 4)),
     )
     used: Counter[str] = Counter()
-    for pod in drawn.pods.values():
-        used[pod.namespace] += pod.requests.get(GPU, 0)
-    cluster_gpus = sum(node.allocatable[GPU] for node in drawn.nodes.values())
+    for running in drawn.pods.values():
+        used[running.namespace] += running.requests.get(GPU, 0)
+    cluster_gpus = sum(each.allocatable[GPU] for each in drawn.nodes.values())
     specs = [
         QuotaSpec(
             name=f"team-{i}",
@@ -62,12 +64,12 @@ def random_case(seed: int) -> tuple[ClusterState, str]:
         for i in range(quotas)
     ]
     state = ClusterState(drawn.args, specs)
-    for node in drawn.nodes.values():
-        state.upsert_node(node)
-    for pod in drawn.pods.values():
+    for each in drawn.nodes.values():
+        state.upsert_node(each)
+    for running in drawn.pods.values():
         if rng.random() < 0.03:  # leaving: a plan counts it gone
-            pod = dataclasses.replace(pod, terminating=True)
-        state.upsert_pod(pod)
+            running = dataclasses.replace(running, terminating=True)
+        state.upsert_pod(running)
     whole = rng.random() < 0.7
     job = add_gang(
         state,
@@ -123,3 +125,116 @@ def test_deferral_decides_what_the_walk_without_decides(
     # end, and some must be sent back to walk again.
     assert walks["vouched"] >= cases // 2, walks
     assert walks["walked again"] >= 5, walks
+
+
+def _same_with_and_without(
+    state_of: Callable[[], ClusterState], job: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[object, ...]:
+    with_deferral = decision(state_of(), job)
+    with monkeypatch.context() as patched:
+        patched.setattr(Deferral, "applies", staticmethod(lambda *a, **k: False))
+        without = decision(state_of(), job)
+    assert with_deferral == without
+    return without
+
+
+BORROW_LOWER = {"muster.dev/borrow-within-cohort": "LowerPriority"}
+OLD, NEW = "2026-01-01T00:00:00Z", "2026-01-01T06:00:00Z"
+
+
+def test_node_room_that_suffices_before_the_quota_does_holds_nothing_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # (Found by review.)  team-a's gang of two 8-GPU pods needs team-a's own t (on n0) out
+    # for its quota, and two free nodes.  The walk takes h (team-b, newest, n0), then x
+    # (team-c, n1): node room suffices before the quota does, then t.  Had h been held on
+    # n0 until t freed it, it would no longer be wanted once node room sufficed, and the
+    # plan would keep x instead.  A job whose quota checks fail before any eviction holds
+    # nothing back: the plan is the walk's, h and t.
+    def state() -> ClusterState:
+        return snapshot(
+            [node(f"n{i}") for i in range(3)],
+            [
+                pod("h", "team-b", gpu=4, node="n0", preemptible=True, priority=0, created=NEW),
+                pod("t", "team-a", gpu=4, node="n0", preemptible=True, priority=1, created=OLD),
+                pod("x", "team-c", gpu=8, node="n1", preemptible=True, priority=0, created=OLD),
+                *(
+                    pod(
+                        f"j-{i}",
+                        "team-a",
+                        gpu=8,
+                        group="j",
+                        preemptible=True,
+                        can_preempt=True,
+                        priority=100,
+                        created=NEW,
+                    )
+                    for i in range(2)
+                ),
+            ],
+            [
+                quota("team-a", min={GPU: "8"}, max={GPU: "16"}, annotations=BORROW_LOWER),
+                quota("team-b", min={GPU: "0"}, max={GPU: "24"}),
+                quota("team-c", min={GPU: "0"}, max={GPU: "24"}),
+            ],
+        )
+
+    decided = _same_with_and_without(state, "team-a/j", monkeypatch)
+    assert decided[0] == "plan"
+    assert [key for key, _reason in decided[1]] == ["team-b/h", "team-a/t"]  # type: ignore[attr-defined]
+
+
+def test_a_unit_holding_min_resources_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (Found by review.)  team-b's h (4 GPUs on n0) belongs to a PodGroup holding
+    # minResources of 13 GPUs: evicting it frees 13 of team-b's usage, not 4.  The walk
+    # takes h first (newest, priority 0), which leaves team-b's g (n1) spared for team-b's
+    # min, then k (team-c, on n0): the plan is h and k, the gang's first pod on n0.  The
+    # held h's 4 GPUs would understate what the walk took from team-b.
+    def state() -> ClusterState:
+        built = snapshot(
+            [node(f"n{i}") for i in range(3)],
+            [
+                pod(
+                    "h",
+                    "team-b",
+                    gpu=4,
+                    node="n0",
+                    group="h",
+                    preemptible=True,
+                    priority=0,
+                    created=NEW,
+                ),
+                pod("g", "team-b", gpu=8, node="n1", preemptible=True, priority=0, created=OLD),
+                pod("k", "team-c", gpu=4, node="n0", preemptible=True, priority=1, created=OLD),
+                *(
+                    pod(
+                        f"j-{i}",
+                        "team-a",
+                        gpu=8,
+                        group="j",
+                        can_preempt=True,
+                        priority=100,
+                        created=NEW,
+                    )
+                    for i in range(2)
+                ),
+            ],
+            [
+                quota("team-a", min={GPU: "16"}, max={GPU: "24"}),
+                quota("team-b", min={GPU: "1"}, max={GPU: "24"}),
+                quota("team-c", min={GPU: "0"}, max={GPU: "24"}),
+            ],
+        )
+        built.set_pod_group(
+            parse_scheduler_plugins_pod_group(
+                {
+                    "metadata": {"name": "h", "namespace": "team-b"},
+                    "spec": {"minMember": 1, "minResources": {GPU: "13"}},
+                }
+            )
+        )
+        return built
+
+    decided = _same_with_and_without(state, "team-a/j", monkeypatch)
+    assert decided[0] == "plan"
+    assert sorted(key for key, _reason in decided[1]) == ["team-b/h", "team-c/k"]  # type: ignore[attr-defined]

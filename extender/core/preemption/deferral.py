@@ -18,11 +18,13 @@ minimisation puts groups back in the order they were offered without it (each gr
 ``position``).
 
 Only what nothing else reads is held: whole units on one node, of a quota whose usage
-does not enter the job's quota checks, outside fair sharing's phase; for a job of one
-pod shape, without slices, that does not reclaim within its ``min`` once its own work
-is gone, with no PodDisruptionBudget in play, and whose every pod together needs more
-than any node has of each resource a node may lack (so whether a unit could help, which
-the walk asks when it is offered, is the same whenever it is asked).  What the units
+does not enter the job's quota checks, outside fair sharing's phase, whose job holds no
+``minResources`` (it would free more than its requests); for a job whose quota checks
+hold before any eviction, of one pod shape, without slices, that does not reclaim within
+its ``min`` once its own work is gone, with no PodDisruptionBudget in play, and whose
+every pod together needs more than any node has of each resource a node may lack (so
+whether a unit could help, which the walk asks when it is offered, is the same whenever
+it is asked: node room does not suffice until the walk stops).  What the units
 still held when the walk stops would have taken from their quotas' usage is not taken:
 :meth:`Deferral.keeps_guarantees` says whether every ``min`` check of the walk would
 have passed as it did with it taken too; when it would not, or a check spared a victim,
@@ -56,6 +58,7 @@ class Deferral:
         self._peek = fit.overlay.peek
         self._uncounted = frozenset(q for q in state.tree.specs if not counted(q))
         self._unit_pods = state.victims.unit_pods()
+        self._declarations = state.declarations
         #: Node → its held offers, in order, each with its position and requests.
         self._held: dict[str, list[tuple[int, Offer, Mapping[str, int]]]] = {}
         #: Node → how much of each resource it may lack is still missing for one more
@@ -78,10 +81,17 @@ class Deferral:
         self._held_of: dict[str, dict[str, int]] = {}
 
     @staticmethod
-    def applies(state: ClusterState, fit: JobFit, *, budgets: bool, within_min: bool) -> bool:
+    def applies(
+        state: ClusterState, fit: JobFit, *, budgets: bool, within_min: bool, quota_ok: bool
+    ) -> bool:
         """May the walk for ``fit``'s job hold units back?  ``budgets``: the search spares
-        victims for PodDisruptionBudgets (the order of takes decides which are spared)."""
-        if budgets or within_min or fit.slices is not None or len(fit.shapes) != 1:
+        victims for PodDisruptionBudgets (the order of takes decides which are spared);
+        ``quota_ok``: the job's quota checks hold before any eviction (else node room may
+        suffice before they do, and a unit released after that could help no more, where
+        taken at its place it counted)."""
+        if not quota_ok or budgets or within_min:
+            return False
+        if fit.slices is not None or len(fit.shapes) != 1:
             return False
         shape = fit.shapes[0]
         largest = state.largest_allocatable()
@@ -95,6 +105,8 @@ class Deferral:
         """``offers`` numbered by their place, some held back and offered later."""
         held, released, short, uncounted = self._held, self._released, self._short, self._uncounted
         unit_pods, missing_of = self._unit_pods, self._missing
+        # (A unit whose PodGroup holds minResources frees more than its requests.)
+        declares_min_resources = self._declarations.declares_min_resources
         held_of, bounded = self._held_of, self._bounded
         for position, offer in enumerate(offers):
             entry, admission, shed = offer
@@ -105,6 +117,7 @@ class Deferral:
                 and node not in released
                 and entry[3] in uncounted
                 and admission is not FAIR_SHARE_ADMISSION
+                and not declares_min_resources(entry[2])
             ):
                 pods = unit_pods[entry[2]]
                 requests = pods[0].requests if len(pods) == 1 else _summed(pods)

@@ -158,6 +158,7 @@ def _walk(
         fit,
         budgets=spare_budgets and bool(state.budgets),
         within_min=simulation.within_min,
+        quota_ok=wants.quota_ok,
     ):
         deferral = Deferral(state, fit, simulation.counts_for_job)
     budgets = BudgetUse(state.budgets.values(), spent)
