@@ -479,6 +479,24 @@ def test_waiting_work_holds_back_only_a_pod_that_could_take_room_it_could_use() 
         assert admit(state, "team-b/b-2")
 
 
+def _one_gpu_each(team: str, count: int, *, first_node: int, hour: int) -> list[dict[str, Any]]:
+    """``count`` preemptible 1-GPU pods of ``team`` (priority 1) on consecutive nodes from
+    ``n<first_node>``, started a minute apart from ``<hour>:00``, in name order."""
+    letter = team[-1]
+    return [
+        pod(
+            f"{letter}-{i}",
+            team,
+            gpu=1,
+            node=f"n{first_node + i}",
+            preemptible=True,
+            priority=1,
+            started=f"2026-01-01T{hour}:0{i}:00Z",
+        )
+        for i in range(count)
+    ]
+
+
 def test_reclaim_takes_from_the_quota_furthest_above_its_share_first() -> None:
     # Eight nodes of one GPU.  team-a, team-b and team-c: min 2, max 8 each.  team-a runs
     # a-0..a-4 (5 GPUs: borrows 3, share 3/8 = 0.375), team-b runs b-0..b-2 (3 GPUs:
@@ -493,30 +511,8 @@ def test_reclaim_takes_from_the_quota_furthest_above_its_share_first() -> None:
         quota(name, min={GPU: "2"}, max={GPU: "8"}) for name in ("team-a", "team-b", "team-c")
     ]
     running = [
-        *(
-            pod(
-                f"a-{i}",
-                "team-a",
-                gpu=1,
-                node=f"n{i + 1}",
-                preemptible=True,
-                priority=1,
-                started=f"2026-01-01T10:0{i}:00Z",
-            )
-            for i in range(5)
-        ),
-        *(
-            pod(
-                f"b-{i}",
-                "team-b",
-                gpu=1,
-                node=f"n{i + 6}",
-                preemptible=True,
-                priority=1,
-                started=f"2026-01-01T11:0{i}:00Z",
-            )
-            for i in range(3)
-        ),
+        *_one_gpu_each("team-a", 5, first_node=1, hour=10),
+        *_one_gpu_each("team-b", 3, first_node=6, hour=11),
         pod("c-0", "team-c", gpu=1, created=CREATED, priority=100, can_preempt=True),
     ]
     plan = plan_job_preemption(snapshot(nodes, running, quotas, ON), "team-c/c-0", NOW)
