@@ -59,8 +59,10 @@ class Deferral:
         self._uncounted = frozenset(q for q in state.tree.specs if not counted(q))
         self._unit_pods = state.victims.unit_pods()
         self._declarations = state.declarations
-        #: Node → its held offers, in order, each with its position and requests.
-        self._held: dict[str, list[tuple[int, Offer, Mapping[str, int]]]] = {}
+        #: Node → the positions of its held offers, in order; and each held offer by its
+        #: position (no object made per unit held: a plan may hold thousands).
+        self._held: dict[str, list[int]] = {}
+        self._offer_at: dict[int, Offer] = {}
         #: Node → how much of each resource it may lack is still missing for one more
         #: copy with its held units out (dropped when the walk frees room there itself).
         self._missing: dict[str, dict[str, int]] = {}
@@ -119,8 +121,7 @@ class Deferral:
                 and admission is not FAIR_SHARE_ADMISSION
                 and not declares_min_resources(entry[2])
             ):
-                pods = unit_pods[entry[2]]
-                requests = pods[0].requests if len(pods) == 1 else _summed(pods)
+                requests = self._requests(entry[2])
                 missing = missing_of.get(node)
                 if missing is None:
                     missing = missing_of[node] = self._missing_now(node)
@@ -132,7 +133,8 @@ class Deferral:
                     yield from self._release(node)
                     yield position, offer
                     continue
-                held.setdefault(node, []).append((position, offer, requests))
+                held.setdefault(node, []).append(position)
+                self._offer_at[position] = offer
                 for name in short_here:
                     missing[name] -= requests.get(name, 0)
                 counted = held_of.get(entry[3])
@@ -154,11 +156,11 @@ class Deferral:
             yield position, offer
         # Nothing more to offer: the units still held go, in order, so a walk that finds
         # no plan has met every unit, as the walk without deferral does.
-        rest = sorted((item for items in held.values() for item in items), key=_by_position)
+        rest = sorted(self._offer_at.items())
         held.clear()
+        self._offer_at.clear()
         self._held_of.clear()
-        for position, offer, _requests in rest:
-            yield position, offer
+        yield from rest
 
     def keeps_guarantees(
         self,
@@ -194,11 +196,18 @@ class Deferral:
         """Offer ``node``'s held units, in order; its later units come at their place."""
         self._released.add(node)
         self._missing.pop(node, None)
-        for position, offer, requests in self._held.pop(node, ()):
+        for position in self._held.pop(node, ()):
+            offer = self._offer_at.pop(position)
+            requests = self._requests(offer[0][2])
             counted = self._held_of[offer[0][3]]
             for name in self._bounded:
                 counted[name] -= requests.get(name, 0)
             yield position, offer
+
+    def _requests(self, job: str) -> Mapping[str, int]:
+        """What evicting ``job``'s unit frees (its pods' requests)."""
+        pods = self._unit_pods[job]
+        return pods[0].requests if len(pods) == 1 else _summed(pods)
 
     def _missing_now(self, node: str) -> dict[str, int]:
         """How much of each resource ``node`` may lack is missing for one more copy of
@@ -208,16 +217,11 @@ class Deferral:
         wanted = self._shape.capacity.get(node, 0) + 1
         amounts = self._amounts
         missing = {name: wanted * amounts[name] - room.get(name, 0) for name in self._short[node]}
-        held = self._held.get(node)
-        if held is not None:
-            for _position, _offer, requests in held:
-                for name in missing:
-                    missing[name] -= requests.get(name, 0)
+        for position in self._held.get(node, ()):
+            requests = self._requests(self._offer_at[position][0][2])
+            for name in missing:
+                missing[name] -= requests.get(name, 0)
         return missing
-
-
-def _by_position(item: tuple[int, Offer, Mapping[str, int]]) -> int:
-    return item[0]
 
 
 def _by_node(pods: Iterable[PodInfo], nodes: Container[str]) -> dict[str, dict[str, int]]:
