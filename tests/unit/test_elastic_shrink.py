@@ -149,3 +149,51 @@ def test_a_lower_priority_job_goes_before_a_higher_priority_job_sheds() -> None:
     for i in range(4):
         state.upsert_pod(g_pod(i, priority=100))
     assert victims(state) == ["team-b/g-3", "team-b/h"]
+
+
+def test_a_job_whose_rest_goes_loses_its_shed_pods_too() -> None:
+    # (Found by the gang property test.)  One node of 8 CPUs.  team-b (min 0) runs gang g,
+    # declaring a minimum of 2: g-0 and g-1 (1 CPU each) and g-2 (4 CPUs), started
+    # together.  team-a (min 8) runs a-run (1 CPU, not preemptible); its a-new needs 3 CPUs,
+    # and 1 is free.  The walk sheds g's one pod above its minimum first: the newest, and
+    # with equal starts the first by name, g-0 (1 CPU: 2 free, short of 3); then g's unit,
+    # what is left of it, g-1 and g-2 (7 free: a-new fits).  Minimising, the unit stays
+    # (without it a-new does not fit); g-0 must go with it: spared, it would leave g
+    # running one pod, below its minimum of 2.  So all three go, and no reason says g
+    # keeps running.
+    gang = {keys.POD_GROUP_LABEL: "g"}
+    minimum = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"}
+    started = "2026-01-01T10:00:00Z"
+    pods = [
+        *(
+            pod(
+                f"g-{i}",
+                "team-b",
+                cpu=cpu,
+                node="n0",
+                preemptible=True,
+                labels=gang,
+                annotations=minimum,
+                started=started,
+            )
+            for i, cpu in enumerate(("1", "1", "4"))
+        ),
+        pod("a-run", "team-a", cpu="1", node="n0", started=started),
+        pod("a-new", "team-a", cpu="3", can_preempt=True),
+    ]
+    state = snapshot(
+        [node("n0", cpu="8")],
+        pods,
+        [
+            quota("team-a", min={"cpu": "8"}, max={"cpu": "8"}),
+            quota("team-b", min={"cpu": "0"}, max={"cpu": "8"}),
+        ],
+    )
+    plan = plan_job_preemption(state, "team-a/a-new", NOON)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert sorted(victim.pod.key for victim in plan.victims) == [
+        "team-b/g-0",
+        "team-b/g-1",
+        "team-b/g-2",
+    ]
+    assert not any("keeps running" in victim.reason for victim in plan.victims)

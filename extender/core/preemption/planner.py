@@ -54,7 +54,13 @@ from extender.core.preemption.policy import (
     preemptor_of,
 )
 from extender.core.preemption.ranking import PlanRank, lower_priority_plan, plan_rank
-from extender.core.preemption.search import Found, JobLayout, NotFound, search_victims
+from extender.core.preemption.search import (
+    Found,
+    JobLayout,
+    NotFound,
+    evicted_whole,
+    search_victims,
+)
 from extender.core.preemption.yielding import reserved_pods, yield_steps, yieldable_reservations
 from extender.core.state import (
     ClusterState,
@@ -165,7 +171,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         budgets.take(group.pods)
         if found.chosen_over:
             reason += f"; {found.chosen_over}"
-        if group.shed:
+        if group.shed and not evicted_whole(group.job, found.kept):
             minimum = state.victims.elastic().get(group.job)
             reason += (
                 f"; one pod above job {group.job}'s minimum of {minimum}: the job keeps running"

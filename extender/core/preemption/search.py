@@ -290,10 +290,14 @@ def protected_until(state: ClusterState, group: VictimGroup, runtime: float) -> 
 
 def _minimised(simulation: Simulation, removed: list[VictimGroup]) -> list[VictimGroup]:
     """The groups of ``removed`` the job still needs: the last one was; each earlier one
-    is put back, newest first, and kept only if the job no longer fits without it."""
+    is put back, newest first, and kept only if the job no longer fits without it (a pod
+    an elastic job shed is kept while the rest of its job goes: :func:`evicted_whole`)."""
     fit = simulation.fit
     kept = [removed[-1]]
     for group in reversed(simulation.spare_idle(removed)):
+        if group.shed and evicted_whole(group.job, kept):
+            kept.append(group)  # the rest of its job goes: its pods shed first go too
+            continue
         simulation.restore(group)
         if fit.fits() and (not simulation.counts_for_job(group.quota) or simulation.admits()):
             continue
@@ -306,6 +310,8 @@ def _minimised(simulation: Simulation, removed: list[VictimGroup]) -> list[Victi
         while spared:
             spared = False
             for group in list(kept):
+                if group.shed and evicted_whole(group.job, kept):
+                    continue
                 simulation.restore(group)
                 if fit.fits() and simulation.admits():
                     kept.remove(group)
@@ -313,6 +319,13 @@ def _minimised(simulation: Simulation, removed: list[VictimGroup]) -> list[Victi
                 else:
                     simulation.take(group)
     return kept
+
+
+def evicted_whole(job: str, groups: list[VictimGroup]) -> bool:
+    """Does one of ``groups`` evict what is left of ``job`` (a group not of pods shed one by
+    one)?  Then the pods of ``job`` shed before it go too: sparing one would leave the
+    job running below the minimum it declares."""
+    return any(group.job == job and not group.shed for group in groups)
 
 
 def _why_no_fit(demand: JobDemand, simulation: Simulation, skipped_for_min: list[str]) -> list[str]:

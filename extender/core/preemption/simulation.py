@@ -206,10 +206,14 @@ class Simulation:
         counting = {group.quota for group in groups if group.rule is Rule.FAIR_SHARE} | {
             quota for quota in {group.quota for group in groups} if self.counts_for_job(quota)
         }
+        # A pod an elastic job shed stays for the minimisation while the rest of its job
+        # is evicted too (it goes with it).
+        whole = {group.job for group in removed if not group.shed}
         rest = [
             group
             for group in groups
             if group.quota in counting
+            or (group.shed and group.job in whole)
             or (
                 group.pods[0].node_name in gained
                 if len(group.pods) == 1
