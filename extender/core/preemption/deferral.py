@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
-from base.resources import add_into
+from base.resources import add_into, total
 from extender.core.objects import PodInfo
 from extender.core.placement.fit import JobFit
 from extender.core.preemption.groups import Offer, VictimGroup
@@ -207,7 +207,7 @@ class Deferral:
     def _requests(self, job: str) -> Mapping[str, int]:
         """What evicting ``job``'s unit frees (its pods' requests)."""
         pods = self._unit_pods[job]
-        return pods[0].requests if len(pods) == 1 else _summed(pods)
+        return pods[0].requests if len(pods) == 1 else total(pod.requests for pod in pods)
 
     def _missing_now(self, node: str) -> dict[str, int]:
         """How much of each resource ``node`` may lack is missing for one more copy of
@@ -232,10 +232,3 @@ def _by_node(pods: Iterable[PodInfo], nodes: Container[str]) -> dict[str, dict[s
         if node is not None and node in nodes:
             add_into(totals.setdefault(node, {}), pod.requests)
     return totals
-
-
-def _summed(pods: tuple[PodInfo, ...]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for pod in pods:
-        add_into(total, pod.requests)
-    return total

@@ -9,13 +9,13 @@ the walk (:mod:`.candidates`) offers, asking the planner first whether it could 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
 
 from base.keys import COMPLETION_INDEX_ANNOTATION
-from base.resources import add_into
+from base.resources import add_into, total
 from extender.core.objects import PodInfo
 from extender.core.preemption.policy import Admission, Preemptor, Rule, allowed
 from extender.core.state import ClusterState, UnitEntry
@@ -184,7 +184,9 @@ class GroupBuilder:
                 return None
             # A gang's pods may not all be preemptible.
             rule = allowed(state, members, admission, check_preemptible=True)
-            requests = members[0].requests if len(members) == 1 else _summed(members)
+            requests = (
+                members[0].requests if len(members) == 1 else total(p.requests for p in members)
+            )
         if rule is None:
             return None
         if state.declarations.declares_min_resources(job):
@@ -203,13 +205,6 @@ def shed_order(pod: PodInfo) -> tuple[int, float, str]:
     # str.isdigit and not to int, and int refuses thousands of digits).
     number = int(index) if 0 < len(index) <= 9 and index.isascii() and index.isdigit() else 0
     return (-number, -pod.start_or_created, pod.name)
-
-
-def _summed(pods: Sequence[PodInfo]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for pod in pods:
-        add_into(total, pod.requests)
-    return total
 
 
 def _with_hold_change(
