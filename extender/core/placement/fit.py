@@ -98,8 +98,6 @@ class JobFit:
         #: is in the node totals this bound rests on: one whose quota label is refused is
         #: counted in its namespace's quota.)
         self.lacking: Mapping[str, frozenset[str]] | None = lacking
-        #: Every resource some useful node may lack.
-        self.may_lack: frozenset[str] = frozenset().union(*set(lacking.values()))
         self._initial = [dict(shape.capacity) for shape in self.shapes]
         #: With slices: each node's domain of the slice level, and per shape how many of
         #: the job's bound pods of that shape each domain holds and (kept as victims come

@@ -97,10 +97,11 @@ class Deferral:
             return False
         shape = fit.shapes[0]
         largest = state.largest_allocatable()
+        may_lack = frozenset().union(*set(fit.short.values()))  # on some useful node
         return all(
             shape.size * amount > largest.get(name, 0)
             for name, amount in shape.needs
-            if name in fit.may_lack
+            if name in may_lack
         )
 
     def reorder(self, offers: Iterator[Offer]) -> Iterator[tuple[int, Offer]]:
