@@ -267,22 +267,27 @@ def test_room_beyond_what_is_held_stays_usable() -> None:
     assert kept.passed == [] and "starving job team-a/solo" in kept.failed["n1"]
 
 
-def test_a_later_smaller_gang_is_planned_off_the_held_nodes() -> None:
-    # A later gang of two 1-GPU pods: its first pod's nodes n1..n4 fail, and its plan
-    # keeps both pods off them: the only GPU free elsewhere is n6's, so 1 of 2 fits.
+def later_pair(gpu: int) -> list[dict[str, Any]]:
+    """team-b's gang ``pair`` of two pods of ``gpu`` GPUs each, created after the
+    starving job (12:05), declaring both its minimum."""
     annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"}
-    pair = [
+    return [
         pod(
             f"pair-{i}",
             "team-b",
-            gpu=1,
+            gpu=gpu,
             group="pair",
             created="2026-01-01T12:05:00Z",
             annotations=annotations,
         )
         for i in range(2)
     ]
-    state = cluster(*pair)
+
+
+def test_a_later_smaller_gang_is_planned_off_the_held_nodes() -> None:
+    # A later gang of two 1-GPU pods: its first pod's nodes n1..n4 fail, and its plan
+    # keeps both pods off them: the only GPU free elsewhere is n6's, so 1 of 2 fits.
+    state = cluster(*later_pair(gpu=1))
     result = filter_pod(state, state.pods["team-b/pair-0"], NODES, as_extender=False, now=IN_HOLD)
     assert result.passed == []
     assert result.gang_waiting is not None and "1 of 2 pods fit" in result.gang_waiting
@@ -441,19 +446,7 @@ def test_a_gang_kept_off_held_room_says_the_room_is_reserved() -> None:
     # A later gang of two 5-GPU pods (team-b): only n3 (5 free) could take one of them, and
     # n3 is held for the starving gang: it waits, and its reason says the room is reserved
     # (the words the requeuer nudges parked pods on when the hold ends).
-    annotations = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "2"}
-    later = [
-        pod(
-            f"pair-{i}",
-            "team-b",
-            gpu=5,
-            group="pair",
-            created="2026-01-01T12:05:00Z",
-            annotations=annotations,
-        )
-        for i in range(2)
-    ]
-    state = cluster(*later)
+    state = cluster(*later_pair(gpu=5))
     result = filter_pod(state, state.pods["team-b/pair-0"], NODES, as_extender=False, now=IN_HOLD)
     assert not result.passed
     assert result.gang_waiting is not None and "reserved" in result.gang_waiting, result
