@@ -34,9 +34,9 @@ units still held last, in order: it then has met every unit, as the walk without
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator
 
-from base.resources import add_into, total
+from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.placement.fit import JobFit
 from extender.core.preemption.groups import Offer, VictimGroup
@@ -52,12 +52,13 @@ class Deferral:
         """``counted(quota)``: does the quota's usage enter the job's quota checks (its
         units are never held)?"""
         shape = fit.shapes[0]
-        self._shape = shape
         self._amounts = dict(shape.needs)
+        self._capacity = shape.capacity
         self._short = fit.short
         self._peek = fit.overlay.peek
         self._uncounted = frozenset(q for q in state.tree.specs if not counted(q))
         self._unit_pods = state.victims.unit_pods()
+        self._requests = state.victims.unit_requests()
         self._declarations = state.declarations
         #: Node → the positions of its held offers, in order; and each held offer by its
         #: position (no object made per unit held: a plan may hold thousands).
@@ -107,7 +108,9 @@ class Deferral:
     def reorder(self, offers: Iterator[Offer]) -> Iterator[tuple[int, Offer]]:
         """``offers`` numbered by their place, some held back and offered later."""
         held, released, short, uncounted = self._held, self._released, self._short, self._uncounted
-        unit_pods, missing_of = self._unit_pods, self._missing
+        unit_pods, unit_requests, missing_of = self._unit_pods, self._requests, self._missing
+        offer_at, peek = self._offer_at, self._peek
+        capacity, amounts = self._capacity, self._amounts
         # (A unit whose PodGroup holds minResources frees more than its requests.)
         declares_min_resources = self._declarations.declares_min_resources
         held_of, bounded = self._held_of, self._bounded
@@ -122,22 +125,34 @@ class Deferral:
                 and admission is not FAIR_SHARE_ADMISSION
                 and not declares_min_resources(entry[2])
             ):
-                requests = self._requests(entry[2])
+                requests = unit_requests[entry[2]]
+                short_here = short[node]
                 missing = missing_of.get(node)
                 if missing is None:
-                    missing = missing_of[node] = self._missing_now(node)
-                short_here = short[node]
+                    if node in held:
+                        missing = self._missing_now(node)
+                    else:  # (inline: the first unit met on a node is the usual case)
+                        room = peek(node)
+                        wanted = capacity.get(node, 0) + 1
+                        missing = {
+                            name: wanted * amounts[name] - room.get(name, 0) for name in short_here
+                        }
+                    missing_of[node] = missing
+                gains = True
                 for name in short_here:
-                    if missing[name] > requests.get(name, 0):
-                        break  # still short of it with this unit out too: hold it
-                else:
+                    left = missing[name] = missing[name] - requests.get(name, 0)
+                    if left > 0:
+                        gains = False  # still short of it with this unit out too
+                if gains:  # (its node's missing is dropped as it is released)
                     yield from self._release(node)
                     yield position, offer
                     continue
-                held.setdefault(node, []).append(position)
-                self._offer_at[position] = offer
-                for name in short_here:
-                    missing[name] -= requests.get(name, 0)
+                positions = held.get(node)
+                if positions is None:
+                    held[node] = [position]
+                else:
+                    positions.append(position)
+                offer_at[position] = offer
                 counted = held_of.get(entry[3])
                 if counted is None:
                     counted = held_of[entry[3]] = dict.fromkeys(bounded, 0)
@@ -148,19 +163,19 @@ class Deferral:
             # taking it could let that node gain with them.
             if held:
                 on = unit_pods.get(entry[2], ()) if shed is None else (shed,)
-                for where, requests in _by_node(on, held).items():
+                for where, freed in _by_node(on, held).items():
                     missing = self._missing_now(where)
-                    if all(missing[name] <= requests.get(name, 0) for name in short[where]):
+                    if all(missing[name] <= freed.get(name, 0) for name in short[where]):
                         yield from self._release(where)
                     else:
                         missing_of.pop(where, None)  # its room may change now
             yield position, offer
         # Nothing more to offer: the units still held go, in order, so a walk that finds
         # no plan has met every unit, as the walk without deferral does.
-        rest = sorted(self._offer_at.items())
+        rest = sorted(offer_at.items())
         held.clear()
-        self._offer_at.clear()
-        self._held_of.clear()
+        offer_at.clear()
+        held_of.clear()
         yield from rest
 
     def keeps_guarantees(
@@ -199,27 +214,22 @@ class Deferral:
         self._missing.pop(node, None)
         for position in self._held.pop(node, ()):
             offer = self._offer_at.pop(position)
-            requests = self._requests(offer[0][2])
+            requests = self._requests[offer[0][2]]
             counted = self._held_of[offer[0][3]]
             for name in self._bounded:
                 counted[name] -= requests.get(name, 0)
             yield position, offer
-
-    def _requests(self, job: str) -> Mapping[str, int]:
-        """What evicting ``job``'s unit frees (its pods' requests)."""
-        pods = self._unit_pods[job]
-        return pods[0].requests if len(pods) == 1 else total(pod.requests for pod in pods)
 
     def _missing_now(self, node: str) -> dict[str, int]:
         """How much of each resource ``node`` may lack is missing for one more copy of
         the job's shape, on the room the walk left it, with its held units out.  Only
         those resources can stop it (:attr:`JobFit.short`)."""
         room = self._peek(node)
-        wanted = self._shape.capacity.get(node, 0) + 1
+        wanted = self._capacity.get(node, 0) + 1
         amounts = self._amounts
         missing = {name: wanted * amounts[name] - room.get(name, 0) for name in self._short[node]}
         for position in self._held.get(node, ()):
-            requests = self._requests(self._offer_at[position][0][2])
+            requests = self._requests[self._offer_at[position][0][2]]
             for name in missing:
                 missing[name] -= requests.get(name, 0)
         return missing

@@ -30,6 +30,7 @@ import heapq
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
+from base.resources import total
 from extender.core.objects import PodInfo
 
 #: Where a victim unit's pods run and what they ask for: ``(node, resources)`` when the
@@ -53,6 +54,7 @@ class VictimIndex:
         self._all: list[UnitEntry] = []
         self._unit_of: dict[str, UnitEntry] = {}  # job → its entry (one unit per job)
         self._unit_pods: dict[str, tuple[PodInfo, ...]] = {}
+        self._unit_requests: dict[str, Mapping[str, int]] = {}  # job → its unit's requests
         # The resource sets in the units' places → (that set, shared by them; how many).
         self._resources: dict[frozenset[str], tuple[frozenset[str], int]] = {}
         # Every quota's units by the resources their pods ask for, each in order.
@@ -113,6 +115,9 @@ class VictimIndex:
         self._asks_of[job] = asks
         self._unit_of[job] = entry
         self._unit_pods[job] = tuple(pods)
+        self._unit_requests[job] = (
+            pods[0].requests if len(pods) == 1 else total(pod.requests for pod in pods)
+        )
 
     def _drop(self, job: str) -> None:
         self._elastic.pop(job, None)
@@ -129,6 +134,7 @@ class VictimIndex:
             else:
                 self._scattered[asks] -= 1
         del self._unit_pods[job]
+        del self._unit_requests[job]
         resources = old[4][1]
         if resources:
             shared, count = self._resources[resources]
@@ -223,6 +229,10 @@ class VictimIndex:
 
     def unit_pods(self) -> Mapping[str, tuple[PodInfo, ...]]:
         return self._unit_pods
+
+    def unit_requests(self) -> Mapping[str, Mapping[str, int]]:
+        """What evicting each job's unit frees: its pods' requests, summed."""
+        return self._unit_requests
 
     def quota_of(self, job: str) -> str:
         """The quota of ``job``'s unit."""
