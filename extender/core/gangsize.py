@@ -8,6 +8,7 @@ PostFilter loop all ask here; :mod:`extender.core.filter.gang` places gangs whol
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from base import keys
@@ -109,11 +110,22 @@ def still_arriving(
     return not any(state.quota_held(key) for key in state.members.job_members(job))
 
 
+def job_still_arriving(state: ClusterState, pods: Iterable[PodInfo], now: float) -> bool:
+    """:func:`still_arriving` for any of ``pods``, all of one job and all in the state.
+    Whether a size is declared is then the job's (the declarations read every pod of
+    it), so it is worked out once: n pods cost n, not n²."""
+    grouped = [pod for pod in pods if pod.group is not None]
+    if not grouped:
+        return False
+    declared = size_declared(state, grouped[0])
+    return any(still_arriving(state, pod, now, declared=declared) for pod in grouped)
+
+
 def settles_at(state: ClusterState, job: str, now: float) -> float | None:
     """When ``job``, a gang of undeclared size still arriving, will have had no pod join
     it for ``gangSettleSeconds`` (if none joins meanwhile); ``None`` if it is not one."""
     members = [state.pods[key] for key in state.members.job_members(job)]
-    if not any(still_arriving(state, pod, now) for pod in members):
+    if not job_still_arriving(state, members, now):
         return None
     joined = state.members.last_joined(job)
     return (now if joined is None else joined) + state.args.gang_settle_seconds

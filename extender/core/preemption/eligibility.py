@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from base.times import format_time
 from extender.core.authority import governing_reason, nominated_elsewhere, scheduler_preemption
-from extender.core.gangsize import arriving_reason, still_arriving
+from extender.core.gangsize import arriving_reason, job_still_arriving
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
@@ -51,8 +51,7 @@ def ineligibility(
             "kube-scheduler's own preemption is in flight for this job (it is deleting "
             f"{', '.join(foreign.victims)}); Muster does not preempt for it a second time"
         ]
-    arriving = next((p for p in demand.unplaced if still_arriving(state, p, now)), None)
-    if arriving is not None:
+    if job_still_arriving(state, demand.unplaced, now):
         return [arriving_reason(state, job)]
     missing = pods_missing(state, job)
     if missing:
@@ -111,7 +110,7 @@ def ready_to_plan(state: ClusterState, job: str, now: float) -> bool:
     members = state.members.job_members(job)
     if not members:
         return False
-    if any(still_arriving(state, state.pods[key], now) for key in members):
+    if job_still_arriving(state, (state.pods[key] for key in members), now):
         return False
     return pods_missing(state, job) == 0 and not nominated_elsewhere(state, job)
 
