@@ -22,6 +22,7 @@ from muster_process import MusterProcess
 from test_muster_extender import GPU, QUOTA_API
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
+    SOFT_EVICTION,
     Teams,
     muster_with_arguments,
     tokens,
@@ -234,6 +235,71 @@ def test_the_quota_furthest_above_its_share_lends_back_first(
     finally:
         others.cleanup()
         teams.cleanup()
+
+
+def test_the_lender_rank_counts_victims_still_terminating_as_gone(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # Six nodes of one GPU.  Team A (min 1) runs a-0..a-2, borrowing 2; team B (min 0)
+    # runs b-0..b-2, started in a later second, borrowing 3; every pod takes 60 s to
+    # terminate.  Team C (min 2, nothing running) reclaims one GPU for c-0: among victims
+    # of one priority the quota furthest above its share goes first, B (3 borrowed
+    # against 2), so one of B's pods.  While that pod still terminates, c-1 reclaims one
+    # more: counted as gone, B borrows 2 like A, and equal shares rank by quota name, A's
+    # ("…-a") before B's ("…-b"): one of A's pods.  Counted as still running, B would be
+    # ahead again; the victim order alone (the latest start first) would also take B's.
+    for i in range(6):
+        cluster.create_node(f"n{i}", {"cpu": "8", "memory": "32Gi", GPU: 1})
+    teams = Teams(
+        cluster, {"min": {GPU: "1"}, "max": {GPU: "6"}}, {"min": {GPU: "0"}, "max": {GPU: "6"}}
+    )
+    others = Teams(
+        cluster,
+        {"min": {GPU: "2"}, "max": {GPU: "6"}},
+        {"min": {GPU: "0"}, "max": {GPU: "6"}},
+        suffix="2",
+    )
+    pods = {teams.a: [f"a-{i}" for i in range(3)], teams.b: [f"b-{i}" for i in range(3)]}
+
+    def leaving() -> list[tuple[str, str]]:
+        gone = []
+        for namespace, names in pods.items():
+            for name in names:
+                pod = teams.get(namespace, name)
+                meta = (pod or {}).get("metadata", {})
+                if pod is None or "deletionTimestamp" in meta or SOFT_EVICTION in meta["labels"]:
+                    gone.append((namespace, name))
+        return gone
+
+    try:
+        for name in pods[teams.a]:
+            teams.create(
+                teams.a, name, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE, grace_seconds=60
+            )
+            teams.wait(teams.a, name, "Running")
+        started = _start_time(teams, teams.a, "a-2")
+        lc.wait_until(lambda: time.time() >= started + 1 or None, timeout=5, what="a new second")
+        for name in pods[teams.b]:
+            teams.create(
+                teams.b, name, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE, grace_seconds=60
+            )
+            teams.wait(teams.b, name, "Running")
+        others.create(others.a, "c-0", requests={"cpu": "1", GPU: 1}, labels=BORROWER)
+        first = lc.wait_until(lambda: leaving() or None, timeout=60, what="c-0's victim")
+        assert len(first) == 1 and first[0][0] == teams.b, first
+        others.create(others.a, "c-1", requests={"cpu": "1", GPU: 1}, labels=BORROWER)
+        both = lc.wait_until(lambda: _two_or_more(leaving()), timeout=60, what="c-1's victim")
+        # The premise: c-0's victim had not left yet when c-1's plan took its own.
+        assert teams.get(*first[0]) is not None, "c-0's victim left before c-1's plan"
+        second = [victim for victim in both if victim != first[0]]
+        assert len(second) == 1 and second[0][0] == teams.a, both
+    finally:
+        others.cleanup()
+        teams.cleanup()
+
+
+def _two_or_more(victims: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    return victims if len(victims) > 1 else None
 
 
 def _start_time(teams: Teams, namespace: str, name: str) -> float:
