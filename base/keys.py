@@ -78,6 +78,9 @@ FAIR_SHARING_WEIGHT_ANNOTATION = "muster.dev/fair-sharing-weight"
 #: smaller jobs of the same or lower priority for the room they need; the argument
 #: starvationSeconds otherwise.
 STARVATION_ANNOTATION = "muster.dev/starvation-seconds"
+#: On a Job (label and signed annotation): the evictor suspended it to restart it, its
+#: pods all victims of one plan, and resumes it once they are gone.
+RESTARTING_KEY = "muster.dev/restarting"
 #: On a pod, written by the job (its training code or operator): when it saved its work
 #: (RFC 3339).  A time at or after its soft-eviction mark answers the notice: the pod is
 #: evicted at once.

@@ -74,6 +74,10 @@ class MusterArgs(BaseModel):
     #: after that it counts as staying: a finalizer can keep a pod terminating for ever,
     #: and a job must not wait on its room.
     stuck_terminating_seconds: float = Field(60.0, alias="stuckTerminatingSeconds", ge=0)
+    #: A Job whose pods are all victims of one plan is restarted (suspended, then resumed
+    #: once they are gone) rather than its pods evicted, so the Job controller re-creates
+    #: them at once instead of after its failure backoff (:mod:`extender.core.restart`).
+    restart_evicted_jobs: bool = Field(True, alias="restartEvictedJobs")
     #: The prioritize verb's score keeps borrowed pods apart from guaranteed ones: a pod
     #: whose quota borrows scores 0 on nodes running pods of quotas within their ``min``,
     #: and the other way round, so a reclaim frees whole nodes with few victims.

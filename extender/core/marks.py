@@ -26,6 +26,8 @@ class Mark(NamedTuple):
     well_formed: bool
     #: The notice (seconds) the victim has between its mark and its eviction.
     notice_seconds: float = 0.0
+    #: Its Job is restarted whole rather than the pod evicted (:mod:`extender.core.restart`).
+    restart_job: bool = False
 
 
 def read_mark(text: str) -> Mark:
@@ -48,7 +50,10 @@ def read_mark(text: str) -> Mark:
     notice = mark.get("noticeSeconds", 0)
     if not is_notice(notice):
         notice, well_formed = 0, False
-    return Mark(named, stamp, well_formed, float(notice))
+    restart = mark.get("restartJob", False)
+    if not isinstance(restart, bool):
+        restart, well_formed = False, False
+    return Mark(named, stamp, well_formed, float(notice), restart)
 
 
 #: The longest notice a mark may carry (a week): no argument allows more.

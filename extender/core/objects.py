@@ -119,7 +119,8 @@ class PodInfo:
         marked_for = marked_at = None
         notice = 0.0
         if self.soft_evicted and keys.SOFT_EVICTION_KEY in self.annotations:
-            marked_for, marked_at, _, notice = read_mark(self.annotations[keys.SOFT_EVICTION_KEY])
+            mark = read_mark(self.annotations[keys.SOFT_EVICTION_KEY])
+            marked_for, marked_at, notice = mark.preemptor, mark.timestamp, mark.notice_seconds
         object.__setattr__(self, "marked_for", marked_for)
         object.__setattr__(self, "marked_at", marked_at)
         object.__setattr__(self, "marked_notice", notice)

@@ -1,7 +1,8 @@
 """``muster evictor``: the reference soft-eviction operator.
 
 Watches pods carrying the ``scheduling.koordinator.sh/soft-eviction`` label
-and evicts each through the Eviction API (once its notice, if the mark gives one, has run
+and evicts each through the Eviction API (or, when the mark says so, restarts its Job
+whole: :mod:`extender.kube.restarter`) (once its notice, if the mark gives one, has run
 out, or the job has answered it: :mod:`extender.core.notice`), so PodDisruptionBudgets are
 honoured (a ``429`` is retried later, with a per-pod backoff), with the grace
 period the mark's ``deleteOptions`` asks for; each pod is evicted once, and only if
@@ -30,6 +31,7 @@ from extender.core.notice import answered
 from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
+from extender.kube.restarter import JobRestarter
 from extender.kube.writer import ClusterWriter
 
 log = logging.getLogger(__name__)
@@ -103,8 +105,10 @@ class Evictor:
             client, "/api/v1/pods", self._on_pod, label_selector=keys.SOFT_EVICTION_KEY
         )
         self._retry = threading.Thread(target=self._retry_loop, name="evictor retry", daemon=True)
+        self.restarter = JobRestarter(client, record_keys=record_keys, clock=clock)
 
     def start(self) -> Evictor:
+        self.restarter.recover()
         self.informer.start()
         self._retry.start()
         return self
@@ -214,7 +218,16 @@ class Evictor:
 
     def _call(self, obj: Json, key: str, uid: str) -> None:
         metadata = obj.get("metadata") or {}
-        grace = _grace_seconds(metadata.get("annotations") or {})
+        annotations = metadata.get("annotations") or {}
+        mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
+        if mark.restart_job and self.restarter.restart(obj):
+            # Its Job deletes it, and re-creates it at once (extender.kube.restarter).
+            self.evictions.labels("job-restarted").inc()
+            with self._lock:
+                self._evicted.add(uid)
+                self._waiting.pop(key, None)
+            return
+        grace = _grace_seconds(annotations)
         try:
             self.writer.evict(str(metadata.get("namespace")), str(metadata.get("name")), uid, grace)
         except ApiError as error:
@@ -254,6 +267,7 @@ class Evictor:
     def _retry_loop(self) -> None:
         while not self._stop.wait(min(1.0, self.retry_seconds)):
             self.retry_due()
+            self.restarter.resume_due()
 
 
 def _grace_seconds(annotations: Json) -> int | None:

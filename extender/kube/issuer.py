@@ -106,6 +106,7 @@ class PlanIssuer:
                 commitment.delete_now,
                 label_only=True,
                 notice_seconds=victim.notice_seconds,
+                restart_job=victim.restart_job,
             ):
                 marked.append(victim)
 
@@ -146,11 +147,13 @@ class PlanIssuer:
         *,
         label_only: bool = False,
         notice_seconds: float = 0.0,
+        restart_job: bool = False,
     ) -> bool:
         """Mark a victim for soft eviction (or evict it at once), once it succeeds; a
         failure is left for :meth:`PostFilterLoop.complete_in_flight` to retry.
-        ``label_only``: the mark alone, its condition and event left to the caller.
-        Returns whether it was written now."""
+        ``label_only``: the mark alone, its condition and event left to the caller;
+        ``restart_job``: the mark says to restart the pod's Job whole
+        (:mod:`extender.core.restart`).  Returns whether it was written now."""
         if pod.uid in self.written:
             return False
         try:
@@ -163,6 +166,7 @@ class PlanIssuer:
                     reason=reason,
                     grace_seconds=None,
                     notice_seconds=notice_seconds,
+                    restart_job=restart_job,
                 )
             else:
                 self.writer.mark_victim(

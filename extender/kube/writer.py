@@ -94,6 +94,7 @@ class ClusterWriter:
         reason: str,
         grace_seconds: int | None,
         notice_seconds: float = 0.0,
+        restart_job: bool = False,
     ) -> None:
         """The mark itself: the soft-eviction label and annotation (one patch), what the
         evictor acts on and what makes the victim departing for every replica; with
@@ -108,6 +109,8 @@ class ClusterWriter:
         }
         if notice_seconds > 0:
             mark["noticeSeconds"] = notice_seconds
+        if restart_job:
+            mark["restartJob"] = True
         self.patch_pod(
             pod,
             {

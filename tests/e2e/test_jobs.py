@@ -28,6 +28,7 @@ from e2e_support import Cluster, condition, make_job, make_pod
 from muster_process import MusterProcess
 from test_lifecycle import job_pods, muster_without_evictor
 from test_muster_extender import GPU
+from test_notice import evictor_outcome
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     SOFT_EVICTION,
@@ -254,6 +255,61 @@ def test_an_evicted_job_with_the_recommended_failure_policy_completes(
         assert len(done) == NODES
         ended = parse_time(trained["completionTime"])
         assert all(parse_time(p["status"]["startTime"]) >= ended - 1 for p in done), done
+    finally:
+        teams.cleanup()
+
+
+def test_a_job_whose_pods_are_all_victims_is_restarted_without_the_failure_backoff(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    """The filler Job runs four pods, one per node; team A (min = max 32) submits a
+    4-pod gang, which reclaims every node: all four filler pods are victims of one plan,
+    so their marks say to restart the Job (restartEvictedJobs, on by default), and the
+    evictor suspends it, then resumes it once its pods are gone.  Evicted one by one,
+    the Job controller would re-create them only after its failure backoff, 10 s doubled
+    per pod failed since the Job's last success: 10 · 2³ = 80 s for four (kubernetes
+    #130881: pods its podFailurePolicy ignores count too).  Restarted, its four
+    replacements exist within 20 s of the marks, then wait unbound while the gang runs,
+    and the Job is left resumed, without Muster's record."""
+    for i in range(NODES):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "32"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        submit(cluster, teams.b, filler_job(600, podFailurePolicy=IGNORE_DISRUPTIONS))
+        fillers = lc.wait_until(
+            lambda: running(cluster, teams.b, "filler", NODES),
+            timeout=60,
+            what="the filler's four pods Running",
+        )
+        submit(cluster, teams.a, training_job("train", run_seconds=600))
+        lc.wait_until(
+            lambda: len(teams.events(teams.b, "Preempted")) == NODES or None,
+            timeout=60,
+            what="the four filler pods marked",
+        )
+        marked = time.time()
+        try:
+            replacements = lc.wait_until(
+                lambda: replaced(cluster, teams.b, fillers, NODES),
+                timeout=20,
+                what="the filler's four replacements",
+            )
+        except TimeoutError as error:
+            raise AssertionError(f"{error}: {describe(cluster, teams.b)}") from None
+        assert time.time() - marked < 20
+        lc.wait_until(
+            lambda: running(cluster, teams.a, "train", NODES), timeout=90, what="gang Running"
+        )
+        assert all(node is None for node in replacements.values()), replacements
+        job = cluster.rest.request("GET", f"/apis/batch/v1/namespaces/{teams.b}/jobs/filler")
+        assert not job["spec"].get("suspend"), job["spec"]
+        assert "muster.dev/restarting" not in job["metadata"].get("labels", {})
+        assert "muster.dev/restarting" not in job["metadata"].get("annotations", {})
+        assert evictor_outcome(muster_and_evictor, "job-restarted") == NODES
+        assert evictor_outcome(muster_and_evictor, "evicted") == 0
     finally:
         teams.cleanup()
 

@@ -62,6 +62,7 @@ from extender.core.preemption.search import (
     search_victims,
 )
 from extender.core.preemption.yielding import reserved_pods, yield_steps, yieldable_reservations
+from extender.core.restart import restarted_jobs
 from extender.core.state import (
     ClusterState,
     Overlay,
@@ -80,6 +81,8 @@ class Victim:
     reason: str
     #: Seconds it may take to save its work and exit before it is evicted.
     notice_seconds: float = 0.0
+    #: Its Job is restarted whole rather than the pod evicted (:mod:`extender.core.restart`).
+    restart_job: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +186,12 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             if notice:
                 said += f"; {notice:g}s notice to save its work"
             victims.append(Victim(pod, group.quota, group.job, said, notice))
+    restarted = restarted_jobs(state, (victim.pod for victim in victims))
+    if restarted:
+        victims = [
+            dataclasses.replace(victim, restart_job=True) if victim.pod.key in restarted else victim
+            for victim in victims
+        ]
     return PreemptionPlan(job, demand.quota, tuple(victims), found.placements, yielded)
 
 

@@ -26,6 +26,7 @@ class PodDirectory:
     def __init__(self) -> None:
         self.pods: dict[str, PodInfo] = {}
         self._by_job: dict[str, set[str]] = {}
+        self._by_controller: dict[str, set[str]] = {}  # "namespace/Kind/name" → its pods
         self._marked_for: dict[str, set[str]] = {}  # job → pods whose marks name it
         self._nominated: dict[str, set[str]] = {}  # node → pending pods nominated to it
         self._pending: dict[str, set[str]] = {}  # job → its pods not bound, not leaving
@@ -41,6 +42,8 @@ class PodDirectory:
         key = pod.key
         live = not pod.finished
         _member(self._by_job, pod.job, key, sign)
+        if pod.controller is not None:
+            _member(self._by_controller, f"{pod.namespace}/{pod.controller}", key, sign)
         if key in self.stuck:
             return  # staying: not leaving, and no longer a victim on its way out
         if pod.marked_for is not None and live:
@@ -96,6 +99,10 @@ class PodDirectory:
     def job_members(self, job: str) -> Collection[str]:
         """The keys of the job's pods, unordered (cheaper than :meth:`job_pods`)."""
         return self._by_job.get(job, ())
+
+    def controller_pods(self, namespace: str, controller: str) -> Collection[str]:
+        """The keys of the pods the controller ``Kind/name`` in ``namespace`` owns."""
+        return self._by_controller.get(f"{namespace}/{controller}", ())
 
     def marked_victims(self, job: str) -> Collection[str]:
         """Keys of the pods still present whose soft-eviction mark names ``job``: its

@@ -1,0 +1,63 @@
+"""Which victims' Jobs are restarted whole rather than their pods evicted.
+
+A Job's pods evicted one by one come back only after the Job controller's failure
+backoff: 10 s, doubled for each pod failed since the Job last had one succeed, up to six
+minutes, even for pods its ``podFailurePolicy`` ignores (kubernetes#130881).  Measured on
+the local control plane, a Job of two pods evicted twice had its replacements created 19
+s, then 80 s after the evictions.  A suspended Job's pods are deleted without counting as
+failures, and a resumed Job creates its pods at once (Kueue preempts Jobs that way): so
+when a plan takes every pod of a Job, the victims' marks say so (``restartJob``), and the
+evictor suspends the Job instead of evicting its pods, then resumes it once they are gone
+(:mod:`extender.kube.restarter`).  The replacements then wait for room as any new pods do.
+
+A victim's Job is restarted only when nothing is lost by it:
+
+- ``restartEvictedJobs`` is on (the default);
+- the pod's controller is a Job (a controller that re-creates pods the plan would
+  otherwise leave to it, and that can be suspended);
+- every other pod of that Job has finished, is terminating, or is a victim of the same
+  plan: the suspension deletes all of them, never a pod the plan spares or one waiting
+  to be placed;
+- no victim of the Job has notice to save its work (the suspension deletes the pods at
+  once, not each as its notice runs out);
+- no PodDisruptionBudget covers one of them: a suspension is not an eviction, and asks
+  no budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from extender.core.notice import notice_seconds
+from extender.core.objects import PodInfo
+from extender.core.state import ClusterState
+
+#: The kind of controller that is restarted: a ``batch/v1`` Job.
+JOB_KIND = "Job/"
+
+
+def restarted_jobs(state: ClusterState, victims: Iterable[PodInfo]) -> frozenset[str]:
+    """The keys of the ``victims`` (all of one plan) whose Jobs are restarted whole (see
+    the module docstring)."""
+    if not state.args.restart_evicted_jobs:
+        return frozenset()
+    by_job: dict[tuple[str, str], list[PodInfo]] = {}
+    for pod in victims:
+        if pod.controller is not None and pod.controller.startswith(JOB_KIND):
+            by_job.setdefault((pod.namespace, pod.controller), []).append(pod)
+    restarted: set[str] = set()
+    for (namespace, controller), pods in by_job.items():
+        taken = {pod.key for pod in pods}
+        others = (
+            state.pods[key]
+            for key in state.members.controller_pods(namespace, controller)
+            if key not in taken
+        )
+        if any(not (pod.finished or pod.terminating) for pod in others):
+            continue
+        if any(notice_seconds(state, pod) > 0 for pod in pods):
+            continue
+        if any(budget.covers(pod) for budget in state.budgets.values() for pod in pods):
+            continue
+        restarted.update(taken)
+    return frozenset(restarted)
