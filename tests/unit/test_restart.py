@@ -1,0 +1,264 @@
+"""Restarting a Job whose pods are all victims (extender/core/restart.py) and the
+evictor's restarter (extender/kube/restarter.py) against a scripted API client.
+
+The rule (docs/quotas-and-preemption.md, "Restarting a victim Job"): a victim's mark says
+to restart its Job when the argument is on, its controller is a Job, every other pod of
+that Job has finished, is terminating, or is a victim of the same plan, none of its
+victims has notice, and no PodDisruptionBudget covers one of them.  The scenario: two
+nodes of 8 GPUs, team-b's Job ``filler`` runs one 8-GPU pod on each (borrowed: team-b's
+``min`` is 0), team-a (``min`` 16) submits a gang of two 8-GPU pods: it reclaims both
+nodes, so both filler pods are victims (found by hand: nothing else runs).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+
+from base import keys
+from extender.core.budgets import parse_pod_disruption_budget
+from extender.core.config import MusterArgs
+from extender.core.objects import parse_pod
+from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.state import ClusterState
+from extender.kube.client import ApiError, KubeClient
+from extender.kube.evictor import Evictor
+from extender.kube.restarter import JobRestarter
+from tests.builders import node, pod, quota, record_keys, signed, snapshot
+
+GPU = "nvidia.com/gpu"
+NOW = 1_767_268_800.0  # 2026-01-01T12:00:00Z
+JOB_UID = "job-uid-1"
+
+
+def filler(name: str, node_name: str | None, *, kind: str = "Job", **extra: Any) -> Any:
+    made = pod(name, "team-b", gpu=8, node=node_name, preemptible=True, **extra)
+    made["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1" if kind == "Job" else "apps/v1", "kind": kind,
+         "name": "filler", "uid": JOB_UID, "controller": True}
+    ]  # fmt: skip
+    return made
+
+
+def cluster(*extra: Any, kind: str = "Job", nodes: int = 2, **arguments: Any) -> ClusterState:
+    gang = {keys.POD_GROUP_LABEL: "train"}
+    size = {"gang.scheduling.koordinator.sh/min-available": "2"}
+    return snapshot(
+        [node(f"n{i}", gpu=8) for i in range(1, nodes + 1)],
+        [
+            filler("filler-a", "n1", kind=kind),
+            filler("filler-b", "n2", kind=kind),
+            *extra,
+            *(
+                pod(f"train-{i}", "team-a", gpu=8, can_preempt=True, labels=gang, annotations=size)
+                for i in range(2)
+            ),
+        ],
+        [
+            quota("team-a", min={GPU: "16"}, max={GPU: "16"}),
+            quota("team-b", max={GPU: "24"}),
+        ],
+        MusterArgs(**arguments),
+    )
+
+
+def restarted(state: ClusterState) -> dict[str, bool]:
+    plan = plan_job_preemption(state, "team-a/train", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    return {victim.pod.name: victim.restart_job for victim in plan.victims}
+
+
+NONE = {"filler-a": False, "filler-b": False}
+
+
+def test_a_job_whose_pods_are_all_victims_is_restarted() -> None:
+    assert restarted(cluster()) == {"filler-a": True, "filler-b": True}
+
+
+def test_a_pod_of_the_job_running_elsewhere_or_waiting_stops_the_restart() -> None:
+    # A third node with a third pod of the Job: the gang takes two of the three nodes, and
+    # the Job keeps one pod running, which the suspension would delete too.
+    victims = restarted(cluster(filler("filler-c", "n3"), nodes=3))
+    assert len(victims) == 2 and not any(victims.values()), victims
+    # A third pod of the Job waiting to be placed: the suspension would delete it too.
+    assert restarted(cluster(filler("filler-c", None))) == NONE
+    # A third pod finished (Succeeded): the Job loses nothing else; restarted.
+    done = filler("filler-c", None)
+    done["status"] = {"phase": "Succeeded"}
+    assert restarted(cluster(done)) == {"filler-a": True, "filler-b": True}
+
+
+def test_the_argument_a_budget_notice_or_another_controller_stops_the_restart() -> None:
+    assert restarted(cluster(restartEvictedJobs=False)) == NONE
+    assert restarted(cluster(kind="ReplicaSet")) == NONE
+    state = cluster()
+    state.set_budget(
+        parse_pod_disruption_budget(
+            {
+                "metadata": {"name": "pdb", "namespace": "team-b"},
+                "spec": {"maxUnavailable": 2, "selector": {"matchLabels": {}}},
+                "status": {"disruptionsAllowed": 2, "expectedPods": 2, "currentHealthy": 2},
+            }
+        )
+    )
+    assert restarted(state) == NONE
+    noticed = cluster(maxPreemptionNoticeSeconds=60)
+    for name, where in (("filler-a", "n1"), ("filler-b", "n2")):
+        manifest = filler(name, where)
+        manifest["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "30"
+        noticed.upsert_pod(parse_pod(manifest))
+    assert restarted(noticed) == NONE
+
+
+# ---- the evictor's restarter, against a scripted client --------------------------------
+
+
+class JobsClient:
+    """One Job, ``team-b/filler``: GET answers it, PATCH merges into it (checking the UID
+    precondition), LIST answers every Job."""
+
+    def __init__(self, job: dict[str, Any], *, refuse: int | None = None) -> None:
+        self.job = job
+        self.refuse = refuse
+        self.patches: list[dict[str, Any]] = []
+
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        if self.refuse is not None:
+            raise ApiError(self.refuse, "scripted")
+        if method == "GET" and path == "/apis/batch/v1/jobs":
+            return {"items": [self.job]}
+        assert path == "/apis/batch/v1/namespaces/team-b/jobs/filler", path
+        if method == "GET":
+            return json.loads(json.dumps(self.job))
+        assert method == "PATCH"
+        if body["metadata"]["uid"] != self.job["metadata"]["uid"]:
+            raise ApiError(409, "uid precondition")
+        self.patches.append(body)
+        for part in ("labels", "annotations"):
+            merged = {**self.job["metadata"].get(part, {}), **body["metadata"][part]}
+            self.job["metadata"][part] = {k: v for k, v in merged.items() if v is not None}
+        self.job["spec"].update(body["spec"])
+        return self.job
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "filler", "namespace": "team-b", "uid": JOB_UID},
+        "spec": {"parallelism": 2, **spec},
+        "status": {"active": 2},
+    }
+
+
+def victim(uid: str = JOB_UID) -> dict[str, Any]:
+    made = filler("filler-a", "n1")
+    made["metadata"]["ownerReferences"][0]["uid"] = uid
+    return cast(dict[str, Any], made)
+
+
+def restarter(client: JobsClient) -> JobRestarter:
+    return JobRestarter(cast(KubeClient, client), record_keys=record_keys, clock=lambda: NOW)
+
+
+def test_the_restarter_suspends_then_resumes_once_the_pods_are_gone() -> None:
+    client = JobsClient(job())
+    restarting = restarter(client)
+    assert restarting.restart(victim())
+    assert client.job["spec"]["suspend"] is True
+    assert client.job["metadata"]["labels"] == {keys.RESTARTING_KEY: "true"}
+    # The second pod of the same Job: suspended already, nothing patched again.
+    assert restarting.restart(victim()) and len(client.patches) == 1
+    # Its pods are still active: not resumed yet.
+    assert restarting.resume_due() == 0 and client.job["spec"]["suspend"] is True
+    client.job["status"] = {"active": 0}
+    assert restarting.resume_due() == 1
+    assert client.job["spec"]["suspend"] is False
+    assert keys.RESTARTING_KEY not in client.job["metadata"]["labels"]
+    assert keys.RESTARTING_KEY not in client.job["metadata"]["annotations"]
+    assert restarting.suspended() == {}
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["another Job of that name", "suspended already", "managed by another controller", "403"],
+)
+def test_the_restarter_leaves_a_job_it_may_not_restart_to_eviction(case: str) -> None:
+    client = JobsClient(
+        job(suspend=True)
+        if case == "suspended already"
+        else job(managedBy="kueue.x-k8s.io/multikueue")
+        if case == "managed by another controller"
+        else job(),
+        refuse=403 if case == "403" else None,
+    )
+    pod_uid = "another-uid" if case == "another Job of that name" else JOB_UID
+    assert not restarter(client).restart(victim(pod_uid))
+    assert client.patches == []
+
+
+def test_a_restarted_evictor_resumes_only_the_jobs_muster_suspended() -> None:
+    client = JobsClient(job())
+    assert restarter(client).restart(victim())
+    client.job["status"] = {"active": 0}
+    again = restarter(client)  # a new evictor: it finds the record, believes it, resumes
+    assert again.recover() == 1 and again.resume_due() == 1
+    assert client.job["spec"]["suspend"] is False
+    # A tenant's own label and a record copied from another Job's UID are not believed.
+    forged = job(suspend=True)
+    copied = (
+        restarter(JobsClient(job()))
+        .record_keys()
+        .sign(keys.RESTARTING_KEY, "another-uid", {"timestamp": "2026-01-01T12:00:00Z"})
+    )
+    forged["metadata"]["labels"] = {keys.RESTARTING_KEY: "true"}
+    forged["metadata"]["annotations"] = {keys.RESTARTING_KEY: json.dumps(copied)}
+    tenant = JobsClient(forged)
+    assert restarter(tenant).recover() == 0 and tenant.patches == []
+
+
+class JobsAndEvictions(JobsClient):
+    """:class:`JobsClient` that also takes evictions (recorded by pod name)."""
+
+    def __init__(self, job: dict[str, Any], *, refuse: int | None = None) -> None:
+        super().__init__(job)
+        self.refuse_jobs = refuse
+        self.evicted: list[str] = []
+
+    def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any]:
+        if path.endswith("/eviction"):
+            self.evicted.append(path.split("/")[-2])
+            return {}
+        if self.refuse_jobs is not None:
+            raise ApiError(self.refuse_jobs, "scripted")
+        return super().request(method, path, body, **kwargs)
+
+
+def marked_for_restart(name: str, uid: str, *, restart: bool = True) -> dict[str, Any]:
+    made = filler(name, "n1")
+    mark: dict[str, Any] = {"preemptor": "team-a/train", "timestamp": "2026-01-01T12:00:00Z"}
+    if restart:
+        mark["restartJob"] = True
+    made["metadata"]["uid"] = uid
+    made["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    made["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
+        keys.SOFT_EVICTION_KEY, uid, mark
+    )
+    return cast(dict[str, Any], made)
+
+
+def test_the_evictor_restarts_the_job_of_a_mark_that_says_so_else_evicts() -> None:
+    client = JobsAndEvictions(job())
+    made = Evictor(cast(KubeClient, client), clock=lambda: NOW, record_keys=record_keys)
+    made._on_pod("ADDED", marked_for_restart("filler-a", "u-a"))
+    made._on_pod("ADDED", marked_for_restart("filler-b", "u-b"))
+    assert client.evicted == [] and client.job["spec"]["suspend"] is True
+    assert len(client.patches) == 1
+    # A mark without restartJob: evicted as ever.
+    made._on_pod("ADDED", marked_for_restart("lone", "u-c", restart=False))
+    assert client.evicted == ["lone"]
+    # The Job may not be read (no RBAC for Jobs): its pods are evicted instead.
+    refused = JobsAndEvictions(job(), refuse=403)
+    other = Evictor(cast(KubeClient, refused), clock=lambda: NOW, record_keys=record_keys)
+    other._on_pod("ADDED", marked_for_restart("filler-a", "u-a"))
+    assert refused.evicted == ["filler-a"]
