@@ -262,3 +262,12 @@ def test_the_evictor_restarts_the_job_of_a_mark_that_says_so_else_evicts() -> No
     other = Evictor(cast(KubeClient, refused), clock=lambda: NOW, record_keys=record_keys)
     other._on_pod("ADDED", marked_for_restart("filler-a", "u-a"))
     assert refused.evicted == ["filler-a"]
+
+
+def test_simulate_says_which_victims_jobs_are_restarted() -> None:
+    plan = plan_job_preemption(cluster(), "team-a/train", NOW)
+    assert isinstance(plan, PreemptionPlan)
+    assert all("the Job is restarted" in victim.reason for victim in plan.victims)
+    plan = plan_job_preemption(cluster(restartEvictedJobs=False), "team-a/train", NOW)
+    assert isinstance(plan, PreemptionPlan)
+    assert not any("restarted" in victim.reason for victim in plan.victims)

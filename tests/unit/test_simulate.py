@@ -50,6 +50,9 @@ def test_scenario_matches_expected(scenario: Path, capsys: pytest.CaptureFixture
     result = json.loads(out)
     if "evictions" in expected:
         assert sorted(e["pod"] for e in result["evictions"]) == sorted(expected["evictions"])
+    if "restarted" in expected:  # victims whose Job is restarted whole, their reason says
+        restarted = [e["pod"] for e in result["evictions"] if "the Job is restarted" in e["reason"]]
+        assert sorted(restarted) == sorted(expected["restarted"])
     for key in expected.get("placed", []):
         assert key in result["placements"], f"{key} was not placed: {result['unschedulable']}"
     for key in expected.get("pending", []):

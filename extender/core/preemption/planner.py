@@ -188,8 +188,11 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             victims.append(Victim(pod, group.quota, group.job, said, notice))
     restarted = restarted_jobs(state, (victim.pod for victim in victims))
     if restarted:
+        said = "; every pod of its Job goes: the Job is restarted (suspended, then resumed)"
         victims = [
-            dataclasses.replace(victim, restart_job=True) if victim.pod.key in restarted else victim
+            dataclasses.replace(victim, reason=victim.reason + said, restart_job=True)
+            if victim.pod.key in restarted
+            else victim
             for victim in victims
         ]
     return PreemptionPlan(job, demand.quota, tuple(victims), found.placements, yielded)
