@@ -63,6 +63,7 @@ class Evictor:
         clock: Callable[[], float] = time.time,
         jitter: Callable[[], float] = random.random,
         record_keys: Callable[[], RecordKeys],
+        restart_patience_seconds: float = 30.0,
     ) -> None:
         self.record_keys = record_keys
         self.writer = ClusterWriter(client, clock, record_keys=record_keys)
@@ -99,6 +100,12 @@ class Evictor:
         self._claimed: set[str] = set()  # UIDs a thread is evicting right now
         self._dropped: set[str] = set()  # claimed UIDs unmarked or deleted meanwhile
         self._forged: set[str] = set()  # UIDs whose mark Muster did not write (counted once)
+        #: Marked pods whose Job was suspended to restart it, by key: the pod, and when.  One
+        #: still there ``restart_patience_seconds`` later (its Job's controller did not
+        #: delete it: not its pod after all, or not running) is evicted after all.
+        self._restarted: dict[str, tuple[Json, float]] = {}
+        self._overdue: set[str] = set()  # UIDs of those: evicted, not restarted
+        self.restart_patience_seconds = restart_patience_seconds
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.informer = Informer(
@@ -133,10 +140,12 @@ class Evictor:
             with self._lock:
                 self._waiting.pop(object_key(obj), None)
                 self._noticed.pop(object_key(obj), None)
+                self._restarted.pop(object_key(obj), None)
                 if uid in self._claimed:  # a refusal arriving later must not re-add it
                     self._dropped.add(uid)
                 if kind == "DELETED":
                     self._evicted.discard(uid)
+                    self._overdue.discard(uid)
                     self._forged.discard(uid)
                     self._exited.discard(uid)
             return
@@ -195,9 +204,25 @@ class Evictor:
             self._on_pod("MODIFIED", obj)
         with self._lock:
             due = [r.obj for r in self._waiting.values() if r.next_try <= now]
+            overdue = [
+                self._restarted.pop(key)[0]
+                for key, (_obj, since) in list(self._restarted.items())
+                if since + self.restart_patience_seconds <= now
+            ]
+            for obj in overdue:
+                uid = str((obj.get("metadata") or {}).get("uid"))
+                self._evicted.discard(uid)
+                self._overdue.add(uid)
         for obj in due:
             self._evict(obj, retry=True)
-        return len(ended) + len(due)
+        for obj in overdue:
+            log.warning(
+                "%s is still there %.0fs after its Job was suspended: evicting it",
+                object_key(obj),
+                self.restart_patience_seconds,
+            )
+            self._evict(obj)
+        return len(ended) + len(due) + len(overdue)
 
     def _evict(self, obj: Json, *, retry: bool = False) -> None:
         metadata = obj.get("metadata") or {}
@@ -220,12 +245,13 @@ class Evictor:
         metadata = obj.get("metadata") or {}
         annotations = metadata.get("annotations") or {}
         mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
-        if mark.restart_job and self.restarter.restart(obj):
+        if mark.restart_job and uid not in self._overdue and self.restarter.restart(obj):
             # Its Job deletes it, and re-creates it at once (extender.kube.restarter).
             self.evictions.labels("job-restarted").inc()
             with self._lock:
                 self._evicted.add(uid)
                 self._waiting.pop(key, None)
+                self._restarted[key] = (obj, self.clock())
             return
         grace = _grace_seconds(annotations)
         try:

@@ -11,8 +11,11 @@ the annotation signed for the Job's UID as Muster's records on pods are,
 :mod:`extender.core.records`), so an evictor restarted half-way resumes the Jobs it
 suspended (:meth:`JobRestarter.recover`) and never one that anybody else suspended: a
 tenant's own label on its Job, or an annotation copied from another Job, is not believed.
-A Job another controller manages (``spec.managedBy``), one already suspended, or one
-the evictor may not read or patch is not restarted: its pods are evicted as before.
+A Job another controller manages (``spec.managedBy``), one already suspended, one whose
+selector does not select the pod (an owner reference is the pod writer's to forge), or one
+the evictor may not read or patch is not restarted: its pods are evicted as before; and a
+pod still there ``restart_patience_seconds`` after its Job's suspension is evicted too
+(:class:`~extender.kube.evictor.Evictor`).
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ class JobRestarter:
                 return False
             if spec.get("managedBy") not in (None, JOB_CONTROLLER):
                 return False
+            if not _selected(metadata, spec.get("selector")):
+                return False  # not a pod the Job controller would delete
             record = self.record_keys().sign(
                 keys.RESTARTING_KEY, uid, {"timestamp": format_time(self.clock())}
             )
@@ -179,6 +184,21 @@ def _job_owner(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
         ):
             return ref["name"], ref["uid"]
     return None
+
+
+def _selected(metadata: Mapping[str, Any], selector: object) -> bool:
+    """Do the pod's labels match the Job's ``matchLabels`` (a tenant may write an owner
+    reference on its own pod; the Job controller deletes only the pods it selects)?  A
+    selector with ``matchExpressions`` is not judged here: ``False``."""
+    if not isinstance(selector, Mapping) or selector.get("matchExpressions"):
+        return False
+    wanted = selector.get("matchLabels")
+    labels = metadata.get("labels") or {}
+    return (
+        isinstance(wanted, Mapping)
+        and bool(wanted)
+        and all(labels.get(name) == value for name, value in wanted.items())
+    )
 
 
 def _believed(record_keys: RecordKeys, uid: str, text: object) -> bool:

@@ -33,8 +33,12 @@ NOW = 1_767_268_800.0  # 2026-01-01T12:00:00Z
 JOB_UID = "job-uid-1"
 
 
+#: The label the Job controller puts on its pods, and selects them by.
+SELECTED = {"batch.kubernetes.io/controller-uid": JOB_UID}
+
+
 def filler(name: str, node_name: str | None, *, kind: str = "Job", **extra: Any) -> Any:
-    made = pod(name, "team-b", gpu=8, node=node_name, preemptible=True, **extra)
+    made = pod(name, "team-b", gpu=8, node=node_name, preemptible=True, labels=SELECTED, **extra)
     made["metadata"]["ownerReferences"] = [
         {"apiVersion": "batch/v1" if kind == "Job" else "apps/v1", "kind": kind,
          "name": "filler", "uid": JOB_UID, "controller": True}
@@ -146,7 +150,7 @@ class JobsClient:
 def job(**spec: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": "filler", "namespace": "team-b", "uid": JOB_UID},
-        "spec": {"parallelism": 2, **spec},
+        "spec": {"parallelism": 2, "selector": {"matchLabels": SELECTED}, **spec},
         "status": {"active": 2},
     }
 
@@ -181,7 +185,13 @@ def test_the_restarter_suspends_then_resumes_once_the_pods_are_gone() -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["another Job of that name", "suspended already", "managed by another controller", "403"],
+    [
+        "another Job of that name",
+        "suspended already",
+        "managed by another controller",
+        "403",
+        "a pod the Job does not select",
+    ],
 )
 def test_the_restarter_leaves_a_job_it_may_not_restart_to_eviction(case: str) -> None:
     client = JobsClient(
@@ -193,7 +203,10 @@ def test_the_restarter_leaves_a_job_it_may_not_restart_to_eviction(case: str) ->
         refuse=403 if case == "403" else None,
     )
     pod_uid = "another-uid" if case == "another Job of that name" else JOB_UID
-    assert not restarter(client).restart(victim(pod_uid))
+    made = victim(pod_uid)
+    if case == "a pod the Job does not select":  # an owner reference its writer forged
+        made["metadata"]["labels"] = {}
+    assert not restarter(client).restart(made)
     assert client.patches == []
 
 
@@ -271,3 +284,30 @@ def test_simulate_says_which_victims_jobs_are_restarted() -> None:
     plan = plan_job_preemption(cluster(restartEvictedJobs=False), "team-a/train", NOW)
     assert isinstance(plan, PreemptionPlan)
     assert not any("restarted" in victim.reason for victim in plan.victims)
+
+
+def test_a_pod_still_there_after_its_job_s_suspension_is_evicted_after_all() -> None:
+    # The Job is suspended for filler-a, but filler-a is not deleted (the Job controller
+    # down, say): 30 s (restart_patience_seconds) after, the evictor evicts it itself.
+    client = JobsAndEvictions(job())
+    now = [NOW]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    made._on_pod("ADDED", marked_for_restart("filler-a", "u-a"))
+    assert client.evicted == [] and client.job["spec"]["suspend"] is True
+    now[0] += 29
+    made.retry_due()
+    assert client.evicted == []
+    now[0] += 1
+    made.retry_due()
+    assert client.evicted == ["filler-a"]
+    # A pod that left meanwhile is not: deleted at 10 s, nothing more at 30 s.
+    second = JobsAndEvictions(job())
+    now[0] = NOW
+    other = Evictor(cast(KubeClient, second), clock=lambda: now[0], record_keys=record_keys)
+    pod_obj = marked_for_restart("filler-a", "u-a")
+    other._on_pod("ADDED", pod_obj)
+    now[0] += 10
+    other._on_pod("DELETED", pod_obj)
+    now[0] += 20
+    other.retry_due()
+    assert second.evicted == []
