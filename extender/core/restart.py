@@ -13,8 +13,9 @@ evictor suspends the Job instead of evicting its pods, then resumes it once they
 A victim's Job is restarted only when nothing is lost by it:
 
 - ``restartEvictedJobs`` is on (the default);
-- the pod's controller is a Job (a controller that re-creates pods the plan would
-  otherwise leave to it, and that can be suspended);
+- the pod's controller is a Job, and the pod carries the label the Job controller puts
+  on the pods it creates (``batch.kubernetes.io/controller-uid``: a ``batch/v1`` Job's
+  pod, not another API's Job);
 - every other pod of that Job has finished, is terminating, or is a victim of the same
   plan: the suspension deletes all of them, never a pod the plan spares or one waiting
   to be placed;
@@ -34,6 +35,8 @@ from extender.core.state import ClusterState
 
 #: The kind of controller that is restarted: a ``batch/v1`` Job.
 JOB_KIND = "Job/"
+#: The label the ``batch/v1`` Job controller puts on the pods it creates.
+JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
 def restarted_jobs(state: ClusterState, victims: Iterable[PodInfo]) -> frozenset[str]:
@@ -43,7 +46,11 @@ def restarted_jobs(state: ClusterState, victims: Iterable[PodInfo]) -> frozenset
         return frozenset()
     by_job: dict[tuple[str, str], list[PodInfo]] = {}
     for pod in victims:
-        if pod.controller is not None and pod.controller.startswith(JOB_KIND):
+        if (
+            pod.controller is not None
+            and pod.controller.startswith(JOB_KIND)
+            and JOB_CONTROLLER_UID_LABEL in pod.labels
+        ):
             by_job.setdefault((pod.namespace, pod.controller), []).append(pod)
     restarted: set[str] = set()
     for (namespace, controller), pods in by_job.items():

@@ -113,6 +113,13 @@ class Evictor:
         )
         self._retry = threading.Thread(target=self._retry_loop, name="evictor retry", daemon=True)
         self.restarter = JobRestarter(client, record_keys=record_keys, clock=clock)
+        restarting = Gauge(
+            "muster_evictor_jobs_restarting",
+            "Jobs the evictor suspended to restart them (their pods all victims) and has not "
+            "resumed yet. One that stays here is a Job left suspended.",
+            registry=self.registry,
+        )
+        restarting.set_function(lambda: len(self.restarter.suspended()))
 
     def start(self) -> Evictor:
         self.restarter.recover()

@@ -49,6 +49,7 @@ from extender.core.reservations import (
     settle_reservations,
     yielded_plan,
 )
+from extender.core.restart import restarted_jobs
 from extender.core.state import ClusterState
 from extender.kube.health import Watched
 from extender.kube.issuer import Commitment, PlanIssuer
@@ -178,6 +179,7 @@ class PostFilterLoop(Watched):
         with self.source.exclusive() as state:
             unfinished = _unfinished(state, self.issuer.written)
             notices = {pod.key: notice_seconds(state, pod) for pod, _job in unfinished.unmarked}
+            restarted = restarted_jobs(state, (pod for pod, _job in unfinished.unmarked))
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)
@@ -185,7 +187,12 @@ class PostFilterLoop(Watched):
         for pod, job in unfinished.unmarked:
             reason = f"completing the preemption for job {job}"
             self.issuer.remove(
-                pod, job, reason, unfinished.delete_now, notice_seconds=notices[pod.key]
+                pod,
+                job,
+                reason,
+                unfinished.delete_now,
+                notice_seconds=notices[pod.key],
+                restart_job=pod.key in restarted,
             )
         # A Muster stopped between a plan's marks and their conditions: the victims it
         # marked (signed, so believed) get their DisruptionTarget and Preempted event now.

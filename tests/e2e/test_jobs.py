@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,15 +204,29 @@ def test_a_job_gang_preempts_a_job_filler_whose_replacements_wait(
             teams.cleanup()
 
 
+@pytest.fixture
+def muster_evicting_pods(
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
+) -> Iterator[MusterProcess]:
+    """Muster and the evictor with ``restartEvictedJobs: false``: a Job whose pods all go
+    has them evicted one by one, through the Eviction API."""
+    with muster_with_arguments(
+        control_plane, tmp_path, tokens, {"restartEvictedJobs": False}
+    ) as muster:
+        yield muster
+
+
 def test_an_evicted_job_with_the_recommended_failure_policy_completes(
     cluster: Cluster,
-    muster_and_evictor: MusterProcess,  # noqa: F811
+    muster_evicting_pods: MusterProcess,
 ) -> None:
     """(b) The filler Job has ``podFailurePolicy`` Ignore on ``DisruptionTarget`` and
-    ``backoffLimit: 0``: its four evicted pods do not count as failures (``status.failed``
-    stays 0); its replacements run once the gang (10 s) completes, and the filler Job
-    completes with four successes (each filler pod runs 20 s: long enough that the gang
-    evicts the first four before they finish)."""
+    ``backoffLimit: 0``: its four pods, evicted one by one (``restartEvictedJobs: false``),
+    do not count as failures (``status.failed`` stays 0); its replacements run once the gang
+    (10 s) completes, and the filler Job completes with four successes (each filler pod runs
+    20 s: long enough that the gang evicts the first four before they finish)."""
     for i in range(NODES):
         cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
     teams = Teams(
@@ -247,6 +262,7 @@ def test_an_evicted_job_with_the_recommended_failure_policy_completes(
             lambda: complete("filler", teams.b), timeout=120, what="the filler Job complete"
         )
         assert filled.get("succeeded") == NODES and filled.get("failed", 0) == 0, filled
+        assert evictor_outcome(muster_evicting_pods, "evicted") == NODES
         # The pods that completed the filler are the replacements, and each started only
         # once the gang had ended (start times have a resolution of one second).
         assert len(teams.events(teams.b, "Preempted")) == NODES

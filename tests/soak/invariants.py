@@ -19,6 +19,8 @@ API, not a copy of it.  It flags, as they happen:
   Q and each ancestor not holding the preemptor's quota (a reclaim between siblings
   leaves their parent's usage as it was); a quota edited within ``edit_grace`` is
   skipped (counted apart);
+* (``jobs_left_suspended``, at the end) a Job the evictor suspended to restart it and
+  did not resume;
 * (``scan``) a victim gang partly marked: a pod of the gang marked for a job and still
   running while another bound pod of the gang is unmarked, for ``partial_grace``
   seconds (marks are written one pod at a time, so an instant of it is normal).
@@ -358,3 +360,17 @@ def double_evictions(counts: Mapping[str, int], at: float) -> list[Violation]:
         for key, count in sorted(counts.items())
         if count > 1
     ]
+
+
+def jobs_left_suspended(jobs: Sequence[Mapping[str, Any]], at: float) -> list[Violation]:
+    """The soak's Jobs still suspended, or still carrying the evictor's
+    ``muster.dev/restarting`` record, once it settled: the soak suspends none itself, so
+    each is a Job the evictor suspended to restart it and did not resume."""
+    violations = []
+    for job in jobs:
+        metadata = job.get("metadata") or {}
+        restarting = "muster.dev/restarting" in (metadata.get("labels") or {})
+        if restarting or (job.get("spec") or {}).get("suspend"):
+            name = f"{metadata.get('namespace')}/{metadata.get('name')}"
+            violations.append(Violation("job left suspended", at, name))
+    return violations

@@ -55,6 +55,7 @@ from tests.soak.invariants import (
     double_evictions,
     end_state_violations,
     evictions_in_audit,
+    jobs_left_suspended,
 )
 from tests.soak.plan import GPU, PRIORITY_CLASSES, FaultPlan, JobPlan, SoakPlan, make_plan
 
@@ -570,6 +571,7 @@ class Soak:
         job_objects = self.plane.rest.request(
             "GET", "/apis/batch/v1/jobs", query={"labelSelector": JOB_LABEL}
         )["items"]
+        violations += jobs_left_suspended(job_objects, at)
         done = completed_jobs(job_objects, {j.name: j.priority_class for j in self.plan.jobs})
         capacity = self.plan.nodes * self.plan.gpus_per_node * self.plan.seconds
         pending_jobs = sorted(

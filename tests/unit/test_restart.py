@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+import httpx
 import pytest
 
 from base import keys
@@ -114,6 +115,14 @@ def test_the_argument_a_budget_notice_or_another_controller_stops_the_restart() 
         manifest["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "30"
         noticed.upsert_pod(parse_pod(manifest))
     assert restarted(noticed) == NONE
+    # Pods owned by a "Job" without the batch/v1 Job controller's label (another API's
+    # Job, such as Volcano's): not restarted.
+    other_api = cluster()
+    for name, where in (("filler-a", "n1"), ("filler-b", "n2")):
+        manifest = filler(name, where)
+        del manifest["metadata"]["labels"]["batch.kubernetes.io/controller-uid"]
+        other_api.upsert_pod(parse_pod(manifest))
+    assert restarted(other_api) == NONE
 
 
 # ---- the evictor's restarter, against a scripted client --------------------------------
@@ -143,7 +152,7 @@ class JobsClient:
         for part in ("labels", "annotations"):
             merged = {**self.job["metadata"].get(part, {}), **body["metadata"][part]}
             self.job["metadata"][part] = {k: v for k, v in merged.items() if v is not None}
-        self.job["spec"].update(body["spec"])
+        self.job["spec"].update(body.get("spec", {}))
         return self.job
 
 
@@ -161,26 +170,73 @@ def victim(uid: str = JOB_UID) -> dict[str, Any]:
     return cast(dict[str, Any], made)
 
 
-def restarter(client: JobsClient) -> JobRestarter:
-    return JobRestarter(cast(KubeClient, client), record_keys=record_keys, clock=lambda: NOW)
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def restarter(client: JobsClient, clock: Clock | None = None) -> JobRestarter:
+    return JobRestarter(cast(KubeClient, client), record_keys=record_keys, clock=clock or Clock())
 
 
 def test_the_restarter_suspends_then_resumes_once_the_pods_are_gone() -> None:
-    client = JobsClient(job())
-    restarting = restarter(client)
+    client, clock = JobsClient(job()), Clock()
+    restarting = restarter(client, clock)
     assert restarting.restart(victim())
     assert client.job["spec"]["suspend"] is True
     assert client.job["metadata"]["labels"] == {keys.RESTARTING_KEY: "true"}
     # The second pod of the same Job: suspended already, nothing patched again.
     assert restarting.restart(victim()) and len(client.patches) == 1
-    # Its pods are still active: not resumed yet.
+    # Its pods are still active, then terminating: not resumed yet (tried again after 1 s,
+    # then 2 s: the backoff doubles).
     assert restarting.resume_due() == 0 and client.job["spec"]["suspend"] is True
-    client.job["status"] = {"active": 0}
+    client.job["status"] = {"active": 0, "terminating": 2}
+    clock.now += 1
+    assert restarting.resume_due() == 0 and client.job["spec"]["suspend"] is True
+    client.job["status"] = {"active": 0, "terminating": 0}
+    clock.now += 1
+    assert restarting.resume_due() == 0  # (not due: 2 s after the last try)
+    clock.now += 1
     assert restarting.resume_due() == 1
     assert client.job["spec"]["suspend"] is False
     assert keys.RESTARTING_KEY not in client.job["metadata"]["labels"]
     assert keys.RESTARTING_KEY not in client.job["metadata"]["annotations"]
     assert restarting.suspended() == {}
+
+
+def test_a_job_resumed_by_someone_else_is_let_go_without_its_record() -> None:
+    client = JobsClient(job())
+    restarting = restarter(client)
+    assert restarting.restart(victim())
+    client.job["spec"]["suspend"] = False  # its owner resumed it
+    assert restarting.resume_due() == 0
+    assert client.job["spec"]["suspend"] is False  # left as its owner set it
+    assert keys.RESTARTING_KEY not in client.job["metadata"]["labels"]
+    assert keys.RESTARTING_KEY not in client.job["metadata"]["annotations"]
+    # Suspended by its owner later, it is not Muster's to resume: no record, no entry.
+    client.job["spec"]["suspend"] = True
+    assert restarter(client).recover() == 0 and restarting.suspended() == {}
+
+
+def test_a_suspension_whose_answer_was_lost_is_resumed_all_the_same() -> None:
+    client = JobsClient(job())
+
+    class LostAnswer(JobsClient):
+        def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+            answer = client.request(method, path, body, **kw)
+            if method == "PATCH" and body.get("spec", {}).get("suspend"):
+                raise httpx.ReadTimeout("answer lost")
+            return answer
+
+    restarting = restarter(LostAnswer(job()))
+    assert not restarting.restart(victim())  # the pod is evicted, to be sure
+    assert client.job["spec"]["suspend"] is True  # yet the patch took
+    client.job["status"] = {"active": 0}
+    restarting.client = cast(KubeClient, client)
+    assert restarting.resume_due() == 1 and client.job["spec"]["suspend"] is False
 
 
 @pytest.mark.parametrize(
@@ -189,23 +245,33 @@ def test_the_restarter_suspends_then_resumes_once_the_pods_are_gone() -> None:
         "another Job of that name",
         "suspended already",
         "managed by another controller",
+        "run by a JobSet",
+        "queued by Kueue",
         "403",
         "a pod the Job does not select",
+        "an owner name that is a path",
     ],
 )
 def test_the_restarter_leaves_a_job_it_may_not_restart_to_eviction(case: str) -> None:
-    client = JobsClient(
-        job(suspend=True)
-        if case == "suspended already"
-        else job(managedBy="kueue.x-k8s.io/multikueue")
-        if case == "managed by another controller"
-        else job(),
-        refuse=403 if case == "403" else None,
-    )
+    made_job = job()
+    if case == "suspended already":
+        made_job["spec"]["suspend"] = True
+    if case == "managed by another controller":
+        made_job["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    if case == "run by a JobSet":
+        made_job["metadata"]["ownerReferences"] = [
+            {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js",
+             "uid": "js-uid", "controller": True}
+        ]  # fmt: skip
+    if case == "queued by Kueue":
+        made_job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-b"}
+    client = JobsClient(made_job, refuse=403 if case == "403" else None)
     pod_uid = "another-uid" if case == "another Job of that name" else JOB_UID
     made = victim(pod_uid)
     if case == "a pod the Job does not select":  # an owner reference its writer forged
         made["metadata"]["labels"] = {}
+    if case == "an owner name that is a path":  # would reach another namespace's Job
+        made["metadata"]["ownerReferences"][0]["name"] = "../../other/jobs/filler"
     assert not restarter(client).restart(made)
     assert client.patches == []
 

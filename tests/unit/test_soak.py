@@ -22,6 +22,7 @@ from tests.soak.invariants import (
     double_evictions,
     end_state_violations,
     evictions_in_audit,
+    jobs_left_suspended,
 )
 from tests.soak.plan import FAULT_KINDS, GPU, make_plan
 
@@ -299,6 +300,18 @@ def test_evictions_are_counted_from_the_audit_log() -> None:
     counts = evictions_in_audit(lines)
     assert counts == {"b/p": 1, "b/q": 2}
     assert [v.detail for v in double_evictions(counts, 0.0)] == ["b/q: 2 successful evictions"]
+
+
+def test_a_job_left_suspended_or_with_the_restart_record_is_a_violation() -> None:
+    def job(name: str, *, suspend: bool = False, record: bool = False) -> dict[str, object]:
+        labels = {"muster.dev/restarting": "true"} if record else {}
+        return {
+            "metadata": {"name": name, "namespace": "soak", "labels": labels},
+            "spec": {"suspend": suspend},
+        }
+
+    jobs = [job("done"), job("stuck", suspend=True, record=True), job("half", record=True)]
+    assert [v.detail for v in jobs_left_suspended(jobs, 0.0)] == ["soak/stuck", "soak/half"]
 
 
 def test_percentile_is_nearest_rank() -> None:
