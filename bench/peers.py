@@ -244,8 +244,10 @@ class Replay:
         prioritize: str = "off",
         fair_sharing: bool = True,
         weights: Mapping[str, float] | None = None,
+        restart_jobs: bool = True,
     ):
         self.trace = trace
+        self.restart_jobs = restart_jobs
         self.weights = weights
         self.min_runtime = min_runtime
         self.prioritize = prioritize
@@ -297,7 +299,10 @@ class Replay:
                 # The chart's arguments: fair sharing on unless --muster-fair-sharing off;
                 # with the prioritize verb on, borrowed pods kept apart or not.
                 config = workdir / "muster-args.yaml"
-                lines = [f"fairSharing: {str(self.fair_sharing).lower()}"]
+                lines = [
+                    f"fairSharing: {str(self.fair_sharing).lower()}",
+                    f"restartEvictedJobs: {str(self.restart_jobs).lower()}",
+                ]
                 if self.prioritize != "off":
                     lines.append(f"borrowedApart: {str(self.prioritize == 'apart').lower()}")
                 config.write_text("\n".join(lines) + "\n")
@@ -555,6 +560,7 @@ def play(
     prioritize: str = "off",
     fair_sharing: bool = True,
     weights: Mapping[str, float] | None = None,
+    restart_jobs: bool = True,
 ) -> Json:
     """Every system on the trace, one after another; the figures per system
     (``weights``: each team's fair-sharing weight, see the module docstring)."""
@@ -563,6 +569,7 @@ def play(
         "min_runtime_seconds": min_runtime,
         "muster_prioritize": prioritize,
         "muster_fair_sharing": fair_sharing,
+        "muster_restart_jobs": restart_jobs,
         "kubernetes": lc.peers.SCHEDULER_PLUGINS_KUBERNETES,
         "trace": {
             "seconds": trace.seconds,
@@ -583,7 +590,15 @@ def play(
     for system in systems:
         began = time.time()
         replay = Replay(
-            trace, system, workdir, say, min_runtime, prioritize, fair_sharing, weights=weights
+            trace,
+            system,
+            workdir,
+            say,
+            min_runtime,
+            prioritize,
+            fair_sharing,
+            weights=weights,
+            restart_jobs=restart_jobs,
         )
         figures = replay.run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
@@ -728,6 +743,13 @@ def main(argv: list[str] | None = None) -> int:
         "(first come, first served borrowing, Muster's own default)",
     )
     parser.add_argument(
+        "--muster-restart-jobs",
+        choices=("on", "off"),
+        default="on",
+        help="Muster's restartEvictedJobs argument: on (its default: a Job whose pods are all "
+        "victims is suspended, then resumed) or off (its pods evicted one by one)",
+    )
+    parser.add_argument(
         "--weights",
         metavar="W1,W2,...",
         help="the teams' fair-sharing weights, one positive number per team (default: none, "
@@ -801,6 +823,7 @@ def main(argv: list[str] | None = None) -> int:
         prioritize=options.muster_prioritize,
         fair_sharing=options.muster_fair_sharing == "on",
         weights=weights,
+        restart_jobs=options.muster_restart_jobs == "on",
     )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())
