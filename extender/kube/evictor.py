@@ -1,11 +1,12 @@
 """``muster evictor``: the reference soft-eviction operator.
 
 Watches pods carrying the ``scheduling.koordinator.sh/soft-eviction`` label
-and evicts each through the Eviction API (or, when the mark says so, restarts its Job
-whole: :mod:`extender.kube.restarter`) (once its notice, if the mark gives one, has run
-out, or the job has answered it: :mod:`extender.core.notice`), so PodDisruptionBudgets are
-honoured (a ``429`` is retried later, with a per-pod backoff), with the grace
-period the mark's ``deleteOptions`` asks for; each pod is evicted once, and only if
+and evicts each through the Eviction API once its notice, if the mark gives one, has run
+out, or the job has answered it (:mod:`extender.core.notice`); when the mark says so, it
+restarts the pod's Job whole instead (:mod:`extender.kube.restarter`).  Evictions go
+through the API, so PodDisruptionBudgets are honoured (a ``429`` is retried later, with a
+per-pod backoff), with the grace period the mark's ``deleteOptions`` asks for; each pod
+is evicted once, and only if
 Muster wrote its mark (the mark's signature, :mod:`extender.core.records`): a label a
 tenant put on a pod itself, or a mark copied from another pod, is ignored.  A
 cluster with its own operator (one that checkpoints a training job first, say)
