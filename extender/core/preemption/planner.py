@@ -33,6 +33,7 @@ Pure and deterministic: the same state and time give the same answer.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
 from extender.core.placement.fairshare import fair_share_wait
 from extender.core.preemption.candidates import describe
-from extender.core.preemption.cost import last_save
+from extender.core.preemption.cost import last_save, least_lost_first
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.fairness import preemptor_share
@@ -53,7 +54,12 @@ from extender.core.preemption.policy import (
     own_evictable_requests,
     preemptor_of,
 )
-from extender.core.preemption.ranking import PlanRank, lower_priority_plan, plan_rank
+from extender.core.preemption.ranking import (
+    PlanRank,
+    least_lost_plan,
+    lower_priority_plan,
+    plan_rank,
+)
 from extender.core.preemption.search import (
     Found,
     JobLayout,
@@ -229,7 +235,8 @@ def _plan(
     best_effort = state.args.pdb_policy == "BestEffort"
 
     def search(spare_guaranteed: bool, spare_budgets: bool, cap: int | None) -> Found | NotFound:
-        found = search_victims(
+        walk = functools.partial(
+            search_victims,
             state,
             demand,
             preemptor,
@@ -242,6 +249,12 @@ def _plan(
             now=now,
             priority_cap=cap,
         )
+        found = walk()
+        if isinstance(found, Found) and found.kept:
+            # Walked again in the order of least work lost: the better plan is kept.
+            found = least_lost_plan(
+                found, walk(order=least_lost_first(state, preemptor.quota, now)), now
+            )
         if isinstance(found, Found) and not spare_budgets:
             return dataclasses.replace(found, breaks_budgets=True)
         return found
