@@ -22,11 +22,17 @@ GPU = "nvidia.com/gpu"
 NOON = 1_767_268_800.0  # 2026-01-01T12:00:00Z
 
 
-def cluster(*, cap: str | None = "60", declared: str | None = None) -> ClusterState:
-    """team-b's b-1 (8 GPUs, borrowed, started 10:00, saving every 600 s: at 10:00 plus
-    each 600 s) on the one node, its quota's notice cap ``cap``; team-a's a-train (8 GPUs,
-    within its min) reclaims it."""
-    notes = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "600"}
+def cluster(
+    *,
+    cap: str | None = "60",
+    declared: str | None = None,
+    interval: str = "600",
+    started: str = "2026-01-01T10:00:00Z",
+) -> ClusterState:
+    """team-b's b-1 (8 GPUs, borrowed, started at ``started``, 10:00, saving every
+    ``interval`` seconds from then, 600) on the one node, its quota's notice cap ``cap``;
+    team-a's a-train (8 GPUs, within its min) reclaims it."""
+    notes = {keys.CHECKPOINT_INTERVAL_ANNOTATION: interval}
     if declared is not None:
         notes[keys.PREEMPTION_NOTICE_ANNOTATION] = declared
     caps = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: cap} if cap is not None else {}
@@ -39,7 +45,7 @@ def cluster(*, cap: str | None = "60", declared: str | None = None) -> ClusterSt
                 gpu=8,
                 node="n1",
                 preemptible=True,
-                started="2026-01-01T10:00:00Z",
+                started=started,
                 annotations=notes,
             ),
             pod("a-train", "team-a", gpu=8, can_preempt=True),
@@ -103,3 +109,14 @@ def test_the_longer_of_the_declared_notice_and_the_save_s_wins() -> None:
     assert isinstance(near, PreemptionPlan)
     assert near.victims[0].notice_seconds == 20
     assert near.victims[0].reason.endswith("; 20s notice to save its work")
+
+
+def test_a_victim_with_no_more_than_the_margin_to_save_is_not_kept_waiting() -> None:
+    # Started 11:59:00, saving every 30 s.  At 11:59:31 it saved 1 s ago (11:59:30): no
+    # more than the 2 s margin to lose, so no notice, though its next save (12:00:00, 29
+    # s + 2 s = 31 s away) is within the cap of 60.  At 11:59:33 it has 3 s to lose: 27 s
+    # + 2 s = 29 s of notice, to its save at 12:00:00.
+    state = cluster(interval="30", started="2026-01-01T11:59:00Z")
+    b1 = state.pods["team-b/b-1"]
+    assert save_notice(state, b1, NOON - 29) is None
+    assert save_notice(state, b1, NOON - 27) == (29, NOON)

@@ -73,11 +73,12 @@ def save_notice(state: ClusterState, pod: PodInfo, now: float) -> tuple[float, f
     """Notice to its next save, for victim ``pod`` declaring a checkpoint interval
     (``muster.dev/checkpoint-interval-seconds``): ``(seconds from now, the save)``, the
     notice ending :data:`SAVE_MARGIN_SECONDS` after its next save, when that is within
-    its cap (:func:`notice_cap`); else ``None``.  Evicted then, it loses only the work of
-    the margin (less when it answers as soon as it saved, with
-    ``muster.dev/checkpointed``)."""
+    its cap (:func:`notice_cap`) and it has more than the margin's work to save (one that
+    has just started or saved would lose no less by waiting); else ``None``.  Evicted
+    then, it loses only the work of the margin (less when it answers as soon as it saved,
+    with ``muster.dev/checkpointed``)."""
     following = next_save(pod, now)
-    if following is None:
+    if following is None or now - last_save(pod, now) <= SAVE_MARGIN_SECONDS:
         return None
     wait = following + SAVE_MARGIN_SECONDS - now
     if wait > notice_cap(state, pod):
