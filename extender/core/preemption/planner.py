@@ -33,7 +33,6 @@ Pure and deterministic: the same state and time give the same answer.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -45,7 +44,7 @@ from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
 from extender.core.placement.fairshare import fair_share_wait
 from extender.core.preemption.candidates import describe
-from extender.core.preemption.cost import last_save, least_lost_first, save_notice
+from extender.core.preemption.cost import last_save, save_notice
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.fairness import preemptor_share
@@ -54,12 +53,7 @@ from extender.core.preemption.policy import (
     own_evictable_requests,
     preemptor_of,
 )
-from extender.core.preemption.ranking import (
-    PlanRank,
-    least_lost_plan,
-    lower_priority_plan,
-    plan_rank,
-)
+from extender.core.preemption.ranking import PlanRank, lower_priority_plan, plan_rank
 from extender.core.preemption.search import (
     Found,
     JobLayout,
@@ -241,8 +235,7 @@ def _plan(
     best_effort = state.args.pdb_policy == "BestEffort"
 
     def search(spare_guaranteed: bool, spare_budgets: bool, cap: int | None) -> Found | NotFound:
-        walk = functools.partial(
-            search_victims,
+        found = search_victims(
             state,
             demand,
             preemptor,
@@ -255,12 +248,6 @@ def _plan(
             now=now,
             priority_cap=cap,
         )
-        found = walk()
-        if isinstance(found, Found) and found.kept:
-            # Walked again in the order of least work lost: the better plan is kept.
-            found = least_lost_plan(
-                found, walk(order=least_lost_first(state, preemptor.quota, now)), now
-            )
         if isinstance(found, Found) and not spare_budgets:
             return dataclasses.replace(found, breaks_budgets=True)
         return found

@@ -1,11 +1,10 @@
 """How plans compare: the one comparator, and the search it asks for across quotas.
 
 Plans that each free room for the whole job compare by :class:`PlanRank`, the first
-difference deciding.  The planner asks for it where it has several plans: one per
-topology domain; the walk in the victim order and the walk in the order of least work
-lost per accelerator freed (:func:`least_lost_plan`); and, since the walk takes the
-borrowing quotas' work before the job's own quota's, one more plan below the walk's
-highest victim priority (:func:`lower_priority_plan`).
+difference deciding.  The planner asks for it where it has several plans (one per
+topology domain) and, since the walk takes the borrowing quotas' work before the job's
+own quota's, for one more plan below the walk's highest victim priority
+(:func:`lower_priority_plan`).
 """
 
 from __future__ import annotations
@@ -35,12 +34,8 @@ class PlanRank(NamedTuple):
        lower-priority work would do (:func:`lower_priority_plan`).
     3. ``pods``: the fewest victim pods.
     4. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
-       since each victim's last checkpoint, declared save or start).  The planner walks
-       twice, in the victim order (among victims of one priority, those whose work began
-       latest first) and in the order of least work lost per accelerator freed
-       (:func:`~.cost.least_lost_first`, which counts declared saves and size), and keeps
-       the plan this comparator ranks better (:func:`least_lost_plan`): never one with
-       more victim pods.
+       since each victim's last checkpoint or start).  Within one plan the walk already
+       takes, among victims of one priority, those whose work began latest first.
     5. ``where``: the domain's name, for a stable answer.
     """
 
@@ -60,22 +55,6 @@ def plan_rank(found: Found, now: float, where: str = "") -> PlanRank:
         len(pods),
         lost_work(pods, now),
         where,
-    )
-
-
-def least_lost_plan(found: Found, other: Found | NotFound, now: float) -> Found:
-    """Of the walk's plan ``found`` and ``other`` (the walk in the order of least work
-    lost, :func:`~.cost.least_lost_first`), the one :class:`PlanRank` ranks better; on a
-    tie, ``found``.  The plan chosen over the walk's says whose eviction it spared."""
-    if isinstance(other, NotFound) or not plan_rank(other, now) < plan_rank(found, now):
-        return found
-    kept = {group.job for group in other.kept}
-    spared = sorted({group.job for group in found.kept} - kept)
-    return dataclasses.replace(
-        other,
-        chosen_over=other.chosen_over
-        or f"chosen over evicting {', '.join(spared)}: less work lost (the same victim "
-        "priority, no more victim pods)",
     )
 
 

@@ -20,7 +20,6 @@ from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
 from extender.core.preemption.candidates import find_victim_groups
-from extender.core.preemption.cost import Reorder
 from extender.core.preemption.deferral import Deferral
 from extender.core.preemption.fairness import gap_widens
 from extender.core.preemption.groups import VictimGroup
@@ -86,10 +85,9 @@ def search_victims(
     layout: JobLayout,
     now: float,
     priority_cap: int | None = None,
-    order: Reorder | None = None,
 ) -> Found | NotFound:
     """Walk the allowed victim groups (of priority ``priority_cap`` or lower, if given)
-    in order (the victim order, or ``order``'s) until the whole job fits, then spare
+    in order until the whole job fits, then spare
     every group not needed.  Never a group that takes a quota below its ``min`` in a
     resource the job asks for; with ``spare_guaranteed``, none that takes one below its
     ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
@@ -111,9 +109,8 @@ def search_victims(
         layout=layout,
         now=now,
         priority_cap=priority_cap,
-        order=order,
     )
-    found = walk(defer=order is None)
+    found = walk(defer=True)
     if found is None:  # the walk that held units back cannot vouch for its answer
         found = walk(defer=False)
         assert found is not None
@@ -133,12 +130,11 @@ def _walk(
     layout: JobLayout,
     now: float,
     priority_cap: int | None,
-    order: Reorder | None,
     defer: bool,
 ) -> Found | NotFound | None:
     """:func:`search_victims`'s walk; with ``defer``, holding units back where that may
     apply (:mod:`.deferral`), and ``None`` when it did and cannot tell the answer is the
-    one the walk without would give; with ``order``, in its order."""
+    one the walk without would give."""
     simulation = Simulation(
         state,
         demand,
@@ -182,7 +178,7 @@ def _walk(
         wants,
         ledger,
         priority_cap,
-        order if deferral is None else deferral.reorder,
+        None if deferral is None else deferral.reorder,
     ):
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
