@@ -7,6 +7,9 @@ victim is marked as without notice (label, annotation, ``DisruptionTarget``, eve
 mark carries its notice, and the evictor evicts it once the notice has run out, or at
 once when the job answers (``muster.dev/checkpointed`` at or after the mark) or exits by
 itself.  The preemptor's reservation lasts through the longest notice of its victims.
+A victim that declares a checkpoint interval gets, within the same cap, notice until just
+after its next save (:func:`extender.core.preemption.cost.save_notice`): waiting that long
+loses almost no work.
 
 A tenant writes the declaration and the answer: the declaration only delays its own
 pods' eviction, within the admins' cap; the answer only hastens it.
@@ -31,13 +34,22 @@ def notice_seconds(state: ClusterState, pod: PodInfo) -> float:
     """The notice victim ``pod`` gets: what it declares, capped by its quota's
     ``muster.dev/max-preemption-notice-seconds`` (else ``maxPreemptionNoticeSeconds``)."""
     declared = declared_notice(pod)
-    if declared <= 0 or state.args.pod_should_be_deleted_when_preempted:
-        return 0.0  # (Muster evicting victims itself evicts at once: no notice)
+    if declared <= 0:
+        return 0.0
+    return min(declared, notice_cap(state, pod))
+
+
+def notice_cap(state: ClusterState, pod: PodInfo) -> float:
+    """The longest notice victim ``pod`` may get: its quota's
+    ``muster.dev/max-preemption-notice-seconds``, else ``maxPreemptionNoticeSeconds``; 0
+    when Muster evicts victims itself (it evicts at once: no notice)."""
+    if state.args.pod_should_be_deleted_when_preempted:
+        return 0.0
     quota = state.charged_to(pod)
     cap = state.tree[quota].policy.max_preemption_notice_seconds if quota is not None else None
     if cap is None:
         cap = state.args.max_preemption_notice_seconds
-    return min(declared, cap, float(MAX_NOTICE_SECONDS))
+    return min(cap, float(MAX_NOTICE_SECONDS))
 
 
 def longest_notice(state: ClusterState) -> float:

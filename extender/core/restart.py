@@ -19,8 +19,8 @@ A victim's Job is restarted only when nothing is lost by it:
 - every other pod of that Job has finished, is terminating, or is a victim of the same
   plan: the suspension deletes all of them, never a pod the plan spares or one waiting
   to be placed;
-- no victim of the Job has notice to save its work (the suspension deletes the pods at
-  once, not each as its notice runs out);
+- no victim of the Job has notice to save its work, declared or to its next save (the
+  suspension deletes the pods at once, not each as its notice runs out);
 - no PodDisruptionBudget covers one of them: a suspension is not an eviction, and asks
   no budget.
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from extender.core.notice import notice_seconds
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
 
@@ -39,13 +38,16 @@ JOB_KIND = "Job/"
 JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
-def restarted_jobs(state: ClusterState, victims: Iterable[PodInfo]) -> frozenset[str]:
-    """The keys of the ``victims`` (all of one plan) whose Jobs are restarted whole (see
-    the module docstring)."""
+def restarted_jobs(state: ClusterState, victims: Iterable[tuple[PodInfo, float]]) -> frozenset[str]:
+    """The keys of the ``victims`` (all of one plan, each with the notice it gets, declared
+    or to its next save) whose Jobs are restarted whole (see the module docstring)."""
     if not state.args.restart_evicted_jobs:
         return frozenset()
     by_job: dict[tuple[str, str], list[PodInfo]] = {}
-    for pod in victims:
+    noticed: set[str] = set()
+    for pod, notice in victims:
+        if notice > 0:
+            noticed.add(pod.key)
         if (
             pod.controller is not None
             and pod.controller.startswith(JOB_KIND)
@@ -62,7 +64,7 @@ def restarted_jobs(state: ClusterState, victims: Iterable[PodInfo]) -> frozenset
         )
         if any(not (pod.finished or pod.terminating) for pod in others):
             continue
-        if any(notice_seconds(state, pod) > 0 for pod in pods):
+        if any(pod.key in noticed for pod in pods):
             continue
         if any(budget.covers(pod) for budget in state.budgets.values() for pod in pods):
             continue

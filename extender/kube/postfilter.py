@@ -179,7 +179,9 @@ class PostFilterLoop(Watched):
         with self.source.exclusive() as state:
             unfinished = _unfinished(state, self.issuer.written)
             notices = {pod.key: notice_seconds(state, pod) for pod, _job in unfinished.unmarked}
-            restarted = restarted_jobs(state, (pod for pod, _job in unfinished.unmarked))
+            restarted = restarted_jobs(
+                state, ((pod, notices[pod.key]) for pod, _job in unfinished.unmarked)
+            )
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)

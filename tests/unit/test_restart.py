@@ -115,6 +115,20 @@ def test_the_argument_a_budget_notice_or_another_controller_stops_the_restart() 
         manifest["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "30"
         noticed.upsert_pod(parse_pod(manifest))
     assert restarted(noticed) == NONE
+    # Notice to their next save: the pods started at 11:59:30 and save every 60 s, so at
+    # NOW (12:00:00) they last saved 30 s ago and save next at 12:00:30; with a cap of 60
+    # s they get 32 s of notice (to 2 s after that save), so their Job is not restarted.
+    saving = cluster(maxPreemptionNoticeSeconds=60)
+    for name, where in (("filler-a", "n1"), ("filler-b", "n2")):
+        manifest = filler(name, where, started="2026-01-01T11:59:30Z")
+        manifest["metadata"]["annotations"][keys.CHECKPOINT_INTERVAL_ANNOTATION] = "60"
+        saving.upsert_pod(parse_pod(manifest))
+    plan = plan_job_preemption(saving, "team-a/train", NOW)
+    assert isinstance(plan, PreemptionPlan)
+    assert {v.pod.name: (v.notice_seconds, v.restart_job) for v in plan.victims} == {
+        "filler-a": (32.0, False),
+        "filler-b": (32.0, False),
+    }
     # Pods owned by a "Job" without the batch/v1 Job controller's label (another API's
     # Job, such as Volcano's): not restarted.
     other_api = cluster()

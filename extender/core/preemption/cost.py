@@ -7,7 +7,8 @@ save at that interval from its start), else since it started.  Measured in
 accelerator-seconds (its requests of scarce resources, GPUs say, times those seconds)
 and, for pods asking for none, pod-seconds.  The victim order takes the victim whose
 work began latest first among victims of one priority (:mod:`extender.core.state.victims`),
-and plans of equal rank compare by it (:mod:`.planner`).
+and plans of equal rank compare by it (:mod:`.ranking`).  A victim declaring a checkpoint
+interval may be given notice until just after its next save (:func:`save_notice`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import NamedTuple
 from base import keys
 from base.resources import parse_quantity
 from base.times import seconds
+from extender.core.notice import notice_cap
 from extender.core.objects import PodInfo
 from extender.core.placement.score import COMMON_RESOURCES
+from extender.core.state import ClusterState
 
 _ONE = parse_quantity("1")
 
@@ -43,6 +46,41 @@ def last_save(pod: PodInfo, now: float) -> float:
         start = pod.start_or_created
         began = max(began, start + math.floor((now - start) / interval) * interval)
     return min(began, now)
+
+
+def next_save(pod: PodInfo, now: float) -> float | None:
+    """When ``pod`` next saves after ``now`` by the interval it declares
+    (``muster.dev/checkpoint-interval-seconds``, counted from its start), or ``None``
+    when it declares none."""
+    interval = _interval(pod)
+    if interval is None:
+        return None
+    start = pod.start_or_created
+    if now < start:
+        return start + interval
+    return start + (math.floor((now - start) / interval) + 1) * interval
+
+
+#: How long after a declared save its victim is evicted: the save is the job's to finish,
+#: and the clocks of the node and of Muster may differ a little.
+SAVE_MARGIN_SECONDS = 2.0
+
+
+def save_notice(state: ClusterState, pod: PodInfo, now: float) -> tuple[float, float] | None:
+    """Notice to its next save, for victim ``pod`` declaring a checkpoint interval
+    (``muster.dev/checkpoint-interval-seconds``): ``(seconds from now, the save)``, the
+    notice ending :data:`SAVE_MARGIN_SECONDS` after its next save, when that is within
+    its cap (:func:`notice_cap`) and it has more than the margin's work to save (one that
+    has just started or saved would lose no less by waiting); else ``None``.  Evicted
+    then, it loses only the work of the margin (less when it answers as soon as it saved,
+    with ``muster.dev/checkpointed``)."""
+    following = next_save(pod, now)
+    if following is None or now - last_save(pod, now) <= SAVE_MARGIN_SECONDS:
+        return None
+    wait = following + SAVE_MARGIN_SECONDS - now
+    if wait > notice_cap(state, pod):
+        return None
+    return wait, following
 
 
 def lost_work(pods: Iterable[PodInfo], now: float) -> LostWork:

@@ -44,7 +44,7 @@ from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
 from extender.core.placement.fairshare import fair_share_wait
 from extender.core.preemption.candidates import describe
-from extender.core.preemption.cost import last_save
+from extender.core.preemption.cost import last_save, save_notice
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.fairness import preemptor_share
@@ -183,10 +183,16 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             # A time, not seconds lost: the same answer whenever it is asked.
             said = f"{reason}; it loses its work since {format_time(last_save(pod, now))}"
             notice = notice_seconds(state, pod)
-            if notice:
+            saving = save_notice(state, pod, now)
+            if saving is not None and saving[0] > notice:
+                notice = saving[0]
+                saved = format_time(saving[1])
+                said = f"{reason}; notice until just after its next save at {saved}: it "
+                said += f"loses its work since {saved}"
+            elif notice:
                 said += f"; {notice:g}s notice to save its work"
             victims.append(Victim(pod, group.quota, group.job, said, notice))
-    restarted = restarted_jobs(state, (victim.pod for victim in victims))
+    restarted = restarted_jobs(state, ((victim.pod, victim.notice_seconds) for victim in victims))
     if restarted:
         said = "; every pod of its Job goes: the Job is restarted (suspended, then resumed)"
         victims = [
