@@ -15,6 +15,7 @@ signed annotation carrying its notice, ``DisruptionTarget``, event); then
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,6 +144,51 @@ def test_a_job_that_ignores_its_notice_is_evicted_when_it_runs_out(
         assert evicted >= at + 8 - 1  # not before its notice ran out (1 s: the stamps)
         teams.wait(teams.a, "train", "Running", timeout=60)
         assert evictor_outcome(muster_with_notice, "evicted") == 1
+    finally:
+        teams.cleanup()
+
+
+def test_a_victim_that_saves_at_an_interval_is_given_notice_to_its_next_save(
+    cluster: Cluster, muster_with_notice: MusterProcess
+) -> None:
+    """b-0 declares no notice but saves every 15 s from its start (``muster.dev/
+    checkpoint-interval-seconds``), and the cap is 60 s.  Marked at M, 5 s or more into an
+    interval (so it has more than the 2 s margin of work to save), it gets notice until 2 s
+    after its next save: S + k·15 + 2 - M, where S is its start and k the first multiple
+    with S + k·15 > M (the stamps have one-second resolution: ±1 s); it is evicted when
+    that runs out, not before, and the trainer then runs."""
+    cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(cluster, *QUOTAS)
+    try:
+        notes = {"muster.dev/checkpoint-interval-seconds": "15"}
+        teams.create(teams.b, "b-0", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=notes)
+        teams.wait(teams.b, "b-0", "Running")
+        started = _epoch(teams.get(teams.b, "b-0")["status"]["startTime"])  # type: ignore[index]
+        # Arrive 5 s into an interval: well past the 2 s margin, well before the next save.
+        lc.wait_until(
+            lambda: (
+                ((time.time() - started) % 15 >= 5 or None) if time.time() > started + 5 else None
+            ),
+            timeout=20,
+            what="5 s into an interval",
+        )
+        teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
+        at = marked_at(teams, "b-0")
+        pod = teams.get(teams.b, "b-0")
+        assert pod is not None
+        notice = read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds
+        following = started + (math.floor((at - started) / 15) + 1) * 15
+        assert abs(notice - (following + 2 - at)) <= 1.0, (notice, at - started)
+
+        def leaving() -> float | None:
+            pod = teams.get(teams.b, "b-0")
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                return time.time()
+            return None
+
+        evicted = lc.wait_until(leaving, timeout=60, what="b-0 evicted")
+        assert evicted >= at + notice - 1  # not before its notice ran out (the stamps)
+        teams.wait(teams.a, "train", "Running", timeout=60)
     finally:
         teams.cleanup()
 
