@@ -53,6 +53,9 @@ def test_scenario_matches_expected(scenario: Path, capsys: pytest.CaptureFixture
     if "restarted" in expected:  # victims whose Job is restarted whole, their reason says
         restarted = [e["pod"] for e in result["evictions"] if "the Job is restarted" in e["reason"]]
         assert sorted(restarted) == sorted(expected["restarted"])
+    for key, words in expected.get("reasons", {}).items():  # what an eviction's reason says
+        said = [e["reason"] for e in result["evictions"] if e["pod"] == key]
+        assert said and words in said[0], (key, said)
     for key in expected.get("placed", []):
         assert key in result["placements"], f"{key} was not placed: {result['unschedulable']}"
     for key in expected.get("pending", []):
