@@ -28,6 +28,9 @@ class Mark(NamedTuple):
     notice_seconds: float = 0.0
     #: Its Job is restarted whole rather than the pod evicted (:mod:`extender.core.restart`).
     restart_job: bool = False
+    #: ``deleteOptions.gracePeriodSeconds``, when the mark asks for one (a whole number,
+    #: not negative): the grace period its eviction gives the pod.
+    grace_seconds: int | None = None
 
 
 def read_mark(text: str) -> Mark:
@@ -53,7 +56,10 @@ def read_mark(text: str) -> Mark:
     restart = mark.get("restartJob", False)
     if not isinstance(restart, bool):
         restart, well_formed = False, False
-    return Mark(named, stamp, well_formed, float(notice), restart)
+    options = mark.get("deleteOptions")
+    grace = options.get("gracePeriodSeconds") if isinstance(options, dict) else None
+    asked = grace if isinstance(grace, int) and grace >= 0 else None
+    return Mark(named, stamp, well_formed, float(notice), restart, asked)
 
 
 #: The longest notice a mark may carry (a week): no argument allows more.

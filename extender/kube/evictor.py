@@ -15,7 +15,6 @@ runs that instead.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -261,7 +260,7 @@ class Evictor:
                 self._waiting.pop(key, None)
                 self._restarted[key] = (obj, self.clock())
             return
-        grace = _grace_seconds(annotations)
+        grace = mark.grace_seconds
         try:
             self.writer.evict(str(metadata.get("namespace")), str(metadata.get("name")), uid, grace)
         except ApiError as error:
@@ -302,13 +301,3 @@ class Evictor:
         while not self._stop.wait(min(1.0, self.retry_seconds)):
             self.retry_due()
             self.restarter.resume_due()
-
-
-def _grace_seconds(annotations: Json) -> int | None:
-    """``deleteOptions.gracePeriodSeconds`` from the soft-eviction annotation, if any."""
-    try:
-        mark = json.loads(annotations.get(keys.SOFT_EVICTION_KEY, "{}"))
-        grace = mark.get("deleteOptions", {}).get("gracePeriodSeconds")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    return grace if isinstance(grace, int) and grace >= 0 else None
