@@ -84,6 +84,18 @@ def marked_at(teams: Teams, name: str) -> float:
     return mark.timestamp
 
 
+def evicted_at(teams: Teams, name: str) -> float:
+    """When team B's pod ``name`` was first seen being deleted (or gone)."""
+
+    def leaving() -> float | None:
+        pod = teams.get(teams.b, name)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return time.time()
+        return None
+
+    return lc.wait_until(leaving, timeout=60, what=f"{name} evicted")
+
+
 def test_a_job_that_saves_its_work_on_notice_exits_and_is_not_evicted(
     cluster: Cluster, muster_with_notice: MusterProcess
 ) -> None:
@@ -133,14 +145,7 @@ def test_a_job_that_ignores_its_notice_is_evicted_when_it_runs_out(
         teams.wait(teams.b, "b-0", "Running")
         teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
         at = marked_at(teams, "b-0")
-
-        def leaving() -> float | None:
-            pod = teams.get(teams.b, "b-0")
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
-                return time.time()
-            return None
-
-        evicted = lc.wait_until(leaving, timeout=60, what="b-0 evicted")
+        evicted = evicted_at(teams, "b-0")
         assert evicted >= at + 8 - 1  # not before its notice ran out (1 s: the stamps)
         teams.wait(teams.a, "train", "Running", timeout=60)
         assert evictor_outcome(muster_with_notice, "evicted") == 1
@@ -179,14 +184,7 @@ def test_a_victim_that_saves_at_an_interval_is_given_notice_to_its_next_save(
         notice = read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds
         following = started + (math.floor((at - started) / 15) + 1) * 15
         assert abs(notice - (following + 2 - at)) <= 1.0, (notice, at - started)
-
-        def leaving() -> float | None:
-            pod = teams.get(teams.b, "b-0")
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
-                return time.time()
-            return None
-
-        evicted = lc.wait_until(leaving, timeout=60, what="b-0 evicted")
+        evicted = evicted_at(teams, "b-0")
         assert evicted >= at + notice - 1  # not before its notice ran out (the stamps)
         teams.wait(teams.a, "train", "Running", timeout=60)
     finally:
