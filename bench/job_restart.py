@@ -32,12 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import localcluster as lc
-from bench.support.cluster_setup import GPU
+from bench.support.cluster_setup import GPU, IGNORE_DISRUPTIONS
 
 NAMESPACE = "restart"
-IGNORE_DISRUPTIONS = {
-    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
-}
 MERGE_PATCH = "application/merge-patch+json"
 
 

@@ -86,7 +86,13 @@ from typing import Any
 
 import localcluster as lc
 from base import keys
-from bench.support.cluster_setup import TRIAL_LABEL, create_pods, delete_pods, pod_body
+from bench.support.cluster_setup import (
+    IGNORE_DISRUPTIONS,
+    TRIAL_LABEL,
+    create_pods,
+    delete_pods,
+    pod_body,
+)
 from bench.support.pod_watch import PodWatch, is_bound, is_gone
 from bench.support.processes import Evictor, MusterServer
 from bench.support.weights import (
@@ -168,9 +174,7 @@ def _job_object(job: TraceJob) -> Json:
             "parallelism": job.pods,
             "completions": job.pods,
             "backoffLimit": 50,
-            "podFailurePolicy": {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
-            },
+            "podFailurePolicy": IGNORE_DISRUPTIONS,
             "template": {
                 "metadata": {
                     "labels": labels,

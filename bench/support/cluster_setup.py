@@ -7,7 +7,8 @@ from client threads and :func:`delete_pods` deletes a selection (grace period 0)
 retrying throttling, server errors and dropped connections (:func:`with_retries`);
 :func:`create_quota` creates a namespace's ElasticQuota.  Also the keys Muster reads on
 pods (preemptible, can-preempt, gang) and ``MOST_ALLOCATED_PROFILE``, kube-scheduler's
-bin packing as the sample configuration sets it.
+bin packing as the sample configuration sets it, and ``IGNORE_DISRUPTIONS``, the Job
+failure policy the docs recommend.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
 POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
+#: The Job failure policy docs/gangs.md recommends: an eviction (``DisruptionTarget``) is
+#: not a failure; the pod is replaced.
+IGNORE_DISRUPTIONS: Json = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+}
 
 
 #: kube-scheduler's own bin packing (``--packing most-allocated``), as
