@@ -109,8 +109,7 @@ class Deferral:
         """``offers`` numbered by their place, some held back and offered later."""
         held, released, short, uncounted = self._held, self._released, self._short, self._uncounted
         unit_pods, unit_requests, missing_of = self._unit_pods, self._requests, self._missing
-        offer_at, peek = self._offer_at, self._peek
-        capacity, amounts = self._capacity, self._amounts
+        offer_at = self._offer_at
         # (A unit whose PodGroup holds minResources frees more than its requests.)
         declares_min_resources = self._declarations.declares_min_resources
         held_of, bounded = self._held_of, self._bounded
@@ -129,15 +128,7 @@ class Deferral:
                 short_here = short[node]
                 missing = missing_of.get(node)
                 if missing is None:
-                    if node in held:
-                        missing = self._missing_now(node)
-                    else:  # (inline: the first unit met on a node is the usual case)
-                        room = peek(node)
-                        wanted = capacity.get(node, 0) + 1
-                        missing = {
-                            name: wanted * amounts[name] - room.get(name, 0) for name in short_here
-                        }
-                    missing_of[node] = missing
+                    missing = missing_of[node] = self._missing_now(node)
                 gains = True
                 for name in short_here:
                     left = missing[name] = missing[name] - requests.get(name, 0)
