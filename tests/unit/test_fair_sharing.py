@@ -330,23 +330,52 @@ def test_a_job_within_min_once_its_own_work_goes_is_not_held_back() -> None:
     assert sorted(v.pod.key for v in plan.victims) == ["team-a/a-low-0", "team-a/a-low-1"]
 
 
-def test_fair_sharing_adds_to_borrow_within_cohort() -> None:
-    # team-a may borrow from lower priority (borrow-within-cohort LowerPriority): its
-    # priority-100 gang of 4 takes team-b's four priority-0 pods with fair sharing off; on,
-    # the gap rule alone would refuse it (1.0 -> 1.0), but fair sharing takes nothing away.
-    quotas = [
-        quota(
-            "team-a",
-            min={GPU: "0"},
-            max={GPU: "4"},
-            annotations={"muster.dev/borrow-within-cohort": "LowerPriority"},
-        ),
-        quota("team-b", min={GPU: "0"}, max={GPU: "4"}),
-    ]
+BORROWS_FROM_LOWER = quota(
+    "team-a",
+    min={GPU: "0"},
+    max={GPU: "4"},
+    annotations={"muster.dev/borrow-within-cohort": "LowerPriority"},
+)
+
+
+def test_fair_sharing_replaces_borrow_within_cohort() -> None:
+    # team-a may borrow from lower priority (borrow-within-cohort LowerPriority).  Its
+    # priority-100 gang of 4 needs team-b's four priority-0 pods.  Off, borrowWithinCohort
+    # takes them.  On, a borrower takes from another quota only by fair sharing, and the
+    # gap would not narrow: team-b's share 4/4 = 1.0 against team-a's 0.0 before, 0.0
+    # against 1.0 after, a gap of 1.0 both ways.
+    quotas = [BORROWS_FROM_LOWER, quota("team-b", min={GPU: "0"}, max={GPU: "4"})]
     pods = [*running_b(4), *gang("a", "team-a", 4, can_preempt=True, priority=100)]
-    for args in (ON, MusterArgs(fairSharing=False)):
-        plan = plan_job_preemption(snapshot(NODES, pods, quotas, args), "team-a/a", NOW)
-        assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 4, plan
+    off = plan_job_preemption(
+        snapshot(NODES, pods, quotas, MusterArgs(fairSharing=False)), "team-a/a", NOW
+    )
+    assert isinstance(off, PreemptionPlan) and len(off.victims) == 4, off
+    on = plan_job_preemption(snapshot(NODES, pods, quotas, ON), "team-a/a", NOW)
+    assert isinstance(on, Refusal), on
+    assert any("would not narrow the gap" in reason for reason in on.reasons), on.reasons
+
+
+def test_a_borrower_above_its_share_takes_nothing_from_one_below() -> None:
+    # 4 GPUs.  team-a borrows 2 (share 2/4 = 0.5), team-b borrows 1 (0.25) with a
+    # priority-0 pod on n3; n4 is free.  team-a's priority-100 job of 2 needs n4 and n3.
+    # Off, borrowWithinCohort lets it take team-b's lower-priority pod: team-a 1.0,
+    # team-b 0.0, the gap widened from 0.25 to 1.0.  On, team-b is below team-a's share,
+    # so nothing of it may be taken: team-a's own lower-priority work goes instead (its two
+    # priority-0 pods started together; the first by name, a-run-0, frees n1).
+    quotas = [BORROWS_FROM_LOWER, quota("team-b", min={GPU: "0"}, max={GPU: "4"})]
+    pods = [
+        *[pod(f"a-run-{i}", "team-a", gpu=1, node=f"n{i + 1}", preemptible=True) for i in range(2)],
+        pod("b-0", "team-b", gpu=1, node="n3", preemptible=True, priority=0),
+        *gang("a", "team-a", 2, can_preempt=True, priority=100),
+    ]
+    off = plan_job_preemption(
+        snapshot(NODES, pods, quotas, MusterArgs(fairSharing=False)), "team-a/a", NOW
+    )
+    assert isinstance(off, PreemptionPlan), off
+    assert [victim.pod.key for victim in off.victims] == ["team-b/b-0"]
+    on = plan_job_preemption(snapshot(NODES, pods, quotas, ON), "team-a/a", NOW)
+    assert isinstance(on, PreemptionPlan), on
+    assert [victim.pod.key for victim in on.victims] == ["team-a/a-run-0"]
 
 
 def test_equal_shares_compare_equal() -> None:

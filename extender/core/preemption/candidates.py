@@ -205,8 +205,9 @@ _Phase = tuple[
 
 def _phases(state: ClusterState, preemptor: Preemptor, ledger: QuotaLedger) -> list[_Phase]:
     """The walk's phases, in order: the borrowing quotas above the job's quota's fair share
-    (fair sharing), the other borrowing quotas the cohort rule lets the job take from,
-    then its own quota's lower-priority work.  With ``fairSharing``, each phase taking
+    (fair sharing), the other borrowing quotas the cohort rule lets the job take from (a
+    reclaim within ``min``; ``borrowWithinCohort`` only with fair sharing off), then its
+    own quota's lower-priority work.  With ``fairSharing``, each phase taking
     from other quotas ranks them (the last element: quota → rank), the quota furthest
     above its fair share first: among victims of one priority, its go first."""
     policy = state.tree[preemptor.quota].policy
@@ -230,6 +231,11 @@ def _phases(state: ClusterState, preemptor: Preemptor, ledger: QuotaLedger) -> l
             )
         )
     cohort = cohort_rule(preemptor, policy)
+    if preemptor.borrows and preemptor.fair_share is not None:
+        # With fair sharing, a borrower takes from another quota only by fair sharing:
+        # from a quota above its share, while the gap narrows (borrowWithinCohort would
+        # let a quota far above its share take from one below it, widening the gap).
+        cohort = None
     if cohort is not None and borrowing - fair:
         lenders = borrowing - fair
         ranks = _ranks(state, ledger, lenders)

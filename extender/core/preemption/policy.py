@@ -5,9 +5,10 @@
 - another quota, borrowing in a resource the job asks for: when the job stays within its
   own ``min``, ``reclaimWithinCohort`` (``Any`` or ``LowerPriority``); when the job itself
   borrows, ``borrowWithinCohort`` (``LowerPriority``, at or below
-  ``maxPriorityThreshold`` if set); with ``fairSharing``, a borrowing job may also take
-  from quotas whose share of borrowed capacity is above its quota's, at any priority
-  (:func:`above_share`; the gap check is :mod:`.fairness`'s).
+  ``maxPriorityThreshold`` if set); with ``fairSharing``, a borrowing job takes from
+  other quotas only by fair sharing instead: from quotas whose share of borrowed capacity
+  is above its quota's, at any priority (:func:`above_share`), while the gap between the
+  two narrows (:mod:`.fairness`), never from a quota at or below its share.
 
 A policy admits a victim by its priority (and, for equal priority, its creation time): an
 :data:`Admission`.  The candidate walk (:mod:`.candidates`) asks here for every group it
@@ -186,15 +187,6 @@ def above_share(
     )
 
 
-def borrow_rule(
-    state: ClusterState, preemptor: Preemptor, pods: tuple[PodInfo, ...]
-) -> Rule | None:
-    """The rule by which the preemptor's ``borrowWithinCohort`` lets it evict ``pods`` of
-    another quota, or ``None``."""
-    cohort = cohort_rule(preemptor, state.tree[preemptor.quota].policy)
-    return allowed(state, pods, cohort, check_preemptible=True) if cohort is not None else None
-
-
 def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None:
     """Why ``victim`` may not be marked for ``job`` now, whatever record names it (``None``:
     the rules allow it).  Checked before the victims of a reservation read back are marked
@@ -222,10 +214,10 @@ def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None
     if victim_quota == quota:
         admissions = [within_rule(preemptor, policy)]
     else:
-        lending = cohort_rule(preemptor, policy)
-        borrowing = cohort_rule(replace(preemptor, borrows=True), policy)
-        admissions = [lending, borrowing]
-        if state.args.fair_sharing and _above_share_now(state, quota, victim_quota):
+        admissions = [cohort_rule(preemptor, policy)]  # a reclaim within min
+        if not state.args.fair_sharing:
+            admissions.append(cohort_rule(replace(preemptor, borrows=True), policy))
+        elif _above_share_now(state, quota, victim_quota):
             admissions.append(FAIR_SHARE_ADMISSION)
     for admission in admissions:
         if admission is not None and allowed(state, (victim,), admission, check_preemptible=True):

@@ -10,7 +10,6 @@ what it found (:func:`_minimised`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from extender.core.preemption.candidates import find_victim_groups
 from extender.core.preemption.deferral import Deferral
 from extender.core.preemption.fairness import gap_widens
 from extender.core.preemption.groups import VictimGroup
-from extender.core.preemption.policy import Preemptor, Rule, borrow_rule
+from extender.core.preemption.policy import Preemptor, Rule
 from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
@@ -202,18 +201,14 @@ def _walk(
                     continue
                 below_min[group.job] = guaranteed
         if group.rule is Rule.FAIR_SHARE:
-            # Fair sharing adds to what borrowWithinCohort allows; it takes nothing away: a
-            # group that rule admits is taken under it, with no gap to narrow.
-            rule = borrow_rule(state, preemptor, group.pods)
-            if rule is not None:
-                group = dataclasses.replace(group, rule=rule)
-            else:
-                widens = gap_widens(
-                    state, demand, preemptor, ledger, simulation.ledger, [group], taken=False
-                )
-                if widens is not None:
-                    skipped_for_fairness.append(widens)
-                    continue
+            # With fair sharing, a borrower takes from another quota only while the gap
+            # between their shares narrows, whatever the victim's priority.
+            widens = gap_widens(
+                state, demand, preemptor, ledger, simulation.ledger, [group], taken=False
+            )
+            if widens is not None:
+                skipped_for_fairness.append(widens)
+                continue
         if spare_budgets and state.budgets:
             broken = budgets.violations(group.pods)
             if broken:
