@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
-from extender.core.notice import notice_seconds
 from extender.core.objects import PodInfo
+from extender.core.preemption.cost import victim_notice
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.preemption.policy import victim_refusal
 from extender.core.requeue import jobs_to_replan
@@ -178,7 +178,10 @@ class PostFilterLoop(Watched):
         disruption of those marked without it; return how many were marked."""
         with self.source.exclusive() as state:
             unfinished = _unfinished(state, self.issuer.written)
-            notices = {pod.key: notice_seconds(state, pod) for pod, _job in unfinished.unmarked}
+            now = self.clock()
+            notices = {
+                pod.key: victim_notice(state, pod, now)[0] for pod, _job in unfinished.unmarked
+            }
             restarted = restarted_jobs(
                 state, ((pod, notices[pod.key]) for pod, _job in unfinished.unmarked)
             )

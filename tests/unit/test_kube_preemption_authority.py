@@ -10,8 +10,10 @@ from functools import partial
 from typing import Any, cast
 
 from base import keys
+from base.times import format_time
 from extender.core.config import MusterArgs
 from extender.core.decisions import DecisionLog
+from extender.core.marks import read_mark
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.reservations import persisted_reservation
@@ -34,11 +36,14 @@ def unschedulable(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def live_source() -> tuple[KubeSource, list[tuple[str, str, bool]]]:
+def live_source(args: MusterArgs | None = None) -> tuple[KubeSource, list[tuple[str, str, bool]]]:
     """A KubeSource fed by hand: quota team-a, nodes n0 and n1 each running one 8-GPU
     preemptible pod of team-a (priorities 1 and 50), as issue 17's cluster."""
     source = KubeSource(
-        cast(KubeClient, object()), MusterArgs(), clock=lambda: NOW, record_keys=record_keys
+        cast(KubeClient, object()),
+        args or MusterArgs(),
+        clock=lambda: NOW,
+        record_keys=record_keys,
     )
     handed: list[tuple[str, str, bool]] = []
     source.on_unschedulable = lambda job, why, at_once: handed.append((job, why, at_once))
@@ -313,6 +318,43 @@ def test_a_gang_still_arriving_is_planned_again_once_it_settles() -> None:
         settled = plan_job_preemption(snap, "team-a/g", NOW + 1.0)
     assert isinstance(settled, PreemptionPlan)
     assert [v.pod.key for v in settled.victims] == ["team-a/low"]
+
+
+def test_completing_an_in_flight_plan_gives_notice_to_the_victim_s_next_save() -> None:
+    # A Muster stopped between a reservation and its marks: the next one marks the victim
+    # with the notice the planner would have given it.  "low" started 50 s before NOW and
+    # saves every 30 s: its last save was 20 s ago, its next is 10 s from now, so it gets
+    # notice until 2 s after it, 12 s (within the 60 s cap), not the 0 s it declares.
+    source, _ = live_source(MusterArgs(maxPreemptionNoticeSeconds=60))
+    client = RecordingClient()
+    loop = recording_loop(source, client)
+    low = pod(
+        "low",
+        "team-a",
+        gpu=8,
+        node="n0",
+        preemptible=True,
+        priority=1,
+        started=format_time(NOW - 50),
+        annotations={keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"},
+    )
+    source._on_pod("MODIFIED", low)
+    held = nominated(preemptor(), "n0")
+    note = {"job": "team-a/new", "node": "n0", "created": NOW, "expires": NOW + 300}
+    held["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = signed(
+        keys.RESERVATION_ANNOTATION, "team-a/new", note | {"victims": ["team-a/low"]}
+    )
+    source._on_pod("ADDED", held)
+    assert loop.complete_in_flight() == 1
+    marks = [
+        body["metadata"]["annotations"][keys.SOFT_EVICTION_KEY]
+        for method, path, body in client.calls
+        if method == "PATCH"
+        and path.endswith("/pods/low")
+        and keys.SOFT_EVICTION_KEY in (body.get("metadata", {}).get("annotations") or {})
+    ]
+    assert len(marks) == 1
+    assert read_mark(marks[0]).notice_seconds == 12
 
 
 def test_a_restarted_muster_records_the_disruption_of_victims_marked_before_it_stopped() -> None:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from base import keys
 from base.resources import parse_quantity
 from base.times import seconds
-from extender.core.notice import notice_cap
+from extender.core.notice import notice_cap, notice_seconds
 from extender.core.objects import PodInfo
 from extender.core.placement.score import COMMON_RESOURCES
 from extender.core.state import ClusterState
@@ -81,6 +81,18 @@ def save_notice(state: ClusterState, pod: PodInfo, now: float) -> tuple[float, f
     if wait > notice_cap(state, pod):
         return None
     return wait, following
+
+
+def victim_notice(state: ClusterState, pod: PodInfo, now: float) -> tuple[float, float | None]:
+    """The notice victim ``pod`` gets, marked at ``now``: the longer of what it declares
+    (:func:`~extender.core.notice.notice_seconds`) and notice to its next save
+    (:func:`save_notice`); ``(seconds, the save)``, the save ``None`` when the declared
+    notice is the longer.  The planner and the completion of an in-flight plan ask here."""
+    declared = notice_seconds(state, pod)
+    saving = save_notice(state, pod, now)
+    if saving is not None and saving[0] > declared:
+        return saving
+    return declared, None
 
 
 def lost_work(pods: Iterable[PodInfo], now: float) -> LostWork:

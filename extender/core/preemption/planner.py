@@ -38,13 +38,12 @@ from dataclasses import dataclass
 
 from base.times import format_time
 from extender.core.budgets import BudgetUse
-from extender.core.notice import notice_seconds
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
 from extender.core.placement.fairshare import fair_share_wait
 from extender.core.preemption.candidates import describe
-from extender.core.preemption.cost import last_save, save_notice
+from extender.core.preemption.cost import last_save, victim_notice
 from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.fairness import preemptor_share
@@ -182,11 +181,9 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         for pod in group.pods:
             # A time, not seconds lost: the same answer whenever it is asked.
             said = f"{reason}; it loses its work since {format_time(last_save(pod, now))}"
-            notice = notice_seconds(state, pod)
-            saving = save_notice(state, pod, now)
-            if saving is not None and saving[0] > notice:
-                notice = saving[0]
-                saved = format_time(saving[1])
+            notice, save = victim_notice(state, pod, now)
+            if save is not None:
+                saved = format_time(save)
                 said = f"{reason}; notice until just after its next save at {saved}: it "
                 said += f"loses its work since {saved}"
             elif notice:
