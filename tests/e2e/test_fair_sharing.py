@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from e2e_support import Cluster, make_pod, tenant_client
 from muster_process import MusterProcess
+from test_decisions_follow import _priority_class
 from test_muster_extender import GPU, QUOTA_API
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
@@ -295,6 +296,57 @@ def test_the_lender_rank_counts_victims_still_terminating_as_gone(
         assert len(second) == 1 and second[0][0] == teams.a, both
     finally:
         others.cleanup()
+        teams.cleanup()
+
+
+def test_a_borrower_above_its_share_takes_nothing_from_one_below(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # Team A may take lower-priority pods of other borrowers (borrow-within-cohort
+    # LowerPriority, set by the admin).  It runs a-0 and a-1 (priority 10: share 2/4 =
+    # 0.5); team B runs b-0 (priority 10: share 1/4 = 0.25); one GPU is free.  Team A's
+    # gang a-hi of 2 (priority 500) needs one more GPU.  borrowWithinCohort alone would
+    # take b-0 (other quotas first, and its priority is no higher than team A's own
+    # work), widening the gap from 0.25 to 1.0; with fair sharing, team B is below team
+    # A's share, so nothing of it goes: one of team A's own priority-10 pods goes instead.
+    teams = _teams(cluster, "1")
+    try:
+        cluster.rest.request(
+            "PATCH",
+            f"{QUOTA_API}/namespaces/{teams.a}/elasticquotas/{teams.a}",
+            {"metadata": {"annotations": {"muster.dev/borrow-within-cohort": "LowerPriority"}}},
+            content_type="application/merge-patch+json",
+        )
+        low_a = _priority_class(cluster, teams.a, 10)
+        low_b = _priority_class(cluster, teams.b, 10)
+        high = _priority_class(cluster, teams.a, 500)
+        for namespace, name, priority_class in (
+            (teams.a, "a-0", low_a),
+            (teams.a, "a-1", low_a),
+            (teams.b, "b-0", low_b),
+        ):
+            teams.create(
+                namespace,
+                name,
+                requests={"cpu": "1", GPU: 1},
+                labels=PREEMPTIBLE,
+                priority_class=priority_class,
+            )
+            teams.wait(namespace, name, "Running")
+        for i in range(2):
+            teams.create(
+                teams.a,
+                f"a-hi-{i}",
+                requests={"cpu": "1", GPU: 1},
+                labels={**BORROWER, "pod-group.scheduling.sigs.k8s.io": "a-hi"},
+                annotations={"muster.dev/min-available": "2"},
+                priority_class=high,
+            )
+        for i in range(2):
+            teams.wait(teams.a, f"a-hi-{i}", "Running", timeout=90)
+        assert sum(teams.get(teams.a, name) is None for name in ("a-0", "a-1")) == 1
+        assert _running(teams, teams.b, "b-0")
+    finally:
         teams.cleanup()
 
 
