@@ -211,6 +211,22 @@ def test_a_required_gang_preempts_inside_the_cheapest_rack_only() -> None:
     assert sorted(decision.placements.values()) == ["b0", "b1", "b2"]
 
 
+def test_of_two_racks_equal_in_all_else_the_gang_waits_for_the_shorter_notice() -> None:
+    # Each rack has one free node and one team-b borrower of priority 1, started at the
+    # same time: one victim, of one priority, losing the same work, in either rack.  The
+    # borrower in r1 declares 60 s of notice (the cap, 120 s, allows it), the one in r2
+    # none: the comparator's wait step picks r2 (by name alone it would be r1).
+    nodes = [racked("a0", "r1"), racked("a1", "r1"), racked("b0", "r2"), racked("b1", "r2")]
+    slow = borrower("slow", "a1", 1)
+    slow["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "60"
+    pods = [slow, borrower("quick", "b1", 1), *gang_pods(2, REQUIRED)]
+    snap = snapshot(nodes, pods, QUOTAS, MusterArgs(maxPreemptionNoticeSeconds=120))
+    decision = plan_job_preemption(snap, "team-a/train", NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert [v.pod.name for v in decision.victims] == ["quick"]
+    assert sorted(decision.placements.values()) == ["b0", "b1"]
+
+
 def test_a_preferred_gang_preempts_as_one_without_topology() -> None:
     # No rack constraint: a0 is free, and the two cheapest victims are priority-1 pods
     # (the most recently started first, then by name; all started alike: lo-0, lo-1 by

@@ -332,7 +332,7 @@ def _plan_in_cheapest_domain(
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
             retry_at = _earliest(retry_at, found.retry_at)
             continue
-        rank = plan_rank(found, now, value)
+        rank = plan_rank(state, found, now, value)
         if best is None or rank < best[0]:
             best = (rank, found)
     if best is None:

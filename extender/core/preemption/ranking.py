@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
-from extender.core.preemption.cost import LostWork, lost_work
+from extender.core.preemption.cost import LostWork, lost_work, victim_notice
 from extender.core.preemption.policy import Preemptor, within_rule
 from extender.core.preemption.search import Found, NotFound
 from extender.core.state import ClusterState
@@ -36,17 +36,22 @@ class PlanRank(NamedTuple):
     4. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
        since each victim's last checkpoint or start).  Within one plan the walk already
        takes, among victims of one priority, those whose work began latest first.
-    5. ``where``: the domain's name, for a stable answer.
+    5. ``wait``: the shortest wait for the job, the longest notice among its victims
+       (:func:`~.cost.victim_notice`).  After lost work: a notice is bounded by the cap
+       the admins set, and it is time the victims spend saving their work; work lost is
+       lost for good.
+    6. ``where``: the domain's name, for a stable answer.
     """
 
     broken: int
     priority: int
     pods: int
     lost: LostWork
+    wait: float
     where: str
 
 
-def plan_rank(found: Found, now: float, where: str = "") -> PlanRank:
+def plan_rank(state: ClusterState, found: Found, now: float, where: str = "") -> PlanRank:
     """``found``'s :class:`PlanRank` at ``now``."""
     pods = [pod for group in found.kept for pod in group.pods]
     return PlanRank(
@@ -54,6 +59,7 @@ def plan_rank(found: Found, now: float, where: str = "") -> PlanRank:
         max((pod.priority for pod in pods), default=NO_VICTIM),
         len(pods),
         lost_work(pods, now),
+        max((victim_notice(state, pod, now)[0] for pod in pods), default=0.0),
         where,
     )
 
@@ -82,7 +88,9 @@ def lower_priority_plan(
         ):
             return found
         lower = search_below(top - 1)
-        if isinstance(lower, NotFound) or not plan_rank(lower, now) < plan_rank(found, now):
+        if isinstance(lower, NotFound):
+            return found
+        if not plan_rank(state, lower, now) < plan_rank(state, found, now):
             return found
         spared = sorted({group.job for group in found.kept if group.priority == top})
         found = dataclasses.replace(
