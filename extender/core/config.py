@@ -85,7 +85,8 @@ class MusterArgs(BaseModel):
     #: Borrowed capacity is shared by the quotas' weighted dominant shares
     #: (``muster.dev/fair-sharing-weight``): a job is not admitted past its quota's fair
     #: share while a quota below it has work waiting, and a borrower below its share may
-    #: take back from one above it (docs/quotas-and-preemption.md).  ``False`` (the
+    #: take back from one above it; a borrower takes from other quotas only so, never
+    #: under ``borrowWithinCohort`` (docs/quotas-and-preemption.md).  ``False`` (the
     #: default, as Kueue's): borrowing is first come, first served, and a borrower takes
     #: from another only under ``borrowWithinCohort``.  The chart turns it on.
     fair_sharing: bool = Field(False, alias="fairSharing")

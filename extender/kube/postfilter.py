@@ -180,7 +180,7 @@ class PostFilterLoop(Watched):
             unfinished = _unfinished(state, self.issuer.written)
             now = self.clock()
             notices = {
-                pod.key: victim_notice(state, pod, now)[0] for pod, _job in unfinished.unmarked
+                pod.key: _notice_left(state, pod, job, now) for pod, job in unfinished.unmarked
             }
             restarted = restarted_jobs(
                 state, ((pod, notices[pod.key]) for pod, _job in unfinished.unmarked)
@@ -350,6 +350,17 @@ class PostFilterLoop(Watched):
                 ),
             )
         self.issuer.announce(commitment, marked)
+
+
+def _notice_left(state: ClusterState, pod: PodInfo, job: str, now: float) -> float:
+    """What is left at ``now`` of the notice victim ``pod`` got when ``job``'s plan was
+    made (its reservation's ``created``): the plan's deadline, which its reservation
+    covers, not a notice worked out afresh (past a save, that could be a whole interval
+    longer than the reservation lasts)."""
+    reservation = state.reservations.get(job)
+    planned = reservation.created if reservation is not None else now
+    notice, _save = victim_notice(state, pod, planned)
+    return max(0.0, planned + notice - now)
 
 
 def _unfinished(state: ClusterState, written: set[str]) -> Unfinished:

@@ -21,6 +21,7 @@ from extender.core.effects import ReleaseRoom, apply
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
+from extender.core.preemption.policy import victim_refusal
 from extender.core.state import ClusterState
 from quota.fairshare import ZERO_WEIGHT, share_after
 from tests.builders import hold_plan, node, pod, quota, snapshot
@@ -376,6 +377,37 @@ def test_a_borrower_above_its_share_takes_nothing_from_one_below() -> None:
     on = plan_job_preemption(snapshot(NODES, pods, quotas, ON), "team-a/a", NOW)
     assert isinstance(on, PreemptionPlan), on
     assert [victim.pod.key for victim in on.victims] == ["team-a/a-run-0"]
+
+
+def test_a_fair_sharing_victim_read_back_is_still_allowed_once_its_room_is_held() -> None:
+    # 8 GPUs; team-a may not reclaim (reclaim-within-cohort Never), so only fair sharing
+    # lets it take team-b's pods.  team-a runs 1 (share 1/8), team-b 5 (5/8); team-a's
+    # gang of 4 needs 2 more than the 2 free GPUs: after, 5/8 against 3/8, the gap 0.5 ->
+    # 0.25: two of team-b's pods go.  Once the plan's room is held, its pods are charged to
+    # team-a (5/8, no longer below team-b's 5/8), but the share that counts is the one
+    # before the job: a Muster completing the plan (victim_refusal) still allows them.
+    nodes = [node(f"n{i}", gpu=1) for i in range(1, 9)]
+    quotas = [
+        quota(
+            "team-a",
+            min={GPU: "0"},
+            max={GPU: "8"},
+            annotations={"muster.dev/reclaim-within-cohort": "Never"},
+        ),
+        quota("team-b", min={GPU: "0"}, max={GPU: "8"}),
+    ]
+    pods = [
+        pod("a-run", "team-a", gpu=1, node="n1", preemptible=True),
+        *[pod(f"b-{i}", "team-b", gpu=1, node=f"n{i + 2}", preemptible=True) for i in range(5)],
+        *gang("a", "team-a", 4, can_preempt=True),
+    ]
+    state = snapshot(nodes, pods, quotas, ON)
+    plan = plan_job_preemption(state, "team-a/a", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert len(plan.victims) == 2 and all(v.quota == "team-b" for v in plan.victims)
+    hold_plan(state, plan, NOW)
+    for victim in plan.victims:
+        assert victim_refusal(state, "team-a/a", victim.pod) is None
 
 
 def test_equal_shares_compare_equal() -> None:

@@ -9,6 +9,8 @@ import time
 from functools import partial
 from typing import Any, cast
 
+import pytest
+
 from base import keys
 from base.times import format_time
 from extender.core.config import MusterArgs
@@ -320,11 +322,26 @@ def test_a_gang_still_arriving_is_planned_again_once_it_settles() -> None:
     assert [v.pod.key for v in settled.victims] == ["team-a/low"]
 
 
-def test_completing_an_in_flight_plan_gives_notice_to_the_victim_s_next_save() -> None:
+@pytest.mark.parametrize(
+    ("planned", "notice"),
+    [
+        # Planned at NOW: "low" started 50 s before and saves every 30 s, so its last
+        # save was 20 s ago and its next is 10 s away: notice until 2 s after it, 12 s
+        # (within the 60 s cap), not the 0 s it declares.
+        (NOW, 12.0),
+        # Planned 5 s earlier: then too the next save was NOW + 10, the deadline NOW + 12.
+        (NOW - 5, 12.0),
+        # Planned 25 s earlier, before its first save (NOW - 20): its notice ran to 2 s
+        # after that save, NOW - 18, passed: none left.  Worked out afresh at NOW it
+        # would run to NOW + 12, past what the plan's reservation was made to cover.
+        (NOW - 25, 0.0),
+    ],
+)
+def test_completing_an_in_flight_plan_keeps_the_plan_s_notice_deadline(
+    planned: float, notice: float
+) -> None:
     # A Muster stopped between a reservation and its marks: the next one marks the victim
-    # with the notice the planner would have given it.  "low" started 50 s before NOW and
-    # saves every 30 s: its last save was 20 s ago, its next is 10 s from now, so it gets
-    # notice until 2 s after it, 12 s (within the 60 s cap), not the 0 s it declares.
+    # with what is left of the notice the planner gave it.
     source, _ = live_source(MusterArgs(maxPreemptionNoticeSeconds=60))
     client = RecordingClient()
     loop = recording_loop(source, client)
@@ -340,7 +357,7 @@ def test_completing_an_in_flight_plan_gives_notice_to_the_victim_s_next_save() -
     )
     source._on_pod("MODIFIED", low)
     held = nominated(preemptor(), "n0")
-    note = {"job": "team-a/new", "node": "n0", "created": NOW, "expires": NOW + 300}
+    note = {"job": "team-a/new", "node": "n0", "created": planned, "expires": NOW + 300}
     held["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = signed(
         keys.RESERVATION_ANNOTATION, "team-a/new", note | {"victims": ["team-a/low"]}
     )
@@ -354,7 +371,7 @@ def test_completing_an_in_flight_plan_gives_notice_to_the_victim_s_next_save() -
         and keys.SOFT_EVICTION_KEY in (body.get("metadata", {}).get("annotations") or {})
     ]
     assert len(marks) == 1
-    assert read_mark(marks[0]).notice_seconds == 12
+    assert read_mark(marks[0]).notice_seconds == notice
 
 
 def test_a_restarted_muster_records_the_disruption_of_victims_marked_before_it_stopped() -> None:

@@ -217,7 +217,7 @@ def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None
         admissions = [cohort_rule(preemptor, policy)]  # a reclaim within min
         if not state.args.fair_sharing:
             admissions.append(cohort_rule(replace(preemptor, borrows=True), policy))
-        elif _above_share_now(state, quota, victim_quota):
+        elif _above_share_now(state, job, quota, victim_quota):
             admissions.append(FAIR_SHARE_ADMISSION)
     for admission in admissions:
         if admission is not None and allowed(state, (victim,), admission, check_preemptible=True):
@@ -225,10 +225,19 @@ def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None
     return f"quota {quota}'s policy does not let job {job} preempt {victim.key}"
 
 
-def _above_share_now(state: ClusterState, quota: str, victim_quota: str) -> bool:
-    """Is ``victim_quota``'s share of borrowed capacity above ``quota``'s now (fair sharing
-    may then take from it; the plan checked the gap)?"""
+def _above_share_now(state: ClusterState, job: str, quota: str, victim_quota: str) -> bool:
+    """Is ``victim_quota``'s share of borrowed capacity above ``quota``'s before ``job``
+    (fair sharing may then take from it; the plan checked the gap)?  The pods ``job``'s
+    reservation holds room for are charged to ``quota`` already: they are taken out, as
+    the planner judged the share before the job."""
     capacity = state.capacity()
+    before_job: dict[str, int] = {}
+    reservation = state.reservations.get(job)
+    for key in reservation.placements if reservation is not None else ():
+        pod = state.pods.get(key)
+        if pod is not None and pod.node_name is None:
+            for name, amount in pod.requests.items():
+                before_job[name] = before_job.get(name, 0) - amount
     return share_after(state.ledger, victim_quota, capacity) > share_after(
-        state.ledger, quota, capacity
+        state.ledger, quota, capacity, before_job
     )
