@@ -19,10 +19,13 @@ A victim's Job is restarted only when nothing is lost by it:
 - every other pod of that Job has finished, is terminating, or is a victim of the same
   plan: the suspension deletes all of them, never a pod the plan spares or one waiting
   to be placed;
-- no victim of the Job has notice to save its work, declared or to its next save (the
-  suspension deletes the pods at once, not each as its notice runs out);
 - no PodDisruptionBudget covers one of them: a suspension is not an eviction, and asks
   no budget.
+
+Victims with notice to save their work (declared, or to their next save) keep it: the
+suspension deletes all the Job's pods at once, so each of them gets the longest notice of
+the Job's victims, and the evictor suspends the Job when the first of them is due, or
+answers (``muster.dev/checkpointed``): one pod's answer answers for its Job.
 """
 
 from __future__ import annotations
@@ -38,23 +41,25 @@ JOB_KIND = "Job/"
 JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
-def restarted_jobs(state: ClusterState, victims: Iterable[tuple[PodInfo, float]]) -> frozenset[str]:
-    """The keys of the ``victims`` (all of one plan, each with the notice it gets, declared
-    or to its next save) whose Jobs are restarted whole (see the module docstring)."""
+def restarted_jobs(
+    state: ClusterState, victims: Iterable[tuple[PodInfo, float]]
+) -> dict[str, float]:
+    """The ``victims`` (all of one plan, each with the notice it gets, declared or to its
+    next save) whose Jobs are restarted whole (see the module docstring), by key, each
+    with the notice it gets then: the longest of its Job's victims'."""
     if not state.args.restart_evicted_jobs:
-        return frozenset()
+        return {}
     by_job: dict[tuple[str, str], list[PodInfo]] = {}
-    noticed: set[str] = set()
+    notices: dict[str, float] = {}
     for pod, notice in victims:
-        if notice > 0:
-            noticed.add(pod.key)
+        notices[pod.key] = notice
         if (
             pod.controller is not None
             and pod.controller.startswith(JOB_KIND)
             and JOB_CONTROLLER_UID_LABEL in pod.labels
         ):
             by_job.setdefault((pod.namespace, pod.controller), []).append(pod)
-    restarted: set[str] = set()
+    restarted: dict[str, float] = {}
     for (namespace, controller), pods in by_job.items():
         taken = {pod.key for pod in pods}
         others = (
@@ -64,9 +69,8 @@ def restarted_jobs(state: ClusterState, victims: Iterable[tuple[PodInfo, float]]
         )
         if any(not (pod.finished or pod.terminating) for pod in others):
             continue
-        if any(pod.key in noticed for pod in pods):
-            continue
         if any(budget.covers(pod) for budget in state.budgets.values() for pod in pods):
             continue
-        restarted.update(taken)
-    return frozenset(restarted)
+        longest = max(notices[key] for key in taken)
+        restarted.update(dict.fromkeys(taken, longest))
+    return restarted

@@ -185,6 +185,7 @@ class PostFilterLoop(Watched):
             restarted = restarted_jobs(
                 state, ((pod, notices[pod.key]) for pod, _job in unfinished.unmarked)
             )
+            notices.update(restarted)
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)

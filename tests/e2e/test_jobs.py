@@ -28,7 +28,7 @@ import pytest
 from e2e_support import Cluster, condition, make_job, make_pod
 from muster_process import MusterProcess
 from test_lifecycle import job_pods, muster_without_evictor
-from test_muster_extender import GPU
+from test_muster_extender import GPU, QUOTA_API
 from test_notice import evictor_outcome
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
@@ -324,6 +324,63 @@ def test_a_job_whose_pods_are_all_victims_is_restarted_without_the_failure_backo
         assert not job["spec"].get("suspend"), job["spec"]
         assert "muster.dev/restarting" not in job["metadata"].get("labels", {})
         assert "muster.dev/restarting" not in job["metadata"].get("annotations", {})
+        assert evictor_outcome(muster_and_evictor, "job-restarted") == NODES
+        assert evictor_outcome(muster_and_evictor, "evicted") == 0
+    finally:
+        teams.cleanup()
+
+
+def test_a_job_whose_victims_have_notice_is_restarted_when_it_ends(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    """As above, but the filler's pods ask 8 s of notice to save their work (team B's
+    quota allows up to 60): each keeps running through its notice (the stand-in's pod
+    ignores it), then the evictor suspends the Job, all four pods go at once, and the
+    Job, resumed, re-creates them: 8 s after the marks at the earliest (the notice; the
+    marks are written within a second), within 8 + 20 s, with no pod evicted."""
+    for i in range(NODES):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "32"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        cluster.rest.request(
+            "PATCH",
+            f"{QUOTA_API}/namespaces/{teams.b}/elasticquotas/{teams.b}",
+            {"metadata": {"annotations": {"muster.dev/max-preemption-notice-seconds": "60"}}},
+            content_type="application/merge-patch+json",
+        )
+        filler = filler_job(600, podFailurePolicy=IGNORE_DISRUPTIONS)
+        filler["spec"]["template"]["metadata"].setdefault("annotations", {})[
+            "muster.dev/preemption-notice-seconds"
+        ] = "8"
+        submit(cluster, teams.b, filler)
+        fillers = lc.wait_until(
+            lambda: running(cluster, teams.b, "filler", NODES),
+            timeout=60,
+            what="the filler's four pods Running",
+        )
+        submit(cluster, teams.a, training_job("train", run_seconds=600))
+        lc.wait_until(
+            lambda: len(teams.events(teams.b, "Preempted")) == NODES or None,
+            timeout=60,
+            what="the four filler pods marked",
+        )
+        marked = time.time()
+        try:
+            lc.wait_until(
+                lambda: replaced(cluster, teams.b, fillers, NODES),
+                timeout=28,
+                what="the filler's four replacements",
+            )
+        except TimeoutError as error:
+            raise AssertionError(f"{error}: {describe(cluster, teams.b)}") from None
+        waited = time.time() - marked
+        assert 6 <= waited < 28, waited
+        lc.wait_until(
+            lambda: running(cluster, teams.a, "train", NODES), timeout=90, what="gang Running"
+        )
         assert evictor_outcome(muster_and_evictor, "job-restarted") == NODES
         assert evictor_outcome(muster_and_evictor, "evicted") == 0
     finally:

@@ -3,8 +3,9 @@ evictor's restarter (extender/kube/restarter.py) against a scripted API client.
 
 The rule (docs/quotas-and-preemption.md, "Restarting a victim Job"): a victim's mark says
 to restart its Job when the argument is on, its controller is a Job, every other pod of
-that Job has finished, is terminating, or is a victim of the same plan, none of its
-victims has notice, and no PodDisruptionBudget covers one of them.  The scenario: two
+that Job has finished, is terminating, or is a victim of the same plan, and no
+PodDisruptionBudget covers one of them; victims with notice all get the Job's longest, and
+the Job is suspended when the first is due or answers.  The scenario: two
 nodes of 8 GPUs, team-b's Job ``filler`` runs one 8-GPU pod on each (borrowed: team-b's
 ``min`` is 0), team-a (``min`` 16) submits a gang of two 8-GPU pods: it reclaims both
 nodes, so both filler pods are victims (found by hand: nothing else runs).
@@ -95,7 +96,7 @@ def test_a_pod_of_the_job_running_elsewhere_or_waiting_stops_the_restart() -> No
     assert restarted(cluster(done)) == {"filler-a": True, "filler-b": True}
 
 
-def test_the_argument_a_budget_notice_or_another_controller_stops_the_restart() -> None:
+def test_the_argument_a_budget_or_another_controller_stops_the_restart() -> None:
     assert restarted(cluster(restartEvictedJobs=False)) == NONE
     assert restarted(cluster(kind="ReplicaSet")) == NONE
     state = cluster()
@@ -109,26 +110,6 @@ def test_the_argument_a_budget_notice_or_another_controller_stops_the_restart() 
         )
     )
     assert restarted(state) == NONE
-    noticed = cluster(maxPreemptionNoticeSeconds=60)
-    for name, where in (("filler-a", "n1"), ("filler-b", "n2")):
-        manifest = filler(name, where)
-        manifest["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "30"
-        noticed.upsert_pod(parse_pod(manifest))
-    assert restarted(noticed) == NONE
-    # Notice to their next save: the pods started at 11:59:30 and save every 60 s, so at
-    # NOW (12:00:00) they last saved 30 s ago and save next at 12:00:30; with a cap of 60
-    # s they get 32 s of notice (to 2 s after that save), so their Job is not restarted.
-    saving = cluster(maxPreemptionNoticeSeconds=60)
-    for name, where in (("filler-a", "n1"), ("filler-b", "n2")):
-        manifest = filler(name, where, started="2026-01-01T11:59:30Z")
-        manifest["metadata"]["annotations"][keys.CHECKPOINT_INTERVAL_ANNOTATION] = "60"
-        saving.upsert_pod(parse_pod(manifest))
-    plan = plan_job_preemption(saving, "team-a/train", NOW)
-    assert isinstance(plan, PreemptionPlan)
-    assert {v.pod.name: (v.notice_seconds, v.restart_job) for v in plan.victims} == {
-        "filler-a": (32.0, False),
-        "filler-b": (32.0, False),
-    }
     # Pods owned by a "Job" without the batch/v1 Job controller's label (another API's
     # Job, such as Volcano's): not restarted.
     other_api = cluster()
@@ -137,6 +118,40 @@ def test_the_argument_a_budget_notice_or_another_controller_stops_the_restart() 
         del manifest["metadata"]["labels"]["batch.kubernetes.io/controller-uid"]
         other_api.upsert_pod(parse_pod(manifest))
     assert restarted(other_api) == NONE
+
+
+def test_victims_with_notice_keep_it_and_their_job_is_restarted_once_it_ends() -> None:
+    # Declared notice: filler-a asks 30 s, filler-b 10 s (the cap, 60 s, allows both).  The
+    # suspension deletes both at once, so both get the Job's longest, 30 s, and the Job is
+    # restarted (the evictor suspends it when the first is due).
+    noticed = cluster(maxPreemptionNoticeSeconds=60)
+    for name, where, asked in (("filler-a", "n1", "30"), ("filler-b", "n2", "10")):
+        manifest = filler(name, where)
+        manifest["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = asked
+        noticed.upsert_pod(parse_pod(manifest))
+    plan = plan_job_preemption(noticed, "team-a/train", NOW)
+    assert isinstance(plan, PreemptionPlan)
+    assert {v.pod.name: (v.notice_seconds, v.restart_job) for v in plan.victims} == {
+        "filler-a": (30.0, True),
+        "filler-b": (30.0, True),
+    }
+    assert "the longest of its Job's" in next(
+        v.reason for v in plan.victims if v.pod.name == "filler-b"
+    )
+    # Notice to their next save: the pods started at 11:59:30 and save every 60 s, so at
+    # NOW (12:00:00) they last saved 30 s ago and save next at 12:00:30; with a cap of 60
+    # s they get 32 s of notice (to 2 s after that save), and their Job is restarted then.
+    saving = cluster(maxPreemptionNoticeSeconds=60)
+    for name, where in (("filler-a", "n1"), ("filler-b", "n2")):
+        manifest = filler(name, where, started="2026-01-01T11:59:30Z")
+        manifest["metadata"]["annotations"][keys.CHECKPOINT_INTERVAL_ANNOTATION] = "60"
+        saving.upsert_pod(parse_pod(manifest))
+    plan = plan_job_preemption(saving, "team-a/train", NOW)
+    assert isinstance(plan, PreemptionPlan)
+    assert {v.pod.name: (v.notice_seconds, v.restart_job) for v in plan.victims} == {
+        "filler-a": (32.0, True),
+        "filler-b": (32.0, True),
+    }
 
 
 # ---- the evictor's restarter, against a scripted client --------------------------------
@@ -327,11 +342,15 @@ class JobsAndEvictions(JobsClient):
         return super().request(method, path, body, **kwargs)
 
 
-def marked_for_restart(name: str, uid: str, *, restart: bool = True) -> dict[str, Any]:
+def marked_for_restart(
+    name: str, uid: str, *, restart: bool = True, notice: float = 0
+) -> dict[str, Any]:
     made = filler(name, "n1")
     mark: dict[str, Any] = {"preemptor": "team-a/train", "timestamp": "2026-01-01T12:00:00Z"}
     if restart:
         mark["restartJob"] = True
+    if notice:
+        mark["noticeSeconds"] = notice
     made["metadata"]["uid"] = uid
     made["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
     made["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
@@ -355,6 +374,33 @@ def test_the_evictor_restarts_the_job_of_a_mark_that_says_so_else_evicts() -> No
     other = Evictor(cast(KubeClient, refused), clock=lambda: NOW, record_keys=record_keys)
     other._on_pod("ADDED", marked_for_restart("filler-a", "u-a"))
     assert refused.evicted == ["filler-a"]
+
+
+def test_the_evictor_restarts_a_noticed_job_when_its_notice_ends_or_one_pod_answers() -> None:
+    # Both pods marked at NOW (12:00:00) with the Job's 30 s of notice: nothing happens
+    # before 12:00:30; then the first due suspends the Job, the second finds it suspended.
+    client = JobsAndEvictions(job())
+    now = [NOW]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    for name, uid in (("filler-a", "u-a"), ("filler-b", "u-b")):
+        made._on_pod("ADDED", marked_for_restart(name, uid, notice=30))
+    assert client.patches == [] and "suspend" not in client.job["spec"]
+    now[0] += 29
+    made.retry_due()
+    assert client.patches == []
+    now[0] += 1
+    made.retry_due()
+    assert client.job["spec"]["suspend"] is True and len(client.patches) == 1
+    assert client.evicted == []
+    # One pod answers at 12:00:05 (it saved): it answers for the Job, suspended then.
+    answering = JobsAndEvictions(job())
+    now[0] = NOW + 5
+    other = Evictor(cast(KubeClient, answering), clock=lambda: now[0], record_keys=record_keys)
+    other._on_pod("ADDED", marked_for_restart("filler-b", "u-b", notice=30))
+    saved = marked_for_restart("filler-a", "u-a", notice=30)
+    saved["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
+    other._on_pod("MODIFIED", saved)
+    assert answering.job["spec"]["suspend"] is True and answering.evicted == []
 
 
 def test_simulate_says_which_victims_jobs_are_restarted() -> None:

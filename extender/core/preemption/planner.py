@@ -193,12 +193,25 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     if restarted:
         said = "; every pod of its Job goes: the Job is restarted (suspended, then resumed)"
         victims = [
-            dataclasses.replace(victim, reason=victim.reason + said, restart_job=True)
+            dataclasses.replace(
+                victim,
+                reason=victim.reason + _restart_said(restarted[victim.pod.key], victim, said),
+                notice_seconds=restarted[victim.pod.key],
+                restart_job=True,
+            )
             if victim.pod.key in restarted
             else victim
             for victim in victims
         ]
     return PreemptionPlan(job, demand.quota, tuple(victims), found.placements, yielded)
+
+
+def _restart_said(notice: float, victim: Victim, said: str) -> str:
+    """What a restarted victim's reason adds: the restart, and the Job's notice when it is
+    longer than the victim's own."""
+    if notice > victim.notice_seconds:
+        return f"{said} once its pods' notice ends, {notice:g}s (the longest of its Job's)"
+    return said
 
 
 def _find(
