@@ -105,6 +105,11 @@ class Evictor:
         #: delete it: not its pod after all, or not running) is evicted after all.
         self._restarted: dict[str, tuple[Json, float]] = {}
         self._overdue: set[str] = set()  # UIDs of those: evicted, not restarted
+        #: Pods on notice whose marks restart their Job, by Job (namespace/UID): each pod's
+        #: key → the pod once it is ready (due, answered, exited), ``None`` until then.  The
+        #: Job is suspended when the last of them is ready (the suspension deletes them all).
+        self._siblings: dict[str, dict[str, Json | None]] = {}
+        self._sibling_of: dict[str, str] = {}  # pod key → its Job, for those
         self.restart_patience_seconds = restart_patience_seconds
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -144,6 +149,7 @@ class Evictor:
         if kind == "DELETED" or metadata.get("deletionTimestamp"):
             # Gone, leaving, or no longer marked (a watch by label sees that as DELETED).
             uid = str(metadata.get("uid"))
+            ready = self._forget_sibling(object_key(obj))
             with self._lock:
                 self._waiting.pop(object_key(obj), None)
                 self._noticed.pop(object_key(obj), None)
@@ -155,6 +161,8 @@ class Evictor:
                     self._overdue.discard(uid)
                     self._forged.discard(uid)
                     self._exited.discard(uid)
+            if ready is not None:  # its siblings, all ready, waited for it alone
+                self._restart(ready)
             return
         if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
             uid = str(metadata.get("uid"))
@@ -182,23 +190,91 @@ class Evictor:
         mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
         if mark.notice_seconds <= 0 or mark.timestamp is None:
             return False
-        if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        exited = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if exited:
             with self._lock:
-                self._noticed.pop(key, None)
                 first = uid not in self._exited
                 self._exited.add(uid)
             if first:
                 self.evictions.labels("exited").inc()
                 log.info("%s exited on notice: no eviction needed", key)
-            return True
         due = mark.timestamp + mark.notice_seconds
-        if answered(annotations, mark.timestamp) or self.clock() >= due:
-            with self._lock:
-                self._noticed.pop(key, None)
-            return False
+        ready = exited or answered(annotations, mark.timestamp) or self.clock() >= due
+        job = _job_of(obj) if mark.restart_job else None
+        if job is not None:
+            return self._wait_for_siblings(job, key, obj, due, ready=ready, exited=exited)
         with self._lock:
-            self._noticed[key] = (obj, due)
-        return True
+            if ready:
+                self._noticed.pop(key, None)
+            else:
+                self._noticed[key] = (obj, due)
+        return exited or not ready
+
+    def _wait_for_siblings(
+        self, job: str, key: str, obj: Json, due: float, *, ready: bool, exited: bool
+    ) -> bool:
+        """A pod on notice whose mark restarts its Job: is it held back (``True``)?  Until
+        every such pod of its Job is ready (due, answered, or exited), the ready ones wait:
+        one pod's answer does not cut its siblings' notice short.  The last one ready
+        restarts the Job: at once when it exited (there is nothing to evict), else through
+        the eviction path (``False``), which restarts it or, failing that, evicts."""
+        with self._lock:
+            siblings = self._siblings.setdefault(job, {})
+            self._sibling_of[key] = job
+            if not ready:
+                siblings[key] = None
+                self._noticed[key] = (obj, due)
+                return True
+            self._noticed.pop(key, None)
+            siblings[key] = obj
+            if any(other is None for other in siblings.values()):
+                return True
+            del self._siblings[job]
+            for pod_key in siblings:
+                self._sibling_of.pop(pod_key, None)
+            held = [
+                sibling
+                for pod_key, sibling in siblings.items()
+                if pod_key != key and sibling is not None
+            ]
+        for sibling in held:
+            self._restart(sibling, only_track=True)
+        if exited:
+            self._restart(obj)
+            return True
+        return False
+
+    def _forget_sibling(self, key: str) -> Json | None:
+        """Forget a pod gone or unmarked; if its Job's other pods were all ready and
+        waited for it alone, one of them, to restart the Job with."""
+        with self._lock:
+            job = self._sibling_of.pop(key, None)
+            siblings = self._siblings.get(job) if job is not None else None
+            if job is None or siblings is None:
+                return None
+            siblings.pop(key, None)
+            if any(sibling is None for sibling in siblings.values()):
+                return None
+            del self._siblings[job]
+            for pod_key in siblings:
+                self._sibling_of.pop(pod_key, None)
+        ready = [sibling for sibling in siblings.values() if sibling is not None]
+        for sibling in ready[1:]:
+            self._restart(sibling, only_track=True)
+        return ready[0] if ready else None
+
+    def _restart(self, obj: Json, *, only_track: bool = False) -> None:
+        """Restart ``obj``'s Job (already suspended: ``only_track``, its pod is just
+        watched, to be evicted if still there ``restart_patience_seconds`` later)."""
+        metadata = obj.get("metadata") or {}
+        key, uid = object_key(obj), str(metadata.get("uid"))
+        if not only_track and not self.restarter.restart(obj):
+            log.warning("could not restart the Job of %s, which exited on notice", key)
+            return
+        self.evictions.labels("job-restarted").inc()
+        with self._lock:
+            self._evicted.add(uid)
+            self._restarted[key] = (obj, self.clock())
 
     def retry_due(self) -> int:
         """Evict the pods whose notice ran out, and try again the refused evictions whose
@@ -301,3 +377,12 @@ class Evictor:
         while not self._stop.wait(min(1.0, self.retry_seconds)):
             self.retry_due()
             self.restarter.resume_due()
+
+
+def _job_of(obj: Json) -> str | None:
+    """The pod's controlling Job, as ``namespace/UID``, or ``None``."""
+    metadata = obj.get("metadata") or {}
+    for ref in metadata.get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Job":
+            return f"{metadata.get('namespace')}/{ref.get('uid')}"
+    return None

@@ -37,7 +37,6 @@ from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
 from extender.core.objects import PodInfo
-from extender.core.preemption.cost import victim_notice
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.preemption.policy import victim_refusal
 from extender.core.requeue import jobs_to_replan
@@ -49,7 +48,7 @@ from extender.core.reservations import (
     settle_reservations,
     yielded_plan,
 )
-from extender.core.restart import restarted_jobs
+from extender.core.restart import completion_notices
 from extender.core.state import ClusterState
 from extender.kube.health import Watched
 from extender.kube.issuer import Commitment, PlanIssuer
@@ -178,14 +177,7 @@ class PostFilterLoop(Watched):
         disruption of those marked without it; return how many were marked."""
         with self.source.exclusive() as state:
             unfinished = _unfinished(state, self.issuer.written)
-            now = self.clock()
-            notices = {
-                pod.key: _notice_left(state, pod, job, now) for pod, job in unfinished.unmarked
-            }
-            restarted = restarted_jobs(
-                state, ((pod, notices[pod.key]) for pod, _job in unfinished.unmarked)
-            )
-            notices.update(restarted)
+            notices, restarted = completion_notices(state, unfinished.unmarked, self.clock())
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)
@@ -351,17 +343,6 @@ class PostFilterLoop(Watched):
                 ),
             )
         self.issuer.announce(commitment, marked)
-
-
-def _notice_left(state: ClusterState, pod: PodInfo, job: str, now: float) -> float:
-    """What is left at ``now`` of the notice victim ``pod`` got when ``job``'s plan was
-    made (its reservation's ``created``): the plan's deadline, which its reservation
-    covers, not a notice worked out afresh (past a save, that could be a whole interval
-    longer than the reservation lasts)."""
-    reservation = state.reservations.get(job)
-    planned = reservation.created if reservation is not None else now
-    notice, _save = victim_notice(state, pod, planned)
-    return max(0.0, planned + notice - now)
 
 
 def _unfinished(state: ClusterState, written: set[str]) -> Unfinished:

@@ -24,11 +24,12 @@ from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.restart import completion_notices
 from extender.core.state import ClusterState
 from extender.kube.client import ApiError, KubeClient
 from extender.kube.evictor import Evictor
 from extender.kube.restarter import JobRestarter
-from tests.builders import node, pod, quota, record_keys, signed, snapshot
+from tests.builders import hold_plan, leaving, node, pod, quota, record_keys, signed, snapshot
 
 GPU = "nvidia.com/gpu"
 NOW = 1_767_268_800.0  # 2026-01-01T12:00:00Z
@@ -152,6 +153,35 @@ def test_victims_with_notice_keep_it_and_their_job_is_restarted_once_it_ends() -
         "filler-a": (32.0, True),
         "filler-b": (32.0, True),
     }
+
+
+@pytest.mark.parametrize("first_marked", [False, True])
+def test_completing_a_plan_restarts_the_job_with_the_notice_its_plan_gave(
+    first_marked: bool,
+) -> None:
+    # A Muster stopped between the reservation (made at NOW) and the marks; the next one
+    # completes it at NOW + 4.  filler-a asked 30 s of notice, filler-b 10 s: the plan
+    # gave both the Job's longest, 30 s, to NOW + 30: 26 s are left.  Whether filler-a was
+    # marked before the stop or not, it is the plan's victim: filler-b's Job is restarted.
+    state = cluster(maxPreemptionNoticeSeconds=60)
+    manifests = {}
+    for name, where, asked in (("filler-a", "n1", "30"), ("filler-b", "n2", "10")):
+        manifest = filler(name, where)
+        manifest["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = asked
+        manifests[name] = manifest
+        state.upsert_pod(parse_pod(manifest))
+    plan = plan_job_preemption(state, "team-a/train", NOW)
+    assert isinstance(plan, PreemptionPlan)
+    hold_plan(state, plan, NOW)
+    unmarked = ["filler-b"]
+    if first_marked:
+        state.upsert_pod(parse_pod(leaving(manifests["filler-a"], "team-a/train", "marked")))
+    else:
+        unmarked.insert(0, "filler-a")
+    pods = [(state.pods[f"team-b/{name}"], "team-a/train") for name in unmarked]
+    notices, restarted = completion_notices(state, pods, NOW + 4)
+    assert notices == {f"team-b/{name}": 26.0 for name in unmarked}
+    assert restarted == {f"team-b/{name}" for name in unmarked}
 
 
 # ---- the evictor's restarter, against a scripted client --------------------------------
@@ -376,9 +406,9 @@ def test_the_evictor_restarts_the_job_of_a_mark_that_says_so_else_evicts() -> No
     assert refused.evicted == ["filler-a"]
 
 
-def test_the_evictor_restarts_a_noticed_job_when_its_notice_ends_or_one_pod_answers() -> None:
+def test_the_evictor_restarts_a_noticed_job_once_every_pod_is_due_answered_or_exited() -> None:
     # Both pods marked at NOW (12:00:00) with the Job's 30 s of notice: nothing happens
-    # before 12:00:30; then the first due suspends the Job, the second finds it suspended.
+    # before 12:00:30; then the Job is suspended once, with no pod evicted.
     client = JobsAndEvictions(job())
     now = [NOW]
     made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
@@ -392,7 +422,9 @@ def test_the_evictor_restarts_a_noticed_job_when_its_notice_ends_or_one_pod_answ
     made.retry_due()
     assert client.job["spec"]["suspend"] is True and len(client.patches) == 1
     assert client.evicted == []
-    # One pod answers at 12:00:05 (it saved): it answers for the Job, suspended then.
+    # filler-a answers at 12:00:05 (it saved); filler-b has not: one pod's answer does not
+    # cut the other's notice short.  filler-b exits at 12:00:08 (it saved and stopped):
+    # every pod is ready, and the Job is suspended then, nothing evicted.
     answering = JobsAndEvictions(job())
     now[0] = NOW + 5
     other = Evictor(cast(KubeClient, answering), clock=lambda: now[0], record_keys=record_keys)
@@ -400,7 +432,27 @@ def test_the_evictor_restarts_a_noticed_job_when_its_notice_ends_or_one_pod_answ
     saved = marked_for_restart("filler-a", "u-a", notice=30)
     saved["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
     other._on_pod("MODIFIED", saved)
+    assert "suspend" not in answering.job["spec"]
+    now[0] = NOW + 8
+    done = marked_for_restart("filler-b", "u-b", notice=30)
+    done["status"]["phase"] = "Failed"
+    other._on_pod("MODIFIED", done)
     assert answering.job["spec"]["suspend"] is True and answering.evicted == []
+
+
+def test_a_ready_pod_waiting_for_a_sibling_that_goes_restarts_its_job() -> None:
+    # filler-a answered; filler-b, still on notice, is deleted (by hand, say): filler-a
+    # waited for it alone, so the Job is suspended then.
+    client = JobsAndEvictions(job())
+    made = Evictor(cast(KubeClient, client), clock=lambda: NOW + 5, record_keys=record_keys)
+    waiting = marked_for_restart("filler-b", "u-b", notice=30)
+    made._on_pod("ADDED", waiting)
+    saved = marked_for_restart("filler-a", "u-a", notice=30)
+    saved["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
+    made._on_pod("ADDED", saved)
+    assert "suspend" not in client.job["spec"]
+    made._on_pod("DELETED", waiting)
+    assert client.job["spec"]["suspend"] is True and client.evicted == []
 
 
 def test_simulate_says_which_victims_jobs_are_restarted() -> None:
