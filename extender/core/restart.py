@@ -26,8 +26,8 @@ Victims with notice to save their work (declared, or to their next save) keep it
 suspension deletes all the Job's pods at once, so each of them gets the longest notice of
 the Job's victims, and the evictor suspends the Job once every one of them is due, has
 answered (``muster.dev/checkpointed``), or has exited (:mod:`extender.kube.evictor`).
-:func:`completion_notices` gives the same answers when a restarted Muster marks the
-victims of a plan the one before it made.
+:func:`extender.core.preemption.completion.completion_notices` gives the same answers
+when a restarted Muster marks the victims of a plan the one before it made.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from extender.core.objects import PodInfo
-from extender.core.preemption.cost import victim_notice
 from extender.core.state import ClusterState
 
 #: The kind of controller that is restarted: a ``batch/v1`` Job.
@@ -77,42 +76,3 @@ def restarted_jobs(
         longest = max(notices[key] for key in taken)
         restarted.update(dict.fromkeys(taken, longest))
     return restarted
-
-
-def completion_notices(
-    state: ClusterState, unmarked: Iterable[tuple[PodInfo, str]], now: float
-) -> tuple[dict[str, float], frozenset[str]]:
-    """For the victims of in-flight plans not marked yet (each with its plan's job: a
-    Muster stopped between a reservation and its marks), the notice each gets, and which
-    of them restart their Jobs.  A victim gets what is left of the notice its plan gave
-    it, to the same deadline, which the plan's reservation covers (worked out afresh,
-    past a save, it could be a whole interval longer); whether its Job is restarted is
-    judged on every victim of the plan still running, marked or not, as the plan judged
-    it (a Muster that marked some of them was as much that plan's)."""
-    pending = list(unmarked)
-    notices = {pod.key: notice_left(state, pod, job, now) for pod, job in pending}
-    restarted: dict[str, float] = {}
-    for job in {job for _pod, job in pending}:
-        reservation = state.reservations.get(job)
-        victims = (state.pods.get(key) for key in reservation.victims) if reservation else ()
-        running = [
-            (pod, notice_left(state, pod, job, now))
-            for pod in victims
-            if pod is not None
-            and pod.node_name is not None
-            and not pod.finished
-            and not pod.terminating
-        ]
-        restarted.update(restarted_jobs(state, running))
-    for key in notices.keys() & restarted.keys():
-        notices[key] = restarted[key]
-    return notices, frozenset(notices.keys() & restarted.keys())
-
-
-def notice_left(state: ClusterState, pod: PodInfo, job: str, now: float) -> float:
-    """What is left at ``now`` of the notice victim ``pod`` got when ``job``'s plan was
-    made (its reservation's ``created``)."""
-    reservation = state.reservations.get(job)
-    planned = reservation.created if reservation is not None else now
-    notice, _save = victim_notice(state, pod, planned)
-    return max(0.0, planned + notice - now)

@@ -37,6 +37,7 @@ from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
 from extender.core.objects import PodInfo
+from extender.core.preemption.completion import completion_notices
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.preemption.policy import victim_refusal
 from extender.core.requeue import jobs_to_replan
@@ -48,7 +49,6 @@ from extender.core.reservations import (
     settle_reservations,
     yielded_plan,
 )
-from extender.core.restart import completion_notices
 from extender.core.state import ClusterState
 from extender.kube.health import Watched
 from extender.kube.issuer import Commitment, PlanIssuer

@@ -20,7 +20,7 @@ import pytest
 from e2e_support import Cluster, make_pod, tenant_client
 from muster_process import MusterProcess
 from test_decisions_follow import _priority_class
-from test_muster_extender import GPU, QUOTA_API
+from test_muster_extender import GPU
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     SOFT_EVICTION,
@@ -51,12 +51,7 @@ def _teams(cluster: Cluster, weight_a: str) -> Teams:
     for i in range(4):
         cluster.create_node(f"n{i}", {"cpu": "8", "memory": "32Gi", GPU: 1})
     teams = Teams(cluster, QUOTA, QUOTA)
-    cluster.rest.request(
-        "PATCH",
-        f"{QUOTA_API}/namespaces/{teams.a}/elasticquotas/{teams.a}",
-        {"metadata": {"annotations": {"muster.dev/fair-sharing-weight": weight_a}}},
-        content_type="application/merge-patch+json",
-    )
+    teams.annotate_quota(teams.a, {"muster.dev/fair-sharing-weight": weight_a})
     return teams
 
 
@@ -311,12 +306,7 @@ def test_a_borrower_above_its_share_takes_nothing_from_one_below(
     # A's share, so nothing of it goes: one of team A's own priority-10 pods goes instead.
     teams = _teams(cluster, "1")
     try:
-        cluster.rest.request(
-            "PATCH",
-            f"{QUOTA_API}/namespaces/{teams.a}/elasticquotas/{teams.a}",
-            {"metadata": {"annotations": {"muster.dev/borrow-within-cohort": "LowerPriority"}}},
-            content_type="application/merge-patch+json",
-        )
+        teams.annotate_quota(teams.a, {"muster.dev/borrow-within-cohort": "LowerPriority"})
         low_a = _priority_class(cluster, teams.a, 10)
         low_b = _priority_class(cluster, teams.b, 10)
         high = _priority_class(cluster, teams.a, 500)

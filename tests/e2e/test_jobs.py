@@ -28,7 +28,7 @@ import pytest
 from e2e_support import Cluster, condition, make_job, make_pod
 from muster_process import MusterProcess
 from test_lifecycle import job_pods, muster_without_evictor
-from test_muster_extender import GPU, QUOTA_API
+from test_muster_extender import GPU
 from test_notice import evictor_outcome
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
@@ -275,6 +275,27 @@ def test_an_evicted_job_with_the_recommended_failure_policy_completes(
         teams.cleanup()
 
 
+def _filler_reclaimed_whole(
+    cluster: Cluster, teams: Teams, filler: dict[str, Any]
+) -> tuple[list[str], float]:
+    """Team B's ``filler`` submitted and running on every node, then team A's gang
+    submitted, which reclaims them all: the filler's pods, and when all four were seen
+    marked."""
+    submit(cluster, teams.b, filler)
+    fillers = lc.wait_until(
+        lambda: running(cluster, teams.b, "filler", NODES),
+        timeout=60,
+        what="the filler's four pods Running",
+    )
+    submit(cluster, teams.a, training_job("train", run_seconds=600))
+    lc.wait_until(
+        lambda: len(teams.events(teams.b, "Preempted")) == NODES or None,
+        timeout=60,
+        what="the four filler pods marked",
+    )
+    return fillers, time.time()
+
+
 def test_a_job_whose_pods_are_all_victims_is_restarted_without_the_failure_backoff(
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811
@@ -294,19 +315,8 @@ def test_a_job_whose_pods_are_all_victims_is_restarted_without_the_failure_backo
         cluster, {"min": {GPU: "32"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
     )
     try:
-        submit(cluster, teams.b, filler_job(600, podFailurePolicy=IGNORE_DISRUPTIONS))
-        fillers = lc.wait_until(
-            lambda: running(cluster, teams.b, "filler", NODES),
-            timeout=60,
-            what="the filler's four pods Running",
-        )
-        submit(cluster, teams.a, training_job("train", run_seconds=600))
-        lc.wait_until(
-            lambda: len(teams.events(teams.b, "Preempted")) == NODES or None,
-            timeout=60,
-            what="the four filler pods marked",
-        )
-        marked = time.time()
+        filler = filler_job(600, podFailurePolicy=IGNORE_DISRUPTIONS)
+        fillers, marked = _filler_reclaimed_whole(cluster, teams, filler)
         try:
             replacements = lc.wait_until(
                 lambda: replaced(cluster, teams.b, fillers, NODES),
@@ -345,29 +355,12 @@ def test_a_job_whose_victims_have_notice_is_restarted_when_it_ends(
         cluster, {"min": {GPU: "32"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
     )
     try:
-        cluster.rest.request(
-            "PATCH",
-            f"{QUOTA_API}/namespaces/{teams.b}/elasticquotas/{teams.b}",
-            {"metadata": {"annotations": {"muster.dev/max-preemption-notice-seconds": "60"}}},
-            content_type="application/merge-patch+json",
-        )
+        teams.annotate_quota(teams.b, {"muster.dev/max-preemption-notice-seconds": "60"})
         filler = filler_job(600, podFailurePolicy=IGNORE_DISRUPTIONS)
         filler["spec"]["template"]["metadata"].setdefault("annotations", {})[
             "muster.dev/preemption-notice-seconds"
         ] = "8"
-        submit(cluster, teams.b, filler)
-        fillers = lc.wait_until(
-            lambda: running(cluster, teams.b, "filler", NODES),
-            timeout=60,
-            what="the filler's four pods Running",
-        )
-        submit(cluster, teams.a, training_job("train", run_seconds=600))
-        lc.wait_until(
-            lambda: len(teams.events(teams.b, "Preempted")) == NODES or None,
-            timeout=60,
-            what="the four filler pods marked",
-        )
-        marked = time.time()
+        fillers, marked = _filler_reclaimed_whole(cluster, teams, filler)
         try:
             lc.wait_until(
                 lambda: replaced(cluster, teams.b, fillers, NODES),

@@ -118,6 +118,15 @@ class Teams:
             "POST", f"/api/v1/namespaces/{namespace}/pods", make_pod(name, **kwargs)
         )
 
+    def annotate_quota(self, namespace: str, annotations: dict[str, str]) -> None:
+        """Set ``annotations`` on the team's quota (its namespace's), as an admin would."""
+        self.cluster.rest.request(
+            "PATCH",
+            f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{namespace}",
+            {"metadata": {"annotations": annotations}},
+            content_type="application/merge-patch+json",
+        )
+
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.cluster.rest.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")

@@ -23,8 +23,8 @@ from base import keys
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.config import MusterArgs
 from extender.core.objects import parse_pod
+from extender.core.preemption.completion import completion_notices
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.restart import completion_notices
 from extender.core.state import ClusterState
 from extender.kube.client import ApiError, KubeClient
 from extender.kube.evictor import Evictor
