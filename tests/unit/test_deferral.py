@@ -238,3 +238,31 @@ def test_a_unit_holding_min_resources_is_not_held(monkeypatch: pytest.MonkeyPatc
     decided = _same_with_and_without(state, "team-a/j", monkeypatch)
     assert decided[0] == "plan"
     assert sorted(key for key, _reason in decided[1]) == ["team-b/h", "team-c/k"]  # type: ignore[attr-defined]
+
+
+def test_what_a_node_lacks_is_memoised_only_until_the_node_changes() -> None:
+    # A plan memoises, per node, what an untouched node lacks for one more copy of the
+    # gang (state.node_usage.missing).  Then pods leave and arrive on some nodes: a second
+    # plan on that state must decide what a plan on a state built fresh with the same
+    # pods decides (it would not, were a changed node's memo kept).
+    memoised = 0
+    for seed in range(40):
+        state, job = random_case(seed)
+        fresh, _ = random_case(seed)
+        decision(state, job)
+        memoised += len(state.node_usage.missing)
+        rng = random.Random(seed)
+        running = sorted(key for key, each in state.pods.items() if each.node_name)
+        gone = rng.sample(running, min(len(running), 6))
+        moved = rng.sample(running, min(len(running), 3))
+        for target in (state, fresh):
+            for key in gone:
+                target.remove_pod(key)
+            for key in moved:
+                if key in gone:
+                    continue
+                was = target.pods[key]
+                target.remove_pod(key)
+                target.upsert_pod(dataclasses.replace(was, name=was.name + "-again"))
+        assert decision(state, job) == decision(fresh, job), f"seed {seed}"
+    assert memoised > 0

@@ -41,7 +41,7 @@ from extender.core.objects import PodInfo
 from extender.core.placement.fit import JobFit
 from extender.core.preemption.groups import Offer, VictimGroup
 from extender.core.preemption.policy import FAIR_SHARE_ADMISSION
-from extender.core.state import ClusterState
+from extender.core.state import ClusterState, memoise_on_node
 from quota.accounting import QuotaLedger
 
 
@@ -56,6 +56,11 @@ class Deferral:
         self._capacity = shape.capacity
         self._short = fit.short
         self._peek = fit.overlay.peek
+        self._untouched = fit.overlay.untouched
+        #: What a node untouched by the walk lacks for one more copy, memoised on the
+        #: state until the node changes (the walk reads it on thousands of nodes a plan).
+        self._memo = state.node_usage.missing
+        self._memo_key = (shape.needs, shape.size)
         self._uncounted = frozenset(q for q in state.tree.specs if not counted(q))
         self._unit_pods = state.victims.unit_pods()
         self._requests = state.victims.unit_requests()
@@ -215,15 +220,28 @@ class Deferral:
         """How much of each resource ``node`` may lack is missing for one more copy of
         the job's shape, on the room the walk left it, with its held units out.  Only
         those resources can stop it (:attr:`JobFit.short`)."""
-        room = self._peek(node)
-        wanted = self._capacity.get(node, 0) + 1
-        amounts = self._amounts
-        missing = {name: wanted * amounts[name] - room.get(name, 0) for name in self._short[node]}
-        for position in self._held.get(node, ()):
+        held = self._held.get(node)
+        if held is None and self._untouched(node):
+            known = self._memo.get(node)
+            memoised = known.get(self._memo_key) if known is not None else None
+            if memoised is None:
+                memoised = self._missing_on(node)
+                memoise_on_node(self._memo, node, self._memo_key, memoised)
+            return dict(memoised)
+        missing = self._missing_on(node)
+        for position in held or ():
             requests = self._requests[self._offer_at[position][0][2]]
             for name in missing:
                 missing[name] -= requests.get(name, 0)
         return missing
+
+    def _missing_on(self, node: str) -> dict[str, int]:
+        """What ``node``'s room, as the walk left it, lacks for one more copy, in the
+        resources it may lack."""
+        room = self._peek(node)
+        wanted = self._capacity.get(node, 0) + 1
+        amounts = self._amounts
+        return {name: wanted * amounts[name] - room.get(name, 0) for name in self._short[node]}
 
 
 def _by_node(pods: Iterable[PodInfo], nodes: Container[str]) -> dict[str, dict[str, int]]:

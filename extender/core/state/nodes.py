@@ -77,6 +77,10 @@ class NodeUsage:
         #: node → when its newest bound pod started (see ``ClusterState.newest_start``);
         #: dropped when the node changes.
         self.newest_starts: dict[str, float] = {}
+        #: node → a job shape → what the node lacks for one more copy of it, in the
+        #: resources it may lack (see :mod:`extender.core.preemption.deferral`); dropped
+        #: when the node changes.
+        self.missing: dict[str, dict[CopiesKey, dict[str, int]]] = {}
 
     def changed(self, node: str) -> None:
         """Drop what the memos hold for ``node``: it, or its totals, changed."""
@@ -85,6 +89,7 @@ class NodeUsage:
         self.free_rooms.pop(node, None)
         self.victim_amounts.pop(node, None)
         self.newest_starts.pop(node, None)
+        self.missing.pop(node, None)
 
     def add_node(self, node: str) -> None:
         """A node added or changed (its allocatable may differ)."""

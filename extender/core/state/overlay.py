@@ -117,6 +117,11 @@ class Overlay:
             return self._room_now(node)
         return self.state.node_usage.free_room(node, self.state.nodes[node].allocatable)
 
+    def untouched(self, node: str) -> bool:
+        """Is ``node``'s copy the state's own: never made, and nothing released or counted
+        gone there (what the state's memos say of the node holds for the copy)?"""
+        return node not in self._rooms and not self._released and node not in self.left
+
     def touched(self) -> Collection[str]:
         """The nodes whose copies differ from the state, or may."""
         return self._rooms.keys()
