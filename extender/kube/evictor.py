@@ -31,7 +31,7 @@ from extender.core.notice import answered
 from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
-from extender.kube.restarter import JobRestarter
+from extender.kube.restarter import JobRestarter, job_owner
 from extender.kube.writer import ClusterWriter
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class Evictor:
                     self._forged.discard(uid)
                     self._exited.discard(uid)
             if ready is not None:  # its siblings, all ready, waited for it alone
-                self._restart(ready)
+                self._restart_job(ready)
             return
         if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
             uid = str(metadata.get("uid"))
@@ -200,8 +200,9 @@ class Evictor:
                 log.info("%s exited on notice: no eviction needed", key)
         due = mark.timestamp + mark.notice_seconds
         ready = exited or answered(annotations, mark.timestamp) or self.clock() >= due
-        job = _job_of(obj) if mark.restart_job else None
-        if job is not None:
+        owner = job_owner(obj.get("metadata") or {}) if mark.restart_job else None
+        if owner is not None:
+            job = f"{(obj.get('metadata') or {}).get('namespace')}/{owner[1]}"
             return self._wait_for_siblings(job, key, obj, due, ready=ready, exited=exited)
         with self._lock:
             if ready:
@@ -227,20 +228,14 @@ class Evictor:
                 return True
             self._noticed.pop(key, None)
             siblings[key] = obj
-            if any(other is None for other in siblings.values()):
-                return True
-            del self._siblings[job]
-            for pod_key in siblings:
-                self._sibling_of.pop(pod_key, None)
-            held = [
-                sibling
-                for pod_key, sibling in siblings.items()
-                if pod_key != key and sibling is not None
-            ]
-        for sibling in held:
-            self._restart(sibling, only_track=True)
+            ready_pods = self._all_ready(job)
+        if ready_pods is None:
+            return True
+        for sibling in ready_pods:
+            if sibling is not obj:
+                self._restarting(sibling)
         if exited:
-            self._restart(obj)
+            self._restart_job(obj)
             return True
         return False
 
@@ -253,27 +248,42 @@ class Evictor:
             if job is None or siblings is None:
                 return None
             siblings.pop(key, None)
-            if any(sibling is None for sibling in siblings.values()):
-                return None
-            del self._siblings[job]
-            for pod_key in siblings:
-                self._sibling_of.pop(pod_key, None)
-        ready = [sibling for sibling in siblings.values() if sibling is not None]
+            ready = self._all_ready(job)
+        if not ready:
+            return None
         for sibling in ready[1:]:
-            self._restart(sibling, only_track=True)
-        return ready[0] if ready else None
+            self._restarting(sibling)
+        return ready[0]
 
-    def _restart(self, obj: Json, *, only_track: bool = False) -> None:
-        """Restart ``obj``'s Job (already suspended: ``only_track``, its pod is just
-        watched, to be evicted if still there ``restart_patience_seconds`` later)."""
+    def _all_ready(self, job: str) -> list[Json] | None:
+        """With the lock held: when every noticed pod of ``job`` is ready, forget them and
+        return them; ``None`` while one is still on notice."""
+        siblings = self._siblings[job]
+        ready = [sibling for sibling in siblings.values() if sibling is not None]
+        if len(ready) < len(siblings):
+            return None
+        del self._siblings[job]
+        for pod_key in siblings:
+            self._sibling_of.pop(pod_key, None)
+        return ready
+
+    def _restart_job(self, obj: Json) -> None:
+        """Restart the Job of ``obj``, a ready pod with nothing to evict (it exited, or the
+        sibling it waited for went)."""
+        if self.restarter.restart(obj):
+            self._restarting(obj)
+        else:
+            log.warning("could not restart the Job of %s", object_key(obj))
+
+    def _restarting(self, obj: Json) -> None:
+        """``obj``'s Job is suspended to restart it: the pod is counted, and watched, to be
+        evicted if still there ``restart_patience_seconds`` later."""
         metadata = obj.get("metadata") or {}
         key, uid = object_key(obj), str(metadata.get("uid"))
-        if not only_track and not self.restarter.restart(obj):
-            log.warning("could not restart the Job of %s, which exited on notice", key)
-            return
         self.evictions.labels("job-restarted").inc()
         with self._lock:
             self._evicted.add(uid)
+            self._waiting.pop(key, None)
             self._restarted[key] = (obj, self.clock())
 
     def retry_due(self) -> int:
@@ -330,11 +340,7 @@ class Evictor:
         mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
         if mark.restart_job and uid not in self._overdue and self.restarter.restart(obj):
             # Its Job deletes it, and re-creates it at once (extender.kube.restarter).
-            self.evictions.labels("job-restarted").inc()
-            with self._lock:
-                self._evicted.add(uid)
-                self._waiting.pop(key, None)
-                self._restarted[key] = (obj, self.clock())
+            self._restarting(obj)
             return
         grace = mark.grace_seconds
         try:
@@ -377,12 +383,3 @@ class Evictor:
         while not self._stop.wait(min(1.0, self.retry_seconds)):
             self.retry_due()
             self.restarter.resume_due()
-
-
-def _job_of(obj: Json) -> str | None:
-    """The pod's controlling Job, as ``namespace/UID``, or ``None``."""
-    metadata = obj.get("metadata") or {}
-    for ref in metadata.get("ownerReferences") or ():
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Job":
-            return f"{metadata.get('namespace')}/{ref.get('uid')}"
-    return None

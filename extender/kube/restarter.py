@@ -77,7 +77,7 @@ class JobRestarter:
         when it is suspended now or was already (the pod needs no eviction), ``False``
         when it is not (evict the pod instead)."""
         metadata = pod.get("metadata") or {}
-        owner = _job_owner(metadata)
+        owner = job_owner(metadata)
         if owner is None:
             return False
         namespace, (name, uid) = str(metadata.get("namespace")), owner
@@ -230,7 +230,7 @@ def _restartable(
     return _selected(pod, spec.get("selector"))
 
 
-def _job_owner(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
+def job_owner(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
     """The name and UID of the ``batch/v1`` Job controlling a pod, if one does (a name
     that is a valid Job name)."""
     for ref in metadata.get("ownerReferences") or ():
