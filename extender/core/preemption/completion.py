@@ -35,7 +35,7 @@ def completion_notices(
         reservation = state.reservations.get(job)
         victims = (state.pods.get(key) for key in reservation.victims) if reservation else ()
         running = [
-            (pod, notice_left(state, pod, job, now))
+            (pod, notices[pod.key] if pod.key in notices else notice_left(state, pod, job, now))
             for pod in victims
             if pod is not None
             and pod.node_name is not None
@@ -43,9 +43,10 @@ def completion_notices(
             and not pod.terminating
         ]
         restarted.update(restarted_jobs(state, running))
-    for key in notices.keys() & restarted.keys():
+    restarting = frozenset(notices.keys() & restarted.keys())
+    for key in restarting:
         notices[key] = restarted[key]
-    return notices, frozenset(notices.keys() & restarted.keys())
+    return notices, restarting
 
 
 def notice_left(state: ClusterState, pod: PodInfo, job: str, now: float) -> float:

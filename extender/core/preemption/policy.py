@@ -236,8 +236,7 @@ def _above_share_now(state: ClusterState, job: str, quota: str, victim_quota: st
     for key in reservation.placements if reservation is not None else ():
         pod = state.pods.get(key)
         if pod is not None and pod.node_name is None:
-            for name, amount in pod.requests.items():
-                before_job[name] = before_job.get(name, 0) - amount
+            add_into(before_job, pod.requests, -1)
     return share_after(state.ledger, victim_quota, capacity) > share_after(
         state.ledger, quota, capacity, before_job
     )
