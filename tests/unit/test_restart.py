@@ -121,21 +121,43 @@ def test_the_argument_a_budget_or_another_controller_stops_the_restart() -> None
     assert restarted(other_api) == NONE
 
 
+#: filler-a asks 30 s of notice, filler-b 10 s.
+ASKED = {
+    "filler-a": {keys.PREEMPTION_NOTICE_ANNOTATION: "30"},
+    "filler-b": {keys.PREEMPTION_NOTICE_ANNOTATION: "10"},
+}
+
+
+def declaring(
+    state: ClusterState, annotations: dict[str, dict[str, str]], **extra: Any
+) -> dict[str, Any]:
+    """The fillers (filler-a on n1, filler-b on n2) put in ``state`` again, each with its
+    ``annotations`` (``extra``: more pod fields); their manifests, by name."""
+    manifests = {}
+    for name, where in (("filler-a", "n1"), ("filler-b", "n2")):
+        manifest = filler(name, where, **extra)
+        manifest["metadata"]["annotations"].update(annotations[name])
+        manifests[name] = manifest
+        state.upsert_pod(parse_pod(manifest))
+    return manifests
+
+
+def notices_and_restarts(state: ClusterState) -> dict[str, tuple[float, bool]]:
+    """Each victim of team-a/train's plan: the notice it gets, and whether its Job restarts."""
+    plan = plan_job_preemption(state, "team-a/train", NOW)
+    assert isinstance(plan, PreemptionPlan)
+    return {v.pod.name: (v.notice_seconds, v.restart_job) for v in plan.victims}
+
+
 def test_victims_with_notice_keep_it_and_their_job_is_restarted_once_it_ends() -> None:
     # Declared notice: filler-a asks 30 s, filler-b 10 s (the cap, 60 s, allows both).  The
     # suspension deletes both at once, so both get the Job's longest, 30 s, and the Job is
     # restarted (the evictor suspends it when the first is due).
     noticed = cluster(maxPreemptionNoticeSeconds=60)
-    for name, where, asked in (("filler-a", "n1", "30"), ("filler-b", "n2", "10")):
-        manifest = filler(name, where)
-        manifest["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = asked
-        noticed.upsert_pod(parse_pod(manifest))
+    declaring(noticed, ASKED)
+    assert notices_and_restarts(noticed) == {"filler-a": (30.0, True), "filler-b": (30.0, True)}
     plan = plan_job_preemption(noticed, "team-a/train", NOW)
     assert isinstance(plan, PreemptionPlan)
-    assert {v.pod.name: (v.notice_seconds, v.restart_job) for v in plan.victims} == {
-        "filler-a": (30.0, True),
-        "filler-b": (30.0, True),
-    }
     assert "the longest of its Job's" in next(
         v.reason for v in plan.victims if v.pod.name == "filler-b"
     )
@@ -143,16 +165,13 @@ def test_victims_with_notice_keep_it_and_their_job_is_restarted_once_it_ends() -
     # NOW (12:00:00) they last saved 30 s ago and save next at 12:00:30; with a cap of 60
     # s they get 32 s of notice (to 2 s after that save), and their Job is restarted then.
     saving = cluster(maxPreemptionNoticeSeconds=60)
-    for name, where in (("filler-a", "n1"), ("filler-b", "n2")):
-        manifest = filler(name, where, started="2026-01-01T11:59:30Z")
-        manifest["metadata"]["annotations"][keys.CHECKPOINT_INTERVAL_ANNOTATION] = "60"
-        saving.upsert_pod(parse_pod(manifest))
-    plan = plan_job_preemption(saving, "team-a/train", NOW)
-    assert isinstance(plan, PreemptionPlan)
-    assert {v.pod.name: (v.notice_seconds, v.restart_job) for v in plan.victims} == {
-        "filler-a": (32.0, True),
-        "filler-b": (32.0, True),
-    }
+    every_minute = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "60"}
+    declaring(
+        saving,
+        {"filler-a": every_minute, "filler-b": every_minute},
+        started="2026-01-01T11:59:30Z",
+    )
+    assert notices_and_restarts(saving) == {"filler-a": (32.0, True), "filler-b": (32.0, True)}
 
 
 @pytest.mark.parametrize("first_marked", [False, True])
@@ -164,12 +183,7 @@ def test_completing_a_plan_restarts_the_job_with_the_notice_its_plan_gave(
     # gave both the Job's longest, 30 s, to NOW + 30: 26 s are left.  Whether filler-a was
     # marked before the stop or not, it is the plan's victim: filler-b's Job is restarted.
     state = cluster(maxPreemptionNoticeSeconds=60)
-    manifests = {}
-    for name, where, asked in (("filler-a", "n1", "30"), ("filler-b", "n2", "10")):
-        manifest = filler(name, where)
-        manifest["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = asked
-        manifests[name] = manifest
-        state.upsert_pod(parse_pod(manifest))
+    manifests = declaring(state, ASKED)
     plan = plan_job_preemption(state, "team-a/train", NOW)
     assert isinstance(plan, PreemptionPlan)
     hold_plan(state, plan, NOW)
