@@ -5,9 +5,10 @@ One :class:`~extender.kube.source.KubeSource` (the informers, the state) feeds t
 work: the PostFilter loop (:mod:`extender.kube.postfilter`), the housekeeper, the gang
 keeper and the requeuer, each writing through its own
 :class:`~extender.kube.writer.ClusterWriter`, all registered with the source's health.
-With leader election, the PostFilter and the chores act only on the replica holding the
-Lease.  :mod:`extender.cli.serve` checks the options, makes the API client and the record
-keys, and serves the result.
+Once the informers have synced, the state they built is kept out of garbage collection
+(:mod:`extender.cli.heap`).  With leader election, the PostFilter and the chores act only
+on the replica holding the Lease.  :mod:`extender.cli.serve` checks the options, makes
+the API client and the record keys, and serves the result.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from prometheus_client.registry import Collector
 
+from extender.cli.heap import freeze_once_synced
 from extender.core.config import MusterArgs
 from extender.core.decisions import DecisionLog
 from extender.core.records import RecordKeys
@@ -89,6 +91,7 @@ def start_live_muster(
     for worker in workers:
         worker.start()
     source.start()
+    freeze_once_synced(source)
     postfilter.start()
     source.health.watch()
     return LiveMuster(extender, collectors, elector)

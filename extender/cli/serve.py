@@ -32,6 +32,7 @@ import uvicorn
 from prometheus_client.registry import Collector
 
 from extender.cli.errors import InputError
+from extender.cli.heap import freeze_long_lived
 from extender.cli.live import start_live_muster
 from extender.cli.manifests import load_manifests
 from extender.cli.scheduler_config import check_scheduler_config_file
@@ -225,6 +226,7 @@ def _snapshot_extender(snapshot_files: Sequence[str], args: MusterArgs) -> Exten
         raise _Refused(str(error)) from None
     for note in loaded.notes:
         print(f"note: {note}", file=sys.stderr)
+    freeze_long_lived()
     return Extender(StaticSource(loaded.state))
 
 
