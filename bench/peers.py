@@ -27,9 +27,9 @@ Systems (each with its documented configuration, on the same Kubernetes release,
   (:func:`localcluster.kueue.start_kueue`: ``waitForPodsReady`` on, its documented way
   to all-or-nothing), one ClusterQueue per team in one cohort (``nominalQuota`` = ``min``,
   ``borrowingLimit`` = ``max - min``, Muster's preemption defaults) and a LocalQueue per
-  namespace (:func:`localcluster.kueue.kueue_queues`); each Job is submitted suspended to
-  its team's LocalQueue. Kueue is not in the scheduling path: its binding rate is
-  kube-scheduler's, and its cost is admission time, inside the completion times.
+  namespace (:func:`localcluster.kueue_objects.kueue_queues`); each Job is submitted
+  suspended to its team's LocalQueue. Kueue is not in the scheduling path: its binding
+  rate is kube-scheduler's, and its cost is admission time, inside the completion times.
 
 With ``--weights`` (one positive number per team, in the trace's order of teams; without
 it, no system is given a weight) each system that has a fair-sharing weight is given the
@@ -40,9 +40,9 @@ team's, in its own form, and the fair-share gap row weighs each team's borrowing
   is on (``--muster-fair-sharing``, on by default);
 - ``kueue``: fair sharing turned on in its Configuration (v0.17.0's v1beta2 API has no
   ``enable``: a ``fairSharing`` block turns it on, with ``preemptionStrategies`` Kueue's
-  former default, :func:`localcluster.kueue.kueue_configuration`) and each ClusterQueue's
-  ``spec.fairSharing.weight``; without ``--weights`` Kueue runs without fair sharing, its
-  default, as before;
+  former default, :func:`localcluster.kueue_install.kueue_configuration`) and each
+  ClusterQueue's ``spec.fairSharing.weight``; without ``--weights`` Kueue runs without
+  fair sharing, its default, as before;
 - ``koordinator``: the ElasticQuota annotation
   ``quota.scheduling.koordinator.sh/shared-weight`` (v1.6.0,
   ``apis/extension/elastic_quota.go``), per resource the weight with which its elastic
@@ -369,14 +369,14 @@ class Replay:
             api = quota["apiVersion"]
             rest.request("POST", f"/apis/{api}/namespaces/{team.name}/elasticquotas", quota)
         if self.system == "kueue":
-            queues = lc.kueue.kueue_queues(
-                lc.kueue.TeamQuota(
+            queues = lc.kueue_objects.kueue_queues(
+                lc.kueue_objects.TeamQuota(
                     team.name, team.min_gpus, team.max_gpus, weight=self._weight(team.name)
                 )
                 for team in self.trace.teams
             )
-            lc.kueue.create_kueue_objects(plane, queues)
-            lc.kueue.wait_queues_active(plane, queues)
+            lc.kueue_objects.create_kueue_objects(plane, queues)
+            lc.kueue_objects.wait_queues_active(plane, queues)
 
     def _weight(self, team: str) -> float | None:
         return None if self.weights is None else self.weights[team]
@@ -391,7 +391,7 @@ class Replay:
         }
         body = _job_object(job)
         if self.system == "kueue":  # Kueue admits the Job whole, then unsuspends it
-            body = lc.kueue.kueue_job(body, queue=job.team)
+            body = lc.kueue_objects.kueue_job(body, queue=job.team)
         try:
             if self.system != "koordinator":  # its plane serves no scheduling.x-k8s.io
                 rest.request("POST", f"{QUOTA_API}/namespaces/{job.team}/podgroups", group)

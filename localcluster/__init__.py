@@ -6,11 +6,13 @@ and ``KubeletEmulator`` plays the kubelet. A package of the project (beside ``ba
 ``quota`` and ``extender``, not shipped in the image): ``import localcluster as lc``.
 
 Modules: ``controlplane`` (``ControlPlane``: lifecycle, components, logs, clients),
+``apiserver`` (etcd and kube-apiserver: their files, start, readiness and restarts),
 ``scheduler`` (``ExtenderConfig``, kube-scheduler's configuration and restarts),
 ``controllers`` (kube-controller-manager: which controllers, how it runs),
-``objects`` (namespaces, nodes, CRDs, service accounts), ``peers``, ``kueue`` and
-``koordinator`` (the peers of issue 25: scheduler-plugins' configuration; Kueue's manager
-and queues; koord-scheduler's configuration and plane),
+``objects`` (namespaces, nodes, CRDs, service accounts), ``peers``, ``kueue_install``,
+``kueue``, ``kueue_objects`` and ``koordinator`` (the peers of issue 25: scheduler-plugins'
+configuration; Kueue's CRDs, webhooks and configuration, its manager, and its queues,
+Jobs and Workloads; koord-scheduler's configuration and plane),
 ``kubelet`` (``KubeletEmulator``),
 ``watch`` (``Watcher``: list, then watch, a collection), ``rest`` (``RestClient``,
 ``ApiError``), ``processes`` (component processes; ``free_port``, ``free_ports``),
@@ -29,7 +31,7 @@ Typical use::
 
 from __future__ import annotations
 
-from . import koordinator, kueue, peers
+from . import koordinator, kueue, kueue_install, kueue_objects, peers
 from .binaries import (
     BuildError,
     default_bin_dir,
@@ -71,6 +73,8 @@ __all__ = [
     "koordinator",
     "kubernetes_minor",
     "kueue",
+    "kueue_install",
+    "kueue_objects",
     "make_mutual_tls_pki",
     "peers",
     "records_key_dir",

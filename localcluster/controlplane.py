@@ -1,21 +1,19 @@
 """``ControlPlane``: etcd, kube-apiserver, kube-scheduler and kube-controller-manager on
 loopback, plus a kubelet emulator.
 
-It owns the lifecycle (start, stop, restarts, logs, clients); kube-scheduler's part lives
-in ``scheduler.SchedulerMixin``, kube-controller-manager's in
-``controllers.ControllerManagerMixin`` and object creation in ``objects.ObjectsMixin``.
+It owns the lifecycle (start, stop, logs, clients); etcd's and kube-apiserver's part lives
+in ``apiserver.ApiServerMixin``, kube-scheduler's in ``scheduler.SchedulerMixin``,
+kube-controller-manager's in ``controllers.ControllerManagerMixin`` and object creation in
+``objects.ObjectsMixin``.
 
 The components run from the binaries built by ``hack/build-k8s.sh``, on 127.0.0.1, on free
 ports, in a temporary directory:
 
-* etcd with loopback client/peer URLs and its data in the temporary directory;
-* kube-apiserver with RBAC (``--authorization-mode=Node,RBAC``), a serving certificate
-  signed by a throw-away CA, service-account signing keys, and static bearer tokens:
-  an admin (group ``system:masters``) and ``system:kube-scheduler`` for the scheduler.
-  The admin kubeconfig is written to ``<workdir>/admin.kubeconfig``;
+* etcd and kube-apiserver (RBAC, static bearer tokens for an admin and the scheduler, the
+  admin kubeconfig at ``<workdir>/admin.kubeconfig``): see ``apiserver``;
 * kube-scheduler with a ``KubeSchedulerConfiguration`` (v1), leader election off and,
   optionally, an ``extenders`` entry (see ``ExtenderConfig``). It can be restarted with
-  another extender configuration, and kube-apiserver can be restarted on the same port;
+  another extender configuration;
 * kube-controller-manager with the controllers in ``controllers.CONTROLLERS`` (Jobs,
   ReplicaSets, Deployments, StatefulSets, disruption budgets, garbage collection,
   namespaces, pod GC, service accounts), or none (``controllers=()``).
@@ -25,9 +23,8 @@ There is no kubelet. Nodes are plain Node objects whose status the harness write
 existing node become Running (and Succeeded after the run time they ask for), and a pod
 being deleted gracefully ends Failed and is removed once its grace period has elapsed.
 The node-lifecycle controller does not run (no heartbeats) and nothing removes the
-``not-ready`` taint, so kube-apiserver runs with the ``TaintNodesByCondition`` admission
-plugin off. The ``ServiceAccount`` admission plugin is off too, so pods can be created in
-a namespace as soon as it exists, before the ``default`` service account does.
+``not-ready`` taint; kube-apiserver's admission plugins are set for that (see
+``apiserver``).
 
 Each component logs to ``<workdir>/logs/<component>.log``; ``log_tail()`` returns the end
 of every log for failure reports. ``stop()`` sends SIGTERM, then SIGKILL after a
@@ -47,26 +44,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import urllib3
 import yaml
 from kubernetes import client as k8s
 
+from .apiserver import ApiServerMixin
 from .binaries import BINARIES, ensure_binaries
 from .controllers import CONTROLLERS, ControllerManagerMixin, controller_manager_argv
 from .kubelet import KubeletEmulator
 from .objects import DEFAULT_CRDS_DIR, ObjectsMixin
-from .pki import SERVICE_CLUSTER_IP_RANGE, Pki, make_pki, write_kubeconfig
-from .processes import Process, free_ports, tail, wait_port_released
+from .pki import Pki
+from .processes import Process, free_ports, tail
 from .rest import RestClient
 from .scheduler import ExtenderConfig, SchedulerMixin, as_extender
 from .waiting import wait_until
 
-SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-ADMIN_USER = "muster-admin"
-SCHEDULER_USER = "system:kube-scheduler"
 
-
-class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
+class ControlPlane(ApiServerMixin, SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
     """etcd, kube-apiserver, kube-scheduler, kube-controller-manager on loopback, plus a
     kubelet emulator.
 
@@ -259,120 +252,7 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
         for process in self._processes.values():
             process.check_alive()
 
-    # -- etcd
-
-    def _etcd_argv(self) -> list[str]:
-        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
-        return [
-            str(self._binary("etcd")),
-            "--name=muster",
-            f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={self.etcd_url}",
-            f"--advertise-client-urls={self.etcd_url}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=muster={peer}",
-            "--initial-cluster-state=new",
-            "--unsafe-no-fsync=true",  # test data: durability does not matter, speed does
-            "--log-level=warn",
-        ]
-
-    def _start_etcd(self) -> None:
-        process = self._processes["etcd"]
-        process.start()
-        pool = urllib3.PoolManager()
-
-        def healthy() -> bool:
-            process.check_alive()
-            response = pool.request("GET", f"{self.etcd_url}/health", timeout=2.0, retries=False)
-            return response.status == 200 and b'"health":"true"' in response.data
-
-        wait_until(
-            healthy,
-            timeout=self.start_timeout,
-            what="etcd /health",
-            on_timeout=lambda: self.log_tail(components=["etcd"]),
-        )
-
-    # -- kube-apiserver
-
-    def _apiserver_argv(self) -> list[str]:
-        pki = self.workdir / "pki"
-        return [
-            str(self._binary("kube-apiserver")),
-            f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={self.apiserver_port}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--cert-dir={pki}",
-            f"--token-auth-file={self.workdir / 'tokens.csv'}",
-            "--authorization-mode=Node,RBAC",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            # Nothing reconciles the kubernetes Service's endpoints to a loopback address.
-            "--endpoint-reconciler-type=none",
-            # No controller creates "default" service accounts or removes the not-ready
-            # taint of new nodes (see the module docstring).
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-            # Close watches when terminating instead of waiting for them to time out.
-            "--shutdown-watch-termination-grace-period=2s",
-            "--allow-privileged=true",
-            "--profiling=false",
-            f"--v={self.verbosity}",
-            *self._audit_argv(),
-            *self.feature_gates_argv(),
-            *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
-        ]
-
-    def feature_gates_argv(self) -> list[str]:
-        """``--feature-gates`` for every component (none: the release's defaults)."""
-        if not self.feature_gates:
-            return []
-        gates = ",".join(f"{name}={str(on).lower()}" for name, on in self.feature_gates.items())
-        return [f"--feature-gates={gates}"]
-
-    def _audit_argv(self) -> list[str]:
-        if self.audit_policy is None:
-            return []
-        return [
-            f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
-            f"--audit-log-path={self.audit_log}",
-            "--audit-log-format=json",
-        ]
-
-    def _start_apiserver(self) -> None:
-        self._processes["kube-apiserver"].start()
-        self.wait_apiserver_ready()
-
-    def wait_apiserver_ready(self, timeout: float | None = None) -> None:
-        """Poll kube-apiserver's ``/readyz`` until it answers ``ok``."""
-        process = self._processes["kube-apiserver"]
-
-        def ready() -> bool:
-            process.check_alive()
-            status, body = self.rest.get_text("/readyz")
-            return status == 200 and body.strip() == "ok"
-
-        wait_until(
-            ready,
-            timeout=timeout or self.start_timeout,
-            interval=0.2,
-            what="kube-apiserver /readyz",
-            on_timeout=lambda: self.log_tail(components=["kube-apiserver", "etcd"]),
-        )
-
-    def restart_apiserver(self) -> None:
-        """Stop kube-apiserver (SIGTERM) and start it again on the same port and data."""
-        process = self._processes["kube-apiserver"]
-        process.stop()
-        wait_port_released(self.apiserver_port)
-        self._start_apiserver()
-
-    # -- files
+    # -- every component: its binary, the feature gates
 
     def _binary(self, name: str) -> Path:
         if name == "kube-scheduler" and self.scheduler_binary is not None:
@@ -380,40 +260,12 @@ class ControlPlane(SchedulerMixin, ControllerManagerMixin, ObjectsMixin):
         assert self._bin_dir is not None
         return self._bin_dir / name
 
-    def _write_files(self) -> None:
-        pki_dir = self.workdir / "pki"
-        pki_dir.mkdir(parents=True, exist_ok=True)
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        pki = self._pki = make_pki()
-        self.ca_file.write_bytes(pki.ca_pem)
-        (pki_dir / "apiserver.crt").write_bytes(pki.serving_cert_pem + pki.ca_pem)
-        (pki_dir / "apiserver.key").write_bytes(pki.serving_key_pem)
-        (pki_dir / "sa.key").write_bytes(pki.sa_private_pem)
-        (pki_dir / "sa.pub").write_bytes(pki.sa_public_pem)
-        for key in ("apiserver.key", "sa.key"):
-            (pki_dir / key).chmod(0o600)
-        tokens = self.workdir / "tokens.csv"
-        tokens.write_text(
-            f'{self.admin_token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
-            f"{self._scheduler_token},{SCHEDULER_USER},{SCHEDULER_USER}\n"
-        )
-        tokens.chmod(0o600)
-        if self.audit_policy is not None:
-            (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(self.audit_policy))
-        write_kubeconfig(
-            self.kubeconfig,
-            server=self.server,
-            ca_pem=pki.ca_pem,
-            user=ADMIN_USER,
-            token=self.admin_token,
-        )
-        write_kubeconfig(
-            self.scheduler_kubeconfig,
-            server=self.server,
-            ca_pem=pki.ca_pem,
-            user=SCHEDULER_USER,
-            token=self._scheduler_token,
-        )
+    def feature_gates_argv(self) -> list[str]:
+        """``--feature-gates`` for every component (none: the release's defaults)."""
+        if not self.feature_gates:
+            return []
+        gates = ",".join(f"{name}={str(on).lower()}" for name, on in self.feature_gates.items())
+        return [f"--feature-gates={gates}"]
 
     # -- logs
 

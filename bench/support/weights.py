@@ -3,8 +3,8 @@ line, and written as Koordinator's ElasticQuota reads them.
 
 Each peer that has a weight gets it in its own form (see ``bench.peers``' docstring):
 Muster the quota annotation ``muster.dev/fair-sharing-weight``, Kueue the ClusterQueue's
-``spec.fairSharing.weight`` (:class:`localcluster.kueue.TeamQuota`), Koordinator the
-ElasticQuota annotation ``quota.scheduling.koordinator.sh/shared-weight``
+``spec.fairSharing.weight`` (:class:`localcluster.kueue_objects.TeamQuota`), Koordinator
+the ElasticQuota annotation ``quota.scheduling.koordinator.sh/shared-weight``
 (:func:`koordinator_shared_weight`).
 """
 

@@ -144,9 +144,9 @@ def test_capacity_scheduling_stops_a_quota_at_its_max(
 # released when it finishes; with ``reclaimWithinCohort: Any`` a Workload that fits its
 # queue's nominal quota evicts Workloads of other queues of the cohort that borrow, and an
 # evicted Job is suspended again (its pods deleted) and its Workload requeued.  The queues
-# and Workloads are Kueue's v1beta2 API (lc.kueue.KUEUE_API); Kueue's Job webhook is
-# registered (lc.kueue's docstring), and jobs are submitted suspended, labelled, all the
-# same.
+# and Workloads are Kueue's v1beta2 API (lc.kueue_install.KUEUE_API); Kueue's Job webhook
+# is registered (lc.kueue's docstring), and jobs are submitted suspended, labelled, all
+# the same.
 
 KUEUE_POD: dict[str, str | int] = {"cpu": "1", GPU: 8}
 #: Kueue's partial admission: the fewest pods a Job may be admitted with.
@@ -156,9 +156,10 @@ MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 @pytest.fixture(scope="module")
 def kueue_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lc.ControlPlane]:
     """The v1.35 control plane with its stock kube-scheduler, and Kueue's controller
-    manager beside it (its CRDs, conversion webhook and configuration: lc.kueue)."""
+    manager beside it (lc.kueue; its CRDs, conversion webhook and configuration:
+    lc.kueue_install)."""
     plane = lc.ControlPlane(
-        bin_dir=lc.ensure_binaries(version=lc.kueue.KUEUE_KUBERNETES),
+        bin_dir=lc.ensure_binaries(version=lc.kueue_install.KUEUE_KUBERNETES),
         workdir=tmp_path_factory.mktemp("kueue"),
         crds_dir=None,
     )
@@ -176,13 +177,16 @@ def kueue_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lc.Control
 def kueue_setup(
     plane: lc.ControlPlane, teams: list[tuple[str, int, int]], cohort: str
 ) -> list[Json]:
-    """The teams' queues (lc.kueue.kueue_queues) created and Active; returned for cleanup."""
+    """The teams' queues (lc.kueue_objects.kueue_queues) created and Active; returned for
+    cleanup."""
     objects = [
-        o for o in lc.kueue.kueue_queues(teams, cohort=cohort) if o["kind"] != "ResourceFlavor"
+        o
+        for o in lc.kueue_objects.kueue_queues(teams, cohort=cohort)
+        if o["kind"] != "ResourceFlavor"
     ]
-    flavor = lc.kueue.kueue_queues([])  # the shared ResourceFlavor "default"
-    lc.kueue.create_kueue_objects(plane, flavor + objects)
-    lc.kueue.wait_queues_active(plane, objects)
+    flavor = lc.kueue_objects.kueue_queues([])  # the shared ResourceFlavor "default"
+    lc.kueue_objects.create_kueue_objects(plane, flavor + objects)
+    lc.kueue_objects.wait_queues_active(plane, objects)
     return objects
 
 
@@ -200,7 +204,7 @@ def submit_gpu_job(
     job = make_job(
         name, make_pod(name, requests=KUEUE_POD), parallelism=pods, run_seconds=run_seconds
     )
-    body = lc.kueue.kueue_job(job, queue=namespace)
+    body = lc.kueue_objects.kueue_job(job, queue=namespace)
     if not suspend:
         del body["spec"]["suspend"]
     stored: Json = plane.rest.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body)
@@ -208,13 +212,13 @@ def submit_gpu_job(
 
 
 def workload(plane: lc.ControlPlane, namespace: str, job: str) -> Json | None:
-    found = lc.kueue.job_workloads(plane, namespace, job)
+    found = lc.kueue_objects.job_workloads(plane, namespace, job)
     return found[0] if found else None
 
 
 def admitted(plane: lc.ControlPlane, namespace: str, job: str) -> bool:
     w = workload(plane, namespace, job)
-    return w is not None and lc.kueue.workload_condition(w, "Admitted")
+    return w is not None and lc.kueue_objects.workload_condition(w, "Admitted")
 
 
 def suspended(plane: lc.ControlPlane, namespace: str, job: str) -> bool:
@@ -234,7 +238,7 @@ def running_pods(cluster: Cluster, namespace: str, job: str) -> list[Json]:
 def kueue_cleanup(plane: lc.ControlPlane, clusters: list[Cluster], objects: list[Json]) -> None:
     for cluster in clusters:
         cluster.cleanup()
-    lc.kueue.delete_kueue_objects(plane, objects)
+    lc.kueue_objects.delete_kueue_objects(plane, objects)
 
 
 def test_kueue_admits_a_job_within_its_quota(kueue_plane: lc.ControlPlane) -> None:
@@ -261,7 +265,7 @@ def test_kueue_admits_a_job_within_its_quota(kueue_plane: lc.ControlPlane) -> No
         pods = running_pods(cluster, ns, "train")
         assert len({p["spec"]["nodeName"] for p in pods}) == 2
         lc.wait_until(
-            lambda: lc.kueue.workload_condition(
+            lambda: lc.kueue_objects.workload_condition(
                 workload(kueue_plane, ns, "train") or {}, "PodsReady"
             ),
             timeout=60,
@@ -305,14 +309,14 @@ def test_kueue_holds_a_job_past_max_until_room_is_released(kueue_plane: lc.Contr
                 return False
             first = workload(kueue_plane, ns, "first") or {}
             # Admitted only once the first Workload finished and released its quota.
-            assert lc.kueue.workload_condition(first, "Finished"), first.get("status")
+            assert lc.kueue_objects.workload_condition(first, "Finished"), first.get("status")
             return True
 
         lc.wait_until(second_admitted, timeout=90, what="second admitted after first finished")
         lc.wait_until(
             lambda: (
                 len(running_pods(cluster, ns, "second")) == 2
-                or lc.kueue.workload_condition(
+                or lc.kueue_objects.workload_condition(
                     workload(kueue_plane, ns, "second") or {}, "Finished"
                 )
             ),
@@ -341,7 +345,7 @@ def test_kueue_admits_part_of_a_job_down_to_its_min_parallelism(
             "elastic", make_pod("elastic", requests=KUEUE_POD), parallelism=4, run_seconds=None
         )
         job["metadata"]["annotations"] = {MIN_PARALLELISM: "2"}
-        body = lc.kueue.kueue_job(job, queue=ns)
+        body = lc.kueue_objects.kueue_job(job, queue=ns)
         kueue_plane.rest.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)
         lc.wait_until(
             lambda: admitted(kueue_plane, ns, "elastic"), timeout=60, what="elastic admitted"

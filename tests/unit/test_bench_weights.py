@@ -66,15 +66,15 @@ def test_koordinator_s_shared_weight_is_its_max_times_the_weight() -> None:
 
 
 def test_kueue_gets_fair_sharing_and_each_queue_its_weight_only_when_asked() -> None:
-    queues = lc.kueue.kueue_queues(
-        [lc.kueue.TeamQuota("a", 8, 32, weight=4.0), lc.kueue.TeamQuota("b", 8, 32)]
+    queues = lc.kueue_objects.kueue_queues(
+        [lc.kueue_objects.TeamQuota("a", 8, 32, weight=4.0), lc.kueue_objects.TeamQuota("b", 8, 32)]
     )
     by_name = {o["metadata"]["name"]: o for o in queues if o["kind"] == "ClusterQueue"}
     assert by_name["a"]["spec"]["fairSharing"] == {"weight": "4"}
     assert "fairSharing" not in by_name["b"]["spec"]  # Kueue's default weight, 1
 
     def configuration(**fair_sharing: bool) -> dict[str, object]:
-        return lc.kueue.kueue_configuration(
+        return lc.kueue_install.kueue_configuration(
             health_port=1, metrics_port=2, webhook_port=3, cert_dir=Path("/c"), **fair_sharing
         )
 
