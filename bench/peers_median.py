@@ -6,10 +6,13 @@ One replay of the trace is one sample: the same seed moves a system's lost work 
 fair-share gap by a third from one run to the next on this machine (timing decides which
 pod binds first, and everything after follows).  So claims are made on the median of
 several runs.  Each ``RUN.json`` is a ``python -m bench.peers --json`` of the same trace
-(seed and trace settings alike; each may hold any of the systems); a system's figure is
-the median over the runs that played it, each number of the figures taken on its own
-(so a median row need not be one run's row).  Printed: the table of medians (the columns
-of :func:`bench.peers.markdown_table`), then each headline figure's lowest and highest.
+and settings (seed, trace, weights and Muster's arguments alike; each may hold any of the
+systems); a system's figure is the median over the runs that measured it (a ``--no-trace``
+run adds its binding rate only; a figure a run has as ``None`` is left out of it), each
+number taken on its own, so a median row need not be one run's row.  Series and lists
+(the allocation over time, the worst partial gangs) are left out.  Printed: the table of
+medians (the columns of :func:`bench.peers.markdown_table`), then each headline figure's
+lowest and highest, with how many runs measured it.
 """
 
 from __future__ import annotations
@@ -42,20 +45,43 @@ SPREAD: tuple[tuple[str, Callable[[Json], float]], ...] = (
 )
 
 
+#: What ``bench.peers`` records beside the trace that changes its results.
+SETTINGS = (
+    "seed",
+    "trace",
+    "weights",
+    "min_runtime_seconds",
+    "muster_prioritize",
+    "muster_fair_sharing",
+    "muster_restart_jobs",
+    "kubernetes",
+)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def median_figures(samples: Sequence[Any]) -> Any:
     """The median of ``samples`` (one system's figures from several runs), number by
-    number: dictionaries by their keys present in every sample, numbers by their median,
-    anything else (text, lists, ``None`` in some) as the first sample has it."""
-    first = samples[0]
-    if all(isinstance(s, dict) for s in samples):
-        keys = [k for k in first if all(k in s for s in samples)]
-        return {k: median_figures([s[k] for s in samples]) for k in keys}
-    if all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in samples):
-        middle = statistics.median(samples)
-        if all(isinstance(s, int) for s in samples) and float(middle).is_integer():
+    number: dictionaries key by key over the samples that have the key, numbers by the
+    median of those that are numbers (``None`` where none is), text as the first sample
+    has it; lists are left out (``None``)."""
+    present = [s for s in samples if s is not None]
+    if not present:
+        return None
+    if all(isinstance(s, dict) for s in present):
+        keys = list(dict.fromkeys(k for s in present for k in s))
+        merged = {k: median_figures([s[k] for s in present if k in s]) for k in keys}
+        return {k: v for k, v in merged.items() if v is not None}
+    if all(_is_number(s) for s in present):
+        middle = statistics.median(present)
+        if all(isinstance(s, int) for s in present) and float(middle).is_integer():
             return int(middle)
-        return round(middle, 3)
-    return first
+        return round(middle, 4)
+    if isinstance(present[0], str):
+        return present[0]
+    return None
 
 
 def combine(runs: Sequence[Json]) -> tuple[Json, dict[str, list[Json]]]:
@@ -64,13 +90,17 @@ def combine(runs: Sequence[Json]) -> tuple[Json, dict[str, list[Json]]]:
     different traces."""
     if not runs:
         raise ValueError("no runs given")
-    trace = {k: runs[0].get(k) for k in ("seed", "trace", "weights")}
+    for index, run in enumerate(runs, start=1):
+        if not isinstance(run, dict) or not isinstance(run.get("systems"), dict):
+            raise ValueError(f"run {index} is not a bench.peers --json (no systems)")
+    trace = {k: runs[0].get(k) for k in SETTINGS}
     for index, run in enumerate(runs[1:], start=2):
-        if {k: run.get(k) for k in trace} != trace:
-            raise ValueError(f"run {index} is of another trace (seed, trace or weights differ)")
+        differ = [k for k in SETTINGS if run.get(k) != trace[k]]
+        if differ:
+            raise ValueError(f"run {index} is of another trace or settings: {', '.join(differ)}")
     by_system: dict[str, list[Json]] = {}
     for run in runs:
-        for name, figures in run.get("systems", {}).items():
+        for name, figures in run["systems"].items():
             by_system.setdefault(name, []).append(figures)
     if not by_system:
         raise ValueError("the runs hold no system's figures")
@@ -84,27 +114,36 @@ def spread_table(by_system: dict[str, list[Json]]) -> str:
     """Each headline figure's lowest to highest over the runs, per system (Markdown)."""
     names = list(by_system)
     lines = [
-        "| lowest to highest (runs) | "
-        + " | ".join(f"{n} ({len(by_system[n])})" for n in names)
-        + " |",
+        "| lowest to highest (runs measuring it) | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
     ]
     for label, read in SPREAD:
-        cells = []
+        cells: list[str] = []
         for name in names:
-            try:
-                values = [read(f) for f in by_system[name]]
-            except (KeyError, TypeError):
-                cells.append("-")
-                continue
-            if any(v is None for v in values):
+            values = [v for v in map(_read_or_none(read), by_system[name]) if v is not None]
+            if not values:
                 cells.append("-")
                 continue
             low, high = min(values), max(values)
-            digits = 3 if max(abs(low), abs(high)) < 10 else 0
-            cells.append(f"{low:.{digits}f} to {high:.{digits}f}")
+            cells.append(f"{_number(low)} to {_number(high)} ({len(values)})")
         lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _read_or_none(read: Callable[[Json], Any]) -> Callable[[Json], Any]:
+    def reading(figures: Json) -> Any:
+        try:
+            return read(figures)
+        except (KeyError, TypeError):
+            return None
+
+    return reading
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:

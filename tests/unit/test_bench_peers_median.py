@@ -46,12 +46,40 @@ def test_each_number_is_its_own_median_across_runs() -> None:
     assert muster["jobs_completed"] == 165
     assert muster["job_completion_seconds"]["bench-high"]["p95"] == 80.0
     assert muster["seconds_below_min_with_pending_work"] == {"team-a": 20.0, "team-b": 5.0}
-    # Text and None are as the first run has them; the run count is kept.
-    assert muster["kubernetes"] == "1.35" and muster["evictions_per_completed_job"] is None
+    # Text is as the first run has it; a figure no run measured is left out.
+    assert muster["kubernetes"] == "1.35" and "evictions_per_completed_job" not in muster
     assert combined["runs"] == {"muster": 3}
     table = spread_table(by_system)
-    assert "| GPU-s of work lost to eviction | 1000 to 3000 |" in table
+    assert "| GPU-s of work lost to eviction | 1000 to 3000 (3) |" in table
     assert "| evicted pods per completed job | - |" in table
+
+
+def test_runs_missing_a_figure_leave_it_to_the_runs_that_have_it() -> None:
+    measured = _figures(3000.0, 160, 70.0, {"team-a": 10.0})
+    measured["evictions_per_completed_job"] = 0.5
+    other = _figures(1000.0, 170, 90.0, {"team-a": 30.0})
+    other["evictions_per_completed_job"] = 0.7
+    del other["job_completion_seconds"]["bench-high"]  # no high job completed in it
+    binding_only = {"binding": {"pods_per_second": 300.0, "ratio_to_alone": 0.9}}
+    combined, by_system = combine(
+        [_run(1, muster=measured), _run(1, muster=other), _run(1, muster=binding_only)]
+    )
+    muster = combined["systems"]["muster"]
+    # Each figure over the runs that have it: the binding run takes nothing away.
+    assert muster["gpu_seconds_lost_to_eviction"] == 2000.0  # median of 3000, 1000
+    assert muster["evictions_per_completed_job"] == 0.6  # of 0.5, 0.7
+    assert muster["job_completion_seconds"]["bench-high"]["p95"] == 70.0  # the one run
+    assert muster["binding"]["pods_per_second"] == 300.0
+    table = spread_table(by_system)
+    assert "| high-priority completion p95 s | 70 to 70 (1) |" in table
+    assert "| evicted pods per completed job | 0.500 to 0.700 (2) |" in table
+
+
+def test_runs_with_other_settings_are_refused() -> None:
+    first = _run(1, muster=_figures(1.0, 1, 1.0, {}))
+    second = {**_run(1, muster=_figures(1.0, 1, 1.0, {})), "min_runtime_seconds": 60}
+    with pytest.raises(ValueError, match="min_runtime_seconds"):
+        combine([first, second])
 
 
 def test_an_even_count_of_whole_numbers_gives_a_whole_median_only_when_it_is_one() -> None:
@@ -83,3 +111,6 @@ def test_runs_of_another_trace_are_refused(
     second.write_text("{not json")
     assert main([str(first), str(second)]) == 2
     assert "bench.peers_median:" in capsys.readouterr().err
+    second.write_text("[1, 2]")  # JSON, but not a run
+    assert main([str(first), str(second)]) == 2
+    assert "run 2 is not a bench.peers --json" in capsys.readouterr().err

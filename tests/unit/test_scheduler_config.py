@@ -427,6 +427,8 @@ def no_server(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
             self.started = True
 
     monkeypatch.setattr(serve.uvicorn, "Server", Recorder)
+    # Serving a snapshot freezes the heap: not the test worker's.
+    monkeypatch.setattr(serve, "freeze_long_lived", lambda: 0)
     return calls
 
 
