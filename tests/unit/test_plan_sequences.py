@@ -427,3 +427,43 @@ def test_a_gang_member_leaving_alone_leaves_its_unit_judged_by_the_pods_that_sta
     assert decision == plan_job_preemption(gone, "team-a/t-0", NOW), decision
     assert isinstance(decision, PreemptionPlan)
     assert [v.pod.key for v in decision.victims] == expected
+
+
+def _own_gang_member_leaving() -> tuple[ClusterState, ClusterState]:
+    """The cluster with team-a's g-0 terminating, and the same once it is gone.
+
+    n0 (4 GPUs) holds team-b's b (2 GPUs, priority 5; team-b's min is 0, so it borrows)
+    and team-a's gang g: g-1 (2 GPUs, priority 0) and g-0 (2 CPUs, priority 9,
+    terminating); n1 (4 GPUs) holds team-a's x (4 GPUs, not preemptible).  team-a (min =
+    max = 8) sends t-0 (2 GPUs, priority 10, not preemptible)."""
+    teams = [
+        quota("team-a", min={GPU: "8"}, max={GPU: "8"}),
+        quota("team-b", min={GPU: "0"}, max={GPU: "8"}),
+    ]
+    g0 = pod("g-0", cpu="2", node="n0", group="g", preemptible=True, priority=9, started=T10)
+    g0["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    staying = [
+        pod("g-1", gpu=2, node="n0", group="g", preemptible=True, priority=0, started=T10),
+        pod("b", "team-b", gpu=2, node="n0", preemptible=True, priority=5, started=T10),
+        pod("x", gpu=4, node="n1", preemptible=False, started=T10),
+        pod("t-0", gpu=2, preemptible=False, can_preempt=True, priority=10),
+    ]
+    cluster = [node("n0", gpu=4), node("n1", gpu=4)]
+    return snapshot(cluster, [g0, *staying], teams), snapshot(cluster, staying, teams)
+
+
+def test_the_search_below_a_borrowers_priority_reads_own_units_as_they_stay() -> None:
+    # The property found it: priority before quota compared the borrower's victim with
+    # the lowest priority of the job's own units as the index keys them, all their pods
+    # counted, so g (priority 9 while g-0 terminates) hid g-1 (priority 0).  Derived by
+    # hand: team-a uses g-1 2 + x 4 = 6 once g-0 is gone, + t-0's 2 = 8 <= its min 8, so
+    # t-0 reclaims; only n0 can make room (2 GPUs: b or g-1).  The walk takes other quotas
+    # first: b (priority 5).  team-a's own g is g-1 alone, priority 0 < 5: the search
+    # below 5 finds evicting g-1, whose highest victim priority is lower: it is the plan,
+    # while g-0 terminates as once it is gone.
+    in_flight, gone = _own_gang_member_leaving()
+    decision = plan_job_preemption(in_flight, "team-a/t-0", NOW)
+    assert decision == plan_job_preemption(gone, "team-a/t-0", NOW), decision
+    assert isinstance(decision, PreemptionPlan)
+    assert [v.pod.key for v in decision.victims] == ["team-a/g-1"]
+    assert decision.placements == {"team-a/t-0": "n0"}

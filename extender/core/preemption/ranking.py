@@ -16,6 +16,7 @@ from typing import NamedTuple
 from extender.core.preemption.cost import LostWork, lost_work, victim_notice
 from extender.core.preemption.policy import Preemptor, within_rule
 from extender.core.preemption.search import Found, NotFound
+from extender.core.preemption.walk import settled_units
 from extender.core.state import ClusterState
 
 #: The highest victim priority of a plan evicting no one (room that yields): below all.
@@ -80,10 +81,10 @@ def lower_priority_plan(
     policy = state.tree[preemptor.quota].policy
     if within_rule(preemptor, policy) is None:
         return found
-    own = state.victims.units(preemptor.quota)
-    while own and found.kept:
+    lowest = lowest_own_priority(state, preemptor.quota)
+    while lowest is not None and found.kept:
         top = max(group.priority for group in found.kept)
-        if own[0][0] >= top or not any(
+        if lowest >= top or not any(
             group.other_quota and group.priority == top for group in found.kept
         ):
             return found
@@ -102,3 +103,18 @@ def lower_priority_plan(
             ),
         )
     return found
+
+
+def lowest_own_priority(state: ClusterState, quota: str) -> int | None:
+    """The lowest priority of ``quota``'s victim units as a plan sees them: a unit some
+    of whose pods are leaving is keyed by the pods that stay (:func:`settled_units`), so
+    the search below a borrower's priority runs whether or not they have gone yet;
+    ``None`` if the quota has none."""
+    settled = settled_units(state, promised=state.book.promised_victims())
+    lowest = next(
+        (entry[0] for entry in state.victims.units(quota) if entry[2] not in settled), None
+    )
+    for entry in settled.values():
+        if entry is not None and entry[3] == quota and (lowest is None or entry[0] < lowest):
+            lowest = entry[0]
+    return lowest
