@@ -11,7 +11,8 @@ core reads them too (:func:`reserved_by_muster`): a nomination that matches
 the pod's own annotation is Muster's, any other is kube-scheduler's.
 
 When a plan ends: :func:`settle_reservations` (time up, job gone, victims still
-terminating) and :func:`refused_victims` (a budget stalls a victim past its deadline).
+terminating) and :func:`refused_victims` (a budget stalls a victim past its deadline);
+victims a job no longer needs are spared (:func:`spared_victims`).
 """
 
 from __future__ import annotations
@@ -254,6 +255,8 @@ class EndedPlan:
     unmark: tuple[PodInfo, ...]
     #: The job's pending pods carrying the reservation Muster wrote: it is cleared.
     release: tuple[PodInfo, ...]
+    #: The job keeps its room (only victims it no longer needs are spared).
+    room_kept: bool = False
 
 
 def settle_reservations(
@@ -292,7 +295,14 @@ def settle_reservations(
         ended.append(ended_plan(state, job, why))
     ended_jobs = {plan.job for plan in ended}
     for job in sorted(state.members.jobs_with_marked_victims()):
-        if job in state.reservations or job in ended_jobs:
+        if job in ended_jobs:
+            continue
+        spared = spared_victims(state, job)
+        if spared:
+            ended.append(EndedPlan(job, SPARED, spared, (), room_kept=True))
+            ended_jobs.add(job)
+            continue
+        if job in state.reservations:
             continue
         if not state.members.job_pods(job):
             # Deleted with its last pod: no reservation is left, but marks still name it.
@@ -316,6 +326,28 @@ def settle_reservations(
         if stale:
             ended.append(EndedPlan(job, "its reservation was released", (), tuple(stale)))
     return extended, ended
+
+
+#: Why victims a job no longer needs lose their marks.
+SPARED = "the job has room without them"
+
+
+def spared_victims(state: ClusterState, job: str) -> tuple[PodInfo, ...]:
+    """The victims marked for ``job`` that it no longer needs, not yet leaving: all of
+    them once none of its pods waits to bind (it found room elsewhere while they had
+    notice), else those its reservation does not count on (its gang was placed on room
+    that freed meanwhile).  Their marks are taken back: they keep running."""
+    marked = [
+        pod for pod in state.members.marked_pods(job) if not pod.terminating and not pod.finished
+    ]
+    if not marked or not state.members.job_pods(job):
+        return ()
+    reservation = state.reservations.get(job)
+    if reservation is None:
+        waiting = state.members.pending_jobs().get(job)
+        return () if waiting else tuple(marked)
+    counted = set(reservation.victims)
+    return tuple(pod for pod in marked if pod.key not in counted)
 
 
 def ended_plan(state: ClusterState, job: str, why: str) -> EndedPlan:

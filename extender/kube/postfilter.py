@@ -245,7 +245,8 @@ class PostFilterLoop(Watched):
             for reservation in extended:
                 apply(state, HoldRoom(reservation))
             for plan in ended:
-                apply(state, ReleaseRoom(plan.job))
+                if not plan.room_kept:
+                    apply(state, ReleaseRoom(plan.job))
         for job in replan:
             self.request(job)
         return ended
@@ -253,8 +254,13 @@ class PostFilterLoop(Watched):
     def _undo(self, plan: EndedPlan, now: float) -> None:
         """Take back what Muster wrote for a plan that ended without its job binding
         (:meth:`PlanIssuer.undo`), and say so in the job's decision log."""
-        reason = f"preemption for job {plan.job} abandoned: {plan.why}"
-        if plan.unmark or plan.release:
+        if plan.room_kept:
+            reason = f"victims of job {plan.job} spared: {plan.why}"
+        else:
+            reason = f"preemption for job {plan.job} abandoned: {plan.why}"
+        if plan.room_kept:
+            log.info("%s; taking their marks back", reason)
+        elif plan.unmark or plan.release:
             log.warning("%s; undoing what was written for it", reason)
         self.issuer.undo(plan, reason)
         if plan.release:

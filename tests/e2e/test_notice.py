@@ -10,7 +10,9 @@ signed annotation carrying its notice, ``DisruptionTarget``, event); then
   it exits is evicted at once instead: ``tests/unit/test_notice.py``);
 - a job that ignores its 8 s of notice is evicted when the notice runs out, not before;
 - a second job arriving while the first plan's victim is on notice takes another victim,
-  and each victim is marked once.
+  and each victim is marked once;
+- a job whose victim is on notice takes room that frees elsewhere meanwhile, and the
+  victim, no longer needed, is spared: its mark is taken back and it keeps running.
 """
 
 from __future__ import annotations
@@ -242,5 +244,54 @@ def test_a_job_arriving_while_a_victim_is_on_notice_takes_another_victim(
         preempted = sorted(e["involvedObject"]["name"] for e in teams.events(teams.b, "Preempted"))
         assert preempted == ["b-0", "b-1"]  # each victim marked once
         assert evictor_outcome(muster_with_notice, "evicted") == 2
+    finally:
+        teams.cleanup()
+
+
+def test_a_victim_on_notice_is_spared_when_its_job_finds_room_elsewhere(
+    cluster: Cluster, muster_with_notice: MusterProcess
+) -> None:
+    # Two 8-GPU nodes.  Team A (min 16) runs a-0 on one; team B borrows the other with
+    # b-0, asking 20 s of notice and ignoring it.  A's train (8 GPUs) arrives: within
+    # A's min, it reclaims b-0 (a-0, of its own quota and equal priority, is no victim),
+    # and b-0 gets its 20 s.  Then a-0 ends (deleted): its node is free, and team A's path
+    # stays within its max with b-0 kept (8 of 16).  Derived from the rule: train binds
+    # there, and b-0, no longer needed, is spared: its mark is taken back and it is still
+    # running after its notice would have run out; the evictor evicts nothing.
+    for i in range(2):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
+    )
+    try:
+        teams.create(teams.a, "a-0", requests={GPU: 8}, labels=TRAINER)
+        teams.wait(teams.a, "a-0", "Running")
+        freed = (teams.get(teams.a, "a-0") or {})["spec"]["nodeName"]
+        notes = {NOTICE: "20"}
+        teams.create(teams.b, "b-0", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=notes)
+        teams.wait(teams.b, "b-0", "Running")
+        teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
+        at = marked_at(teams, "b-0")
+        cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.a}/pods/a-0")
+        teams.wait(teams.a, "train", "Running", timeout=15)
+        assert (teams.get(teams.a, "train") or {})["spec"]["nodeName"] == freed
+        lc.wait_until(
+            lambda: (
+                (
+                    (p := teams.get(teams.b, "b-0")) is not None
+                    and SOFT_EVICTION not in p["metadata"].get("labels", {})
+                )
+                or None
+            ),
+            timeout=15,
+            what="b-0's mark taken back",
+        )
+        assert time.time() < at + 20  # spared before its notice ran out
+        # Past the notice it would have had (and a margin): still running, never evicted.
+        lc.wait_until(lambda: time.time() > at + 24 or None, timeout=30, what="its notice over")
+        b0 = teams.get(teams.b, "b-0")
+        assert b0 is not None and b0["status"]["phase"] == "Running"
+        assert not b0["metadata"].get("deletionTimestamp")
+        assert evictor_outcome(muster_with_notice, "evicted") == 0
     finally:
         teams.cleanup()

@@ -140,12 +140,13 @@ def marked_victim() -> dict[str, Any]:
     )
 
 
-def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
+def test_a_reserved_pod_waits_until_its_leaving_victims_are_gone() -> None:
     # Found by the soak (docs/reliability.md): team-a's job x preempted team-b's v; x's
-    # pod p holds room reserved on n2.  While v, marked for x, is still there (running,
-    # then terminating), p fails every node with a quota reason (it would put the quota
-    # above its max beside v); once v is gone it passes, pinned to n2.
+    # pod p holds room reserved on n2.  While v, marked for x, is leaving (terminating),
+    # p fails every node: the room is on its way, and binding elsewhere would waste the
+    # eviction.  Once v is gone p passes, pinned to n2.
     victim = marked_victim()
+    victim["metadata"]["deletionTimestamp"] = T0
     snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
     snap.add_reservation(
         Reservation(
@@ -166,23 +167,55 @@ def test_a_reserved_pod_waits_until_its_victims_are_gone() -> None:
     assert after.passed == ["n2"] and after.pinned_to == "n2"
 
 
+def org_quotas() -> list[dict[str, Any]]:
+    """org (max 4 GPUs) over team-a and team-b (min 2, max 4 each)."""
+    return [
+        quota("org", max={"nvidia.com/gpu": "4"}, is_parent=True),
+        quota("team-a", min={"nvidia.com/gpu": "2"}, max={"nvidia.com/gpu": "4"}, parent="org"),
+        quota("team-b", min={"nvidia.com/gpu": "2"}, max={"nvidia.com/gpu": "4"}, parent="org"),
+    ]
+
+
 def test_a_reserved_pod_waits_for_victims_its_reservation_names_before_their_marks_are_seen() -> (
     None
 ):
     # Found by the soak (seed 571492214, 96.4 s): the leader commits a plan (the
     # reservation, in memory, names v) and writes the marks; the filter of x's pod ran
-    # before the informer read v's mark back, and the pod bound beside v.  The
-    # reservation's own victims count: p waits while v is there, unmarked or not.
+    # before the informer read v's mark back, and the pod bound beside v, taking org
+    # above its max.  Derived by hand: u (2, n1) + v (2, n2, still running, unmarked as
+    # seen) + x's reserved room (2) = 6 > org's max 4: p waits, whatever node room there
+    # is, with a quota reason naming org; once v is gone, 2 + 2 = 4 <= 4 and p passes,
+    # pinned to n2.
     victim = pod("v", "team-b", gpu=2, node="n2", preemptible=True)
-    snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
+    running = pod("u", "team-b", gpu=2, node="n1", preemptible=True)
+    snap = snapshot(
+        [node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim, running], org_quotas()
+    )
     snap.add_reservation(
         Reservation("team-a/x", "x", {"team-a/p": "n2"}, ("team-b/v",), 0.0, 300.0)
     )
     result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
-    assert result.passed == [] and result.quota_failures
+    assert result.passed == []
+    (reason,) = result.quota_failures
+    assert "quota org is over its max" in reason
     snap.remove_pod("team-b/v")
     after = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
     assert after.passed == ["n2"]
+
+
+def test_a_reserved_pod_whose_victim_still_runs_may_take_room_its_quota_allows() -> None:
+    # v, marked for x, still runs (its notice): x's pod p may take room elsewhere, as
+    # long as its quota path stays within its max with v kept (no quota here limits it):
+    # n1 is free, n2 has room beside v; n2, its reserved node, passing, p is pinned to
+    # it.  Once p is bound, v is spared (tests/unit/test_spared_victims.py).
+    snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), marked_victim()])
+    snap.add_reservation(
+        Reservation("team-a/x", "x", {"team-a/p": "n2"}, ("team-b/v",), 0.0, 300.0)
+    )
+    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    assert result.passed == ["n2"] and result.pinned_to == "n2"
+    # Only n1 passing (kube-scheduler's view of n2 full): p may go there.
+    assert filter_nodes(snap, snap.pods["team-a/p"], ["n1"], as_extender=True).passed == ["n1"]
 
 
 def test_a_reserved_pod_waits_while_pods_its_plan_counted_as_gone_keep_a_parent_over_max() -> None:
@@ -215,14 +248,19 @@ def test_a_reserved_pod_waits_while_pods_its_plan_counted_as_gone_keep_a_parent_
     assert after.passed == ["n2"] and after.pinned_to == "n2"
 
 
-def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
+def test_every_pending_pod_of_a_job_whose_victims_are_leaving_waits() -> None:
     # The job holds no reservation (its plan was abandoned while v was terminating), and
-    # its pod p is not reserved: it still waits while v, marked for its job, is there, so
-    # no pod of a gang binds before the rest.
+    # its pod p is not reserved: it still waits while v, marked for its job, is leaving,
+    # so no pod of a gang binds before the rest.  While v still runs (marked, its notice
+    # not over) p may bind where there is room: nothing it needs is on its way.
     victim = marked_victim()
+    victim["metadata"]["deletionTimestamp"] = T0
     snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
     result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
     assert result.passed == [] and result.quota_failures
+    snap.upsert_pod(parse_pod(marked_victim()))
+    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    assert result.passed == ["n1", "n2"]
 
 
 @settings(max_examples=150, deadline=None)

@@ -64,11 +64,13 @@ def room_not_free_yet(state: ClusterState, pod: PodInfo) -> str | None:
     terminating victims)."""
     if pod.node_name is not None:
         return None
-    if victims_still_there(state, pod.job):
-        # Every pending pod of a job whose preemption victims are still there waits for
-        # them to go: the room its plan freed is still theirs, and binding now would put
-        # the quota (or an ancestor) above its max until they leave.  (One message while
-        # they leave: a changing one would requeue the pod at every victim.)
+    if victims_still_there(state, pod.job) and not victims_on_notice(state, pod.job):
+        # Every pending pod of a job whose preemption victims are all leaving waits for
+        # them to go: the room its plan freed is on its way, and binding elsewhere now
+        # would waste their eviction.  (One message while they leave: a changing one
+        # would requeue the pod at every victim.)  While a victim is still running (its
+        # notice), the job may take room that frees elsewhere, if its quota path is
+        # within its max with the victims kept (below): then they are spared.
         return (
             f"quota room reserved for job {pod.job} is not free yet: its preemption's "
             "victims are still there"
@@ -111,6 +113,21 @@ def victims_still_there(state: ClusterState, job: str) -> bool:
     victims = (state.pods.get(key) for key in reservation.victims)
     return any(
         victim is not None and not victim.terminating and not victim.finished for victim in victims
+    )
+
+
+def victims_on_notice(state: ClusterState, job: str) -> bool:
+    """Is a victim of ``job``'s preemption still running, not yet leaving (marked, its
+    notice not over, or counted on by the reservation and not yet marked)?"""
+    reservation = state.reservations.get(job)
+    counted = reservation.victims if reservation is not None else ()
+    candidates = [*state.members.marked_pods(job), *(state.pods.get(key) for key in counted)]
+    return any(
+        victim is not None
+        and victim.node_name is not None
+        and not victim.terminating
+        and not victim.finished
+        for victim in candidates
     )
 
 
