@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from base.resources import shortfall
 from extender.core.effects import Effect, HoldRoom
-from extender.core.filter.admission import victims_on_notice
+from extender.core.filter.admission import may_go_without_victims
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import PodInfo
 from extender.core.placement.nodefit import static_misfit
@@ -52,8 +53,8 @@ def bind_refusal(state: ClusterState, key: str, uid: str, node: str, now: float)
 
     Only when the pod is one the informer knows (name and UID) as pending, the node is
     one it knows and the pod's node constraints allow (:func:`static_misfit`), a pod with
-    room reserved goes to its reserved node (elsewhere only while a victim of its job is
-    still running, on notice: the job may take room freed meanwhile), and the node passes
+    room reserved goes to its reserved node (elsewhere only a lone pod whose victim still
+    runs, to room free there: :func:`may_go_without_victims`), and the node passes
     Muster's own filter for the pod (:func:`filter_pod` on that one node: quota admission,
     room held for other jobs, a gang placed whole).  kube-scheduler sends a bind only for a
     pod it has just filtered, so none of these should refuse it: a refusal is a caller
@@ -79,13 +80,16 @@ def bind_refusal(state: ClusterState, key: str, uid: str, node: str, now: float)
     if misfit is not None:
         return BindCheck(None, refused + misfit)
     reserved = state.reserved_node(key)
-    holder = state.reservation_holder(key)
-    # Elsewhere only while a victim of its job still runs (its notice): the filter below
-    # then says whether its quota path allows it there with the victims kept.
-    if reserved is not None and reserved != node and not victims_on_notice(state, holder or ""):
-        return BindCheck(
-            None, refused + f"room for it (job {holder}) is reserved on node {reserved}"
-        )
+    if reserved is not None and reserved != node:
+        # Elsewhere only as the filter allows a lone pod whose victim still runs, to
+        # room that is free there as Muster sees the node.
+        job = state.reservation_holder(key)
+        if not may_go_without_victims(state, pod, now) or shortfall(
+            pod.requests, state.free_on(node, for_pod=key)
+        ):
+            return BindCheck(
+                None, refused + f"room for it (job {job}) is reserved on node {reserved}"
+            )
     result = filter_pod(state, pod, [node], as_extender=True, now=now)
     if node not in result.passed:
         why = result.unresolvable.get(node) or result.failed.get(node) or "it does not pass"

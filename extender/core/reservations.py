@@ -333,21 +333,22 @@ SPARED = "the job has room without them"
 
 
 def spared_victims(state: ClusterState, job: str) -> tuple[PodInfo, ...]:
-    """The victims marked for ``job`` that it no longer needs, not yet leaving: all of
-    them once none of its pods waits to bind (it found room elsewhere while they had
-    notice), else those its reservation does not count on (its gang was placed on room
-    that freed meanwhile).  Their marks are taken back: they keep running."""
-    marked = [
-        pod for pod in state.members.marked_pods(job) if not pod.terminating and not pod.finished
-    ]
-    if not marked or not state.members.job_pods(job):
+    """The victims marked for ``job`` that it no longer needs: once it holds no
+    reservation and none of its pods waits to bind (a lone pod bound on room freed
+    elsewhere while they had notice: :func:`~extender.core.filter.admission.
+    may_go_without_victims`), those not yet leaving and that no reservation counts on
+    (one that took them over from it, say).  Their marks are taken back: they keep
+    running."""
+    if job in state.reservations or not state.members.job_pods(job):
         return ()
-    reservation = state.reservations.get(job)
-    if reservation is None:
-        waiting = state.members.pending_jobs().get(job)
-        return () if waiting else tuple(marked)
-    counted = set(reservation.victims)
-    return tuple(pod for pod in marked if pod.key not in counted)
+    if state.members.pending_jobs().get(job):
+        return ()
+    promised = state.book.promised_victims()
+    return tuple(
+        pod
+        for pod in state.members.marked_pods(job)
+        if not pod.terminating and not pod.finished and pod.key not in promised
+    )
 
 
 def ended_plan(state: ClusterState, job: str, why: str) -> EndedPlan:

@@ -6,11 +6,10 @@ out, or the job has answered it (:mod:`extender.core.notice`); when the mark say
 restarts the pod's Job whole instead (:mod:`extender.kube.restarter`).  Evictions go
 through the API, so PodDisruptionBudgets are honoured (a ``429`` is retried later, with a
 per-pod backoff), with the grace period the mark's ``deleteOptions`` asks for; each pod
-is evicted once, and only if
-Muster wrote its mark (the mark's signature, :mod:`extender.core.records`): a label a
-tenant put on a pod itself, or a mark copied from another pod, is ignored.  A
-cluster with its own operator (one that checkpoints a training job first, say)
-runs that instead.
+is evicted once, and only if Muster wrote its mark (the mark's signature,
+:mod:`extender.core.records`): a label a tenant put on a pod itself, or a mark copied
+from another pod, is ignored.  A cluster with its own operator (one that checkpoints a
+training job first, say) runs that instead.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from extender.core.notice import answered
 from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
-from extender.kube.restarter import JobRestarter, job_owner
+from extender.kube.restarter import JobRestarter, job_key
 from extender.kube.writer import ClusterWriter
 
 log = logging.getLogger(__name__)
@@ -110,6 +109,8 @@ class Evictor:
         #: Job is suspended when the last of them is ready (the suspension deletes them all).
         self._siblings: dict[str, dict[str, Json | None]] = {}
         self._sibling_of: dict[str, str] = {}  # pod key → its Job, for those
+        #: Jobs a victim of which was spared (unmarked): not restarted, their others evicted.
+        self._kept: set[str] = set()
         self.restart_patience_seconds = restart_patience_seconds
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -149,7 +150,9 @@ class Evictor:
         if kind == "DELETED" or metadata.get("deletionTimestamp"):
             # Gone, leaving, or no longer marked (a watch by label sees that as DELETED).
             uid = str(metadata.get("uid"))
-            ready = self._forget_sibling(object_key(obj))
+            spared = kind == "DELETED" and not metadata.get("deletionTimestamp")
+            spared = spared and keys.SOFT_EVICTION_KEY not in (metadata.get("labels") or {})
+            ready = self._forget_sibling(object_key(obj), spared=spared)
             with self._lock:
                 self._waiting.pop(object_key(obj), None)
                 self._noticed.pop(object_key(obj), None)
@@ -200,9 +203,8 @@ class Evictor:
                 log.info("%s exited on notice: no eviction needed", key)
         due = mark.timestamp + mark.notice_seconds
         ready = exited or answered(annotations, mark.timestamp) or self.clock() >= due
-        owner = job_owner(obj.get("metadata") or {}) if mark.restart_job else None
-        if owner is not None:
-            job = f"{(obj.get('metadata') or {}).get('namespace')}/{owner[1]}"
+        job = self._restarting_job(obj, mark.restart_job)
+        if job is not None:
             return self._wait_for_siblings(job, key, obj, due, ready=ready, exited=exited)
         with self._lock:
             if ready:
@@ -239,13 +241,25 @@ class Evictor:
             return True
         return False
 
-    def _forget_sibling(self, key: str) -> Json | None:
+    def _restarting_job(self, obj: Json, restart: bool) -> str | None:
+        """The Job a marked pod's eviction restarts, if its mark says so and none of the
+        Job's victims was spared."""
+        job = job_key(obj.get("metadata") or {}) if restart else None
+        return None if job in self._kept else job
+
+    def _forget_sibling(self, key: str, *, spared: bool = False) -> Json | None:
         """Forget a pod gone or unmarked; if its Job's other pods were all ready and
-        waited for it alone, one of them, to restart the Job with."""
+        waited for it alone, one of them, to restart the Job with.  A pod unmarked while
+        it runs (``spared``) keeps its Job from being restarted at all."""
         with self._lock:
             job = self._sibling_of.pop(key, None)
             siblings = self._siblings.get(job) if job is not None else None
             if job is None or siblings is None:
+                return None
+            if spared:
+                self._kept.add(job)
+                for other in self._siblings.pop(job):
+                    self._sibling_of.pop(other, None)
                 return None
             siblings.pop(key, None)
             ready = self._all_ready(job)
@@ -338,7 +352,8 @@ class Evictor:
         metadata = obj.get("metadata") or {}
         annotations = metadata.get("annotations") or {}
         mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
-        if mark.restart_job and uid not in self._overdue and self.restarter.restart(obj):
+        restart = self._restarting_job(obj, mark.restart_job) is not None
+        if restart and uid not in self._overdue and self.restarter.restart(obj):
             # Its Job deletes it, and re-creates it at once (extender.kube.restarter).
             self._restarting(obj)
             return

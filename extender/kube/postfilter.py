@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
@@ -101,6 +101,9 @@ class PostFilterLoop(Watched):
         self.debounce_seconds = debounce_seconds
         self.is_leader = is_leader
         self._due: dict[str, float] = {}
+        #: Victims spared, by UID: when their marks were last taken back (not again each
+        #: round until the informer sees it).
+        self._spared: dict[str, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -255,6 +258,12 @@ class PostFilterLoop(Watched):
         """Take back what Muster wrote for a plan that ended without its job binding
         (:meth:`PlanIssuer.undo`), and say so in the job's decision log."""
         if plan.room_kept:
+            self._spared = {uid: at for uid, at in self._spared.items() if now - at < 60}
+            fresh = tuple(p for p in plan.unmark if now - self._spared.get(p.uid, -60.0) >= 10)
+            if not fresh:
+                return
+            self._spared.update((p.uid, now) for p in fresh)
+            plan = replace(plan, unmark=fresh)
             reason = f"victims of job {plan.job} spared: {plan.why}"
         else:
             reason = f"preemption for job {plan.job} abandoned: {plan.why}"

@@ -230,6 +230,12 @@ def _restartable(
     return _selected(pod, spec.get("selector"))
 
 
+def job_key(metadata: Mapping[str, Any]) -> str | None:
+    """``namespace/UID`` of the ``batch/v1`` Job controlling a pod (:func:`job_owner`)."""
+    owner = job_owner(metadata)
+    return None if owner is None else f"{metadata.get('namespace')}/{owner[1]}"
+
+
 def job_owner(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
     """The name and UID of the ``batch/v1`` Job controlling a pod, if one does (a name
     that is a valid Job name)."""

@@ -11,8 +11,8 @@ signed annotation carrying its notice, ``DisruptionTarget``, event); then
 - a job that ignores its 8 s of notice is evicted when the notice runs out, not before;
 - a second job arriving while the first plan's victim is on notice takes another victim,
   and each victim is marked once;
-- a job whose victim is on notice takes room that frees elsewhere meanwhile, and the
-  victim, no longer needed, is spared: its mark is taken back and it keeps running.
+- a lone pod whose victim is on notice takes room that frees elsewhere meanwhile, and
+  the victim, no longer needed, is spared: its mark is taken back and it keeps running.
 """
 
 from __future__ import annotations
@@ -248,18 +248,17 @@ def test_a_job_arriving_while_a_victim_is_on_notice_takes_another_victim(
         teams.cleanup()
 
 
-@pytest.mark.parametrize("pods", [1, 2], ids=["lone-pod", "gang-of-two"])
 def test_a_victim_on_notice_is_spared_when_its_job_finds_room_elsewhere(
-    cluster: Cluster, muster_with_notice: MusterProcess, pods: int
+    cluster: Cluster, muster_with_notice: MusterProcess
 ) -> None:
     # Two 8-GPU nodes.  Team A (min 16) runs a-0 on one; team B borrows the other with
-    # b-0, asking 20 s of notice and ignoring it.  A's train (8 GPUs: one pod, or a gang
-    # of two 4-GPU pods) arrives: within A's min, it reclaims b-0 (a-0, of its own quota
-    # and equal priority, is no victim), and b-0 gets its 20 s.  Then a-0 ends (deleted):
-    # its node is free, and team A's path stays within its max with b-0 kept (8 of 16).
-    # Derived from the rule: train binds there (a gang whole), and b-0, no longer needed,
-    # is spared: its mark is taken back and it is still running after its notice would
-    # have run out; the evictor evicts nothing.
+    # b-0, asking 20 s of notice and ignoring it.  A's train (one 8-GPU pod) arrives:
+    # within A's min, it reclaims b-0 (a-0, of its own quota and equal priority, is no
+    # victim), and b-0 gets its 20 s.  Then a-0 ends (deleted): its node is free, and
+    # train, admitted now with b-0 kept, fits team A's quota (8 of 16).  Derived from the
+    # rule: train binds there, and b-0, no longer needed, is spared: its mark is taken
+    # back and it is still running after its notice would have run out; the evictor
+    # evicts nothing.
     for i in range(2):
         cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
     teams = Teams(
@@ -272,15 +271,11 @@ def test_a_victim_on_notice_is_spared_when_its_job_finds_room_elsewhere(
         notes = {NOTICE: "20"}
         teams.create(teams.b, "b-0", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=notes)
         teams.wait(teams.b, "b-0", "Running")
-        names = [f"train-{i}" for i in range(pods)]
-        gang = {"pod-group.scheduling.sigs.k8s.io": "train"} if pods > 1 else {}
-        for name in names:
-            teams.create(teams.a, name, requests={GPU: 8 // pods}, labels={**TRAINER, **gang})
+        teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
         at = marked_at(teams, "b-0")
         cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.a}/pods/a-0")
-        for name in names:
-            teams.wait(teams.a, name, "Running", timeout=15)
-            assert (teams.get(teams.a, name) or {})["spec"]["nodeName"] == freed
+        teams.wait(teams.a, "train", "Running", timeout=15)
+        assert (teams.get(teams.a, "train") or {})["spec"]["nodeName"] == freed
         lc.wait_until(
             lambda: (
                 (

@@ -13,6 +13,7 @@ nodes, so both filler pods are victims (found by hand: nothing else runs).
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any, cast
 
@@ -503,3 +504,32 @@ def test_a_pod_still_there_after_its_job_s_suspension_is_evicted_after_all() -> 
     now[0] += 20
     other.retry_due()
     assert second.evicted == []
+
+
+def _unmarked(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` once Muster took its mark back (a spare): how the label watch delivers it,
+    as DELETED."""
+    made = copy.deepcopy(obj)
+    del made["metadata"]["labels"][keys.SOFT_EVICTION_KEY]
+    del made["metadata"]["annotations"][keys.SOFT_EVICTION_KEY]
+    return made
+
+
+def test_a_spared_victim_keeps_its_job_from_being_restarted() -> None:
+    # filler-a and filler-b (one Job, restart marks, 30 s notice) marked at 12:00:00;
+    # filler-b answered at 12:00:05 (it waits for its sibling).  At 12:00:06 Muster spares
+    # filler-a (its preemptor found room elsewhere): the watch sees it unmarked.  Derived
+    # from the rule: a spared pod runs on, so its Job is not suspended; filler-b, still
+    # marked and ready, is evicted alone (not restarted), when its turn comes.
+    client = JobsAndEvictions(job())
+    made = Evictor(cast(KubeClient, client), clock=lambda: NOW + 6, record_keys=record_keys)
+    a = marked_for_restart("filler-a", "u-a", notice=30)
+    b = marked_for_restart("filler-b", "u-b", notice=30)
+    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
+    made._on_pod("ADDED", a)
+    made._on_pod("MODIFIED", b)
+    made._on_pod("DELETED", _unmarked(a))
+    assert "suspend" not in client.job["spec"]
+    made._on_pod("MODIFIED", b)
+    assert "suspend" not in client.job["spec"]
+    assert client.evicted == ["filler-b"]

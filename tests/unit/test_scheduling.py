@@ -182,10 +182,10 @@ def test_a_reserved_pod_waits_for_victims_its_reservation_names_before_their_mar
     # Found by the soak (seed 571492214, 96.4 s): the leader commits a plan (the
     # reservation, in memory, names v) and writes the marks; the filter of x's pod ran
     # before the informer read v's mark back, and the pod bound beside v, taking org
-    # above its max.  Derived by hand: u (2, n1) + v (2, n2, still running, unmarked as
-    # seen) + x's reserved room (2) = 6 > org's max 4: p waits, whatever node room there
-    # is, with a quota reason naming org; once v is gone, 2 + 2 = 4 <= 4 and p passes,
-    # pinned to n2.
+    # above its max.  Derived by hand: admitted now with v kept (still running, unmarked
+    # as seen) and its reserved room let go, x would take org to u 2 + v 2 + x 2 = 6 >
+    # its max 4: p waits for its victims, whatever node room there is; once v is gone,
+    # 2 + 2 = 4 <= 4 and p passes, pinned to n2.
     victim = pod("v", "team-b", gpu=2, node="n2", preemptible=True)
     running = pod("u", "team-b", gpu=2, node="n1", preemptible=True)
     snap = snapshot(
@@ -194,28 +194,29 @@ def test_a_reserved_pod_waits_for_victims_its_reservation_names_before_their_mar
     snap.add_reservation(
         Reservation("team-a/x", "x", {"team-a/p": "n2"}, ("team-b/v",), 0.0, 300.0)
     )
-    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True, now=T0)
     assert result.passed == []
     (reason,) = result.quota_failures
-    assert "quota org is over its max" in reason
+    assert "its preemption's victims are still there" in reason
     snap.remove_pod("team-b/v")
-    after = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    after = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True, now=T0)
     assert after.passed == ["n2"]
 
 
 def test_a_reserved_pod_whose_victim_still_runs_may_take_room_its_quota_allows() -> None:
-    # v, marked for x, still runs (its notice): x's pod p may take room elsewhere, as
-    # long as its quota path stays within its max with v kept (no quota here limits it):
+    # v, marked for x, still runs (its notice): x's lone pod p may take room elsewhere,
+    # as long as its job would be admitted now with v kept (no quota here limits it):
     # n1 is free, n2 has room beside v; n2, its reserved node, passing, p is pinned to
     # it.  Once p is bound, v is spared (tests/unit/test_spared_victims.py).
     snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), marked_victim()])
     snap.add_reservation(
         Reservation("team-a/x", "x", {"team-a/p": "n2"}, ("team-b/v",), 0.0, 300.0)
     )
-    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True, now=T0)
     assert result.passed == ["n2"] and result.pinned_to == "n2"
     # Only n1 passing (kube-scheduler's view of n2 full): p may go there.
-    assert filter_nodes(snap, snap.pods["team-a/p"], ["n1"], as_extender=True).passed == ["n1"]
+    only_n1 = filter_nodes(snap, snap.pods["team-a/p"], ["n1"], as_extender=True, now=T0)
+    assert only_n1.passed == ["n1"]
 
 
 def test_a_reserved_pod_waits_while_pods_its_plan_counted_as_gone_keep_a_parent_over_max() -> None:
@@ -248,19 +249,15 @@ def test_a_reserved_pod_waits_while_pods_its_plan_counted_as_gone_keep_a_parent_
     assert after.passed == ["n2"] and after.pinned_to == "n2"
 
 
-def test_every_pending_pod_of_a_job_whose_victims_are_leaving_waits() -> None:
+def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
     # The job holds no reservation (its plan was abandoned while v was terminating), and
-    # its pod p is not reserved: it still waits while v, marked for its job, is leaving,
-    # so no pod of a gang binds before the rest.  While v still runs (marked, its notice
-    # not over) p may bind where there is room: nothing it needs is on its way.
+    # its pod p is not reserved: it still waits while v, marked for its job, is there, so
+    # no pod of a gang binds before the rest (only a reserved lone pod may go without its
+    # victims: tests/unit/test_spared_victims.py).
     victim = marked_victim()
-    victim["metadata"]["deletionTimestamp"] = T0
     snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
-    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
+    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True, now=T0)
     assert result.passed == [] and result.quota_failures
-    snap.upsert_pod(parse_pod(marked_victim()))
-    result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True)
-    assert result.passed == ["n1", "n2"]
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,13 +1,14 @@
 """Victims a job no longer needs keep running (issue 35, item 3: reclaim that costs
 little; issue 34: preemption that destroys the least work).
 
-A victim with notice keeps running until its notice ends.  If meanwhile the job finds
-room without it (another job ended: a lone pod binds elsewhere, a gang is placed whole on
-the freed room), evicting it would destroy its work for nothing.  Derived by hand from
-the rule (:func:`extender.core.reservations.spared_victims`, the filter's gang branch in
-:mod:`extender.core.filter.verb`): once none of the job's pods waits to bind, every
-victim marked for it and not yet leaving is spared; while it holds a reservation, those
-its reservation does not count on are; a victim already terminating never is.
+A victim with notice keeps running until its notice ends.  If meanwhile a lone pod's job
+finds room without it (another job ended), evicting it would destroy its work for nothing.
+Derived by hand from the rules (:func:`extender.core.filter.admission.
+may_go_without_victims`, :func:`extender.core.reservations.spared_victims`): a lone pod
+whose victims all still run may bind where there is room, if its job would be admitted
+now with the victims kept and its reserved room let go; once none of the job's pods waits
+to bind and it holds no reservation, every victim marked for it that is not leaving and
+that no reservation counts on is spared.  A gang waits for its victims whole.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 from typing import Any
 
 from base import keys
-from extender.core.effects import HoldRoom, apply
+from extender.core.binding import bind_refusal
 from extender.core.filter import verb
 from extender.core.objects import parse_pod
 from extender.core.reservations import SPARED, settle_reservations
@@ -81,13 +82,18 @@ def test_victims_the_reservation_counts_on_stay_marked() -> None:
     assert spared(snap) == []
 
 
-def test_victims_a_new_reservation_does_not_count_on_are_spared_and_the_room_kept() -> None:
-    # The gang was placed again on freed room (n1): its reservation counts on no victim.
-    # b-0 is spared; the reservation stays (room_kept: the front door does not release it).
-    snap = snapshot([node("n0"), node("n1")], [victim("b-0"), trainer("t-0")])
-    reserve(snap, {"team-a/t-0": "n1"}, ())
-    assert spared(snap) == [(SPARED, ["team-b/b-0"], True)]
-    assert JOB in snap.reservations
+def test_a_victim_another_reservation_took_over_stays_marked() -> None:
+    # train's t-0 is bound (on n1) and holds no reservation, but b-0, marked for train,
+    # is a victim another job's reservation counts on (it took b-0 over when train's room
+    # yielded to it): that job still needs it, so it is not spared.
+    snap = snapshot(
+        [node("n0"), node("n1")],
+        [victim("b-0"), trainer("t-0", "n1"), pod("o-0", gpu=8, group="other")],
+    )
+    snap.add_reservation(
+        Reservation("team-a/other", "default", {"team-a/o-0": "n0"}, ("team-b/b-0",), T0, T0 + 300)
+    )
+    assert spared(snap) == []
 
 
 def gang_in_flight() -> ClusterState:
@@ -106,30 +112,16 @@ def gang_in_flight() -> ClusterState:
     return snap
 
 
-def test_a_gang_with_victims_on_notice_waits_for_its_room_while_none_frees() -> None:
-    # kube-scheduler passes no node for t-0 (n0 holds b-0 until its notice ends, n1 is
-    # full): the gang waits for the room reserved for it, as before.
-    snap = gang_in_flight()
-    result = verb.filter_pod(snap, snap.pods["team-a/t-0"], [], as_extender=True, now=T0 + 5)
-    assert result.passed == []
-    assert result.gang_waiting == "gang team-a/train: waiting for the room reserved on node n0"
-    assert result.effects == ()
-
-
-def test_a_gang_with_victims_on_notice_takes_room_that_freed_and_spares_them() -> None:
-    # c-0 ends: n1's 8 GPUs are free, and kube-scheduler passes n1 for t-0.  Both 4-GPU
-    # pods fit there: the gang is placed whole on n1 (t-0 held to it), its reservation
-    # counting on no victim; the next settle spares b-0, whose notice has not ended.
+def test_a_gang_waits_for_its_victims_whole_even_when_room_frees() -> None:
+    # c-0 ends: n1's 8 GPUs are free, and kube-scheduler passes n1 for t-0.  But a gang
+    # waits for its victims whole (a pod of it binding alone would strand the rest): t-0
+    # fails n1 with the wait for its victims, and nothing is spared.
     snap = gang_in_flight()
     snap.remove_pod("team-c/c-0")
     result = verb.filter_pod(snap, snap.pods["team-a/t-0"], ["n1"], as_extender=True, now=T0 + 5)
-    assert result.passed == ["n1"] and result.gang_placed
-    (hold,) = result.effects
-    assert isinstance(hold, HoldRoom)
-    assert hold.reservation.placements == {"team-a/t-0": "n1", "team-a/t-1": "n1"}
-    assert hold.reservation.victims == ()
-    apply(snap, hold)
-    assert spared(snap, T0 + 5) == [(SPARED, ["team-b/b-0"], True)]
+    assert result.passed == []
+    assert result.failed == {"n1": LEAVING}
+    assert spared(snap, T0 + 5) == []
 
 
 def test_a_gang_whose_victims_are_all_leaving_keeps_its_room() -> None:
@@ -174,9 +166,9 @@ def test_a_lone_pod_whose_victim_has_notice_may_bind_where_room_freed() -> None:
 
 
 def test_a_job_whose_quota_is_at_max_with_its_victims_kept_waits_for_them() -> None:
-    # b-0 is team-a's own (a within-quota victim) and team-a's max is 8: with b-0 kept
-    # and t-0's reserved 8 counted, team-a uses 16 > 8, so t-0 may not bind elsewhere:
-    # it waits until b-0 has left (the quota check's message).
+    # b-0 is team-a's own (a within-quota victim) and team-a's max is 8: admitted now
+    # with b-0 kept (8) and its reserved room let go, t-0 (8) would take team-a to 16 > 8,
+    # so it may not bind elsewhere: it waits until b-0 has left.
     own = pod("b-0", gpu=8, node="n0", preemptible=True)
     own["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
     own["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps({"preemptor": JOB})
@@ -188,7 +180,36 @@ def test_a_job_whose_quota_is_at_max_with_its_victims_kept_waits_for_them() -> N
     reserve(snap, {"team-a/t-0": "n0"}, ("team-a/b-0",))
     result = verb.filter_pod(snap, snap.pods["team-a/t-0"], ["n1"], as_extender=True, now=T0 + 5)
     assert result.passed == []
-    assert result.failed == {
-        "n1": "quota room reserved for job team-a/train is not free yet: quota team-a is "
-        "over its max until pods on their way out have left"
-    }
+    assert result.failed == {"n1": LEAVING}
+
+
+def test_room_held_for_the_quotas_non_preemptible_pods_is_not_taken() -> None:
+    # team-a (min 8, max 16) runs b-0 (8, preemptible, its own victim, marked for train)
+    # and has np-0 (8, not preemptible) pending; train's t-0 (8, preemptible) is reserved
+    # on n0.  Admitted now with b-0 kept: room up to min (8) stays held for np-0, plus
+    # preemptible used 8 (b-0) plus t-0's 8 = 24 > max 16.  So t-0 waits for b-0 to go,
+    # though n1 is free.
+    own = pod("b-0", gpu=8, node="n0", preemptible=True)
+    own["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    own["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps({"preemptor": JOB})
+    snap = snapshot(
+        [node("n0"), node("n1")],
+        [own, pod("np-0", gpu=8), pod("t-0", gpu=8, group="train", preemptible=True)],
+        [quota("team-a", min={GPU: "8"}, max={GPU: "16"})],
+    )
+    reserve(snap, {"team-a/t-0": "n0"}, ("team-a/b-0",))
+    result = verb.filter_pod(snap, snap.pods["team-a/t-0"], ["n1"], as_extender=True, now=T0 + 5)
+    assert result.passed == [] and result.failed == {"n1": LEAVING}
+
+
+def test_a_bind_off_the_reserved_node_needs_room_there() -> None:
+    # The bind verb (anyone reaching the port may call it) lets t-0 go off its reserved
+    # node only as the filter does, and only to room free on that node: n1 holds c-0 (8
+    # of 8 GPUs), so a bind of t-0 there is refused; once c-0 is gone it is allowed.
+    snap = lone_pod_in_flight()
+    snap.upsert_pod(parse_pod(pod("c-0", "team-c", gpu=8, node="n1")))
+    t0 = snap.pods["team-a/t-0"]
+    refused = bind_refusal(snap, t0.key, t0.uid, "n1", T0 + 5)
+    assert refused.pod is None and "is reserved on node n0" in refused.refusal
+    snap.remove_pod("team-c/c-0")
+    assert bind_refusal(snap, t0.key, t0.uid, "n1", T0 + 5).pod is not None

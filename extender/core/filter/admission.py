@@ -16,7 +16,7 @@ from collections.abc import Collection
 
 from extender.core.effects import HoldQuota
 from extender.core.objects import PodInfo
-from extender.core.placement.demand import job_demand, uncharged_with_min_resources
+from extender.core.placement.demand import JobDemand, job_demand, uncharged_with_min_resources
 from extender.core.placement.fairshare import fair_share_wait
 from extender.core.state import ClusterState
 from quota.admission import job_admission_failures, over_max_on_path
@@ -39,7 +39,7 @@ def admission_failures(
         return [error.reason]
     if quota in state.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
-    waiting = room_not_free_yet(state, pod)
+    waiting = room_not_free_yet(state, pod, now)
     if waiting is not None:
         return [waiting]
     if state.counts_as_used(pod):
@@ -57,20 +57,20 @@ def admission_failures(
     return [wait.reason] if wait is not None else []
 
 
-def room_not_free_yet(state: ClusterState, pod: PodInfo) -> str | None:
+def room_not_free_yet(state: ClusterState, pod: PodInfo, now: float | None = None) -> str | None:
     """Why pending ``pod`` waits for room its job's preemption freed to be free in fact;
     ``None`` when it need not.  A wait, not a refusal: the room comes once pods on their
     way out have left (kube-scheduler waits the same way for its own nominated node's
     terminating victims)."""
     if pod.node_name is not None:
         return None
-    if victims_still_there(state, pod.job) and not victims_on_notice(state, pod.job):
-        # Every pending pod of a job whose preemption victims are all leaving waits for
-        # them to go: the room its plan freed is on its way, and binding elsewhere now
-        # would waste their eviction.  (One message while they leave: a changing one
-        # would requeue the pod at every victim.)  While a victim is still running (its
-        # notice), the job may take room that frees elsewhere, if its quota path is
-        # within its max with the victims kept (below): then they are spared.
+    if victims_still_there(state, pod.job) and not may_go_without_victims(state, pod, now):
+        # Every pending pod of a job whose preemption victims are still there waits for
+        # them to go: the room its plan freed is still theirs, and binding now would put
+        # the quota (or an ancestor) above its max until they leave.  (One message while
+        # they leave: a changing one would requeue the pod at every victim.)  A lone pod
+        # whose victim still runs may take room freed elsewhere meanwhile
+        # (:func:`may_go_without_victims`): then its victims are spared.
         return (
             f"quota room reserved for job {pod.job} is not free yet: its preemption's "
             "victims are still there"
@@ -116,19 +116,42 @@ def victims_still_there(state: ClusterState, job: str) -> bool:
     )
 
 
-def victims_on_notice(state: ClusterState, job: str) -> bool:
-    """Is a victim of ``job``'s preemption still running, not yet leaving (marked, its
-    notice not over, or counted on by the reservation and not yet marked)?"""
-    reservation = state.reservations.get(job)
-    counted = reservation.victims if reservation is not None else ()
-    candidates = [*state.members.marked_pods(job), *(state.pods.get(key) for key in counted)]
-    return any(
-        victim is not None
-        and victim.node_name is not None
-        and not victim.terminating
-        and not victim.finished
-        for victim in candidates
-    )
+def may_go_without_victims(state: ClusterState, pod: PodInfo, now: float | None) -> bool:
+    """May reserved ``pod``, the one pod of its job, bind without its victims going (at
+    ``now``; ``None``: it may not)?
+    While one of them still runs (its notice, or its mark not yet read back) and none is
+    leaving yet, and the job would be admitted now, as a job arriving with the victims
+    kept and its reserved room let go: its quota and every ancestor within their ``max``,
+    room up to ``min`` for non-preemptible pods, fair sharing.  Then it may take room
+    that frees elsewhere; once it is bound its victims are spared
+    (:func:`~extender.core.reservations.spared_victims`).  A gang waits for its victims
+    whole (a pod of it binding alone would strand the rest)."""
+    reservation = state.reservations.get(pod.job)
+    if now is None or reservation is None or state.reserved_node(pod.key) is None:
+        return False
+    if len(state.members.job_members(pod.job)) != 1:
+        return False
+    if state.declarations.declares_min_resources(pod.job):
+        return False
+    victims = [state.pods.get(key) for key in reservation.victims]
+    marked = state.members.marked_pods(pod.job)
+    if any(v is not None and (v.terminating or v.finished) for v in (*victims, *marked)):
+        return False  # its room is on its way: binding elsewhere wastes that eviction
+    if not any(v is not None and v.node_name is not None for v in (*victims, *marked)):
+        return False
+    try:
+        quota = state.quota_of(pod)
+    except QuotaMembershipError:
+        return False
+    preemptible = state.preemptible(pod)
+    ledger = state.ledger.overlay()
+    ledger.charge(quota, pod.requests, preemptible=preemptible, used=True, sign=-1)
+    np_request = {} if preemptible else dict(pod.requests)
+    p_request = dict(pod.requests) if preemptible else {}
+    if job_admission_failures(ledger, quota, np_request, p_request):
+        return False
+    demand = JobDemand(pod.job, quota, (pod,), np_request, p_request)
+    return fair_share_wait(state, demand, now, ledger) is None
 
 
 def added_pods_admission_failures(

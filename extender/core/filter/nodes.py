@@ -87,7 +87,7 @@ def filter_nodes(
     failures = admission_failures(state, pod, now, names)
     if failures:
         reason = "; ".join(failures)
-        if room_not_free_yet(state, pod) is not None:
+        if room_not_free_yet(state, pod, now) is not None:
             # Waiting for room on its way out: resolvable, as kube-scheduler's own wait
             # for a nominated node's terminating victims is.  Unresolvable would make
             # kube-scheduler preempt on another node (when it preempts by itself).

@@ -15,11 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from extender.core.effects import Effect, HoldRoom, ReleaseQuotaHold, ReleaseRoom
-from extender.core.filter.admission import (
-    added_pods_admission_failures,
-    admission_hold,
-    victims_on_notice,
-)
+from extender.core.filter.admission import added_pods_admission_failures, admission_hold
 from extender.core.filter.gang import GangPlacement, GangWait, plan_gang_placement
 from extender.core.filter.gangstatus import backoff_reason
 from extender.core.filter.nodes import FilterResult, filter_nodes
@@ -95,14 +91,6 @@ def _filter_pod(
             reserved_node = None
             refused = reservation.refused
         elif reservation.victims:
-            if victims_on_notice(state, gang.job):
-                # Its victims have notice: if room freed meanwhile holds the whole gang,
-                # it goes there, and the victims it no longer needs keep running.
-                free = plan_gang_placement(
-                    state, pod, allowed=allowed, refused=reservation.refused | held, gang=gang
-                )
-                if isinstance(free, GangPlacement):
-                    return _decided(state, pod, gang, node_names, free, None, now, victims=())
             # Room freed by eviction: kube-scheduler may not have seen the victims go
             # yet.  Its own delete event retries the pod; the room stays the job's.
             return _turned_away(
@@ -171,12 +159,10 @@ def _decided(
     decision: GangPlacement | GangWait,
     reserved_node: str | None,
     now: float,
-    victims: tuple[str, ...] | None = None,
 ) -> FilterResult:
     """The filter's answer for a gang once its placement is planned: the room held and
     the pod held to its node, or the job turned away (its old room released, unless
-    kube-scheduler's refusal may pass).  ``victims``: those the new room counts on
-    (default: its old reservation's)."""
+    kube-scheduler's refusal may pass)."""
     job = gang.job
     reservation = state.reservations.get(job)
     if isinstance(decision, GangPlacement) and state.counts_as_used(pod):
@@ -198,8 +184,7 @@ def _decided(
         release: tuple[Effect, ...] = (ReleaseRoom(job),) if reservation is not None else ()
         turned = _turned_away(node_names, decision.reason, resolvable=decision.resolvable)
         return dataclasses.replace(turned, effects=release)
-    if victims is None:
-        victims = reservation.victims if reservation is not None else ()
+    victims = reservation.victims if reservation is not None else ()
     timeout = state.args.reservation_timeout_seconds
     hold = HoldRoom(decision.reservation(now, timeout, victims))
     node = decision.placements.get(pod.key)

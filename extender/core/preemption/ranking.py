@@ -81,12 +81,14 @@ def lower_priority_plan(
     policy = state.tree[preemptor.quota].policy
     if within_rule(preemptor, policy) is None:
         return found
-    lowest = lowest_own_priority(state, preemptor.quota)
-    while lowest is not None and found.kept:
+    lowest: int | None = None
+    while found.kept:
         top = max(group.priority for group in found.kept)
-        if lowest >= top or not any(
-            group.other_quota and group.priority == top for group in found.kept
-        ):
+        if not any(group.other_quota and group.priority == top for group in found.kept):
+            return found
+        if lowest is None:  # read once, and only here: it settles every pod leaving
+            lowest = lowest_own_priority(state, preemptor.quota)
+        if lowest is None or lowest >= top:
             return found
         lower = search_below(top - 1)
         if isinstance(lower, NotFound):
