@@ -7,12 +7,13 @@ fair-share gap by a third from one run to the next on this machine (timing decid
 pod binds first, and everything after follows).  So claims are made on the median of
 several runs.  Each ``RUN.json`` is a ``python -m bench.peers --json`` of the same trace
 and settings (seed, trace, weights and Muster's arguments alike; each may hold any of the
-systems); a system's figure is the median over the runs that measured it (a ``--no-trace``
-run adds its binding rate only; a figure a run has as ``None`` is left out of it), each
-number taken on its own, so a median row need not be one run's row.  Series and lists
-(the allocation over time, the worst partial gangs) are left out.  Printed: the table of
-medians (the columns of :func:`bench.peers.markdown_table`), then each headline figure's
-lowest and highest, with how many runs measured it.
+systems); a system's figure is the median over the runs that measured it (a
+``--no-trace`` run adds its binding rate only; a figure a run has as ``None`` is left out
+of it), each number taken on its own, so a median row need not be one run's row.  Series
+and lists (the allocation over time, the worst partial gangs) are left out.  Printed, the
+systems in the head-to-head's order: the table of medians (the columns of
+:func:`bench.peers.markdown_table`), then each headline figure's lowest and highest, with
+how many runs measured it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.peers import markdown_table
+from bench.peers import SYSTEMS, markdown_table
 
 Json = dict[str, Any]
 
@@ -104,6 +105,8 @@ def combine(runs: Sequence[Json]) -> tuple[Json, dict[str, list[Json]]]:
             by_system.setdefault(name, []).append(figures)
     if not by_system:
         raise ValueError("the runs hold no system's figures")
+    known = {name: index for index, name in enumerate(SYSTEMS)}
+    by_system = dict(sorted(by_system.items(), key=lambda item: known.get(item[0], len(known))))
     combined = {k: v for k, v in runs[0].items() if k != "systems"}
     combined["systems"] = {name: median_figures(f) for name, f in by_system.items()}
     combined["runs"] = {name: len(f) for name, f in by_system.items()}

@@ -114,3 +114,16 @@ def test_runs_of_another_trace_are_refused(
     second.write_text("[1, 2]")  # JSON, but not a run
     assert main([str(first), str(second)]) == 2
     assert "run 2 is not a bench.peers --json" in capsys.readouterr().err
+
+
+def test_columns_come_in_the_head_to_heads_order_whatever_the_runs_order() -> None:
+    combined, _ = combine(
+        [
+            _run(1, kueue=_figures(1.0, 1, 1.0, {})),
+            _run(
+                1, muster=_figures(1.0, 1, 1.0, {}), **{"kube-scheduler": _figures(1.0, 1, 1.0, {})}
+            ),
+        ]
+    )
+    # bench.peers.SYSTEMS: kube-scheduler, muster, scheduler-plugins, kueue, koordinator.
+    assert list(combined["systems"]) == ["kube-scheduler", "muster", "kueue"]
