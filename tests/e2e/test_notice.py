@@ -59,6 +59,16 @@ def muster_with_notice(
         yield muster
 
 
+def _two_nodes_team_a_owns(cluster: Cluster) -> Teams:
+    """Two 8-GPU nodes; team A's quota is both (min = max = 16), team B's nothing (min 0,
+    max 16: all it uses it borrows)."""
+    for i in range(2):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    return Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
+    )
+
+
 def evictor_outcome(muster: MusterProcess, outcome: str) -> float:
     assert muster.evictor_metrics_url is not None
     for line in httpx.get(muster.evictor_metrics_url, timeout=5).text.splitlines():
@@ -202,11 +212,7 @@ def test_a_job_arriving_while_a_victim_is_on_notice_takes_another_victim(
     # leaving for the first job (its room is reserved for it), so the second job's plan
     # must take the other pod, not the same one again nor wait on it; each victim is
     # marked once, and both of A's jobs run, one per node.
-    for i in range(2):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
-    )
+    teams = _two_nodes_team_a_owns(cluster)
     try:
         notes = {NOTICE: "10"}
         for i in range(2):
@@ -259,11 +265,7 @@ def test_a_victim_on_notice_is_spared_when_its_job_finds_room_elsewhere(
     # rule: train binds there, and b-0, no longer needed, is spared: its mark is taken
     # back and it is still running after its notice would have run out; the evictor
     # evicts nothing.
-    for i in range(2):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
-    )
+    teams = _two_nodes_team_a_owns(cluster)
     try:
         teams.create(teams.a, "a-0", requests={GPU: 8}, labels=TRAINER)
         teams.wait(teams.a, "a-0", "Running")
