@@ -30,9 +30,10 @@ TIMEOUT = 300.0
 JOB = "team-a/train"
 
 
-def victim(name: str, *, terminating: bool = False) -> dict[str, Any]:
-    """A team-b pod of 8 GPUs on n0, marked for JOB (its notice still running)."""
-    made = pod(name, "team-b", gpu=8, node="n0", preemptible=True)
+def victim(name: str, namespace: str = "team-b", *, terminating: bool = False) -> dict[str, Any]:
+    """A pod of 8 GPUs on n0 (team-b's by default), marked for JOB (its notice still
+    running)."""
+    made = pod(name, namespace, gpu=8, node="n0", preemptible=True)
     made["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
     made["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps({"preemptor": JOB})
     if terminating:
@@ -169,9 +170,7 @@ def test_a_job_whose_quota_is_at_max_with_its_victims_kept_waits_for_them() -> N
     # b-0 is team-a's own (a within-quota victim) and team-a's max is 8: admitted now
     # with b-0 kept (8) and its reserved room let go, t-0 (8) would take team-a to 16 > 8,
     # so it may not bind elsewhere: it waits until b-0 has left.
-    own = pod("b-0", gpu=8, node="n0", preemptible=True)
-    own["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
-    own["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps({"preemptor": JOB})
+    own = victim("b-0", "team-a")
     snap = snapshot(
         [node("n0"), node("n1")],
         [own, trainer("t-0")],
@@ -189,9 +188,7 @@ def test_room_held_for_the_quotas_non_preemptible_pods_is_not_taken() -> None:
     # on n0.  Admitted now with b-0 kept: room up to min (8) stays held for np-0, plus
     # preemptible used 8 (b-0) plus t-0's 8 = 24 > max 16.  So t-0 waits for b-0 to go,
     # though n1 is free.
-    own = pod("b-0", gpu=8, node="n0", preemptible=True)
-    own["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
-    own["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = json.dumps({"preemptor": JOB})
+    own = victim("b-0", "team-a")
     snap = snapshot(
         [node("n0"), node("n1")],
         [own, pod("np-0", gpu=8), pod("t-0", gpu=8, group="train", preemptible=True)],
