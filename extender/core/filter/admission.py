@@ -33,13 +33,34 @@ def admission_failures(
     time ``now``, a job that would borrow past its quota's fair share while another
     quota's work waits that could use one of ``nodes`` (the pod's candidates; ``None``:
     any) is not admitted either (:mod:`~extender.core.placement.fairshare`)."""
+    return admission_verdict(state, pod, now, nodes)[0]
+
+
+def admission_verdict(
+    state: ClusterState,
+    pod: PodInfo,
+    now: float | None = None,
+    nodes: Collection[str] | None = None,
+) -> tuple[list[str], bool]:
+    """:func:`admission_failures`, and whether the pod waits for room on its way out
+    (:func:`room_not_free_yet`, worked out once): then a failure is a wait."""
+    waiting = room_not_free_yet(state, pod, now)
+    return _admission_failures(state, pod, now, nodes, waiting), waiting is not None
+
+
+def _admission_failures(
+    state: ClusterState,
+    pod: PodInfo,
+    now: float | None,
+    nodes: Collection[str] | None,
+    waiting: str | None,
+) -> list[str]:
     try:
         quota = state.quota_of(pod)
     except QuotaMembershipError as error:
         return [error.reason]
     if quota in state.tree.parents:
         return [f"quota {quota} is a parent quota; pods must use a leaf quota"]
-    waiting = room_not_free_yet(state, pod, now)
     if waiting is not None:
         return [waiting]
     if state.counts_as_used(pod):

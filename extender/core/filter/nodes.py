@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from base.resources import PODS, add_into, shortfall
 from extender.core.effects import Effect
-from extender.core.filter.admission import admission_failures, room_not_free_yet
+from extender.core.filter.admission import admission_verdict
 from extender.core.objects import PodInfo
 from extender.core.placement.nodefit import static_misfit
 from extender.core.state import ClusterState
@@ -84,10 +84,10 @@ def filter_nodes(
     for fair sharing's admission check, which holds the pod back only for waiting work
     that could use one of ``node_names``: see :func:`.admission.admission_failures`)."""
     names = list(node_names)
-    failures = admission_failures(state, pod, now, names)
+    failures, waiting = admission_verdict(state, pod, now, names)
     if failures:
         reason = "; ".join(failures)
-        if room_not_free_yet(state, pod, now) is not None:
+        if waiting:
             # Waiting for room on its way out: resolvable, as kube-scheduler's own wait
             # for a nominated node's terminating victims is.  Unresolvable would make
             # kube-scheduler preempt on another node (when it preempts by itself).
