@@ -188,6 +188,23 @@ class PlanIssuer:
         self.written.add(pod.uid)
         return True
 
+    def mark_again(
+        self, pod: PodInfo, job: str, *, notice_seconds: float, restart_job: bool
+    ) -> bool:
+        """Write the mark of a victim whose mark someone else took off (its condition and
+        event are there already); returns whether it was written."""
+        self.written.discard(pod.uid)
+        reason = f"marked again for job {job}: its mark was taken off"
+        return self.remove(
+            pod,
+            job,
+            reason,
+            False,
+            label_only=True,
+            notice_seconds=notice_seconds,
+            restart_job=restart_job,
+        )
+
     def record_disruption(self, pod: PodInfo, job: str, reason: str) -> None:
         """The ``DisruptionTarget`` condition and ``Preempted`` event of a victim marked
         (by a Muster stopped before it recorded them), once."""

@@ -36,10 +36,8 @@ from dataclasses import dataclass, replace
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
-from extender.core.objects import PodInfo
-from extender.core.preemption.completion import completion_notices
+from extender.core.preemption.completion import completion_notices, unfinished_plans
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.preemption.policy import victim_refusal
 from extender.core.requeue import jobs_to_replan
 from extender.core.reservations import (
     EndedPlan,
@@ -49,7 +47,6 @@ from extender.core.reservations import (
     settle_reservations,
     yielded_plan,
 )
-from extender.core.state import ClusterState
 from extender.kube.health import Watched
 from extender.kube.issuer import Commitment, PlanIssuer
 from extender.kube.source import KubeSource
@@ -69,19 +66,6 @@ class Refused:
     #: When to plan it again (a gang still arriving settles, a victim's minimum runtime
     #: ends), or ``None``.
     settles: float | None
-
-
-@dataclass(frozen=True)
-class Unfinished:
-    """What in-flight reservations still lack (a Muster that stopped half-way)."""
-
-    delete_now: bool
-    #: Victims (with their job) not marked yet, that the rules still allow.
-    unmarked: list[tuple[PodInfo, str]]
-    #: Victims marked for their job without their ``DisruptionTarget`` yet.
-    unrecorded: list[tuple[PodInfo, str]]
-    #: Victims the rules refuse now, and why.
-    refused: list[tuple[PodInfo, str, str]]
 
 
 class PostFilterLoop(Watched):
@@ -104,6 +88,9 @@ class PostFilterLoop(Watched):
         #: Victims spared, by UID: when their marks were last taken back (not again each
         #: round until the informer sees it).
         self._spared: dict[str, float] = {}
+        #: Victims marked again (their marks taken off), by UID: the version of the pod
+        #: that lacked the mark (not again until the informer shows another).
+        self._marked_again: dict[str, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -177,10 +164,13 @@ class PostFilterLoop(Watched):
     def complete_in_flight(self) -> int:
         """Mark the victims of in-flight reservations that are still unmarked (a Muster
         that died between writing a reservation and marking its victims), and record the
-        disruption of those marked without it; return how many were marked."""
+        disruption of those marked without it; mark again the victims whose marks someone
+        else took off (:mod:`extender.core.preemption.completion`); return how many were
+        marked for the first time."""
         with self.source.exclusive() as state:
-            unfinished = _unfinished(state, self.issuer.written)
-            notices, restarted = completion_notices(state, unfinished.unmarked, self.clock())
+            unfinished = unfinished_plans(state, self.issuer.written)
+            to_mark = unfinished.unmarked + unfinished.stripped
+            notices, restarted = completion_notices(state, to_mark, self.clock())
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)
@@ -195,6 +185,16 @@ class PostFilterLoop(Watched):
                 notice_seconds=notices[pod.key],
                 restart_job=pod.key in restarted,
             )
+        stripped = {pod.uid for pod, _ in unfinished.stripped}
+        self._marked_again = {u: v for u, v in self._marked_again.items() if u in stripped}
+        for pod, job in unfinished.stripped:
+            if self._marked_again.get(pod.uid) == pod.resource_version:
+                continue  # written, not seen back yet
+            log.warning("%s lost its mark, and job %s waits for it: marked again", pod.key, job)
+            if self.issuer.mark_again(
+                pod, job, notice_seconds=notices[pod.key], restart_job=pod.key in restarted
+            ):
+                self._marked_again[pod.uid] = pod.resource_version
         # A Muster stopped between a plan's marks and their conditions: the victims it
         # marked (signed, so believed) get their DisruptionTarget and Preempted event now.
         # A victim this process marked gets them from the plan itself (decide).
@@ -358,38 +358,3 @@ class PostFilterLoop(Watched):
                 ),
             )
         self.issuer.announce(commitment, marked)
-
-
-def _unfinished(state: ClusterState, written: set[str]) -> Unfinished:
-    """What the in-flight reservations of ``state`` still lack, leaving out the victims
-    this process has written (``written``): each victim is checked against the rules
-    again, whatever record named it."""
-    unmarked = [
-        (state.pods[key], reservation.job)
-        for reservation in state.reservations.values()
-        for key in reservation.victims
-        if key in state.pods
-        and state.pods[key].uid not in written
-        and not state.pods[key].departing  # marked, evicted, or kube-scheduler's
-        and state.pods[key].node_name is not None
-    ]
-    unrecorded = [
-        (pod, reservation.job)
-        for reservation in state.reservations.values()
-        for key in reservation.victims
-        if (pod := state.pods.get(key)) is not None
-        and pod.uid not in written
-        and pod.node_name is not None
-        and not pod.finished
-        and not pod.terminating
-        and pod.marked_for == reservation.job
-        and pod.preempted_by is None  # no DisruptionTarget yet
-    ]
-    refused = [
-        (pod, job, why)
-        for pod, job in unmarked
-        if (why := victim_refusal(state, job, pod)) is not None
-    ]
-    refused_keys = {pod.key for pod, _, _ in refused}
-    allowed = [(pod, job) for pod, job in unmarked if pod.key not in refused_keys]
-    return Unfinished(state.args.pod_should_be_deleted_when_preempted, allowed, unrecorded, refused)

@@ -29,10 +29,12 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     Teams,
     _epoch,
     muster_and_evictor,
+    muster_with_arguments,
     tokens,
 )
 
 import localcluster as lc
+from extender.core.marks import Mark, read_mark
 
 pytestmark = pytest.mark.e2e
 
@@ -321,3 +323,71 @@ def claims_about_work(cluster: Cluster, teams: Teams) -> None:
     preempted = [e["involvedObject"]["name"] for e in teams.events(teams.a, "Preempted")]
     assert preempted == ["a-late"]
     untouched(teams, teams.a, "a-early")
+
+
+@pytest.fixture
+def muster_with_notice(
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
+) -> Iterator[MusterProcess]:
+    with muster_with_arguments(
+        control_plane, tmp_path, tokens, {"maxPreemptionNoticeSeconds": 60}
+    ) as muster:
+        yield muster
+
+
+def test_a_victim_whose_mark_its_owner_takes_off_is_still_evicted_on_time(
+    cluster: Cluster,
+    muster_with_notice: MusterProcess,
+) -> None:
+    with two_teams(cluster, 1, a_max=8) as teams:
+        mark_taken_off(cluster, teams)
+
+
+def mark_taken_off(cluster: Cluster, teams: Teams) -> None:
+    # Team A borrows the one node with a pod that asks 15 s of notice (the cap is 60).
+    # Team B reclaims it: Muster marks a-0, due 15 s after the mark (M).  Through its own
+    # token, team A takes the mark (label and annotation) off at once.  The evictor acts
+    # on marks only, and Muster still counts a-0 as leaving (its DisruptionTarget is pod
+    # status, which the tenant cannot write): left so, team B would wait out the 300 s
+    # reservation.  Derived from the threat model: a victim's owner cannot take back what
+    # Muster decided, nor buy time: a-0 is marked again with what is left of its notice,
+    # so it is evicted at M + 15 (not before, and within the 10 s a mark, the evictor's
+    # watch and an eviction take), and team B's pod runs.
+    tenant = tenant_client(cluster, teams.a)
+    pod_a = f"/api/v1/namespaces/{teams.a}/pods/a-0"
+    notice = {"muster.dev/preemption-notice-seconds": "15"}
+    a0 = make_pod("a-0", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=notice)
+    tenant.request("POST", f"/api/v1/namespaces/{teams.a}/pods", a0)
+    teams.wait(teams.a, "a-0", "Running")
+    teams.create(teams.b, "b-0", requests={GPU: 8}, labels=GUARANTEED)
+
+    def mark() -> Mark | None:
+        pod = teams.get(teams.a, "a-0") or {}
+        annotations = pod.get("metadata", {}).get("annotations", {})
+        return read_mark(annotations[SOFT_EVICTION]) if SOFT_EVICTION in annotations else None
+
+    first = lc.wait_until(mark, timeout=30, what="a-0 marked")
+    assert first.timestamp is not None and first.notice_seconds == 15
+    due = first.timestamp + 15
+    tenant.request(
+        "PATCH",
+        pod_a,
+        {"metadata": {"labels": {SOFT_EVICTION: None}, "annotations": {SOFT_EVICTION: None}}},
+        content_type="application/merge-patch+json",
+    )
+    again = lc.wait_until(mark, timeout=10, what="a-0 marked again")
+    # The same deadline: what was left of the notice when it was marked again (the
+    # marks' times have one-second resolution).
+    assert again.timestamp is not None
+    assert abs(again.timestamp + again.notice_seconds - due) <= 1.0, (again, due)
+    assert time.time() < due  # the tenant took it off while it was on notice
+
+    def leaving() -> float | None:
+        pod = teams.get(teams.a, "a-0")
+        return time.time() if pod is None or pod["metadata"].get("deletionTimestamp") else None
+
+    evicted = lc.wait_until(leaving, timeout=60, what="a-0 evicted")
+    assert due - 1 <= evicted <= due + 10, evicted - due
+    teams.wait(teams.b, "b-0", "Running", timeout=30)

@@ -439,3 +439,79 @@ def test_a_victim_s_preempted_event_is_posted_once_whoever_completes_the_record(
     assert len(names) == 3 and names[0] == names[1] != names[2]
     assert all(name.startswith("low.preempted.") for name in names)
     assert client.names == {names[0], names[2]}
+
+
+def muster_s_disruption(manifest: dict[str, Any], status: str = "True") -> dict[str, Any]:
+    """``manifest`` with the ``DisruptionTarget`` Muster writes after a victim's mark
+    (pod status: a tenant cannot write it)."""
+    manifest["status"]["conditions"] = [
+        {
+            "type": "DisruptionTarget",
+            "status": status,
+            "reason": "PreemptionByScheduler",
+            "message": "muster: preempted by job team-a/new: a reason",
+        }
+    ]
+    return manifest
+
+
+def reserved_with_victim(source: KubeSource, created: float) -> None:
+    """team-a/new holds n0 from a plan made at ``created``, counting on "low" leaving."""
+    held = nominated(preemptor(), "n0")
+    note = {"job": "team-a/new", "node": "n0", "created": created, "expires": NOW + 300}
+    held["metadata"]["annotations"][keys.RESERVATION_ANNOTATION] = signed(
+        keys.RESERVATION_ANNOTATION, "team-a/new", note | {"victims": ["team-a/low"]}
+    )
+    source._on_pod("ADDED", held)
+
+
+def marks_written(client: RecordingClient) -> list[str]:
+    """The soft-eviction marks written on "low", in order."""
+    return [
+        body["metadata"]["annotations"][keys.SOFT_EVICTION_KEY]
+        for method, path, body in client.calls
+        if method == "PATCH"
+        and path.endswith("/pods/low")
+        and keys.SOFT_EVICTION_KEY in (body.get("metadata", {}).get("annotations") or {})
+    ]
+
+
+def test_a_victim_whose_owner_takes_its_mark_off_is_marked_again_to_the_same_deadline() -> None:
+    # Muster marked "low" for team-a/new's plan, made at NOW - 10 with the 30 s of notice
+    # "low" asks (within the 60 s cap): due at NOW + 20.  Its owner takes the label and
+    # annotation off; the DisruptionTarget stays (pod status).  Without a mark no evictor
+    # evicts it, and, still leaving in Muster's eyes, it holds team-a/new's room for ever.
+    # So it is marked again, with what is left of its notice, 20 s: the deadline stays.
+    source, _ = live_source(MusterArgs(maxPreemptionNoticeSeconds=60))
+    client = RecordingClient()
+    loop = recording_loop(source, client)
+    reserved_with_victim(source, created=NOW - 10)
+    stripped = muster_s_disruption(victim("low", "n0", 1))
+    stripped["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "30"
+    stripped["metadata"]["resourceVersion"] = "7"
+    source._on_pod("MODIFIED", stripped)
+    assert loop.complete_in_flight() == 0  # none marked for the first time
+    (mark,) = marks_written(client)
+    assert read_mark(mark).preemptor == "team-a/new"
+    assert read_mark(mark).notice_seconds == 20.0
+    assert [p for m, p, _ in client.calls] == ["/api/v1/namespaces/team-a/pods/low"]  # no event
+    loop.complete_in_flight()  # the informer has not shown the new mark yet: not again
+    assert len(marks_written(client)) == 1
+    stripped["metadata"]["resourceVersion"] = "9"  # taken off again
+    source._on_pod("MODIFIED", stripped)
+    loop.complete_in_flight()
+    assert len(marks_written(client)) == 2
+
+
+@pytest.mark.parametrize("status", ["True", "False"])
+def test_a_victim_no_reservation_counts_on_is_not_marked_again(status: str) -> None:
+    # "low" has Muster's DisruptionTarget (True: its plan ended and its mark was taken
+    # back by Muster, the condition not yet turned; False: turned) but no mark, and no
+    # reservation names it: nothing is written.  Named by one, but with the condition
+    # turned False, it is a victim never marked: the rules are asked, as for any.
+    source, _ = live_source()
+    client = RecordingClient()
+    loop = recording_loop(source, client)
+    source._on_pod("MODIFIED", muster_s_disruption(victim("low", "n0", 1), status))
+    assert loop.complete_in_flight() == 0
+    assert client.calls == []

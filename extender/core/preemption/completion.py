@@ -1,21 +1,91 @@
-"""Completing a plan in flight: the marks a Muster stopped before writing them.
+"""Completing a plan in flight: the marks a Muster stopped before writing them, and the
+marks someone else took off.
 
 A Muster stopped between writing a plan's reservation and marking its victims leaves the
 reservation (persisted on the preemptor's pods); the next one marks the victims still
 unmarked (``PostFilterLoop.complete_in_flight`` in :mod:`extender.kube.postfilter`).
-They must get what the plan gave them: the notice to the same deadline, and their Job
-restarted (:mod:`extender.core.restart`) when the plan's victims, marked or not, are all
-of its pods.  Pure: the state and the time are given.
+A victim's owner can take its mark off (a tenant may edit its own pods' labels and
+annotations): the victim keeps its ``DisruptionTarget`` (pod status, which tenants do not
+write), so it still counts as leaving, and without a mark no evictor would ever evict it:
+the plan would wait out its reservation.  Such a victim is marked again.  Either way the
+victim gets what the plan gave it: the notice to the same deadline (taking a mark off
+never buys time), and its Job restarted (:mod:`extender.core.restart`) when the plan's
+victims, marked or not, are all of its pods.  Pure: the state and the time are given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from base import keys
 from extender.core.objects import PodInfo
 from extender.core.preemption.cost import victim_notice
+from extender.core.preemption.policy import victim_refusal
 from extender.core.restart import restarted_jobs
 from extender.core.state import ClusterState
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """What in-flight reservations still lack (a Muster that stopped half-way, a mark
+    taken off)."""
+
+    delete_now: bool
+    #: Victims (with their job) not marked yet, that the rules still allow.
+    unmarked: list[tuple[PodInfo, str]]
+    #: Victims marked for their job without their ``DisruptionTarget`` yet.
+    unrecorded: list[tuple[PodInfo, str]]
+    #: Victims the rules refuse now, and why.
+    refused: list[tuple[PodInfo, str, str]]
+    #: Victims Muster marked whose mark is gone while a reservation still counts on them:
+    #: to be marked again (the rules are not asked again: the plan was made).
+    stripped: list[tuple[PodInfo, str]]
+
+
+def unfinished_plans(state: ClusterState, written: set[str]) -> Unfinished:
+    """What the in-flight reservations of ``state`` still lack, leaving out the victims
+    whose marks this process has written (``written``, by UID) and the informer may not
+    show yet: each victim never marked is checked against the rules again, whatever record
+    named it; one whose mark was taken off is marked again."""
+    running = [
+        (pod, reservation.job)
+        for reservation in state.reservations.values()
+        for key in reservation.victims
+        if (pod := state.pods.get(key)) is not None
+        and pod.node_name is not None
+        and not pod.finished
+        and not pod.terminating
+    ]
+    unmarked = [
+        (pod, job)
+        for pod, job in running
+        if pod.uid not in written and not pod.departing  # marked, evicted, kube-scheduler's
+    ]
+    unrecorded = [
+        (pod, job)
+        for pod, job in running
+        if pod.uid not in written
+        and pod.marked_for == job
+        and pod.preempted_by is None  # no DisruptionTarget yet
+    ]
+    # Muster's DisruptionTarget without Muster's mark.  Muster writes the mark before the
+    # condition, and takes a mark back only once no reservation counts on the victim
+    # (reservations.spared_victims, an ended plan), so only someone else took it off.
+    stripped = [
+        (pod, job)
+        for pod, job in running
+        if not pod.soft_evicted and pod.preempted_by == keys.MUSTER_COMPONENT
+    ]
+    refused = [
+        (pod, job, why)
+        for pod, job in unmarked
+        if (why := victim_refusal(state, job, pod)) is not None
+    ]
+    refused_keys = {pod.key for pod, _, _ in refused}
+    allowed = [(pod, job) for pod, job in unmarked if pod.key not in refused_keys]
+    delete_now = state.args.pod_should_be_deleted_when_preempted
+    return Unfinished(delete_now, allowed, unrecorded, refused, stripped)
 
 
 def completion_notices(
