@@ -48,6 +48,10 @@ SOFT_EVICTION_KEY = "scheduling.koordinator.sh/soft-eviction"
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 # Muster's name as a component: in that message, in Events' source, in marks' initiator.
 MUSTER_COMPONENT = "muster"
+#: A pod condition Muster writes (pod status: tenants cannot) on a pod admitted
+#: preemptible whose label later says otherwise: it stays preemptible, for every replica
+#: and after a restart.
+ADMITTED_PREEMPTIBLE_CONDITION = "muster.dev/AdmittedPreemptible"
 
 # Written by Muster on a preemptor's pods: the node held for it (JSON).
 RESERVATION_ANNOTATION = "muster.dev/reservation"

@@ -68,6 +68,9 @@ class PodInfo:
     #: condition with reason ``PreemptionByScheduler`` (its message starts with the
     #: component's name: ``default-scheduler``, or ``muster`` for Muster's own marks).
     preempted_by: str | None = None
+    #: Muster's ``muster.dev/AdmittedPreemptible=True`` condition: admitted preemptible,
+    #: the pod stays so whatever its label says now (:mod:`extender.core.state.membership`).
+    admitted_preemptible: bool = False
     #: ``Kind/name`` of the controller that owns the pod (its ``ownerReferences`` entry
     #: with ``controller: true``): one that re-creates the pod if it is deleted.
     controller: str | None = None
@@ -267,6 +270,7 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         unsupported=unsupported,
         resource_version=string(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
         preempted_by=_preempted_by(status),
+        admitted_preemptible=_admitted_preemptible(status),
         controller=_controller(metadata),
         devices=parse_pod_devices(spec, status, requests, unsupported),
         gated=bool(mappings(spec.get("schedulingGates"), "spec.schedulingGates")),
@@ -329,6 +333,15 @@ def _preempted_by(status: Mapping[str, Any]) -> str | None:
             component, colon, _rest = message.partition(":")
             return component.strip() if colon and component.strip() else UNNAMED_COMPONENT
     return None
+
+
+def _admitted_preemptible(status: Mapping[str, Any]) -> bool:
+    """Does the pod carry Muster's ``muster.dev/AdmittedPreemptible=True`` condition?"""
+    return any(
+        condition.get("type") == keys.ADMITTED_PREEMPTIBLE_CONDITION
+        and condition.get("status") == "True"
+        for condition in mappings(status.get("conditions"), "status.conditions")
+    )
 
 
 def parse_priority_class(obj: Mapping[str, Any]) -> tuple[str, int, bool]:

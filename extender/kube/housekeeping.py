@@ -1,4 +1,5 @@
-"""The leader's periodic chores: ElasticQuota status, and draining stopped quotas.
+"""The leader's periodic chores: ElasticQuota status, draining stopped quotas, and
+recording the pods that stay preemptible against their labels.
 
 Every few seconds the leader writes each ElasticQuota's ``status.used`` (the
 requests of its bound or reserved pods, subtree included) and its
@@ -6,7 +7,9 @@ non-preemptible part, ``status.nonPreemptibleUsed``, only where they changed,
 through the status subresource alone (Muster may not patch a quota's spec or
 metadata); and soft-evicts the running pods of quotas whose
 ``muster.dev/stop-policy`` is ``HoldAndDrain``, or whose ancestor's is (their
-filter already admits nothing new).
+filter already admits nothing new); and records, on each pod admitted preemptible whose
+label now says otherwise, that it stays preemptible (a condition: pod status, which its
+owner cannot write), so that a restarted Muster, or another replica, reads it so too.
 """
 
 from __future__ import annotations
@@ -42,9 +45,14 @@ class Housekeeper(LeaderWorker):
         # quota object → the status fields last written (or found, before the first write)
         self._written: dict[str, dict[str, dict[str, str]]] = {}
         self._drained: set[str] = set()  # pod UIDs marked for a drain
+        self._recorded: set[str] = set()  # pod UIDs recorded as staying preemptible
 
     def chores(self) -> Sequence[Callable[[float], object]]:
-        return (lambda _now: self.write_quota_status(), lambda _now: self.drain_stopped_quotas())
+        return (
+            lambda _now: self.write_quota_status(),
+            lambda _now: self.drain_stopped_quotas(),
+            lambda _now: self.record_kept_preemptible(),
+        )
 
     def write_quota_status(self) -> int:
         """Write the status of every quota whose usage changed; return how many."""
@@ -120,3 +128,40 @@ class Housekeeper(LeaderWorker):
                 continue
             self._drained.add(pod.uid)
         return len(pods)
+
+    def record_kept_preemptible(self) -> int:
+        """Record the pods that stay preemptible against their label
+        (:meth:`~extender.core.state.membership.QuotaMembership.preemptible`) and lack the
+        record; return how many were recorded."""
+        with self.source.exclusive() as state:
+            kept = state.membership.kept_preemptible()
+            self._recorded &= kept  # forget pods gone
+            pods = (
+                [
+                    pod
+                    for pod in state.pods.values()
+                    if pod.uid in kept
+                    and pod.uid not in self._recorded
+                    and not pod.admitted_preemptible
+                    and not pod.finished
+                ]
+                if kept - self._recorded
+                else []
+            )
+        recorded = 0
+        for pod in pods:
+            try:
+                self.writer.record_admitted_preemptible(pod)
+            except ApiError as error:
+                if error.status == 404:  # gone: nothing to record
+                    self._recorded.add(pod.uid)
+                else:
+                    log.info("recording %s as preemptible: %s (will retry)", pod.key, error)
+                continue
+            except httpx.HTTPError as error:
+                log.info("recording %s as preemptible: %s (will retry)", pod.key, error)
+                continue
+            log.info("%s stays preemptible: recorded (its label changed after admission)", pod.key)
+            self._recorded.add(pod.uid)
+            recorded += 1
+        return recorded

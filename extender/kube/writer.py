@@ -146,6 +146,22 @@ class ClusterWriter:
         }
         self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
 
+    def record_admitted_preemptible(self, pod: PodInfo) -> None:
+        """Record on a pod admitted preemptible, whose label now says otherwise, that it
+        stays preemptible: Muster's ``muster.dev/AdmittedPreemptible`` condition (pod
+        status, which its owner cannot write), for every replica and after a restart."""
+        condition = {
+            "type": keys.ADMITTED_PREEMPTIBLE_CONDITION,
+            "status": "True",
+            "reason": "LabelChangedAfterAdmission",
+            "message": (
+                f"{COMPONENT}: admitted preemptible; its {keys.PREEMPTIBLE_LABEL} label "
+                "changed afterwards, and it stays preemptible"
+            ),
+            "lastTransitionTime": format_time(self.clock()),
+        }
+        self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
+
     def unmark_victim(self, pod: PodInfo, reason: str) -> None:
         """Take a victim's soft-eviction mark back (its plan was abandoned): the label and
         annotation go, ``DisruptionTarget`` turns ``False``, and an event says why."""

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from e2e_support import Cluster, condition, make_pod, tenant_client
-from muster_process import MUSTER, ROOT, MusterProcess
+from muster_process import MUSTER, ROOT, MusterProcess, start_evictor
 from test_muster_extender import GPU
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
@@ -41,6 +41,8 @@ pytestmark = pytest.mark.e2e
 QUOTA_LABEL = "quota.scheduling.koordinator.sh/name"
 RESERVATION = "muster.dev/reservation"
 BACKOFF = "muster.dev/gang-backoff"
+PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
+ADMITTED_PREEMPTIBLE = "muster.dev/AdmittedPreemptible"
 GUARANTEED = {
     "quota.scheduling.koordinator.sh/preemptible": "false",
     "quota.scheduling.koordinator.sh/can-preempt": "true",
@@ -391,3 +393,51 @@ def mark_taken_off(cluster: Cluster, teams: Teams) -> None:
     evicted = lc.wait_until(leaving, timeout=60, what="a-0 evicted")
     assert due - 1 <= evicted <= due + 10, evicted - due
     teams.wait(teams.b, "b-0", "Running", timeout=30)
+
+
+def test_a_borrower_relabelled_non_preemptible_stays_preemptible_across_a_restart(
+    cluster: Cluster,
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811
+) -> None:
+    # Team A (min 0) borrows the one node with a preemptible pod, then, through its own
+    # token, relabels it preemptible: "false".  Admitted preemptible (checked against max,
+    # not min), it stays so: Muster records that on the pod, in a condition (pod status,
+    # which the tenant cannot write or take off).  Muster is then stopped and a new one
+    # started: it reads the pod's label as it is now, "false", and the condition.  Derived
+    # from the threat model: a relabel grants no protection the quota never checked, so
+    # team B's reclaim of its min (8) still evicts a-0 and b-0 runs.  Believed, the label
+    # would make a-0 team A's guarantee (8 over its min of 0) and the reclaim would find
+    # no victim.
+    muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"])
+    evictor = start_evictor(tokens["muster-evictor"], tmp_path / "evictor.log")
+    try:
+        with (
+            control_plane.using_extender(lc.ExtenderConfig(muster.url, bind=True)),
+            two_teams(cluster, 1, a_max=8) as teams,
+        ):
+            tenant = tenant_client(cluster, teams.a)
+            pods_a = f"/api/v1/namespaces/{teams.a}/pods"
+            a0 = make_pod("a-0", requests={GPU: 8}, labels=PREEMPTIBLE)
+            tenant.request("POST", pods_a, a0)
+            teams.wait(teams.a, "a-0", "Running")
+            relabel = {"metadata": {"labels": {PREEMPTIBLE_LABEL: "false"}}}
+            tenant.request(
+                "PATCH", f"{pods_a}/a-0", relabel, content_type="application/merge-patch+json"
+            )
+            recorded = lc.wait_until(
+                lambda: condition(teams.get(teams.a, "a-0") or {}, ADMITTED_PREEMPTIBLE),
+                timeout=30,
+                what="a-0 recorded as staying preemptible",
+            )
+            assert recorded["status"] == "True"
+            muster.stop()
+            muster = MusterProcess(tmp_path, kubeconfig=tokens["muster"], port=muster.port)
+            teams.create(teams.b, "b-0", requests={GPU: 8}, labels=GUARANTEED)
+            teams.wait(teams.b, "b-0", "Running", timeout=60)
+            preempted = [e["involvedObject"]["name"] for e in teams.events(teams.a, "Preempted")]
+            assert preempted == ["a-0"]
+    finally:
+        evictor.stop()
+        muster.stop()

@@ -84,3 +84,45 @@ def test_a_resource_no_longer_used_is_removed_from_the_status() -> None:
         "status": {"used": {GPU: None, "pods": None}, "nonPreemptibleUsed": {}}
     }
     assert [method for method, _, _ in client.requests].count("GET") == 1
+
+
+def test_a_pod_relabelled_after_admission_is_recorded_as_staying_preemptible() -> None:
+    # A running pod admitted preemptible, whose owner relabels it preemptible: "false",
+    # stays preemptible (tests/unit/test_trust_boundary.py).  The leader records that on
+    # the pod, once, as a condition in its status (which tenants cannot write); a Muster
+    # started afresh (a restart, another replica) reads the pod preemptible from it, as
+    # its label alone would not say.
+    source, housekeeper, client = keeper({})
+    source._on_pod("ADDED", pod("p", gpu=4, node="n0", preemptible=True))
+    assert housekeeper.record_kept_preemptible() == 0  # its label says so: nothing to record
+    relabelled = pod("p", gpu=4, node="n0", preemptible=False)
+    source._on_pod("MODIFIED", relabelled)
+    assert housekeeper.record_kept_preemptible() == 1
+    ((path, body),) = patches(client)
+    assert path == "/api/v1/namespaces/team-a/pods/p/status"
+    (condition,) = body["status"]["conditions"]
+    assert (condition["type"], condition["status"]) == ("muster.dev/AdmittedPreemptible", "True")
+    assert housekeeper.record_kept_preemptible() == 0  # once
+    assert len(patches(client)) == 1
+    # A fresh Muster sees the pod as it now is: labelled "false", with the condition.
+    relabelled["status"]["conditions"] = [condition]
+    fresh, _, _ = keeper({})
+    fresh._on_pod("ADDED", relabelled)
+    with fresh.exclusive() as state:
+        assert state.preemptible(state.pods["team-a/p"])
+    # Without it, it would take the label at its word.
+    relabelled["status"]["conditions"] = []
+    bare, _, _ = keeper({})
+    bare._on_pod("ADDED", relabelled)
+    with bare.exclusive() as state:
+        assert not state.preemptible(state.pods["team-a/p"])
+
+
+def test_a_pod_relabelled_before_it_is_counted_is_not_recorded() -> None:
+    # Pending and unreserved, a pod is admitted as its label says when it is admitted: a
+    # relabel then is its owner's choice, checked against min like any (nothing to keep).
+    source, housekeeper, client = keeper({})
+    source._on_pod("ADDED", pod("p", gpu=4, preemptible=True))
+    source._on_pod("MODIFIED", pod("p", gpu=4, preemptible=False))
+    assert housekeeper.record_kept_preemptible() == 0
+    assert patches(client) == []

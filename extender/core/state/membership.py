@@ -68,9 +68,15 @@ class QuotaMembership:
         """May the pod be a victim?  Its label (or the default), except that a pod
         admitted preemptible stays so (:meth:`keep_preemptible`): the label changed to
         ``"false"`` on a pod already counted (bound, reserved or held) asks for a
-        protection its quota never checked it against.  (Held in memory: a restarted
-        Muster reads the labels.)"""
-        return pod.uid in self._kept_preemptible or is_preemptible(pod, self._args)
+        protection its quota never checked it against.  Held in memory, and recorded on
+        the pod by the leader (its ``muster.dev/AdmittedPreemptible`` condition, pod
+        status, which tenants cannot write), which every replica, and a restarted Muster,
+        reads."""
+        return (
+            pod.admitted_preemptible
+            or pod.uid in self._kept_preemptible
+            or is_preemptible(pod, self._args)
+        )
 
     def keep_preemptible(self, uids: Iterable[str]) -> None:
         """These pods stay preemptible against their label."""
