@@ -138,9 +138,17 @@ class PodInfo:
 
     @property
     def departing(self) -> bool:
-        """On its way out already: marked for soft eviction, preempted or terminating
-        (never a victim again, never counted as freed twice)."""
-        return self.soft_evicted or self.terminating or self.preempted_by is not None
+        """On its way out already: marked for soft eviction, terminating, or preempted by
+        another component (never a victim again, never counted as freed twice).  Muster's
+        own ``DisruptionTarget`` without its mark is no departure: Muster marks a victim
+        before it writes the condition, so someone else took the mark off (the victim is
+        marked again while a plan counts on it: :mod:`extender.core.preemption.completion`),
+        or a plan ended and its condition was left behind."""
+        return (
+            self.soft_evicted
+            or self.terminating
+            or (self.preempted_by is not None and self.preempted_by != keys.MUSTER_COMPONENT)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +277,7 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         nominated_node_name=status.get("nominatedNodeName") or None,
         unsupported=unsupported,
         resource_version=string(metadata.get("resourceVersion") or "", "metadata.resourceVersion"),
-        preempted_by=_preempted_by(status),
+        preempted_by=preempting_component(status),
         admitted_preemptible=_admitted_preemptible(status),
         controller=_controller(metadata),
         devices=parse_pod_devices(spec, status, requests, unsupported),
@@ -319,7 +327,7 @@ def _controller(metadata: Mapping[str, Any]) -> str | None:
 UNNAMED_COMPONENT = "unknown"
 
 
-def _preempted_by(status: Mapping[str, Any]) -> str | None:
+def preempting_component(status: Mapping[str, Any]) -> str | None:
     """The component a ``DisruptionTarget=True/PreemptionByScheduler`` condition names:
     kube-scheduler writes ``"<schedulerName>: preempting to accommodate a higher priority
     pod"``, Muster ``"muster: preempted by job ..."``."""

@@ -352,12 +352,23 @@ def spared_victims(state: ClusterState, job: str) -> tuple[PodInfo, ...]:
 
 
 def ended_plan(state: ClusterState, job: str, why: str) -> EndedPlan:
-    """The plan of ``job`` ended now, for ``why``: its victims not yet leaving and its
+    """The plan of ``job`` ended now, for ``why``: its victims not yet leaving that no
+    reservation counts on (one that took them over, when ``job``'s room yielded), and its
     pods carrying the reservation Muster wrote (see :class:`EndedPlan`)."""
+    promised = {
+        key
+        for reservation in state.reservations.values()
+        if reservation.job != job
+        for key in reservation.victims
+    }
     return EndedPlan(
         job,
         why,
-        tuple(pod for pod in state.members.marked_pods(job) if not pod.terminating),
+        tuple(
+            pod
+            for pod in state.members.marked_pods(job)
+            if not pod.terminating and pod.key not in promised
+        ),
         tuple(persisted_pods(state, job)),
     )
 

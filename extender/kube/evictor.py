@@ -25,12 +25,15 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from base import keys
+from base.errors import ManifestError
 from extender.core.marks import read_mark
 from extender.core.notice import answered
+from extender.core.objects import preempting_component
 from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
-from extender.kube.restarter import JobRestarter, job_key
+from extender.kube.restarter import JobRestarter
+from extender.kube.siblings import RestartSiblings
 from extender.kube.writer import ClusterWriter
 
 log = logging.getLogger(__name__)
@@ -104,13 +107,8 @@ class Evictor:
         #: delete it: not its pod after all, or not running) is evicted after all.
         self._restarted: dict[str, tuple[Json, float]] = {}
         self._overdue: set[str] = set()  # UIDs of those: evicted, not restarted
-        #: Pods on notice whose marks restart their Job, by Job (namespace/UID): each pod's
-        #: key → the pod once it is ready (due, answered, exited), ``None`` until then.  The
-        #: Job is suspended when the last of them is ready (the suspension deletes them all).
-        self._siblings: dict[str, dict[str, Json | None]] = {}
-        self._sibling_of: dict[str, str] = {}  # pod key → its Job, for those
-        #: Jobs a victim of which was spared (unmarked): not restarted, their others evicted.
-        self._kept: set[str] = set()
+        #: Pods on notice whose marks restart their Job (:mod:`extender.kube.siblings`).
+        self._siblings = RestartSiblings()
         self.restart_patience_seconds = restart_patience_seconds
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -150,10 +148,17 @@ class Evictor:
         if kind == "DELETED" or metadata.get("deletionTimestamp"):
             # Gone, leaving, or no longer marked (a watch by label sees that as DELETED).
             uid = str(metadata.get("uid"))
-            spared = kind == "DELETED" and not metadata.get("deletionTimestamp")
-            spared = spared and keys.SOFT_EVICTION_KEY not in (metadata.get("labels") or {})
-            ready = self._forget_sibling(object_key(obj), spared=spared)
+            unmarked = kind == "DELETED" and not metadata.get("deletionTimestamp")
+            unmarked = unmarked and keys.SOFT_EVICTION_KEY not in (metadata.get("labels") or {})
+            if unmarked and _preempted_by_muster(obj):
+                # Its owner took the mark off: Muster puts it back, to the same deadline.
+                with self._lock:
+                    self._noticed.pop(object_key(obj), None)
+                    self._waiting.pop(object_key(obj), None)
+                return
             with self._lock:
+                spared_at = self.clock() if unmarked else None
+                act_on = self._siblings.forget(object_key(obj), spared_at=spared_at)
                 self._waiting.pop(object_key(obj), None)
                 self._noticed.pop(object_key(obj), None)
                 self._restarted.pop(object_key(obj), None)
@@ -164,8 +169,13 @@ class Evictor:
                     self._overdue.discard(uid)
                     self._forged.discard(uid)
                     self._exited.discard(uid)
-            if ready is not None:  # its siblings, all ready, waited for it alone
-                self._restart_job(ready)
+            if unmarked:  # spared: its siblings already ready are evicted one by one
+                for sibling in act_on:
+                    self._evict(sibling)
+            elif act_on:  # its siblings, all ready, waited for it alone
+                for sibling in act_on[1:]:
+                    self._restarting(sibling)
+                self._restart_job(act_on[0])
             return
         if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
             uid = str(metadata.get("uid"))
@@ -203,7 +213,8 @@ class Evictor:
                 log.info("%s exited on notice: no eviction needed", key)
         due = mark.timestamp + mark.notice_seconds
         ready = exited or answered(annotations, mark.timestamp) or self.clock() >= due
-        job = self._restarting_job(obj, mark.restart_job)
+        with self._lock:
+            job = self._siblings.restarting_job(obj, mark.restart_job, mark.timestamp)
         if job is not None:
             return self._wait_for_siblings(job, key, obj, due, ready=ready, exited=exited)
         with self._lock:
@@ -222,15 +233,11 @@ class Evictor:
         restarts the Job: at once when it exited (there is nothing to evict), else through
         the eviction path (``False``), which restarts it or, failing that, evicts."""
         with self._lock:
-            siblings = self._siblings.setdefault(job, {})
-            self._sibling_of[key] = job
+            ready_pods = self._siblings.wait(job, key, obj, ready=ready)
             if not ready:
-                siblings[key] = None
                 self._noticed[key] = (obj, due)
                 return True
             self._noticed.pop(key, None)
-            siblings[key] = obj
-            ready_pods = self._all_ready(job)
         if ready_pods is None:
             return True
         for sibling in ready_pods:
@@ -240,46 +247,6 @@ class Evictor:
             self._restart_job(obj)
             return True
         return False
-
-    def _restarting_job(self, obj: Json, restart: bool) -> str | None:
-        """The Job a marked pod's eviction restarts, if its mark says so and none of the
-        Job's victims was spared."""
-        job = job_key(obj.get("metadata") or {}) if restart else None
-        return None if job in self._kept else job
-
-    def _forget_sibling(self, key: str, *, spared: bool = False) -> Json | None:
-        """Forget a pod gone or unmarked; if its Job's other pods were all ready and
-        waited for it alone, one of them, to restart the Job with.  A pod unmarked while
-        it runs (``spared``) keeps its Job from being restarted at all."""
-        with self._lock:
-            job = self._sibling_of.pop(key, None)
-            siblings = self._siblings.get(job) if job is not None else None
-            if job is None or siblings is None:
-                return None
-            if spared:
-                self._kept.add(job)
-                for other in self._siblings.pop(job):
-                    self._sibling_of.pop(other, None)
-                return None
-            siblings.pop(key, None)
-            ready = self._all_ready(job)
-        if not ready:
-            return None
-        for sibling in ready[1:]:
-            self._restarting(sibling)
-        return ready[0]
-
-    def _all_ready(self, job: str) -> list[Json] | None:
-        """With the lock held: when every noticed pod of ``job`` is ready, forget them and
-        return them; ``None`` while one is still on notice."""
-        siblings = self._siblings[job]
-        ready = [sibling for sibling in siblings.values() if sibling is not None]
-        if len(ready) < len(siblings):
-            return None
-        del self._siblings[job]
-        for pod_key in siblings:
-            self._sibling_of.pop(pod_key, None)
-        return ready
 
     def _restart_job(self, obj: Json) -> None:
         """Restart the Job of ``obj``, a ready pod with nothing to evict (it exited, or the
@@ -352,8 +319,9 @@ class Evictor:
         metadata = obj.get("metadata") or {}
         annotations = metadata.get("annotations") or {}
         mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
-        restart = self._restarting_job(obj, mark.restart_job) is not None
-        if restart and uid not in self._overdue and self.restarter.restart(obj):
+        with self._lock:
+            restart = self._siblings.restarting_job(obj, mark.restart_job, mark.timestamp)
+        if restart is not None and uid not in self._overdue and self.restarter.restart(obj):
             # Its Job deletes it, and re-creates it at once (extender.kube.restarter).
             self._restarting(obj)
             return
@@ -398,3 +366,13 @@ class Evictor:
         while not self._stop.wait(min(1.0, self.retry_seconds)):
             self.retry_due()
             self.restarter.resume_due()
+
+
+def _preempted_by_muster(obj: Json) -> bool:
+    """Does the pod carry Muster's ``DisruptionTarget=True``?  Muster turns it ``False``
+    before it takes a mark back, so on a pod without its mark it says someone else took
+    the mark off."""
+    try:
+        return preempting_component(obj.get("status") or {}) == keys.MUSTER_COMPONENT
+    except ManifestError:
+        return False

@@ -44,7 +44,9 @@ class Housekeeper(LeaderWorker):
         )
         # quota object → the status fields last written (or found, before the first write)
         self._written: dict[str, dict[str, dict[str, str]]] = {}
-        self._drained: set[str] = set()  # pod UIDs marked for a drain
+        #: Pods marked for a drain, by UID: the version that lacked the mark (not marked
+        #: again until the informer shows another: a mark its owner took off is put back).
+        self._drained: dict[str, str] = {}
         self._recorded: set[str] = set()  # pod UIDs recorded as staying preemptible
 
     def chores(self) -> Sequence[Callable[[float], object]]:
@@ -105,16 +107,23 @@ class Housekeeper(LeaderWorker):
                 for stop, source in (state.tree.stop_policy(name),)
                 if stop is StopPolicy.HOLD_AND_DRAIN
             }
-            pods: list[tuple[PodInfo, str]] = [
-                (pod, quota)
-                for pod in state.pods.values()
-                if pod.node_name is not None
-                and not pod.finished
-                and not pod.terminating
-                and not pod.soft_evicted
-                and pod.uid not in self._drained
-                and (quota := state.quota_name(pod) or "") in drained_by
-            ]
+            pods: list[tuple[PodInfo, str]] = []
+            unmarked: dict[str, str] = {}
+            for pod in state.pods.values():
+                if (
+                    pod.node_name is None
+                    or pod.finished
+                    or pod.terminating
+                    or pod.soft_evicted
+                    or (quota := state.quota_name(pod) or "") not in drained_by
+                ):
+                    continue
+                if pod.uid in self._drained:
+                    unmarked[pod.uid] = self._drained[pod.uid]
+                    if self._drained[pod.uid] == pod.resource_version:
+                        continue  # marked, not seen back yet
+                pods.append((pod, quota))
+            self._drained = unmarked  # pods marked (or gone) since need no memory
         for pod, quota in pods:
             try:
                 self.writer.mark_victim(
@@ -123,11 +132,26 @@ class Housekeeper(LeaderWorker):
                     reason=f"quota {drained_by[quota]} has stop-policy HoldAndDrain",
                     grace_seconds=None,
                 )
-            except (ApiError, httpx.HTTPError) as error:
+            except ApiError as error:
+                if error.status != 422 or not self._evict_at_once(pod, error):
+                    log.info("draining %s: %s (will retry)", pod.key, error)
+                    continue
+            except httpx.HTTPError as error:
                 log.info("draining %s: %s (will retry)", pod.key, error)
                 continue
-            self._drained.add(pod.uid)
+            self._drained[pod.uid] = pod.resource_version
         return len(pods)
+
+    def _evict_at_once(self, pod: PodInfo, error: ApiError) -> bool:
+        """Evict a pod that cannot take a drain's mark (its annotations at the API
+        server's limit, say); return whether that was done."""
+        log.warning("%s cannot be marked for the drain (%s): evicting it at once", pod.key, error)
+        try:
+            self.writer.evict(pod.namespace, pod.name, pod.uid, None)
+        except (ApiError, httpx.HTTPError) as failure:
+            log.info("evicting %s: %s (will retry)", pod.key, failure)
+            return False
+        return True
 
     def record_kept_preemptible(self) -> int:
         """Record the pods that stay preemptible against their label

@@ -24,6 +24,7 @@ import httpx
 from prometheus_client import Histogram
 
 from extender.core.objects import PodInfo
+from extender.core.preemption.completion import Unfinished
 from extender.core.preemption.planner import PreemptionPlan, Victim
 from extender.core.reservations import EndedPlan, reserved_by_muster
 from extender.kube.client import ApiError
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 #: Concurrent writes for one plan (a gang's victims' marks, its pods' reservations).
 WRITERS = 8
+#: The longest wait before a victim's failed write is tried again.
+RETRY_MAX_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,11 @@ class PlanIssuer:
         self.clock = clock
         #: Victim UIDs this process has marked or evicted (or found gone): never again.
         self.written: set[str] = set()
+        #: Victim UID → when its mark's notice runs out (the mark's time plus its notice):
+        #: written by this process, or seen; kept while a plan counts on the victim.
+        self.deadlines: dict[str, float] = {}
+        #: Victim UID → (failed writes, when to try again).
+        self._retry_at: dict[str, tuple[int, float]] = {}
         self._writers = ThreadPoolExecutor(WRITERS, thread_name_prefix="postfilter-write")
         #: Served on Muster's /metrics (see serve.py).
         self.time_to_mark = Histogram(
@@ -156,6 +164,9 @@ class PlanIssuer:
         (:mod:`extender.core.restart`).  Returns whether it was written now."""
         if pod.uid in self.written:
             return False
+        retry = self._retry_at.get(pod.uid)
+        if retry is not None and self.clock() < retry[1]:
+            return False  # failed lately: backing off
         try:
             if delete_now:
                 self.writer.evict(pod.namespace, pod.name, pod.uid, None)
@@ -177,16 +188,42 @@ class PlanIssuer:
                     notice_seconds=notice_seconds,
                 )
         except ApiError as error:
+            if error.status == 422 and not delete_now:
+                # The pod cannot take the mark (its owner filled its annotations to the
+                # API server's limit, say): no evictor would ever see it, so it goes now.
+                log.warning("victim %s cannot be marked (%s): evicting it at once", pod.key, error)
+                return self.remove(pod, job, reason, True)
             if error.status not in (404, 409):  # not gone or replaced: try again later
-                log.warning("victim %s: %s (will retry)", pod.key, error)
+                self._failed(pod, error)
                 return False
             self.written.add(pod.uid)  # gone or replaced: nothing more to write
             return False
         except httpx.HTTPError as error:
-            log.warning("victim %s: %s (will retry)", pod.key, error)
+            self._failed(pod, error)
             return False
+        self._retry_at.pop(pod.uid, None)
         self.written.add(pod.uid)
+        if not delete_now:
+            self.deadlines[pod.uid] = self.clock() + notice_seconds
         return True
+
+    def _failed(self, pod: PodInfo, error: Exception) -> None:
+        """A victim's write failed: try it again after a backoff (1 s, doubling to 30 s)."""
+        attempts = self._retry_at.get(pod.uid, (0, 0.0))[0] + 1
+        delay = min(2.0 ** (attempts - 1), RETRY_MAX_SECONDS)
+        self._retry_at[pod.uid] = (attempts, self.clock() + delay)
+        log.warning("victim %s: %s (retry %d in %.0fs)", pod.key, error, attempts, delay)
+
+    def remember_deadlines(self, unfinished: Unfinished) -> dict[str, float]:
+        """Keep the deadlines of the victims in-flight plans count on (those seen marked
+        now, written by another Muster, are added) and forget the others; returns them."""
+        counted = unfinished.counted
+        deadlines = {uid: at for uid, at in self.deadlines.items() if uid in counted}
+        self._retry_at = {uid: at for uid, at in self._retry_at.items() if uid in counted}
+        for uid, at in unfinished.deadlines.items():
+            deadlines.setdefault(uid, at)
+        self.deadlines = deadlines
+        return deadlines
 
     def mark_again(
         self, pod: PodInfo, job: str, *, notice_seconds: float, restart_job: bool

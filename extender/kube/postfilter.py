@@ -36,7 +36,11 @@ from dataclasses import dataclass, replace
 from extender.core.decisions import Decision, DecisionLog
 from extender.core.effects import AbandonPlan, HoldRoom, ReleaseRoom, apply
 from extender.core.gangsize import settles_at
-from extender.core.preemption.completion import completion_notices, unfinished_plans
+from extender.core.preemption.completion import (
+    completion_notices,
+    notice_to_deadline,
+    unfinished_plans,
+)
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.requeue import jobs_to_replan
 from extender.core.reservations import (
@@ -165,12 +169,18 @@ class PostFilterLoop(Watched):
         """Mark the victims of in-flight reservations that are still unmarked (a Muster
         that died between writing a reservation and marking its victims), and record the
         disruption of those marked without it; mark again the victims whose marks someone
-        else took off (:mod:`extender.core.preemption.completion`); return how many were
-        marked for the first time."""
+        else took off, to the deadlines their marks had
+        (:mod:`extender.core.preemption.completion`); return how many were marked for the
+        first time."""
         with self.source.exclusive() as state:
+            now = self.clock()
             unfinished = unfinished_plans(state, self.issuer.written)
+            deadlines = self.issuer.remember_deadlines(unfinished)
             to_mark = unfinished.unmarked + unfinished.stripped
-            notices, restarted = completion_notices(state, to_mark, self.clock())
+            notices, restarted = completion_notices(state, to_mark, now)
+            for pod, job in unfinished.stripped:
+                deadline = deadlines.get(pod.uid)
+                notices[pod.key] = notice_to_deadline(state, pod, job, deadline, now)
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:
                 self._refused_logged.add(pod.uid)
@@ -191,9 +201,8 @@ class PostFilterLoop(Watched):
             if self._marked_again.get(pod.uid) == pod.resource_version:
                 continue  # written, not seen back yet
             log.warning("%s lost its mark, and job %s waits for it: marked again", pod.key, job)
-            if self.issuer.mark_again(
-                pod, job, notice_seconds=notices[pod.key], restart_job=pod.key in restarted
-            ):
+            notice, restart = notices[pod.key], pod.key in restarted
+            if self.issuer.mark_again(pod, job, notice_seconds=notice, restart_job=restart):
                 self._marked_again[pod.uid] = pod.resource_version
         # A Muster stopped between a plan's marks and their conditions: the victims it
         # marked (signed, so believed) get their DisruptionTarget and Preempted event now.

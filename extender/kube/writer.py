@@ -163,15 +163,11 @@ class ClusterWriter:
         self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
 
     def unmark_victim(self, pod: PodInfo, reason: str) -> None:
-        """Take a victim's soft-eviction mark back (its plan was abandoned): the label and
-        annotation go, ``DisruptionTarget`` turns ``False``, and an event says why."""
-        self.patch_pod(
-            pod,
-            {
-                "labels": {keys.SOFT_EVICTION_KEY: None},
-                "annotations": {keys.SOFT_EVICTION_KEY: None},
-            },
-        )
+        """Take a victim's soft-eviction mark back (its plan was abandoned, or it was
+        spared): ``DisruptionTarget`` turns ``False``, then the label and annotation go,
+        and an event says why.  In that order, Muster's ``DisruptionTarget=True`` on a pod
+        without its mark always means someone else took the mark off (the evictor, and
+        Muster itself, tell that from a mark taken back)."""
         condition = {
             "type": "DisruptionTarget",
             "status": "False",
@@ -180,6 +176,13 @@ class ClusterWriter:
             "lastTransitionTime": format_time(self.clock()),
         }
         self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
+        self.patch_pod(
+            pod,
+            {
+                "labels": {keys.SOFT_EVICTION_KEY: None},
+                "annotations": {keys.SOFT_EVICTION_KEY: None},
+            },
+        )
         self.event(pod, "PreemptionAbandoned", reason, kind="Warning")
 
     def persist_reservation(self, pod: PodInfo, reservation: Json) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from base import keys
 from extender.core.config import MusterArgs
 from extender.kube.client import Json, KubeClient
 from extender.kube.housekeeping import Housekeeper
@@ -126,3 +127,51 @@ def test_a_pod_relabelled_before_it_is_counted_is_not_recorded() -> None:
     source._on_pod("MODIFIED", pod("p", gpu=4, preemptible=False))
     assert housekeeper.record_kept_preemptible() == 0
     assert patches(client) == []
+
+
+def test_a_drained_pod_whose_owner_takes_its_mark_off_is_marked_again() -> None:
+    # A HoldAndDrain quota's running pod is marked; its owner takes the mark off (Muster's
+    # DisruptionTarget stays: pod status).  It is marked again, once per time it is taken
+    # off (not again while the informer has not shown the new mark).
+    client = FakeClient({})
+    source = KubeSource(
+        cast(KubeClient, object()), MusterArgs(), clock=lambda: 0.0, record_keys=record_keys
+    )
+    stopped = quota(
+        "team-a", max={GPU: "16"}, annotations={keys.STOP_POLICY_ANNOTATION: "HoldAndDrain"}
+    )
+    source._quota_handler("scheduling.x-k8s.io")("ADDED", stopped)
+    source._on_node("ADDED", node("n0"))
+    running = pod("w", gpu=8, node="n0", preemptible=True)
+    running["metadata"]["resourceVersion"] = "1"
+    source._on_pod("ADDED", running)
+    housekeeper = Housekeeper(
+        source, ClusterWriter(cast(KubeClient, client), record_keys=record_keys)
+    )
+
+    def marks() -> int:
+        return sum(
+            1
+            for method, path, body in client.requests
+            if method == "PATCH"
+            and keys.SOFT_EVICTION_KEY in (body.get("metadata", {}).get("labels") or {})
+        )
+
+    assert housekeeper.drain_stopped_quotas() == 1
+    assert housekeeper.drain_stopped_quotas() == 0  # the informer has not shown it yet
+    assert marks() == 1
+    stripped = pod("w", gpu=8, node="n0", preemptible=True)
+    stripped["metadata"]["resourceVersion"] = "3"
+    stripped["status"]["conditions"] = [
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "muster: drained: quota team-a has stop-policy HoldAndDrain",
+        }
+    ]
+    source._on_pod("MODIFIED", stripped)
+    with source.exclusive() as state:
+        assert not state.pods["team-a/w"].departing
+    assert housekeeper.drain_stopped_quotas() == 1
+    assert marks() == 2

@@ -4,6 +4,7 @@ PostFilter plans (no API server: the informer's handler is fed events directly).
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from functools import partial
@@ -18,7 +19,8 @@ from extender.core.decisions import DecisionLog
 from extender.core.marks import read_mark
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.reservations import persisted_reservation
+from extender.core.reservations import persisted_reservation, settle_reservations
+from extender.core.state import Reservation
 from extender.kube.client import ApiError, KubeClient
 from extender.kube.postfilter import PostFilterLoop
 from extender.kube.source import KubeSource
@@ -476,20 +478,42 @@ def marks_written(client: RecordingClient) -> list[str]:
     ]
 
 
+def marked_by_muster(manifest: dict[str, Any], at: float, notice: float) -> dict[str, Any]:
+    """``manifest`` marked by Muster for team-a/new at ``at`` with ``notice`` seconds of
+    notice: its label, signed mark and ``DisruptionTarget``."""
+    mark = {
+        "initiator": "muster",
+        "preemptor": "team-a/new",
+        "timestamp": format_time(at),
+        "noticeSeconds": notice,
+    }
+    manifest["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    manifest["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
+        keys.SOFT_EVICTION_KEY, f"team-a/{manifest['metadata']['name']}", mark
+    )
+    return muster_s_disruption(manifest)
+
+
 def test_a_victim_whose_owner_takes_its_mark_off_is_marked_again_to_the_same_deadline() -> None:
-    # Muster marked "low" for team-a/new's plan, made at NOW - 10 with the 30 s of notice
-    # "low" asks (within the 60 s cap): due at NOW + 20.  Its owner takes the label and
-    # annotation off; the DisruptionTarget stays (pod status).  Without a mark no evictor
-    # evicts it, and, still leaving in Muster's eyes, it holds team-a/new's room for ever.
-    # So it is marked again, with what is left of its notice, 20 s: the deadline stays.
-    source, _ = live_source(MusterArgs(maxPreemptionNoticeSeconds=60))
+    # Muster marked "low" for team-a/new's plan at NOW - 10 with 30 s of notice: due at
+    # NOW + 20.  Its owner takes the label and annotation off and, in the same patch,
+    # declares an hour of notice (the cap is 3,600 s); the DisruptionTarget stays (pod
+    # status).  Without a mark no evictor evicts it, and the plan would wait out its
+    # reservation.  It is marked again with what is left to its mark's deadline, 20 s:
+    # what the owner declares after its mark cannot lengthen it.
+    source, _ = live_source(MusterArgs(maxPreemptionNoticeSeconds=3600))
     client = RecordingClient()
     loop = recording_loop(source, client)
     reserved_with_victim(source, created=NOW - 10)
+    source._on_pod("MODIFIED", marked_by_muster(victim("low", "n0", 1), NOW - 10, 30))
+    assert loop.complete_in_flight() == 0  # marked: nothing to write
+    assert client.calls == []
     stripped = muster_s_disruption(victim("low", "n0", 1))
-    stripped["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "30"
+    stripped["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "3600"
     stripped["metadata"]["resourceVersion"] = "7"
     source._on_pod("MODIFIED", stripped)
+    with source.exclusive() as snap:
+        assert not snap.pods["team-a/low"].departing  # a mark taken off is no departure
     assert loop.complete_in_flight() == 0  # none marked for the first time
     (mark,) = marks_written(client)
     assert read_mark(mark).preemptor == "team-a/new"
@@ -501,6 +525,36 @@ def test_a_victim_whose_owner_takes_its_mark_off_is_marked_again_to_the_same_dea
     source._on_pod("MODIFIED", stripped)
     loop.complete_in_flight()
     assert len(marks_written(client)) == 2
+    assert read_mark(marks_written(client)[1]).notice_seconds == 20.0
+
+
+@pytest.mark.parametrize(
+    ("seen", "notice"),
+    [
+        # Never seen marked (a Muster restarted since the mark): its deadline is unknown,
+        # so it has none left.
+        (None, 0.0),
+        # Marked at NOW - 10 with 400 s: due at NOW + 390, past the plan's reservation
+        # (it expires at NOW + 300): 300 s, no longer than the room is held.
+        ((NOW - 10, 400.0), 300.0),
+    ],
+)
+def test_a_victim_marked_again_gets_no_notice_muster_cannot_vouch_for(
+    seen: tuple[float, float] | None, notice: float
+) -> None:
+    source, _ = live_source(MusterArgs(maxPreemptionNoticeSeconds=3600))
+    client = RecordingClient()
+    loop = recording_loop(source, client)
+    reserved_with_victim(source, created=NOW - 10)
+    low = victim("low", "n0", 1)
+    low["metadata"]["annotations"][keys.PREEMPTION_NOTICE_ANNOTATION] = "400"
+    if seen is not None:
+        source._on_pod("MODIFIED", marked_by_muster(copy.deepcopy(low), *seen))
+        loop.complete_in_flight()
+    source._on_pod("MODIFIED", muster_s_disruption(low))
+    loop.complete_in_flight()
+    (mark,) = marks_written(client)
+    assert read_mark(mark).notice_seconds == notice
 
 
 @pytest.mark.parametrize("status", ["True", "False"])
@@ -515,3 +569,110 @@ def test_a_victim_no_reservation_counts_on_is_not_marked_again(status: str) -> N
     source._on_pod("MODIFIED", muster_s_disruption(victim("low", "n0", 1), status))
     assert loop.complete_in_flight() == 0
     assert client.calls == []
+
+
+class RefusingClient(RecordingClient):
+    """Answers a metadata patch of "low" with ``status`` (an eviction is recorded)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.status = status
+
+    def request(self, method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+        self.calls.append((method, path, body))
+        if method == "PATCH" and path.endswith("/pods/low"):
+            raise ApiError(self.status, "scripted")
+        return {}
+
+
+def test_a_victim_that_cannot_take_a_mark_is_evicted_at_once() -> None:
+    # Its owner filled "low"'s annotations to the API server's limit: the mark's patch is
+    # a 422, for good.  Left so, no evictor would ever see it, and the plan would wait
+    # out its reservation, then choose it again.  It is evicted at once instead (through
+    # the Eviction API: budgets still hold), once.
+    source, _ = live_source()
+    client = RefusingClient(422)
+    loop = recording_loop(source, client)
+    reserved_with_victim(source, created=NOW - 10)
+    loop.complete_in_flight()
+    loop.complete_in_flight()
+    evictions = [path for method, path, _ in client.calls if path.endswith("/eviction")]
+    assert evictions == ["/api/v1/namespaces/team-a/pods/low/eviction"]
+
+
+def test_a_victim_write_that_fails_is_tried_again_after_a_backoff() -> None:
+    # A 500 on the mark: tried again 1 s later, then 2 s, not every half-second round.
+    now = [NOW]
+    source, _ = live_source()
+    client = RefusingClient(500)
+    writer = ClusterWriter(cast(KubeClient, client), record_keys=record_keys)
+    writer.attempts = 1
+    loop = PostFilterLoop(source, writer, DecisionLog(), clock=lambda: now[0])
+    reserved_with_victim(source, created=NOW - 10)
+    tried = []
+    for tick in range(8):  # 0 to 3.5 s, a round every 0.5 s
+        now[0] = NOW + tick / 2
+        before = len(client.calls)
+        loop.complete_in_flight()
+        if len(client.calls) > before:
+            tried.append(tick / 2)
+    assert tried == [0.0, 1.0, 3.0]
+
+
+def test_muster_s_condition_left_without_a_mark_or_a_plan_is_no_departure() -> None:
+    # "low" carries Muster's DisruptionTarget but no mark, and no reservation names it (a
+    # plan ended while its mark was off, or the condition's patch was lost).  Counted as
+    # leaving, its room would look free for ever and it would never be a victim again:
+    # another job that needs n0 would be told it fits without evicting anything.  It is a
+    # running pod like any: the job's plan evicts it.
+    source, _ = live_source()
+    source._on_pod("MODIFIED", muster_s_disruption(victim("low", "n0", 1)))
+    source._on_pod(
+        "ADDED", pod("other", "team-a", gpu=8, preemptible=True, can_preempt=True, priority=100)
+    )
+    with source.exclusive() as state:
+        assert "team-a/low" not in {p.key for p in state.leaving()}
+        decision = plan_job_preemption(state, "team-a/other", NOW)
+    assert isinstance(decision, PreemptionPlan), decision
+    assert [v.pod.key for v in decision.victims] == ["team-a/low"]
+
+
+def test_a_mark_is_taken_back_by_turning_its_condition_false_first() -> None:
+    # So that Muster's DisruptionTarget=True on a pod without its mark always means
+    # someone else took the mark off (see the evictor): the condition, then the mark.
+    client = RecordingClient()
+    writer = ClusterWriter(cast(KubeClient, client), clock=lambda: NOW, record_keys=record_keys)
+    writer.unmark_victim(parse_pod(victim("low", "n0", 1)), "spared")
+    patches = [(path, body) for method, path, body in client.calls if method == "PATCH"]
+    assert [path for path, _ in patches] == [
+        "/api/v1/namespaces/team-a/pods/low/status",
+        "/api/v1/namespaces/team-a/pods/low",
+    ]
+    assert patches[0][1]["status"]["conditions"][0]["status"] == "False"
+
+
+def test_an_ended_plan_leaves_the_marks_another_reservation_counts_on() -> None:
+    # Job team-a/a marked "low"; its room yielded to team-a/b, whose reservation took the
+    # victim over.  Then a's pods go: its plan ends, but "low" keeps its mark, for b.
+    source, _ = live_source()
+    marked = victim("low", "n0", 1)
+    mark = {"preemptor": "team-a/a", "timestamp": "2027-01-15T08:00:00Z", "initiator": "muster"}
+    marked["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    marked["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
+        keys.SOFT_EVICTION_KEY, "team-a/low", mark
+    )
+    source._on_pod("MODIFIED", marked)
+    source._on_pod("ADDED", pod("b", "team-a", gpu=8, preemptible=True, can_preempt=True))
+    with source.exclusive() as state:
+        assert state.pods["team-a/low"].marked_for == "team-a/a"
+        taken_over = Reservation(
+            job="team-a/b",
+            quota="team-a",
+            placements={"team-a/b": "n0"},
+            victims=("team-a/low",),
+            created=NOW - 5,
+            expires=NOW + 300,
+        )
+        state.add_reservation(taken_over)
+        _extended, ended = settle_reservations(state, NOW)
+    assert [(plan.job, plan.unmark) for plan in ended] == [("team-a/a", ())]

@@ -533,3 +533,96 @@ def test_a_spared_victim_keeps_its_job_from_being_restarted() -> None:
     made._on_pod("MODIFIED", b)
     assert "suspend" not in client.job["spec"]
     assert client.evicted == ["filler-b"]
+
+
+def test_a_spared_victim_s_ready_sibling_is_evicted_at_once() -> None:
+    # As above, without a further event on filler-b: ready and marked, it waited only for
+    # filler-a; once filler-a is spared (no restart now), nothing else would bring it up.
+    client = JobsAndEvictions(job())
+    made = Evictor(cast(KubeClient, client), clock=lambda: NOW + 6, record_keys=record_keys)
+    a = marked_for_restart("filler-a", "u-a", notice=30)
+    b = marked_for_restart("filler-b", "u-b", notice=30)
+    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
+    made._on_pod("ADDED", a)
+    made._on_pod("ADDED", b)
+    assert client.evicted == []
+    made._on_pod("DELETED", _unmarked(a))
+    assert client.evicted == ["filler-b"]
+    assert "suspend" not in client.job["spec"]
+
+
+def _with_muster_s_condition(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["status"]["conditions"] = [
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "muster: preempted by job team-a/train: a reason",
+        }
+    ]
+    return obj
+
+
+def test_a_victim_whose_owner_takes_its_mark_off_still_restarts_its_job_on_time() -> None:
+    # filler-a and filler-b (one Job, restart marks, 30 s notice, marked at 12:00:00);
+    # filler-b answers at 12:00:05 and waits for its sibling.  At 12:00:06 the owner takes
+    # filler-a's mark off: it keeps Muster's DisruptionTarget, so it is no spare (Muster
+    # turns that False before it takes a mark back).  Muster marks it again at 12:00:07
+    # with what is left to its deadline, 23 s.  Derived from the rule: nothing happens
+    # before 12:00:30; then the Job is restarted whole, as without the strip, and no pod
+    # is evicted one by one.
+    client = JobsAndEvictions(job())
+    now = [NOW + 5]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    a = marked_for_restart("filler-a", "u-a", notice=30)
+    b = marked_for_restart("filler-b", "u-b", notice=30)
+    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
+    made._on_pod("ADDED", a)
+    made._on_pod("ADDED", b)
+    now[0] = NOW + 6
+    made._on_pod("DELETED", _with_muster_s_condition(_unmarked(a)))
+    now[0] = NOW + 7
+    again = copy.deepcopy(_with_muster_s_condition(_unmarked(a)))
+    mark = {
+        "preemptor": "team-a/train",
+        "timestamp": "2026-01-01T12:00:07Z",
+        "noticeSeconds": 23,
+        "restartJob": True,
+    }
+    again["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    again["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
+        keys.SOFT_EVICTION_KEY, "u-a", mark
+    )
+    made._on_pod("ADDED", again)
+    for second in range(8, 30):
+        now[0] = NOW + second
+        made.retry_due()
+    assert "suspend" not in client.job["spec"] and client.evicted == []
+    now[0] = NOW + 30
+    made.retry_due()
+    assert client.job["spec"].get("suspend") is True
+    assert client.evicted == []
+
+
+def test_a_later_plan_s_restart_mark_restarts_a_job_one_of_whose_victims_was_spared() -> None:
+    # filler-a was spared at 12:00:06 (its Job kept: no restart for that plan's marks).
+    # A later plan marks both pods at 12:00:10 to restart the Job, with no notice: it is
+    # restarted, not evicted pod by pod.
+    client = JobsAndEvictions(job())
+    now = [NOW + 1]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    made._on_pod("ADDED", marked_for_restart("filler-a", "u-a", notice=30))
+    made._on_pod("ADDED", marked_for_restart("filler-b", "u-b", notice=30))
+    now[0] = NOW + 6
+    made._on_pod("DELETED", _unmarked(marked_for_restart("filler-a", "u-a", notice=30)))
+    made._on_pod("DELETED", _unmarked(marked_for_restart("filler-b", "u-b", notice=30)))
+    now[0] = NOW + 10
+    for name, uid in (("filler-a", "u-a2"), ("filler-b", "u-b2")):
+        later = marked_for_restart(name, uid)
+        mark = {"preemptor": "team-a/other", "timestamp": "2026-01-01T12:00:10Z"}
+        later["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
+            keys.SOFT_EVICTION_KEY, uid, mark | {"restartJob": True}
+        )
+        made._on_pod("ADDED", later)
+    assert client.job["spec"].get("suspend") is True
+    assert client.evicted == []

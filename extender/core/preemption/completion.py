@@ -5,12 +5,14 @@ A Muster stopped between writing a plan's reservation and marking its victims le
 reservation (persisted on the preemptor's pods); the next one marks the victims still
 unmarked (``PostFilterLoop.complete_in_flight`` in :mod:`extender.kube.postfilter`).
 A victim's owner can take its mark off (a tenant may edit its own pods' labels and
-annotations): the victim keeps its ``DisruptionTarget`` (pod status, which tenants do not
-write), so it still counts as leaving, and without a mark no evictor would ever evict it:
-the plan would wait out its reservation.  Such a victim is marked again.  Either way the
-victim gets what the plan gave it: the notice to the same deadline (taking a mark off
-never buys time), and its Job restarted (:mod:`extender.core.restart`) when the plan's
-victims, marked or not, are all of its pods.  Pure: the state and the time are given.
+annotations): it keeps Muster's ``DisruptionTarget`` (pod status, which tenants do not
+write), but without a mark no evictor evicts it, and the plan would wait out its
+reservation.  Such a victim is marked again, to the deadline its mark had (what the
+owner declares meanwhile cannot lengthen it; a deadline Muster never saw, as after a
+restart, is now).  A victim never marked gets what the plan gave it: the notice to the
+same deadline.  Either way its Job is restarted (:mod:`extender.core.restart`) when the
+plan's victims, marked or not, are all of its pods.  Pure: the state and the time are
+given.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ class Unfinished:
     #: Victims Muster marked whose mark is gone while a reservation still counts on them:
     #: to be marked again (the rules are not asked again: the plan was made).
     stripped: list[tuple[PodInfo, str]]
+    #: The deadline (mark time plus notice) of each victim marked now, by UID: what a
+    #: victim whose mark is taken off later is marked again to.
+    deadlines: dict[str, float]
+    #: The UIDs of every victim in-flight plans count on that still runs.
+    counted: frozenset[str]
 
 
 def unfinished_plans(state: ClusterState, written: set[str]) -> Unfinished:
@@ -60,7 +67,9 @@ def unfinished_plans(state: ClusterState, written: set[str]) -> Unfinished:
     unmarked = [
         (pod, job)
         for pod, job in running
-        if pod.uid not in written and not pod.departing  # marked, evicted, kube-scheduler's
+        if pod.uid not in written
+        and not pod.departing  # marked, evicted, kube-scheduler's
+        and pod.preempted_by is None  # Muster's condition: marked once (stripped below)
     ]
     unrecorded = [
         (pod, job)
@@ -77,6 +86,11 @@ def unfinished_plans(state: ClusterState, written: set[str]) -> Unfinished:
         for pod, job in running
         if not pod.soft_evicted and pod.preempted_by == keys.MUSTER_COMPONENT
     ]
+    deadlines = {
+        pod.uid: pod.marked_at + pod.marked_notice
+        for pod, job in running
+        if pod.marked_for == job and pod.marked_at is not None
+    }
     refused = [
         (pod, job, why)
         for pod, job in unmarked
@@ -85,7 +99,8 @@ def unfinished_plans(state: ClusterState, written: set[str]) -> Unfinished:
     refused_keys = {pod.key for pod, _, _ in refused}
     allowed = [(pod, job) for pod, job in unmarked if pod.key not in refused_keys]
     delete_now = state.args.pod_should_be_deleted_when_preempted
-    return Unfinished(delete_now, allowed, unrecorded, refused, stripped)
+    counted = frozenset(pod.uid for pod, _ in running)
+    return Unfinished(delete_now, allowed, unrecorded, refused, stripped, deadlines, counted)
 
 
 def completion_notices(
@@ -126,3 +141,18 @@ def notice_left(state: ClusterState, pod: PodInfo, job: str, now: float) -> floa
     planned = reservation.created if reservation is not None else now
     notice, _save = victim_notice(state, pod, planned)
     return max(0.0, planned + notice - now)
+
+
+def notice_to_deadline(
+    state: ClusterState, pod: PodInfo, job: str, deadline: float | None, now: float
+) -> float:
+    """The notice a victim whose mark was taken off is marked again with: what is left to
+    ``deadline``, the one its mark had (``None``: Muster never saw it, so none), and no
+    more than its plan would give it now nor past its job's reservation."""
+    if deadline is None:
+        return 0.0
+    latest = min(deadline, now + notice_left(state, pod, job, now))
+    reservation = state.reservations.get(job)
+    if reservation is not None:
+        latest = min(latest, reservation.expires)
+    return max(0.0, latest - now)
