@@ -214,14 +214,22 @@ def test_weight_zero_borrows_only_what_nobody_else_wants() -> None:
     weights=st.tuples(*[st.sampled_from(["0", "0.5", "1", "2", "3"])] * 2),
     running=st.integers(min_value=1, max_value=4),
     ask=st.integers(min_value=1, max_value=4),
+    priorities=st.tuples(*[st.sampled_from([0, 50, 100])] * 2),
 )
-def test_no_admit_reclaim_readmit_loop(weights: tuple[str, str], running: int, ask: int) -> None:
-    # team-b runs `running` 1-GPU pods; team-a's gang of `ask` plans.  When fair sharing
-    # lets it evict, the plan is committed (victims gone, the gang bound where the plan
-    # put it) and the victims' job comes back at once as a pending gang that may preempt:
-    # it must not be able to take the room back from team-a (it would widen the gap it
-    # narrowed, by the rule's arithmetic: docs/quotas-and-preemption.md).
-    pods = [*running_b(running), *gang("a", "team-a", ask, can_preempt=True)]
+def test_no_admit_reclaim_readmit_loop(
+    weights: tuple[str, str], running: int, ask: int, priorities: tuple[int, int]
+) -> None:
+    # team-b runs `running` 1-GPU pods; team-a's gang of `ask` plans (priorities: team-a's,
+    # team-b's).  When fair sharing lets it evict, the plan is committed (victims gone, the
+    # gang bound where the plan put it) and the victims' job comes back at once as a
+    # pending gang that may preempt, of its old priority: it must not be able to take the
+    # room back from team-a (it would widen the gap it narrowed, by the rule's arithmetic:
+    # docs/quotas-and-preemption.md; or take a job of higher priority than its own).
+    a_priority, b_priority = priorities
+    b_running = running_b(running)
+    for manifest in b_running:
+        manifest["spec"]["priority"] = b_priority
+    pods = [*b_running, *gang("a", "team-a", ask, can_preempt=True, priority=a_priority)]
     state = snapshot(NODES, pods, teams(*weights), ON)
     plan = plan_job_preemption(state, "team-a/a", NOW)
     if not isinstance(plan, PreemptionPlan) or not plan.victims:
@@ -239,9 +247,11 @@ def test_no_admit_reclaim_readmit_loop(weights: tuple[str, str], running: int, a
                 can_preempt=True,
                 preemptible=True,
                 created=CREATED,
+                priority=b_priority,
                 annotations={"muster.dev/min-available": str(len(plan.victims))},
             )
         )
+    assert all(victim.pod.priority <= a_priority for victim in plan.victims)
     for key, node_name in plan.placements.items():
         bound = parse_pod(
             pod(
@@ -253,6 +263,7 @@ def test_no_admit_reclaim_readmit_loop(weights: tuple[str, str], running: int, a
                 group="a",
                 created=CREATED,
                 started=CREATED,
+                priority=a_priority,
                 annotations={"muster.dev/min-available": str(ask)},
             )
         )
@@ -583,3 +594,49 @@ def test_reclaim_takes_from_the_quota_furthest_above_its_share_first() -> None:
     plan = plan_job_preemption(off, "team-c/c-0", NOW)
     assert isinstance(plan, PreemptionPlan), plan
     assert [victim.pod.key for victim in plan.victims] == ["team-b/b-2"]
+
+
+def test_fair_sharing_divides_what_is_borrowed_among_jobs_of_a_priority() -> None:
+    # As test_no_plan_for_a_borrower_while_a_quota_below_its_share_waits: team-c borrows
+    # all 4 GPUs (share 1.0, its pods at priority 0); team-b's b-new would leave team-b's
+    # share at 0.25, team-a's (weight 2) waiting job a-wait would leave team-a's at 0.125.
+    # By the rule, a job is held back only for a waiting job of its priority or higher:
+    # b-new at priority 100 is not held back for a-wait at 0, and gets its plan (one of
+    # team-c's, priority 0 ≤ 100); at 0 against a-wait's 100 it is.
+    quotas = [*teams(weight_a="2"), quota("team-c", min={GPU: "0"}, max={GPU: "4"})]
+    running_c = [
+        pod(f"c-{i}", "team-c", gpu=1, node=f"n{i + 1}", preemptible=True) for i in range(4)
+    ]
+    for a_priority, b_priority, b_waits in ((0, 100, False), (100, 0, True), (50, 50, True)):
+        waiting = [
+            pod("a-wait", "team-a", gpu=1, created=CREATED, preemptible=True, can_preempt=True,
+                priority=a_priority),
+            pod("b-new", "team-b", gpu=1, created=CREATED, preemptible=True, can_preempt=True,
+                priority=b_priority),
+        ]  # fmt: skip
+        state = snapshot(NODES, [*running_c, *waiting], quotas, ON)
+        decision = plan_job_preemption(state, "team-b/b-new", NOW)
+        if b_waits:
+            assert isinstance(decision, Refusal), (a_priority, b_priority, decision)
+            assert "team-a/a-wait" in decision.reasons[0]
+        else:
+            assert isinstance(decision, PreemptionPlan), decision
+            assert [v.pod.key.split("/")[0] for v in decision.victims] == ["team-c"]
+
+
+def test_fair_sharing_takes_no_victim_of_higher_priority_than_its_job() -> None:
+    # team-c borrows all 4 GPUs (share 1.0) with pods of priority 100; team-b's b-new
+    # (share 0.25 after) would narrow the gap by taking one, but fair sharing divides what
+    # is borrowed among jobs of a priority: at priority 50 it takes none of them (and is
+    # refused: there is nothing else to take); at 100, one.
+    quotas = [*teams(), quota("team-c", min={GPU: "0"}, max={GPU: "4"})]
+    running_c = [
+        pod(f"c-{i}", "team-c", gpu=1, node=f"n{i + 1}", preemptible=True, priority=100)
+        for i in range(4)
+    ]
+    for b_priority, planned in ((50, False), (100, True)):
+        b_new = pod("b-new", "team-b", gpu=1, created=CREATED, preemptible=True,
+                    can_preempt=True, priority=b_priority)  # fmt: skip
+        state = snapshot(NODES, [*running_c, b_new], quotas, ON)
+        decision = plan_job_preemption(state, "team-b/b-new", NOW)
+        assert isinstance(decision, PreemptionPlan) is planned, (b_priority, decision)

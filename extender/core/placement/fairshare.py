@@ -8,7 +8,11 @@ the jobs waiting in the other quotas (one cohort: the quota tree) that ask for a
 resource it borrows: if one of them, once admitted, would leave its quota's share
 (:func:`quota.fairshare.share_after`) below what this job's quota's share would be,
 this job waits, and the room it would have taken stays free for that job; the filter
-turns it away, and the planner makes no plan for it.  Equal shares admit.
+turns it away, and the planner makes no plan for it.  Equal shares admit.  Only a job of
+the same priority or higher holds it back: fair sharing divides what is borrowed among
+the jobs of a priority, and a job of lower priority, in whatever quota, waits for it (so
+fair sharing's preemption takes no victim of higher priority than its job:
+:func:`~extender.core.preemption.policy.fair_share_admission`).
 
 A waiting job counts only while it could run once room frees, and for
 ``fairSharingWaitSeconds`` after its newest pod was created.  Could run: its own quota
@@ -70,7 +74,9 @@ def fair_share_wait(
         return None
     capacity = state.capacity()
     mine = share_after(ledger, quota, capacity, demand.request)
-    waiting = _waiting_job(state, ledger, capacity, (quota, mine), borrowed, now, nodes)
+    priority = max(pod.priority for pod in demand.unplaced)
+    asking = (quota, mine, priority)
+    waiting = _waiting_job(state, ledger, capacity, asking, borrowed, now, nodes)
     if waiting is None:
         return None
     other, job, theirs, until = waiting
@@ -95,19 +101,20 @@ def _waiting_job(
     state: ClusterState,
     ledger: QuotaLedger,
     capacity: Mapping[str, int],
-    asking: tuple[str, float],
+    asking: tuple[str, float, int],
     borrowed: frozenset[str],
     now: float,
     nodes: Collection[str] | None,
 ) -> tuple[str, str, float, float] | None:
     """The first waiting job, by name, of another quota that asks for one of
-    ``borrowed``, its quota admits, that could run once room frees (:func:`could_run`) on
-    one of ``nodes`` (if given), and whose admission leaves its quota's share below
-    ``mine`` (``asking``: the asking job's quota, and that quota's share with it):
+    ``borrowed``, its quota admits, of the asking job's priority or higher, that could
+    run once room frees (:func:`could_run`) on one of ``nodes`` (if given), and whose
+    admission leaves its quota's share below ``mine`` (``asking``: the asking job's
+    quota, that quota's share with it, and the job's priority):
     ``(its quota, the job, that share, until when it holds others back)``; ``None`` if
     there is none.  Only quotas whose share is below ``mine`` now can have one (admitting
     more only raises a share): with none, no waiting job is read."""
-    quota, mine = asking
+    quota, mine, priority = asking
     lower = {
         other
         for other in ledger.tree.specs
@@ -136,6 +143,8 @@ def _waiting_job(
             continue
         if not any(demand.request.get(name, 0) > 0 for name in borrowed):
             continue  # its pods are charged already (admitted, binding)
+        if max(pod.priority for pod in demand.unplaced) < priority:
+            continue  # borrowed capacity goes to higher priority first
         if job_admission_failures(ledger, other, demand.np_request, demand.p_request):
             continue
         theirs = share_after(ledger, other, capacity, demand.request)

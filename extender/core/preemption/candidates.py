@@ -31,12 +31,12 @@ from collections.abc import Set as AbstractSet
 from extender.core.objects import PodInfo
 from extender.core.preemption.groups import GroupBuilder, Offer, VictimGroup, Wanted
 from extender.core.preemption.policy import (
-    FAIR_SHARE_ADMISSION,
     Admission,
     Preemptor,
     Rule,
     above_share,
     cohort_rule,
+    fair_share_admission,
     within_rule,
 )
 from extender.core.preemption.walk import (
@@ -226,7 +226,7 @@ def _phases(state: ClusterState, preemptor: Preemptor, ledger: QuotaLedger) -> l
                 victims.units(),
                 victims.units_asking(),
                 fair,
-                FAIR_SHARE_ADMISSION,
+                fair_share_admission(preemptor),
                 _ranks(state, ledger, fair),
             )
         )

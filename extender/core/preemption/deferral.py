@@ -40,7 +40,7 @@ from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.placement.fit import JobFit
 from extender.core.preemption.groups import Offer, VictimGroup
-from extender.core.preemption.policy import FAIR_SHARE_ADMISSION
+from extender.core.preemption.policy import Rule
 from extender.core.state import ClusterState, memoise_on_node
 from quota.accounting import QuotaLedger
 
@@ -126,7 +126,7 @@ class Deferral:
                 and shed is None
                 and node not in released
                 and entry[3] in uncounted
-                and admission is not FAIR_SHARE_ADMISSION
+                and admission[1] is not Rule.FAIR_SHARE
                 and not declares_min_resources(entry[2])
             ):
                 requests = unit_requests[entry[2]]

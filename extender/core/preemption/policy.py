@@ -169,8 +169,12 @@ def cohort_rule(preemptor: Preemptor, policy: QuotaPolicy) -> Admission | None:
     return (ceiling, Rule.BORROW, None, 0.0)
 
 
-#: How fair sharing admits victims: any priority, from quotas above the preemptor's share.
-FAIR_SHARE_ADMISSION: Admission = (math.inf, Rule.FAIR_SHARE, None, 0.0)
+def fair_share_admission(preemptor: Preemptor) -> Admission:
+    """How fair sharing admits victims, from quotas above the preemptor's share: of the
+    preemptor's priority or lower.  Fair sharing divides borrowed capacity among the jobs
+    of a priority: a job is not taken for another quota's job of lower priority, as it is
+    not held back for one at admission (:mod:`extender.core.placement.fairshare`)."""
+    return (preemptor.priority, Rule.FAIR_SHARE, None, 0.0)
 
 
 def above_share(
@@ -218,7 +222,7 @@ def victim_refusal(state: ClusterState, job: str, victim: PodInfo) -> str | None
         if not state.args.fair_sharing:
             admissions.append(cohort_rule(replace(preemptor, borrows=True), policy))
         elif _above_share_now(state, job, quota, victim_quota):
-            admissions.append(FAIR_SHARE_ADMISSION)
+            admissions.append(fair_share_admission(preemptor))
     for admission in admissions:
         if admission is not None and allowed(state, (victim,), admission, check_preemptible=True):
             return None
