@@ -26,14 +26,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from base import keys
 from base.errors import ManifestError
-from extender.core.marks import read_mark
+from extender.core.marks import Mark, read_mark
 from extender.core.notice import answered
 from extender.core.objects import preempting_component
 from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.informer import Informer, object_key
 from extender.kube.restarter import JobRestarter
-from extender.kube.siblings import RestartSiblings
+from extender.kube.siblings import SPARED_SIBLING_DELAY_SECONDS, RestartSiblings
 from extender.kube.writer import ClusterWriter
 
 log = logging.getLogger(__name__)
@@ -155,10 +155,10 @@ class Evictor:
                 with self._lock:
                     self._noticed.pop(object_key(obj), None)
                     self._waiting.pop(object_key(obj), None)
+                    self._siblings.strip(object_key(obj), self.clock())
                 return
             with self._lock:
-                spared_at = self.clock() if unmarked else None
-                act_on = self._siblings.forget(object_key(obj), spared_at=spared_at)
+                act_on = self._siblings.forget(object_key(obj), spared=unmarked)
                 self._waiting.pop(object_key(obj), None)
                 self._noticed.pop(object_key(obj), None)
                 self._restarted.pop(object_key(obj), None)
@@ -170,12 +170,11 @@ class Evictor:
                     self._forged.discard(uid)
                     self._exited.discard(uid)
             if unmarked:  # spared: its siblings already ready are evicted one by one
-                for sibling in act_on:
-                    self._evict(sibling)
+                due = self.clock() + SPARED_SIBLING_DELAY_SECONDS
+                with self._lock:
+                    self._noticed.update((object_key(pod), (pod, due)) for pod in act_on)
             elif act_on:  # its siblings, all ready, waited for it alone
-                for sibling in act_on[1:]:
-                    self._restarting(sibling)
-                self._restart_job(act_on[0])
+                self._restart_all(act_on)
             return
         if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
             uid = str(metadata.get("uid"))
@@ -214,9 +213,9 @@ class Evictor:
         due = mark.timestamp + mark.notice_seconds
         ready = exited or answered(annotations, mark.timestamp) or self.clock() >= due
         with self._lock:
-            job = self._siblings.restarting_job(obj, mark.restart_job, mark.timestamp)
+            job = self._siblings.restarting_job(obj, mark)
         if job is not None:
-            return self._wait_for_siblings(job, key, obj, due, ready=ready, exited=exited)
+            return self._wait_for_siblings(job, key, obj, (due, mark), ready=ready, exited=exited)
         with self._lock:
             if ready:
                 self._noticed.pop(key, None)
@@ -225,15 +224,16 @@ class Evictor:
         return exited or not ready
 
     def _wait_for_siblings(
-        self, job: str, key: str, obj: Json, due: float, *, ready: bool, exited: bool
+        self, job: str, key: str, obj: Json, when: tuple[float, Mark], *, ready: bool, exited: bool
     ) -> bool:
         """A pod on notice whose mark restarts its Job: is it held back (``True``)?  Until
         every such pod of its Job is ready (due, answered, or exited), the ready ones wait:
         one pod's answer does not cut its siblings' notice short.  The last one ready
         restarts the Job: at once when it exited (there is nothing to evict), else through
         the eviction path (``False``), which restarts it or, failing that, evicts."""
+        due, mark = when
         with self._lock:
-            ready_pods = self._siblings.wait(job, key, obj, ready=ready)
+            ready_pods = self._siblings.wait(job, key, obj, mark, ready=ready)
             if not ready:
                 self._noticed[key] = (obj, due)
                 return True
@@ -247,6 +247,12 @@ class Evictor:
             self._restart_job(obj)
             return True
         return False
+
+    def _restart_all(self, ready: list[Json]) -> None:
+        """Restart the Job of ``ready``, its noticed pods all ready, none left to evict."""
+        for sibling in ready[1:]:
+            self._restarting(sibling)
+        self._restart_job(ready[0])
 
     def _restart_job(self, obj: Json) -> None:
         """Restart the Job of ``obj``, a ready pod with nothing to evict (it exited, or the
@@ -276,6 +282,10 @@ class Evictor:
             ended = [self._noticed.pop(key)[0] for key in keys]
         for obj in ended:
             self._on_pod("MODIFIED", obj)
+        with self._lock:  # marks taken off and not put back: gone, for their Jobs
+            given_up = [self._siblings.forget(key) for key in self._siblings.given_up(now)]
+        for act_on in (pods for pods in given_up if pods):
+            self._restart_all(act_on)
         with self._lock:
             due = [r.obj for r in self._waiting.values() if r.next_try <= now]
             overdue = [
@@ -320,7 +330,7 @@ class Evictor:
         annotations = metadata.get("annotations") or {}
         mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
         with self._lock:
-            restart = self._siblings.restarting_job(obj, mark.restart_job, mark.timestamp)
+            restart = self._siblings.restarting_job(obj, mark)
         if restart is not None and uid not in self._overdue and self.restarter.restart(obj):
             # Its Job deletes it, and re-creates it at once (extender.kube.restarter).
             self._restarting(obj)

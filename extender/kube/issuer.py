@@ -216,8 +216,11 @@ class PlanIssuer:
 
     def remember_deadlines(self, unfinished: Unfinished) -> dict[str, float]:
         """Keep the deadlines of the victims in-flight plans count on (those seen marked
-        now, written by another Muster, are added) and forget the others; returns them."""
+        now, written by another Muster, are added) and forget the others, and what was
+        written for them: a victim of a plan ended may be another's, to be marked again;
+        returns the deadlines."""
         counted = unfinished.counted
+        self.written &= counted
         deadlines = {uid: at for uid, at in self.deadlines.items() if uid in counted}
         self._retry_at = {uid: at for uid, at in self._retry_at.items() if uid in counted}
         for uid, at in unfinished.deadlines.items():

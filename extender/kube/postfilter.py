@@ -174,7 +174,7 @@ class PostFilterLoop(Watched):
         first time."""
         with self.source.exclusive() as state:
             now = self.clock()
-            unfinished = unfinished_plans(state, self.issuer.written)
+            unfinished = unfinished_plans(state, self.issuer.written, self.issuer.deadlines.keys())
             deadlines = self.issuer.remember_deadlines(unfinished)
             to_mark = unfinished.unmarked + unfinished.stripped
             notices, restarted = completion_notices(state, to_mark, now)

@@ -640,3 +640,35 @@ def test_fair_sharing_takes_no_victim_of_higher_priority_than_its_job() -> None:
         state = snapshot(NODES, [*running_c, b_new], quotas, ON)
         decision = plan_job_preemption(state, "team-b/b-new", NOW)
         assert isinstance(decision, PreemptionPlan) is planned, (b_priority, decision)
+
+
+def test_a_job_of_mixed_priorities_gets_past_no_work_that_could_take_its_pods_back() -> None:
+    # team-c runs c-0 within its min on n2; n1 is free.  team-b (weight 2) has b-w waiting
+    # at priority 50 (share 0.25 once admitted).  team-a's elastic job (min-available 1)
+    # has a-lo at priority 0 and a-hi at 100, a-hi pinned to a node pool no node has.
+    # Admitting a-lo would make team-a's share 0.5 > 0.25.  By the rule a job gets past
+    # waiting work only if every pod it would run is of higher priority than that work
+    # (b-w's preemption, at 50, could take a-lo, at 0, straight back): a-lo waits for b-w,
+    # as it does when a-hi is at 0 too.
+    nodes = [node("n1", gpu=1), node("n2", gpu=1)]
+    quotas = [
+        quota("team-a", min={GPU: "0"}, max={GPU: "2"}),
+        quota("team-b", min={GPU: "0"}, max={GPU: "2"},
+              annotations={"muster.dev/fair-sharing-weight": "2"}),
+        quota("team-c", min={GPU: "1"}, max={GPU: "1"}),
+    ]  # fmt: skip
+    c0 = pod("c-0", "team-c", gpu=1, node="n2", preemptible=False)
+    b_wait = pod("b-w", "team-b", gpu=1, created=CREATED, preemptible=True, can_preempt=True,
+                 priority=50)  # fmt: skip
+    elastic = {"muster.dev/min-available": "1"}
+    for hi_priority in (0, 100):
+        a_lo = pod("a-lo", "team-a", gpu=1, group="a", created=CREATED, preemptible=True,
+                   priority=0, annotations=elastic)  # fmt: skip
+        a_hi = pod("a-hi", "team-a", gpu=1, group="a", created=CREATED, preemptible=True,
+                   priority=hi_priority, annotations=elastic,
+                   spec={"nodeSelector": {"pool": "later"}})  # fmt: skip
+        state = snapshot(nodes, [c0, b_wait, a_lo, a_hi], quotas, ON)
+        result = filter_pod(
+            state, state.pods["team-a/a-lo"], sorted(state.nodes), as_extender=True, now=NOW
+        )
+        assert result.quota_failures and "team-b/b-w" in result.quota_failures[0], hi_priority

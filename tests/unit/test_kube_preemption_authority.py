@@ -531,15 +531,16 @@ def test_a_victim_whose_owner_takes_its_mark_off_is_marked_again_to_the_same_dea
 @pytest.mark.parametrize(
     ("seen", "notice"),
     [
-        # Never seen marked (a Muster restarted since the mark): its deadline is unknown,
-        # so it has none left.
-        (None, 0.0),
+        # Never seen marked (a Muster restarted since, or Muster's condition left from an
+        # earlier plan): no stripped victim, but one never marked, given what is left of
+        # the notice its plan gave it: planned at NOW - 10 with its 400 s, 390 s.
+        (None, 390.0),
         # Marked at NOW - 10 with 400 s: due at NOW + 390, past the plan's reservation
         # (it expires at NOW + 300): 300 s, no longer than the room is held.
         ((NOW - 10, 400.0), 300.0),
     ],
 )
-def test_a_victim_marked_again_gets_no_notice_muster_cannot_vouch_for(
+def test_a_victim_marked_again_gets_the_notice_muster_can_vouch_for(
     seen: tuple[float, float] | None, notice: float
 ) -> None:
     source, _ = live_source(MusterArgs(maxPreemptionNoticeSeconds=3600))

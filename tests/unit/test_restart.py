@@ -535,19 +535,33 @@ def test_a_spared_victim_keeps_its_job_from_being_restarted() -> None:
     assert client.evicted == ["filler-b"]
 
 
-def test_a_spared_victim_s_ready_sibling_is_evicted_at_once() -> None:
+@pytest.mark.parametrize("also_spared", [False, True])
+def test_a_spared_victim_s_ready_sibling_is_evicted_shortly_unless_spared_too(
+    also_spared: bool,
+) -> None:
     # As above, without a further event on filler-b: ready and marked, it waited only for
     # filler-a; once filler-a is spared (no restart now), nothing else would bring it up.
+    # It is evicted 5 s later (SPARED_SIBLING_DELAY_SECONDS), not at once: Muster takes
+    # back the marks of a plan's victims one after another, and when filler-b's comes
+    # back too (also spared), it is not evicted at all.
     client = JobsAndEvictions(job())
-    made = Evictor(cast(KubeClient, client), clock=lambda: NOW + 6, record_keys=record_keys)
+    now = [NOW + 6]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
     a = marked_for_restart("filler-a", "u-a", notice=30)
     b = marked_for_restart("filler-b", "u-b", notice=30)
     b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
     made._on_pod("ADDED", a)
     made._on_pod("ADDED", b)
-    assert client.evicted == []
     made._on_pod("DELETED", _unmarked(a))
-    assert client.evicted == ["filler-b"]
+    assert client.evicted == []
+    if also_spared:
+        made._on_pod("DELETED", _unmarked(b))
+    now[0] = NOW + 10
+    made.retry_due()
+    assert client.evicted == []
+    now[0] = NOW + 11
+    made.retry_due()
+    assert client.evicted == ([] if also_spared else ["filler-b"])
     assert "suspend" not in client.job["spec"]
 
 
@@ -618,6 +632,54 @@ def test_a_later_plan_s_restart_mark_restarts_a_job_one_of_whose_victims_was_spa
     made._on_pod("DELETED", _unmarked(marked_for_restart("filler-b", "u-b", notice=30)))
     now[0] = NOW + 10
     for name, uid in (("filler-a", "u-a2"), ("filler-b", "u-b2")):
+        later = marked_for_restart(name, uid)
+        mark = {"preemptor": "team-a/other", "timestamp": "2026-01-01T12:00:10Z"}
+        later["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
+            keys.SOFT_EVICTION_KEY, uid, mark | {"restartJob": True}
+        )
+        made._on_pod("ADDED", later)
+    assert client.job["spec"].get("suspend") is True
+    assert client.evicted == []
+
+
+def test_a_victim_whose_mark_is_taken_off_and_never_put_back_does_not_hold_its_job() -> None:
+    # filler-b (answered) waits for filler-a; the owner takes filler-a's mark off and
+    # Muster never puts it back (the pod exited, say: a label watch shows nothing more of
+    # it).  After 10 s (STRIPPED_PATIENCE_SECONDS) filler-a is forgotten as gone, and the
+    # Job, its other noticed pod ready, is restarted: it does not wait out the plan.
+    client = JobsAndEvictions(job())
+    now = [NOW + 5]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    a = marked_for_restart("filler-a", "u-a", notice=30)
+    b = marked_for_restart("filler-b", "u-b", notice=30)
+    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
+    made._on_pod("ADDED", a)
+    made._on_pod("ADDED", b)
+    made._on_pod("DELETED", _with_muster_s_condition(_unmarked(a)))
+    for second in range(6, 15):
+        now[0] = NOW + second
+        made.retry_due()
+    assert "suspend" not in client.job["spec"]
+    now[0] = NOW + 15
+    made.retry_due()
+    assert client.job["spec"].get("suspend") is True
+    assert client.evicted == []
+
+
+def test_another_plan_s_restart_mark_in_the_spare_s_second_restarts_the_job() -> None:
+    # The spare at 12:00:10.3 by the evictor's clock; another plan (another preemptor)
+    # marks both pods at 12:00:10.6, stamped 12:00:10 (whole seconds): another plan, by
+    # its preemptor, whatever the clocks say: the Job is restarted, not evicted pod by pod.
+    client = JobsAndEvictions(job())
+    now = [NOW + 1]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    made._on_pod("ADDED", marked_for_restart("filler-a", "u-a", notice=30))
+    made._on_pod("ADDED", marked_for_restart("filler-b", "u-b", notice=30))
+    now[0] = NOW + 10.3
+    made._on_pod("DELETED", _unmarked(marked_for_restart("filler-a", "u-a", notice=30)))
+    made._on_pod("DELETED", _unmarked(marked_for_restart("filler-b", "u-b", notice=30)))
+    now[0] = NOW + 10.6
+    for name, uid in (("filler-a", "u-a"), ("filler-b", "u-b")):
         later = marked_for_restart(name, uid)
         mark = {"preemptor": "team-a/other", "timestamp": "2026-01-01T12:00:10Z"}
         later["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(

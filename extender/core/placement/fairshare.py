@@ -74,7 +74,9 @@ def fair_share_wait(
         return None
     capacity = state.capacity()
     mine = share_after(ledger, quota, capacity, demand.request)
-    priority = max(pod.priority for pod in demand.unplaced)
+    # Past a waiting job only if every pod it would run is of higher priority than that
+    # job (the ceiling its fair-share preemption would have): else it could take them back.
+    priority = min(pod.priority for pod in demand.unplaced)
     asking = (quota, mine, priority)
     waiting = _waiting_job(state, ledger, capacity, asking, borrowed, now, nodes)
     if waiting is None:
@@ -107,10 +109,11 @@ def _waiting_job(
     nodes: Collection[str] | None,
 ) -> tuple[str, str, float, float] | None:
     """The first waiting job, by name, of another quota that asks for one of
-    ``borrowed``, its quota admits, of the asking job's priority or higher, that could
-    run once room frees (:func:`could_run`) on one of ``nodes`` (if given), and whose
-    admission leaves its quota's share below ``mine`` (``asking``: the asking job's
-    quota, that quota's share with it, and the job's priority):
+    ``borrowed``, its quota admits, of priority (its pods' highest, as its preemption
+    would be) at least the asking job's (its pods' lowest), that could run once room
+    frees (:func:`could_run`) on one of ``nodes`` (if given), and whose admission leaves
+    its quota's share below ``mine`` (``asking``: the asking job's quota, that quota's
+    share with it, and that priority):
     ``(its quota, the job, that share, until when it holds others back)``; ``None`` if
     there is none.  Only quotas whose share is below ``mine`` now can have one (admitting
     more only raises a share): with none, no waiting job is read."""
@@ -144,7 +147,7 @@ def _waiting_job(
         if not any(demand.request.get(name, 0) > 0 for name in borrowed):
             continue  # its pods are charged already (admitted, binding)
         if max(pod.priority for pod in demand.unplaced) < priority:
-            continue  # borrowed capacity goes to higher priority first
+            continue  # borrowed capacity goes to higher priority first (as its preemptor)
         if job_admission_failures(ledger, other, demand.np_request, demand.p_request):
             continue
         theirs = share_after(ledger, other, capacity, demand.request)

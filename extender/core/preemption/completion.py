@@ -18,6 +18,7 @@ given.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from base import keys
@@ -50,11 +51,16 @@ class Unfinished:
     counted: frozenset[str]
 
 
-def unfinished_plans(state: ClusterState, written: set[str]) -> Unfinished:
+def unfinished_plans(
+    state: ClusterState, written: AbstractSet[str], remembered: AbstractSet[str]
+) -> Unfinished:
     """What the in-flight reservations of ``state`` still lack, leaving out the victims
     whose marks this process has written (``written``, by UID) and the informer may not
     show yet: each victim never marked is checked against the rules again, whatever record
-    named it; one whose mark was taken off is marked again."""
+    named it; one whose mark was taken off (its deadline ``remembered``, by UID) is marked
+    again.  Muster's condition on a victim whose mark Muster did not see (one left from an
+    earlier plan, or a restart since) makes it no stripped victim: it is marked as one
+    never marked, the rules asked."""
     running = [
         (pod, reservation.job)
         for reservation in state.reservations.values()
@@ -64,12 +70,23 @@ def unfinished_plans(state: ClusterState, written: set[str]) -> Unfinished:
         and not pod.finished
         and not pod.terminating
     ]
+    # Muster's DisruptionTarget without Muster's mark, on a victim whose mark Muster saw.
+    # Muster writes the mark before the condition, and turns the condition False before
+    # it takes a mark back, so only someone else took it off.
+    stripped = [
+        (pod, job)
+        for pod, job in running
+        if not pod.soft_evicted
+        and pod.preempted_by == keys.MUSTER_COMPONENT
+        and pod.uid in remembered
+    ]
+    stripped_keys = {pod.key for pod, _ in stripped}
     unmarked = [
         (pod, job)
         for pod, job in running
         if pod.uid not in written
         and not pod.departing  # marked, evicted, kube-scheduler's
-        and pod.preempted_by is None  # Muster's condition: marked once (stripped below)
+        and pod.key not in stripped_keys
     ]
     unrecorded = [
         (pod, job)
@@ -77,14 +94,6 @@ def unfinished_plans(state: ClusterState, written: set[str]) -> Unfinished:
         if pod.uid not in written
         and pod.marked_for == job
         and pod.preempted_by is None  # no DisruptionTarget yet
-    ]
-    # Muster's DisruptionTarget without Muster's mark.  Muster writes the mark before the
-    # condition, and takes a mark back only once no reservation counts on the victim
-    # (reservations.spared_victims, an ended plan), so only someone else took it off.
-    stripped = [
-        (pod, job)
-        for pod, job in running
-        if not pod.soft_evicted and pod.preempted_by == keys.MUSTER_COMPONENT
     ]
     deadlines = {
         pod.uid: pod.marked_at + pod.marked_notice

@@ -10,8 +10,9 @@ shares are closer than before.  So the quota that lost pods cannot take the room
 the same way (that would widen the gap again): no admit, reclaim, re-admit loop
 (``tests/unit/test_fair_sharing.py`` shows it over sequences of arrivals and plans).
 
-The walk (:mod:`.candidates`) offers these groups in their own phase, any priority
-allowed (what a quota borrows is lent, not owned), lower priority first, from the quotas
+The walk (:mod:`.candidates`) offers these groups in their own phase, of the job's
+priority or lower (fair sharing divides what is borrowed among the jobs of a priority),
+lower priority first, from the quotas
 :func:`~.policy.above_share` names; the search (:mod:`.search`) checks the gap for each
 group it takes, and for the plan it keeps (:func:`gap_widens`).
 """

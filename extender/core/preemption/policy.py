@@ -7,8 +7,9 @@
   borrows, ``borrowWithinCohort`` (``LowerPriority``, at or below
   ``maxPriorityThreshold`` if set); with ``fairSharing``, a borrowing job takes from
   other quotas only by fair sharing instead: from quotas whose share of borrowed capacity
-  is above its quota's, at any priority (:func:`above_share`), while the gap between the
-  two narrows (:mod:`.fairness`), never from a quota at or below its share.
+  is above its quota's, of the job's priority or lower (:func:`above_share`,
+  :func:`fair_share_admission`), while the gap between the two narrows
+  (:mod:`.fairness`), never from a quota at or below its share.
 
 A policy admits a victim by its priority (and, for equal priority, its creation time): an
 :data:`Admission`.  The candidate walk (:mod:`.candidates`) asks here for every group it

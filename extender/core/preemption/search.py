@@ -202,7 +202,7 @@ def _walk(
                 below_min[group.job] = guaranteed
         if group.rule is Rule.FAIR_SHARE:
             # With fair sharing, a borrower takes from another quota only while the gap
-            # between their shares narrows, whatever the victim's priority.
+            # between their shares narrows (and only victims of its priority or lower).
             widens = gap_widens(
                 state, demand, preemptor, ledger, simulation.ledger, [group], taken=False
             )
