@@ -352,21 +352,30 @@ def spared_victims(state: ClusterState, job: str) -> tuple[PodInfo, ...]:
 
 
 def ended_plan(state: ClusterState, job: str, why: str) -> EndedPlan:
-    """The plan of ``job`` ended now, for ``why``: its victims not yet leaving that no
-    reservation counts on (one that took them over, when ``job``'s room yielded), and its
-    pods carrying the reservation Muster wrote (see :class:`EndedPlan`)."""
+    """The plan of ``job`` ended now, for ``why``: its victims not yet leaving (those
+    marked for it, and those its reservation took over from a plan that yielded to it)
+    that no other reservation counts on, and its pods carrying the reservation Muster
+    wrote (see :class:`EndedPlan`)."""
     promised = {
         key
         for reservation in state.reservations.values()
         if reservation.job != job
         for key in reservation.victims
     }
+    own = state.reservations.get(job)
+    taken_over = [
+        pod
+        for key in (own.victims if own is not None else ())
+        if (pod := state.pods.get(key)) is not None
+        and pod.soft_evicted
+        and pod.marked_for not in (None, job)
+    ]
     return EndedPlan(
         job,
         why,
         tuple(
             pod
-            for pod in state.members.marked_pods(job)
+            for pod in [*state.members.marked_pods(job), *taken_over]
             if not pod.terminating and pod.key not in promised
         ),
         tuple(persisted_pods(state, job)),

@@ -135,6 +135,44 @@ def test_a_borrower_waits_while_a_quota_below_its_share_has_work_waiting(
         teams.cleanup()
 
 
+def test_a_borrower_of_higher_priority_is_not_held_back_for_lower_priority_work(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # As above (team A weighs 2, team B runs b-0 and b-1, team A's gang of 3 waits with a
+    # share of 0.375 once admitted, team B's b-2 would take team B to 0.75), but b-2 is of
+    # priority 500 and the gang of 10.  Fair sharing divides what is borrowed among the
+    # jobs of a priority: work of lower priority holds no job back, so b-2 binds at once
+    # to a free GPU, where at equal priority it waits (the test above).
+    teams = _teams(cluster, "2")
+    try:
+        low = _priority_class(cluster, teams.a, 10)
+        high = _priority_class(cluster, teams.b, 500)
+        for i in range(2):
+            teams.create(teams.b, f"b-{i}", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, f"b-{i}", "Running")
+        for i in range(3):
+            teams.create(
+                teams.a,
+                f"a-big-{i}",
+                requests={"cpu": "1", GPU: 1},
+                labels={**PREEMPTIBLE, "pod-group.scheduling.sigs.k8s.io": "a-big"},
+                annotations={"muster.dev/min-available": "3"},
+                priority_class=low,
+            )
+        lc.wait_until(
+            lambda: _unschedulable(teams, "a-big-0") or None,
+            timeout=60,
+            what="team A's gang seen waiting",
+        )
+        teams.create(
+            teams.b, "b-2", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE, priority_class=high
+        )
+        teams.wait(teams.b, "b-2", "Running", timeout=60)
+        assert not any(_running(teams, teams.a, f"a-big-{i}") for i in range(3))
+    finally:
+        teams.cleanup()
+
+
 def test_a_tenant_s_pods_that_cannot_run_hold_no_one_back(
     cluster: Cluster, muster_fair: MusterProcess
 ) -> None:

@@ -677,3 +677,39 @@ def test_an_ended_plan_leaves_the_marks_another_reservation_counts_on() -> None:
         state.add_reservation(taken_over)
         _extended, ended = settle_reservations(state, NOW)
     assert [(plan.job, plan.unmark) for plan in ended] == [("team-a/a", ())]
+
+
+def test_an_ended_plan_takes_back_the_marks_it_took_over() -> None:
+    # team-a/a's plan marked "low" (60 s of notice, at NOW - 20); its room yielded to
+    # team-a/b, whose reservation took "low" over.  b's reservation ends (timed out):
+    # "low" no plan counts on any more keeps no mark (a's plan is over too: it yielded),
+    # or it would be evicted at NOW + 40 for nothing.
+    source, _ = live_source()
+    marked = victim("low", "n0", 1)
+    mark = {
+        "preemptor": "team-a/a",
+        "timestamp": format_time(NOW - 20),
+        "initiator": "muster",
+        "noticeSeconds": 60,
+    }
+    marked["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
+    marked["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
+        keys.SOFT_EVICTION_KEY, "team-a/low", mark
+    )
+    source._on_pod("MODIFIED", marked)
+    for name in ("a", "b"):
+        source._on_pod("ADDED", pod(name, "team-a", gpu=8, preemptible=True, can_preempt=True))
+    with source.exclusive() as state:
+        taker = Reservation(
+            job="team-a/b",
+            quota="team-a",
+            placements={"team-a/b": "n0"},
+            victims=("team-a/low",),
+            created=NOW - 300,
+            expires=NOW - 1,
+        )
+        state.add_reservation(taker)
+        _extended, ended = settle_reservations(state, NOW)
+    assert [(plan.job, [p.key for p in plan.unmark]) for plan in ended] == [
+        ("team-a/b", ["team-a/low"])
+    ]
