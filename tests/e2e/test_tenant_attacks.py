@@ -23,13 +23,13 @@ import pytest
 from e2e_support import Cluster, condition, make_pod, tenant_client
 from muster_process import MUSTER, ROOT, MusterProcess, start_evictor
 from test_muster_extender import GPU
+from test_notice import muster_with_notice  # noqa: F401 (a fixture)
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     SOFT_EVICTION,
     Teams,
     _epoch,
     muster_and_evictor,
-    muster_with_arguments,
     tokens,
 )
 
@@ -327,21 +327,9 @@ def claims_about_work(cluster: Cluster, teams: Teams) -> None:
     untouched(teams, teams.a, "a-early")
 
 
-@pytest.fixture
-def muster_with_notice(
-    control_plane: lc.ControlPlane,
-    tmp_path: Path,
-    tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
-) -> Iterator[MusterProcess]:
-    with muster_with_arguments(
-        control_plane, tmp_path, tokens, {"maxPreemptionNoticeSeconds": 60}
-    ) as muster:
-        yield muster
-
-
 def test_a_victim_whose_mark_its_owner_takes_off_is_still_evicted_on_time(
     cluster: Cluster,
-    muster_with_notice: MusterProcess,
+    muster_with_notice: MusterProcess,  # noqa: F811
 ) -> None:
     with two_teams(cluster, 1, a_max=8) as teams:
         mark_taken_off(cluster, teams)

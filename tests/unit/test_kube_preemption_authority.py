@@ -478,12 +478,14 @@ def marks_written(client: RecordingClient) -> list[str]:
     ]
 
 
-def marked_by_muster(manifest: dict[str, Any], at: float, notice: float) -> dict[str, Any]:
-    """``manifest`` marked by Muster for team-a/new at ``at`` with ``notice`` seconds of
-    notice: its label, signed mark and ``DisruptionTarget``."""
+def muster_s_mark(
+    manifest: dict[str, Any], at: float, notice: float, preemptor: str = "team-a/new"
+) -> dict[str, Any]:
+    """``manifest`` with Muster's mark for ``preemptor``, written at ``at`` with
+    ``notice`` seconds of notice: its label and signed annotation."""
     mark = {
         "initiator": "muster",
-        "preemptor": "team-a/new",
+        "preemptor": preemptor,
         "timestamp": format_time(at),
         "noticeSeconds": notice,
     }
@@ -491,7 +493,13 @@ def marked_by_muster(manifest: dict[str, Any], at: float, notice: float) -> dict
     manifest["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
         keys.SOFT_EVICTION_KEY, f"team-a/{manifest['metadata']['name']}", mark
     )
-    return muster_s_disruption(manifest)
+    return manifest
+
+
+def marked_by_muster(manifest: dict[str, Any], at: float, notice: float) -> dict[str, Any]:
+    """``manifest`` marked by Muster for team-a/new: :func:`muster_s_mark` and its
+    ``DisruptionTarget``."""
+    return muster_s_disruption(muster_s_mark(manifest, at, notice))
 
 
 def test_a_victim_whose_owner_takes_its_mark_off_is_marked_again_to_the_same_deadline() -> None:
@@ -656,13 +664,7 @@ def test_an_ended_plan_leaves_the_marks_another_reservation_counts_on() -> None:
     # Job team-a/a marked "low"; its room yielded to team-a/b, whose reservation took the
     # victim over.  Then a's pods go: its plan ends, but "low" keeps its mark, for b.
     source, _ = live_source()
-    marked = victim("low", "n0", 1)
-    mark = {"preemptor": "team-a/a", "timestamp": "2027-01-15T08:00:00Z", "initiator": "muster"}
-    marked["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
-    marked["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
-        keys.SOFT_EVICTION_KEY, "team-a/low", mark
-    )
-    source._on_pod("MODIFIED", marked)
+    source._on_pod("MODIFIED", muster_s_mark(victim("low", "n0", 1), NOW - 20, 0, "team-a/a"))
     source._on_pod("ADDED", pod("b", "team-a", gpu=8, preemptible=True, can_preempt=True))
     with source.exclusive() as state:
         assert state.pods["team-a/low"].marked_for == "team-a/a"
@@ -685,18 +687,7 @@ def test_an_ended_plan_takes_back_the_marks_it_took_over() -> None:
     # "low" no plan counts on any more keeps no mark (a's plan is over too: it yielded),
     # or it would be evicted at NOW + 40 for nothing.
     source, _ = live_source()
-    marked = victim("low", "n0", 1)
-    mark = {
-        "preemptor": "team-a/a",
-        "timestamp": format_time(NOW - 20),
-        "initiator": "muster",
-        "noticeSeconds": 60,
-    }
-    marked["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
-    marked["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
-        keys.SOFT_EVICTION_KEY, "team-a/low", mark
-    )
-    source._on_pod("MODIFIED", marked)
+    source._on_pod("MODIFIED", muster_s_mark(victim("low", "n0", 1), NOW - 20, 60, "team-a/a"))
     for name in ("a", "b"):
         source._on_pod("ADDED", pod(name, "team-a", gpu=8, preemptible=True, can_preempt=True))
     with source.exclusive() as state:

@@ -27,7 +27,7 @@ from extender.core.objects import parse_pod
 from extender.core.preemption.completion import completion_notices
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.state import ClusterState
-from extender.kube.client import ApiError, KubeClient
+from extender.kube.client import ApiError, Json, KubeClient
 from extender.kube.evictor import Evictor
 from extender.kube.restarter import JobRestarter
 from tests.builders import hold_plan, leaving, node, pod, quota, record_keys, signed, snapshot
@@ -388,10 +388,16 @@ class JobsAndEvictions(JobsClient):
 
 
 def marked_for_restart(
-    name: str, uid: str, *, restart: bool = True, notice: float = 0
+    name: str,
+    uid: str,
+    *,
+    restart: bool = True,
+    notice: float = 0,
+    preemptor: str = "team-a/train",
+    at: str = "2026-01-01T12:00:00Z",
 ) -> dict[str, Any]:
     made = filler(name, "n1")
-    mark: dict[str, Any] = {"preemptor": "team-a/train", "timestamp": "2026-01-01T12:00:00Z"}
+    mark: dict[str, Any] = {"preemptor": preemptor, "timestamp": at}
     if restart:
         mark["restartJob"] = True
     if notice:
@@ -535,6 +541,19 @@ def test_a_spared_victim_keeps_its_job_from_being_restarted() -> None:
     assert client.evicted == ["filler-b"]
 
 
+def _b_waits_for_a(client: JobsAndEvictions, now: list[float]) -> tuple[Evictor, Json]:
+    """filler-a and filler-b, one Job's pods, marked at 12:00:00 to restart it with 30 s
+    of notice; filler-b answered at 12:00:05 and waits for its sibling.  The evictor, on
+    ``client`` and the clock ``now``, and filler-a."""
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    a = marked_for_restart("filler-a", "u-a", notice=30)
+    b = marked_for_restart("filler-b", "u-b", notice=30)
+    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
+    made._on_pod("ADDED", a)
+    made._on_pod("ADDED", b)
+    return made, a
+
+
 @pytest.mark.parametrize("also_spared", [False, True])
 def test_a_spared_victim_s_ready_sibling_is_evicted_shortly_unless_spared_too(
     also_spared: bool,
@@ -546,16 +565,11 @@ def test_a_spared_victim_s_ready_sibling_is_evicted_shortly_unless_spared_too(
     # back too (also spared), it is not evicted at all.
     client = JobsAndEvictions(job())
     now = [NOW + 6]
-    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
-    a = marked_for_restart("filler-a", "u-a", notice=30)
-    b = marked_for_restart("filler-b", "u-b", notice=30)
-    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
-    made._on_pod("ADDED", a)
-    made._on_pod("ADDED", b)
+    made, a = _b_waits_for_a(client, now)
     made._on_pod("DELETED", _unmarked(a))
     assert client.evicted == []
     if also_spared:
-        made._on_pod("DELETED", _unmarked(b))
+        made._on_pod("DELETED", _unmarked(marked_for_restart("filler-b", "u-b", notice=30)))
     now[0] = NOW + 10
     made.retry_due()
     assert client.evicted == []
@@ -587,57 +601,18 @@ def test_a_victim_whose_owner_takes_its_mark_off_still_restarts_its_job_on_time(
     # is evicted one by one.
     client = JobsAndEvictions(job())
     now = [NOW + 5]
-    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
-    a = marked_for_restart("filler-a", "u-a", notice=30)
-    b = marked_for_restart("filler-b", "u-b", notice=30)
-    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
-    made._on_pod("ADDED", a)
-    made._on_pod("ADDED", b)
+    made, a = _b_waits_for_a(client, now)
     now[0] = NOW + 6
     made._on_pod("DELETED", _with_muster_s_condition(_unmarked(a)))
     now[0] = NOW + 7
-    again = copy.deepcopy(_with_muster_s_condition(_unmarked(a)))
-    mark = {
-        "preemptor": "team-a/train",
-        "timestamp": "2026-01-01T12:00:07Z",
-        "noticeSeconds": 23,
-        "restartJob": True,
-    }
-    again["metadata"]["labels"][keys.SOFT_EVICTION_KEY] = "true"
-    again["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
-        keys.SOFT_EVICTION_KEY, "u-a", mark
-    )
-    made._on_pod("ADDED", again)
+    again = marked_for_restart("filler-a", "u-a", notice=23, at="2026-01-01T12:00:07Z")
+    made._on_pod("ADDED", _with_muster_s_condition(again))
     for second in range(8, 30):
         now[0] = NOW + second
         made.retry_due()
     assert "suspend" not in client.job["spec"] and client.evicted == []
     now[0] = NOW + 30
     made.retry_due()
-    assert client.job["spec"].get("suspend") is True
-    assert client.evicted == []
-
-
-def test_a_later_plan_s_restart_mark_restarts_a_job_one_of_whose_victims_was_spared() -> None:
-    # filler-a was spared at 12:00:06 (its Job kept: no restart for that plan's marks).
-    # A later plan marks both pods at 12:00:10 to restart the Job, with no notice: it is
-    # restarted, not evicted pod by pod.
-    client = JobsAndEvictions(job())
-    now = [NOW + 1]
-    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
-    made._on_pod("ADDED", marked_for_restart("filler-a", "u-a", notice=30))
-    made._on_pod("ADDED", marked_for_restart("filler-b", "u-b", notice=30))
-    now[0] = NOW + 6
-    made._on_pod("DELETED", _unmarked(marked_for_restart("filler-a", "u-a", notice=30)))
-    made._on_pod("DELETED", _unmarked(marked_for_restart("filler-b", "u-b", notice=30)))
-    now[0] = NOW + 10
-    for name, uid in (("filler-a", "u-a2"), ("filler-b", "u-b2")):
-        later = marked_for_restart(name, uid)
-        mark = {"preemptor": "team-a/other", "timestamp": "2026-01-01T12:00:10Z"}
-        later["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
-            keys.SOFT_EVICTION_KEY, uid, mark | {"restartJob": True}
-        )
-        made._on_pod("ADDED", later)
     assert client.job["spec"].get("suspend") is True
     assert client.evicted == []
 
@@ -649,12 +624,7 @@ def test_a_victim_whose_mark_is_taken_off_and_never_put_back_does_not_hold_its_j
     # Job, its other noticed pod ready, is restarted: it does not wait out the plan.
     client = JobsAndEvictions(job())
     now = [NOW + 5]
-    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
-    a = marked_for_restart("filler-a", "u-a", notice=30)
-    b = marked_for_restart("filler-b", "u-b", notice=30)
-    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
-    made._on_pod("ADDED", a)
-    made._on_pod("ADDED", b)
+    made, a = _b_waits_for_a(client, now)
     made._on_pod("DELETED", _with_muster_s_condition(_unmarked(a)))
     for second in range(6, 15):
         now[0] = NOW + second
@@ -666,25 +636,35 @@ def test_a_victim_whose_mark_is_taken_off_and_never_put_back_does_not_hold_its_j
     assert client.evicted == []
 
 
-def test_another_plan_s_restart_mark_in_the_spare_s_second_restarts_the_job() -> None:
-    # The spare at 12:00:10.3 by the evictor's clock; another plan (another preemptor)
-    # marks both pods at 12:00:10.6, stamped 12:00:10 (whole seconds): another plan, by
-    # its preemptor, whatever the clocks say: the Job is restarted, not evicted pod by pod.
+@pytest.mark.parametrize(
+    ("spared_at", "marked_at", "preemptor"),
+    [
+        # A later plan of the same preemptor, marking at 12:00:10, after the spare.
+        (6.0, 10.0, "team-a/train"),
+        # Another plan (another preemptor) marking in the spare's second, stamped
+        # 12:00:10 (whole seconds) where the evictor saw the spare at 12:00:10.3: another
+        # plan by its preemptor, whatever the two clocks say.
+        (10.3, 10.6, "team-a/other"),
+    ],
+)
+def test_another_plan_s_restart_mark_restarts_a_job_one_of_whose_victims_was_spared(
+    spared_at: float, marked_at: float, preemptor: str
+) -> None:
+    # filler-a and filler-b were marked at 12:00:00 to restart their Job, and spared (the
+    # Job kept: no restart for that plan's marks).  Another plan marks both to restart
+    # the Job, with no notice: it is restarted, not evicted pod by pod.
     client = JobsAndEvictions(job())
     now = [NOW + 1]
     made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
-    made._on_pod("ADDED", marked_for_restart("filler-a", "u-a", notice=30))
-    made._on_pod("ADDED", marked_for_restart("filler-b", "u-b", notice=30))
-    now[0] = NOW + 10.3
-    made._on_pod("DELETED", _unmarked(marked_for_restart("filler-a", "u-a", notice=30)))
-    made._on_pod("DELETED", _unmarked(marked_for_restart("filler-b", "u-b", notice=30)))
-    now[0] = NOW + 10.6
     for name, uid in (("filler-a", "u-a"), ("filler-b", "u-b")):
-        later = marked_for_restart(name, uid)
-        mark = {"preemptor": "team-a/other", "timestamp": "2026-01-01T12:00:10Z"}
-        later["metadata"]["annotations"][keys.SOFT_EVICTION_KEY] = signed(
-            keys.SOFT_EVICTION_KEY, uid, mark | {"restartJob": True}
+        made._on_pod("ADDED", marked_for_restart(name, uid, notice=30))
+    now[0] = NOW + spared_at
+    for name, uid in (("filler-a", "u-a"), ("filler-b", "u-b")):
+        made._on_pod("DELETED", _unmarked(marked_for_restart(name, uid, notice=30)))
+    now[0] = NOW + marked_at
+    for name, uid in (("filler-a", "u-a2"), ("filler-b", "u-b2")):
+        made._on_pod(
+            "ADDED", marked_for_restart(name, uid, preemptor=preemptor, at="2026-01-01T12:00:10Z")
         )
-        made._on_pod("ADDED", later)
     assert client.job["spec"].get("suspend") is True
     assert client.evicted == []
