@@ -118,6 +118,7 @@ class Deferral:
         # (A unit whose PodGroup holds minResources frees more than its requests.)
         declares_min_resources = self._declarations.declares_min_resources
         held_of, bounded = self._held_of, self._bounded
+        fair_share = Rule.FAIR_SHARE
         for position, offer in enumerate(offers):
             entry, admission, shed = offer
             node = entry[4][0]
@@ -126,7 +127,7 @@ class Deferral:
                 and shed is None
                 and node not in released
                 and entry[3] in uncounted
-                and admission[1] is not Rule.FAIR_SHARE
+                and admission[1] is not fair_share
                 and not declares_min_resources(entry[2])
             ):
                 requests = unit_requests[entry[2]]
