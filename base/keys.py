@@ -46,6 +46,8 @@ SOFT_EVICTION_KEY = "scheduling.koordinator.sh/soft-eviction"
 # The DisruptionTarget condition's reason on a preempted pod, written by kube-scheduler's
 # own preemption and by Muster's marks; its message starts with "<component>: ".
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+# The reason of the DisruptionTarget=False Muster writes as it takes a mark back.
+PREEMPTION_ABANDONED = "PreemptionAbandoned"
 # Muster's name as a component: in that message, in Events' source, in marks' initiator.
 MUSTER_COMPONENT = "muster"
 #: A pod condition Muster writes (pod status: tenants cannot) on a pod admitted

@@ -9,8 +9,10 @@ check and the evictor.
 from __future__ import annotations
 
 import json
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
+from base import keys
 from base.errors import ManifestError
 from base.times import is_record_time, parse_time
 
@@ -73,3 +75,28 @@ def is_notice(value: object) -> bool:
         and not isinstance(value, bool)
         and 0 <= value <= MAX_NOTICE_SECONDS
     )
+
+
+def taken_back(obj: Mapping[str, Any]) -> bool:
+    """Is Muster taking the mark of the pod object ``obj`` back?  Muster turns the pod's
+    ``DisruptionTarget`` ``False`` (reason ``PreemptionAbandoned``) before it removes the
+    mark: a pod still marked, with that condition no older than its mark, is one."""
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    text = annotations.get(keys.SOFT_EVICTION_KEY) if isinstance(annotations, Mapping) else None
+    marked_at = read_mark(text).timestamp if isinstance(text, str) else None
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "DisruptionTarget"
+            and condition.get("status") == "False"
+            and condition.get("reason") == keys.PREEMPTION_ABANDONED
+        ):
+            try:
+                at = parse_time(condition.get("lastTransitionTime"), "lastTransitionTime")
+            except ManifestError:
+                return False
+            return marked_at is not None and at is not None and at >= marked_at
+    return False

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from base import keys
 from base.errors import ManifestError
-from extender.core.marks import Mark, read_mark
+from extender.core.marks import Mark, read_mark, taken_back
 from extender.core.notice import answered
 from extender.core.objects import preempting_component
 from extender.core.records import RecordKeys, forged_records
@@ -188,6 +188,10 @@ class Evictor:
             self.evictions.labels("forged").inc()
             log.warning("not evicting %s: its soft-eviction mark is not Muster's", object_key(obj))
             return
+        if taken_back(obj):  # Muster is taking this mark back (a spare, a plan ended)
+            with self._lock:
+                self._noticed.pop(object_key(obj), None)
+            return
         if self._on_notice(obj):
             return
         self._evict(obj)
@@ -226,11 +230,10 @@ class Evictor:
     def _wait_for_siblings(
         self, job: str, key: str, obj: Json, when: tuple[float, Mark], *, ready: bool, exited: bool
     ) -> bool:
-        """A pod on notice whose mark restarts its Job: is it held back (``True``)?  Until
-        every such pod of its Job is ready (due, answered, or exited), the ready ones wait:
-        one pod's answer does not cut its siblings' notice short.  The last one ready
-        restarts the Job: at once when it exited (there is nothing to evict), else through
-        the eviction path (``False``), which restarts it or, failing that, evicts."""
+        """A pod on notice whose mark restarts its Job: held back (always ``True``: not
+        evicted by the caller).  Until every such pod of its Job is ready (due, answered,
+        or exited), the ready ones wait: one pod's answer does not cut its siblings' notice
+        short.  The last one ready restarts the Job (:meth:`_restart_all`)."""
         due, mark = when
         with self._lock:
             ready_pods = self._siblings.wait(job, key, obj, mark, ready=ready)
@@ -238,29 +241,23 @@ class Evictor:
                 self._noticed[key] = (obj, due)
                 return True
             self._noticed.pop(key, None)
-        if ready_pods is None:
-            return True
-        for sibling in ready_pods:
-            if sibling is not obj:
-                self._restarting(sibling)
-        if exited:
-            self._restart_job(obj)
-            return True
-        return False
+        if ready_pods is not None:
+            self._restart_all(ready_pods)
+        return True
 
     def _restart_all(self, ready: list[Json]) -> None:
-        """Restart the Job of ``ready``, its noticed pods all ready, none left to evict."""
-        for sibling in ready[1:]:
-            self._restarting(sibling)
-        self._restart_job(ready[0])
-
-    def _restart_job(self, obj: Json) -> None:
-        """Restart the Job of ``obj``, a ready pod with nothing to evict (it exited, or the
-        sibling it waited for went)."""
-        if self.restarter.restart(obj):
-            self._restarting(obj)
-        else:
-            log.warning("could not restart the Job of %s", object_key(obj))
+        """Restart the Job of ``ready``, its noticed pods all ready (the suspension
+        deletes them); if it cannot be restarted, evict those still running, one by one."""
+        if self.restarter.restart(ready[0]):
+            for pod in ready:
+                self._restarting(pod)
+            return
+        log.warning("could not restart the Job of %s: evicting its pods", object_key(ready[0]))
+        for pod in ready:
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                with self._lock:  # evicted, not restarted (see _call)
+                    self._overdue.add(str((pod.get("metadata") or {}).get("uid")))
+                self._evict(pod)
 
     def _restarting(self, obj: Json) -> None:
         """``obj``'s Job is suspended to restart it: the pod is counted, and watched, to be

@@ -268,7 +268,9 @@ class PostFilterLoop(Watched):
         (:meth:`PlanIssuer.undo`), and say so in the job's decision log."""
         if plan.room_kept:
             self._spared = {uid: at for uid, at in self._spared.items() if now - at < 60}
-            fresh = tuple(p for p in plan.unmark if now - self._spared.get(p.uid, -60.0) >= 10)
+            # Not again within 2 s (the informer shows the unmark by then; a failed one is
+            # tried again before the evictor's 5 s delay on a spared pod's siblings ends).
+            fresh = tuple(p for p in plan.unmark if now - self._spared.get(p.uid, -60.0) >= 2)
             if not fresh:
                 return
             self._spared.update((p.uid, now) for p in fresh)

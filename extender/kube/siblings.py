@@ -34,7 +34,9 @@ class RestartSiblings:
         #: until then.
         self._pods: dict[str, dict[str, Json | None]] = {}
         self._job_of: dict[str, str] = {}  # pod key → its Job, for those
-        self._marks: dict[str, Mark] = {}  # Job → the mark of its pods on notice
+        #: Job → the latest mark of its pods on notice (a plan's marks may be stamped a
+        #: second apart: written at once, across a second's turn).
+        self._marks: dict[str, Mark] = {}
         #: Jobs a victim of which was spared: the spared plan's mark (its preemptor and
         #: time); not restarted for that plan's marks.
         self._kept: dict[str, Mark] = {}
@@ -60,7 +62,9 @@ class RestartSiblings:
         to restart), else ``None``."""
         pods = self._pods.setdefault(job, {})
         self._job_of[key] = job
-        self._marks[job] = mark
+        latest = self._marks.get(job)
+        if latest is None or (mark.timestamp or 0.0) > (latest.timestamp or 0.0):
+            self._marks[job] = mark
         self.stripped.pop(key, None)
         pods[key] = obj if ready else None
         return self._all_ready(job) if ready else None

@@ -171,7 +171,7 @@ class ClusterWriter:
         condition = {
             "type": "DisruptionTarget",
             "status": "False",
-            "reason": "PreemptionAbandoned",
+            "reason": keys.PREEMPTION_ABANDONED,
             "message": f"{COMPONENT}: {reason}",
             "lastTransitionTime": format_time(self.clock()),
         }
@@ -183,7 +183,7 @@ class ClusterWriter:
                 "annotations": {keys.SOFT_EVICTION_KEY: None},
             },
         )
-        self.event(pod, "PreemptionAbandoned", reason, kind="Warning")
+        self.event(pod, keys.PREEMPTION_ABANDONED, reason, kind="Warning")
 
     def persist_reservation(self, pod: PodInfo, reservation: Json) -> None:
         """Persist a pod's reservation in its annotation (a restarted Muster reads it)."""

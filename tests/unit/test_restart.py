@@ -668,3 +668,76 @@ def test_another_plan_s_restart_mark_restarts_a_job_one_of_whose_victims_was_spa
         )
     assert client.job["spec"].get("suspend") is True
     assert client.evicted == []
+
+
+def _mark_taken_back(obj: dict[str, Any], at: str = "2026-01-01T12:00:06Z") -> dict[str, Any]:
+    """``obj`` after the first write of Muster's unmark: its ``DisruptionTarget`` turned
+    False at ``at``, its mark still on (the label watch delivers it as MODIFIED)."""
+    made = copy.deepcopy(obj)
+    made["status"]["conditions"] = [
+        {
+            "type": "DisruptionTarget",
+            "status": "False",
+            "reason": keys.PREEMPTION_ABANDONED,
+            "message": "muster: the job has room without them",
+            "lastTransitionTime": at,
+        }
+    ]
+    return made
+
+
+def test_a_victim_whose_mark_muster_is_taking_back_is_not_evicted() -> None:
+    # Muster spares both victims (filler-b answered, waiting for filler-a), unmarking each
+    # as it does: the condition False first (an update of a pod still marked, and ready),
+    # then the mark.  Derived from the rule (a spared pod runs on): neither is evicted,
+    # whatever the order the watch shows the writes in.
+    client = JobsAndEvictions(job())
+    now = [NOW + 6]
+    made, a = _b_waits_for_a(client, now)
+    b = marked_for_restart("filler-b", "u-b", notice=30)
+    b["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:05Z"
+    for victim_pod in (a, b):
+        made._on_pod("MODIFIED", _mark_taken_back(victim_pod))
+        made._on_pod("DELETED", _mark_taken_back(_unmarked(victim_pod)))
+    for second in range(7, 60):
+        now[0] = NOW + second
+        made.retry_due()
+    assert client.evicted == [] and "suspend" not in client.job["spec"]
+
+
+def test_a_spared_plan_s_marks_stamped_a_second_apart_are_one_plan() -> None:
+    # One plan marked filler-b at 12:00:01 and filler-a at 12:00:00 (written at once,
+    # across a second's turn); filler-a is spared, filler-b stays marked.  One plan: the
+    # Job is kept (filler-a runs on) and filler-b, due at 12:00:31, is evicted alone.
+    client = JobsAndEvictions(job())
+    now = [NOW + 1]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    made._on_pod(
+        "ADDED", marked_for_restart("filler-b", "u-b", notice=30, at="2026-01-01T12:00:01Z")
+    )
+    a = marked_for_restart("filler-a", "u-a", notice=30)
+    made._on_pod("ADDED", a)
+    now[0] = NOW + 10
+    made._on_pod("DELETED", _mark_taken_back(_unmarked(a), "2026-01-01T12:00:10Z"))
+    for second in range(11, 40):
+        now[0] = NOW + second
+        made.retry_due()
+    assert "suspend" not in client.job["spec"]
+    assert client.evicted == ["filler-b"]
+
+
+@pytest.mark.parametrize("how", ["deleted", "its mark taken off and never put back"])
+def test_a_job_that_cannot_be_restarted_has_its_ready_pods_evicted(how: str) -> None:
+    # The Job may not be restarted (a 403: no write on Jobs, say).  filler-b answered and
+    # waits for filler-a; filler-a goes.  The Job's restart fails, so filler-b, ready and
+    # marked, is evicted instead: it does not hold its preemptor's room.
+    client = JobsAndEvictions(job(), refuse=403)
+    now = [NOW + 5]
+    made, a = _b_waits_for_a(client, now)
+    now[0] = NOW + 6
+    gone = a if how == "deleted" else _with_muster_s_condition(_unmarked(a))
+    made._on_pod("DELETED", gone)
+    for second in range(7, 20):
+        now[0] = NOW + second
+        made.retry_due()
+    assert client.evicted == ["filler-b"]

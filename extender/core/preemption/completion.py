@@ -98,7 +98,7 @@ def unfinished_plans(
     deadlines = {
         pod.uid: pod.marked_at + pod.marked_notice
         for pod, job in running
-        if pod.marked_for == job and pod.marked_at is not None
+        if pod.marked_for is not None and pod.marked_at is not None  # its job's, or taken over
     }
     refused = [
         (pod, job, why)
