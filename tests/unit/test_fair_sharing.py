@@ -672,3 +672,29 @@ def test_a_job_of_mixed_priorities_gets_past_no_work_that_could_take_its_pods_ba
             state, state.pods["team-a/a-lo"], sorted(state.nodes), as_extender=True, now=NOW
         )
         assert result.quota_failures and "team-b/b-w" in result.quota_failures[0], hi_priority
+
+
+def test_work_within_its_quota_s_min_holds_back_borrowers_of_any_priority() -> None:
+    # As test_fair_sharing_divides_what_is_borrowed_among_jobs_of_a_priority (team-c
+    # borrows all 4 GPUs, team-b's b-new at priority 100 would borrow one), but team-a is
+    # guaranteed 1 GPU and its a-wait (priority 0) fits within that min: a guarantee, not
+    # a borrower, so it holds b-new back whatever the priorities (its reclaim would take
+    # the room back from b-new: reclaimWithinCohort Any).  With team-a's min at 0, a-wait
+    # would borrow, and b-new gets its plan (the priority rule).
+    running_c = [
+        pod(f"c-{i}", "team-c", gpu=1, node=f"n{i + 1}", preemptible=True) for i in range(4)
+    ]
+    waiting = [
+        pod("a-wait", "team-a", gpu=1, created=CREATED, preemptible=True, can_preempt=True),
+        pod("b-new", "team-b", gpu=1, created=CREATED, preemptible=True, can_preempt=True,
+            priority=100),
+    ]  # fmt: skip
+    for a_min, b_waits in (("1", True), ("0", False)):
+        quotas = [
+            quota("team-a", min={GPU: a_min}, max={GPU: "4"}),
+            quota("team-b", min={GPU: "0"}, max={GPU: "4"}),
+            quota("team-c", min={GPU: "0"}, max={GPU: "4"}),
+        ]
+        state = snapshot(NODES, [*running_c, *waiting], quotas, ON)
+        decision = plan_job_preemption(state, "team-b/b-new", NOW)
+        assert isinstance(decision, Refusal) is b_waits, (a_min, decision)

@@ -8,11 +8,13 @@ the jobs waiting in the other quotas (one cohort: the quota tree) that ask for a
 resource it borrows: if one of them, once admitted, would leave its quota's share
 (:func:`quota.fairshare.share_after`) below what this job's quota's share would be,
 this job waits, and the room it would have taken stays free for that job; the filter
-turns it away, and the planner makes no plan for it.  Equal shares admit.  Only a job of
-the same priority or higher holds it back: fair sharing divides what is borrowed among
-the jobs of a priority, and a job of lower priority, in whatever quota, waits for it (so
-fair sharing's preemption takes no victim of higher priority than its job:
-:func:`~extender.core.preemption.policy.fair_share_admission`).
+turns it away, and the planner makes no plan for it.  Equal shares admit.  A waiting job
+that would borrow holds back only jobs of its priority or lower: fair sharing divides
+what is borrowed among the jobs of a priority, and a borrower of lower priority, in
+whatever quota, waits for it (so fair sharing's preemption takes no victim of higher
+priority than its job: :func:`~extender.core.preemption.policy.fair_share_admission`).
+One within its quota's ``min`` holds back every borrower, whatever the priorities: a
+guarantee comes first (its reclaim would take the borrower back).
 
 A waiting job counts only while it could run once room frees, and for
 ``fairSharingWaitSeconds`` after its newest pod was created.  Could run: its own quota
@@ -110,8 +112,8 @@ def _waiting_job(
 ) -> tuple[str, str, float, float] | None:
     """The first waiting job, by name, of another quota that asks for one of
     ``borrowed``, its quota admits, of priority (its pods' highest, as its preemption
-    would be) at least the asking job's (its pods' lowest), that could run once room
-    frees (:func:`could_run`) on one of ``nodes`` (if given), and whose admission leaves
+    would be) at least the asking job's (its pods' lowest) unless it fits within its
+    quota's ``min``, that could run once room frees (:func:`could_run`) on one of ``nodes`` (if given), and whose admission leaves
     its quota's share below ``mine`` (``asking``: the asking job's quota, that quota's
     share with it, and that priority):
     ``(its quota, the job, that share, until when it holds others back)``; ``None`` if
@@ -146,8 +148,12 @@ def _waiting_job(
             continue
         if not any(demand.request.get(name, 0) > 0 for name in borrowed):
             continue  # its pods are charged already (admitted, binding)
-        if max(pod.priority for pod in demand.unplaced) < priority:
-            continue  # borrowed capacity goes to higher priority first (as its preemptor)
+        if max(pod.priority for pod in demand.unplaced) < priority and borrowed_resources(
+            ledger, demand
+        ):
+            # Borrowed capacity goes to higher priority first (as its preemption would
+            # take); work within its quota's min holds everyone back (a guarantee).
+            continue
         if job_admission_failures(ledger, other, demand.np_request, demand.p_request):
             continue
         theirs = share_after(ledger, other, capacity, demand.request)
