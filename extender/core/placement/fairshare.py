@@ -114,8 +114,8 @@ def _waiting_job(
     ``borrowed``, its quota admits, of priority (its pods' highest, as its preemption
     would be) at least the asking job's (its pods' lowest) unless it fits within its
     quota's ``min``, that could run once room frees (:func:`could_run`) on one of
-    ``nodes`` (if given), and whose admission leaves its quota's share below ``mine`` (``asking``: the asking job's quota, that quota's
-    share with it, and that priority):
+    ``nodes`` (if given), and whose admission leaves its quota's share below ``mine``
+    (``asking``: the asking job's quota, that quota's share with it, and that priority):
     ``(its quota, the job, that share, until when it holds others back)``; ``None`` if
     there is none.  Only quotas whose share is below ``mine`` now can have one (admitting
     more only raises a share): with none, no waiting job is read."""
