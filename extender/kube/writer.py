@@ -130,37 +130,27 @@ class ClusterWriter:
         ``DisruptionTarget`` condition.  The event comes first: the evictor may have
         removed the victim since its mark, and the event is history that outlives it
         (the condition's patch then fails with 404, for the caller to ignore)."""
-        now = format_time(self.clock())
         cause = f"preempted by job {preemptor}" if preemptor is not None else "drained"
         # Named by the pod and its preemptor: a Muster that completes the record after
         # another stopped between this event and the condition cannot post it twice.
         once = hashlib.sha256(f"{pod.uid}/{preemptor}".encode()).hexdigest()[:16]
         name = f"{pod.name}.preempted.{once}"
         self.event(pod, "Preempted", f"Marked for eviction, {cause}: {reason}", name=name)
-        condition = {
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": keys.PREEMPTION_BY_SCHEDULER,
-            "message": f"{COMPONENT}: {cause}: {reason}",
-            "lastTransitionTime": now,
-        }
-        self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
+        self._set_condition(
+            pod, "DisruptionTarget", "True", keys.PREEMPTION_BY_SCHEDULER, f"{cause}: {reason}"
+        )
 
     def record_admitted_preemptible(self, pod: PodInfo) -> None:
         """Record on a pod admitted preemptible, whose label now says otherwise, that it
         stays preemptible: Muster's ``muster.dev/AdmittedPreemptible`` condition (pod
         status, which its owner cannot write), for every replica and after a restart."""
-        condition = {
-            "type": keys.ADMITTED_PREEMPTIBLE_CONDITION,
-            "status": "True",
-            "reason": "LabelChangedAfterAdmission",
-            "message": (
-                f"{COMPONENT}: admitted preemptible; its {keys.PREEMPTIBLE_LABEL} label "
-                "changed afterwards, and it stays preemptible"
-            ),
-            "lastTransitionTime": format_time(self.clock()),
-        }
-        self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
+        why = (
+            f"admitted preemptible; its {keys.PREEMPTIBLE_LABEL} label changed afterwards, "
+            "and it stays preemptible"
+        )
+        self._set_condition(
+            pod, keys.ADMITTED_PREEMPTIBLE_CONDITION, "True", "LabelChangedAfterAdmission", why
+        )
 
     def unmark_victim(self, pod: PodInfo, reason: str) -> None:
         """Take a victim's soft-eviction mark back (its plan was abandoned, or it was
@@ -168,14 +158,7 @@ class ClusterWriter:
         and an event says why.  In that order, Muster's ``DisruptionTarget=True`` on a pod
         without its mark always means someone else took the mark off (the evictor, and
         Muster itself, tell that from a mark taken back)."""
-        condition = {
-            "type": "DisruptionTarget",
-            "status": "False",
-            "reason": keys.PREEMPTION_ABANDONED,
-            "message": f"{COMPONENT}: {reason}",
-            "lastTransitionTime": format_time(self.clock()),
-        }
-        self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
+        self._set_condition(pod, "DisruptionTarget", "False", keys.PREEMPTION_ABANDONED, reason)
         self.patch_pod(
             pod,
             {
@@ -184,6 +167,20 @@ class ClusterWriter:
             },
         )
         self.event(pod, keys.PREEMPTION_ABANDONED, reason, kind="Warning")
+
+    def _set_condition(
+        self, pod: PodInfo, kind: str, status: str, reason: str, message: str
+    ) -> None:
+        """Set the pod condition ``kind`` (Muster's, its message ``"muster: <message>"``)
+        through the status subresource; the patch merges conditions by type."""
+        condition = {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": f"{COMPONENT}: {message}",
+            "lastTransitionTime": format_time(self.clock()),
+        }
+        self.patch_pod(pod, {}, status={"conditions": [condition]}, content_type=STRATEGIC_PATCH)
 
     def persist_reservation(self, pod: PodInfo, reservation: Json) -> None:
         """Persist a pod's reservation in its annotation (a restarted Muster reads it)."""
