@@ -178,8 +178,8 @@ class PostFilterLoop(Watched):
             deadlines = self.issuer.remember_deadlines(unfinished)
             to_mark = unfinished.unmarked + unfinished.stripped
             notices, restarted = completion_notices(state, to_mark, now)
-            for pod, job in unfinished.stripped:
-                deadline = deadlines.get(pod.uid)
+            for pod, job in unfinished.stripped:  # (stripped: its deadline remembered)
+                deadline = deadlines[pod.uid]
                 notices[pod.key] = notice_to_deadline(state, pod, job, deadline, now)
         for pod, job, why in unfinished.refused:
             if pod.uid not in self._refused_logged:

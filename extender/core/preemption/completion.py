@@ -8,11 +8,11 @@ A victim's owner can take its mark off (a tenant may edit its own pods' labels a
 annotations): it keeps Muster's ``DisruptionTarget`` (pod status, which tenants do not
 write), but without a mark no evictor evicts it, and the plan would wait out its
 reservation.  Such a victim is marked again, to the deadline its mark had (what the
-owner declares meanwhile cannot lengthen it; a deadline Muster never saw, as after a
-restart, is now).  A victim never marked gets what the plan gave it: the notice to the
-same deadline.  Either way its Job is restarted (:mod:`extender.core.restart`) when the
-plan's victims, marked or not, are all of its pods.  Pure: the state and the time are
-given.
+owner declares meanwhile cannot lengthen it); one whose mark Muster never saw (as after
+a restart) is marked as one never marked.  A victim never marked gets what the plan
+gave it: the notice to the same deadline.  Either way its Job is restarted
+(:mod:`extender.core.restart`) when the plan's victims, marked or not, are all of its
+pods.  Pure: the state and the time are given.
 """
 
 from __future__ import annotations
@@ -153,13 +153,11 @@ def notice_left(state: ClusterState, pod: PodInfo, job: str, now: float) -> floa
 
 
 def notice_to_deadline(
-    state: ClusterState, pod: PodInfo, job: str, deadline: float | None, now: float
+    state: ClusterState, pod: PodInfo, job: str, deadline: float, now: float
 ) -> float:
     """The notice a victim whose mark was taken off is marked again with: what is left to
-    ``deadline``, the one its mark had (``None``: Muster never saw it, so none), and no
-    more than its plan would give it now nor past its job's reservation."""
-    if deadline is None:
-        return 0.0
+    ``deadline``, the one its mark had, and no more than its plan would give it now nor
+    past its job's reservation."""
     latest = min(deadline, now + notice_left(state, pod, job, now))
     reservation = state.reservations.get(job)
     if reservation is not None:
