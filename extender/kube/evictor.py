@@ -206,7 +206,7 @@ class Evictor:
         mark = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, "")))
         if mark.notice_seconds <= 0 or mark.timestamp is None:
             return False
-        exited = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        exited = _exited(obj)
         if exited:
             with self._lock:
                 first = uid not in self._exited
@@ -254,7 +254,7 @@ class Evictor:
             return
         log.warning("could not restart the Job of %s: evicting its pods", object_key(ready[0]))
         for pod in ready:
-            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            if not _exited(pod):
                 with self._lock:  # evicted, not restarted (see _call)
                     self._overdue.add(str((pod.get("metadata") or {}).get("uid")))
                 self._evict(pod)
@@ -383,3 +383,8 @@ def _preempted_by_muster(obj: Json) -> bool:
         return preempting_component(obj.get("status") or {}) == keys.MUSTER_COMPONENT
     except ManifestError:
         return False
+
+
+def _exited(obj: Json) -> bool:
+    """Has the pod's every container ended (phase ``Succeeded`` or ``Failed``)?"""
+    return (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
