@@ -16,6 +16,7 @@ import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -32,9 +33,15 @@ from tests.builders import node, pod, quota, snapshot
 NOW = 1_767_400_000.0
 
 
-def random_case(seed: int) -> tuple[ClusterState, str]:
-    """A GPU cluster with quotas whose ``min`` is drawn near their usage, some pods
-    leaving, and a pending gang that needs several nodes' GPUs."""
+#: What share of its usage a quota's ``min`` is drawn as: near it (the walk's ``min``
+#: checks spare victims, and walks held back must walk again), or far below.
+NEAR_USAGE = (0.2, 0.6, 0.85, 0.95, 1.0)
+FAR_BELOW = (0.1, 0.3)
+
+
+def random_case(seed: int, min_shares: tuple[float, ...] = NEAR_USAGE) -> tuple[ClusterState, str]:
+    """A GPU cluster with quotas whose ``min`` is drawn from ``min_shares`` of their
+    usage, some pods leaving, and a pending gang that needs several nodes' GPUs."""
     rng = random.Random(seed)
     quotas = rng.randint(3, 6)
     drawn = gpu_cluster(
@@ -55,9 +62,7 @@ def random_case(seed: int) -> tuple[ClusterState, str]:
             min={
                 GPU: cluster_gpus // 2
                 if i == 0
-                else int(used[f"team-{i}"] * rng.choice((0.2, 0.6, 0.85, 0.95, 1.0)))
-                // MILLI
-                * MILLI
+                else int(used[f"team-{i}"] * rng.choice(min_shares)) // MILLI * MILLI
             },
             max={GPU: cluster_gpus},
         )
@@ -96,17 +101,30 @@ def decision(state: ClusterState, job: str) -> tuple[object, ...]:
 
 @pytest.fixture
 def walks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
-    """Counts the walks that held units back and stood by their answer."""
+    """Counts the walks that held units back and stood by their answer, or did not, and
+    of those that went up to a horizon, the same."""
     counts: Counter[str] = Counter()
-    walk = search._walk
+    walk, horizon = search._walk, Deferral.horizon
+    drawn: list[bool] = []
 
     def counted(*args: object, **kwargs: object) -> object:
+        drawn.clear()
         found = walk(*args, **kwargs)  # type: ignore[arg-type]
-        if kwargs["defer"]:
-            counts["vouched" if found is not None else "walked again"] += 1
+        if kwargs["pacing"] is not search.Pacing.IN_ORDER:
+            answer = "walked again" if isinstance(found, search.Pacing) else "vouched"
+            counts[answer] += 1
+            if drawn:
+                counts[f"{answer} from a horizon"] += 1
+        return found
+
+    def drawing(self: Deferral, *args: Any) -> object:
+        found = horizon(self, *args)
+        if found is not None:
+            drawn.append(True)
         return found
 
     monkeypatch.setattr(search, "_walk", counted)
+    monkeypatch.setattr(Deferral, "horizon", drawing)
     yield counts
 
 
@@ -122,9 +140,26 @@ def test_deferral_decides_what_the_walk_without_decides(
             without = decision(state, job)
         assert with_deferral == without, f"seed {seed}"
     # The property is only as good as its cases: most must take the deferred path to the
-    # end, and some must be sent back to walk again.
+    # end, and some must be sent back to walk again, from a horizon too.
     assert walks["vouched"] >= cases // 2, walks
     assert walks["walked again"] >= 5, walks
+    assert walks["walked again from a horizon"] >= 5, walks
+
+
+def test_a_walk_up_to_a_horizon_decides_what_the_walk_without_decides(
+    walks: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Quotas far above their min, as on a busy shared cluster: most walks go up to a
+    # horizon and stand by their answer.
+    cases = 80
+    for seed in range(cases):
+        state, job = random_case(1000 + seed, FAR_BELOW)
+        with_horizon = decision(state, job)
+        with monkeypatch.context() as patched:
+            patched.setattr(Deferral, "applies", staticmethod(lambda *a, **k: False))
+            without = decision(state, job)
+        assert with_horizon == without, f"seed {1000 + seed}"
+    assert walks["vouched from a horizon"] >= cases // 2, walks
 
 
 def _same_with_and_without(

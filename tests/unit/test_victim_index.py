@@ -57,3 +57,16 @@ def test_every_list_is_in_order_after_few_or_many_changes(seed: int) -> None:
             assert list(index.units(quota)) == by_quota.get(quota, [])
         asking = {asks: list(units) for asks, units in index.units_asking().items()}
         assert asking == by_asks
+        # What each quota's units up to a priority ask for, summed (a walk's bound on
+        # what it held): kept as units come, change and go.
+        for quota in quotas:
+            for priority in (-1, 0, 100, 1000):
+                summed: dict[str, int] = defaultdict(int)
+                for entry in by_quota.get(quota, []):
+                    if entry[0] <= priority:
+                        for name, amount in index.unit_requests()[entry[2]].items():
+                            summed[name] += amount
+                asked = index.asked_up_to(quota, priority)
+                assert {n: a for n, a in asked.items() if a} == {
+                    n: a for n, a in summed.items() if a
+                }, (quota, priority)

@@ -27,6 +27,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Protocol
 
 from extender.core.objects import PodInfo
 from extender.core.preemption.groups import GroupBuilder, Offer, VictimGroup, Wanted
@@ -91,7 +92,7 @@ def find_victim_groups(
     wanted: Wanted,
     ledger: QuotaLedger,
     priority_cap: int | None = None,
-    reorder: Callable[[Iterator[Offer]], Iterator[tuple[int, Offer]]] | None = None,
+    pace: Pace | None = None,
 ) -> Iterator[VictimGroup]:
     """Every victim group the policies allow and ``wanted(pods, quota)`` accepts, in
     preemption order, built lazily; with ``priority_cap``, only groups of that priority
@@ -114,16 +115,15 @@ def find_victim_groups(
     some of its pods) before the group is built.
 
     Which quotas borrow is read from ``ledger``: the plan's settled view, in which
-    earlier plans' victims still leaving are gone.  ``reorder``: numbers the offers by
-    their place and may offer some later (:mod:`.deferral`); each group says where it
-    was offered (``position``).
+    earlier plans' victims still leaving are gone.  ``pace``: numbers the offers by
+    their place and may offer some later (:mod:`.deferral`; by default every offer comes
+    at its place); each group says where it was offered (``position``).
     """
     promised = state.book.promised_victims()
     builder = GroupBuilder(
         state, preemptor, wanted, promised, state.victims.unit_pods(), state.victims.entries()
     )
-    offers = _offers(state, preemptor, wanted, ledger, priority_cap, builder)
-    numbered = enumerate(offers) if reorder is None else reorder(offers)
+    numbered = _offers(state, preemptor, wanted, ledger, priority_cap, builder, pace or InOrder())
     for position, (entry, admission, shed) in numbered:
         if shed is None:
             group = builder.group(entry, admission, position)
@@ -140,20 +140,27 @@ def _offers(
     ledger: QuotaLedger,
     priority_cap: int | None,
     builder: GroupBuilder,
-) -> Iterator[Offer]:
-    """What :func:`find_victim_groups` offers, in order, phase by phase."""
+    pace: Pace,
+) -> Iterator[tuple[int, Offer]]:
+    """What :func:`find_victim_groups` offers, phase by phase, as ``pace`` numbers it."""
     settled = settled_units(state, promised=builder.promised)
     entries_of = builder.unit_entries
-    for units, asking, quotas, admission, ranked in _phases(state, preemptor, ledger):
+    for phase, (units, asking, quotas, admission, ranked) in enumerate(
+        _phases(state, preemptor, ledger)
+    ):
         # Elastic jobs give up their pods above their minimum before any whole job of
         # their priority or above goes.
         ceiling, _rule, equal_rule, _created_after = admission
         last = ceiling + 1 if equal_rule is not None else ceiling
         if priority_cap is not None:
             last = min(last, priority_cap)
+        lacking = wanted.lacking(quotas)
+        horizon = pace.horizon(quotas, admission) if phase == 0 and lacking else None
+        if horizon is not None:  # walk up to it, on the nodes that could gain by then
+            last = min(last, horizon[0])
+            lacking = horizon[1]
         excess = [shed for shed in builder.excess(quotas) if shed[0] <= last]
         entries: Iterator[UnitEntry]
-        lacking = wanted.lacking(quotas)
         lists: list[Sequence[UnitEntry]]
         if ranked is not None:  # one list per quota, merged by priority, then rank
             lists = [state.victims.units(quota) for quota in sorted(quotas)]
@@ -177,21 +184,94 @@ def _offers(
         entries = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=order)
         if settled:
             entries = with_settled(entries, settled, quotas, last, order)
-        for entry in entries:
-            while excess and excess[0][0] <= entry[0]:
-                _priority, job, _quota, pods = excess.pop(0)
-                yield from _shed_offers(entries_of[job], admission, pods)
-            if entry[3] in quotas and entry[2] != preemptor.job:
-                yield entry, admission, None
-        for _priority, job, _quota, pods in excess:
-            yield from _shed_offers(entries_of[job], admission, pods)
+        if excess:
+            for entry in entries:
+                while excess and excess[0][0] <= entry[0]:
+                    _priority, job, _quota, pods = excess.pop(0)
+                    yield from _shed_offers(pace, entries_of[job], admission, pods)
+                yield from pace.units((entry,), admission, quotas, preemptor.job)
+            for _priority, job, _quota, pods in excess:
+                yield from _shed_offers(pace, entries_of[job], admission, pods)
+        else:
+            yield from pace.units(entries, admission, quotas, preemptor.job)
+        if horizon is not None:
+            pace.cut_short = True  # every unit up to the horizon met, and no room yet
+            return
+    yield from pace.rest()
 
 
 def _shed_offers(
-    entry: UnitEntry, admission: Admission, pods: Iterable[PodInfo]
-) -> Iterator[Offer]:
+    pace: Pace, entry: UnitEntry, admission: Admission, pods: Iterable[PodInfo]
+) -> Iterator[tuple[int, Offer]]:
     for pod in pods:
-        yield entry, admission, pod
+        yield from pace.offer((entry, admission, pod))
+
+
+class Pace(Protocol):
+    """Numbers the walk's offers by their place (the order they come in), and may hold
+    some back to offer later (:class:`~.deferral.Deferral`)."""
+
+    def units(
+        self,
+        entries: Iterable[UnitEntry],
+        admission: Admission,
+        quotas: AbstractSet[str],
+        job: str,
+    ) -> Iterator[tuple[int, Offer]]:
+        """The units of ``entries`` of one of ``quotas`` and not ``job``'s."""
+        ...
+
+    def offer(self, offer: Offer) -> Iterator[tuple[int, Offer]]:
+        """One pod an elastic job sheds."""
+        ...
+
+    def rest(self) -> Iterator[tuple[int, Offer]]:
+        """What is still held once nothing more is offered."""
+        ...
+
+    def horizon(
+        self, quotas: AbstractSet[str], admission: Admission
+    ) -> tuple[int, Mapping[str, frozenset[str]]] | None:
+        """For the first phase: the priority to walk up to, and the nodes to walk (as
+        :meth:`.Wants.lacking`), or ``None`` to walk every phase whole."""
+        ...
+
+    #: Set when a walk up to the horizon ended without finding room.
+    cut_short: bool
+
+
+class InOrder:
+    """Every offer at its place."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self.cut_short = False
+
+    def units(
+        self,
+        entries: Iterable[UnitEntry],
+        admission: Admission,
+        quotas: AbstractSet[str],
+        job: str,
+    ) -> Iterator[tuple[int, Offer]]:
+        for entry in entries:
+            if entry[3] in quotas and entry[2] != job:
+                position = self._next
+                self._next = position + 1
+                yield position, (entry, admission, None)
+
+    def offer(self, offer: Offer) -> Iterator[tuple[int, Offer]]:
+        position = self._next
+        self._next = position + 1
+        yield position, offer
+
+    def rest(self) -> Iterator[tuple[int, Offer]]:
+        return iter(())
+
+    def horizon(
+        self, quotas: AbstractSet[str], admission: Admission
+    ) -> tuple[int, Mapping[str, frozenset[str]]] | None:
+        return None
 
 
 _Phase = tuple[

@@ -30,27 +30,41 @@ still held when the walk stops would have taken from their quotas' usage is not 
 have passed as it did with it taken too; when it would not, or a check spared a victim,
 the planner walks again without deferral.  A walk that runs out of units offers the
 units still held last, in order: it then has met every unit, as the walk without does.
+
+The walk's first phase may also go only up to a horizon, on the nodes that could gain by
+then (:mod:`.horizon`): where every unit the screen passes would be held, the units on
+the other nodes could only have been held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 
 from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.placement.fit import JobFit
 from extender.core.preemption.groups import Offer, VictimGroup
-from extender.core.preemption.policy import Rule
-from extender.core.state import ClusterState, memoise_on_node
+from extender.core.preemption.horizon import LOWEST, held_beyond, walk_up_to
+from extender.core.preemption.policy import Admission, Rule
+from extender.core.state import ClusterState, UnitEntry, memoise_on_node
 from quota.accounting import QuotaLedger
 
 
 class Deferral:
     """Holds victim units back on their nodes (see the module docstring)."""
 
-    def __init__(self, state: ClusterState, fit: JobFit, counted: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        fit: JobFit,
+        counted: Callable[[str], bool],
+        *,
+        horizon: bool = False,
+    ) -> None:
         """``counted(quota)``: does the quota's usage enter the job's quota checks (its
-        units are never held)?"""
+        units are never held)?  ``horizon``: walk the first phase up to a horizon
+        (:meth:`horizon`)."""
         shape = fit.shapes[0]
         self._amounts = dict(shape.needs)
         self._capacity = shape.capacity
@@ -87,6 +101,20 @@ class Deferral:
             )
         )
         self._held_of: dict[str, dict[str, int]] = {}
+        #: The place of the next offer.
+        self._next = 0
+        self._state = state
+        #: Copies the job lacks: at least as many nodes must gain one before the walk stops.
+        self._needed = shape.size - sum(shape.capacity.values())
+        #: With a horizon (:meth:`horizon`): its priority and the quotas it was drawn for;
+        #: and whether the walk met every unit below it without finding room.
+        self._horizon: tuple[int, AbstractSet[str]] | None = None
+        self._may_horizon = horizon
+        #: The nodes walked up to the horizon.
+        self._walked: AbstractSet[str] = frozenset()
+        self.cut_short = False
+        #: The priority of the last unit the walk met (where it stopped, once it has).
+        self._reached = LOWEST
 
     @staticmethod
     def applies(
@@ -110,70 +138,122 @@ class Deferral:
             if name in may_lack
         )
 
-    def reorder(self, offers: Iterator[Offer]) -> Iterator[tuple[int, Offer]]:
-        """``offers`` numbered by their place, some held back and offered later."""
+    def units(
+        self,
+        entries: Iterable[UnitEntry],
+        admission: Admission,
+        quotas: AbstractSet[str],
+        job: str,
+    ) -> Iterator[tuple[int, Offer]]:
+        """The units of ``entries`` of one of ``quotas`` and not ``job``'s, numbered by
+        their place, some held back and offered later (one loop: a walk meets thousands
+        of units it holds)."""
         held, released, short, uncounted = self._held, self._released, self._short, self._uncounted
-        unit_pods, unit_requests, missing_of = self._unit_pods, self._requests, self._missing
+        unit_requests, missing_of = self._requests, self._missing
         offer_at = self._offer_at
         # (A unit whose PodGroup holds minResources frees more than its requests.)
         declares_min_resources = self._declarations.declares_min_resources
         held_of, bounded = self._held_of, self._bounded
-        fair_share = Rule.FAIR_SHARE
-        for position, offer in enumerate(offers):
-            entry, admission, shed = offer
+        holds = admission[1] is not Rule.FAIR_SHARE
+        for entry in entries:
+            quota = entry[3]
+            if quota not in quotas or entry[2] == job:
+                continue
+            position = self._next
+            self._next = position + 1
             node = entry[4][0]
             if (
-                node in short
-                and shed is None
+                holds
+                and node in short
                 and node not in released
-                and entry[3] in uncounted
-                and admission[1] is not fair_share
+                and quota in uncounted
                 and not declares_min_resources(entry[2])
             ):
                 requests = unit_requests[entry[2]]
-                short_here = short[node]
                 missing = missing_of.get(node)
                 if missing is None:
                     missing = missing_of[node] = self._missing_now(node)
                 gains = True
-                for name in short_here:
+                for name in short[node]:
                     left = missing[name] = missing[name] - requests.get(name, 0)
                     if left > 0:
                         gains = False  # still short of it with this unit out too
                 if gains:  # (its node's missing is dropped as it is released)
+                    self._reached = entry[0]
                     yield from self._release(node)
-                    yield position, offer
+                    yield position, (entry, admission, None)
                     continue
                 positions = held.get(node)
                 if positions is None:
                     held[node] = [position]
                 else:
                     positions.append(position)
-                offer_at[position] = offer
-                counted = held_of.get(entry[3])
+                offer_at[position] = (entry, admission, None)
+                counted = held_of.get(quota)
                 if counted is None:
-                    counted = held_of[entry[3]] = dict.fromkeys(bounded, 0)
+                    counted = held_of[quota] = dict.fromkeys(bounded, 0)
                 for name in bounded:
                     counted[name] += requests.get(name, 0)
                 continue
-            # Offered at its place; first, the units held on a node it runs on, where
-            # taking it could let that node gain with them.
+            offer = (entry, admission, None)
+            self._reached = entry[0]
             if held:
-                on = unit_pods.get(entry[2], ()) if shed is None else (shed,)
-                for where, freed in _by_node(on, held).items():
-                    missing = self._missing_now(where)
-                    if all(missing[name] <= freed.get(name, 0) for name in short[where]):
-                        yield from self._release(where)
-                    else:
-                        missing_of.pop(where, None)  # its room may change now
+                yield from self._releasing(self._unit_pods.get(entry[2], ()))
             yield position, offer
-        # Nothing more to offer: the units still held go, in order, so a walk that finds
-        # no plan has met every unit, as the walk without deferral does.
-        rest = sorted(offer_at.items())
-        held.clear()
-        offer_at.clear()
-        held_of.clear()
+
+    def horizon(
+        self, quotas: AbstractSet[str], admission: Admission
+    ) -> tuple[int, dict[str, frozenset[str]]] | None:
+        """For the walk's first phase (``quotas``, ``admission``): the priority to walk up
+        to, and the nodes to walk, each with the resources it may lack (:mod:`.horizon`);
+        ``None`` when some unit the walk's screen passes might not be held, so that every
+        unit on every node must be met."""
+        if (
+            not self._may_horizon
+            or admission[1] is Rule.FAIR_SHARE
+            or not quotas <= self._uncounted
+            or self._declarations.any_min_resources()
+        ):
+            return None
+        found = walk_up_to(self._state, self._short, self._missing_now, self._needed)
+        if found is not None:
+            self._horizon = (found[0], quotas)
+            self._walked = found[1].keys()
+        return found
+
+    @property
+    def horizon_used(self) -> bool:
+        """Did the walk go up to a horizon?"""
+        return self._horizon is not None
+
+    def offer(self, offer: Offer) -> Iterator[tuple[int, Offer]]:
+        """One pod an elastic job sheds, offered at its place (never held)."""
+        position = self._next
+        self._next = position + 1
+        self._reached = max(self._reached, offer[0][0])
+        if self._held:
+            yield from self._releasing((offer[2],) if offer[2] is not None else ())
+        yield position, offer
+
+    def rest(self) -> Iterator[tuple[int, Offer]]:
+        """Nothing more to offer: the units still held go, in order, so a walk that finds
+        no plan has met every unit, as the walk without deferral does."""
+        rest = sorted(self._offer_at.items())
+        self._held.clear()
+        self._offer_at.clear()
+        self._held_of.clear()
         yield from rest
+
+    def _releasing(self, pods: Iterable[PodInfo]) -> Iterator[tuple[int, Offer]]:
+        """Before a unit offered at its place: the units held on a node its ``pods`` run
+        on, where taking it could let that node gain with them."""
+        short, missing_of = self._short, self._missing
+        for where, freed in _by_node(pods, self._held).items():
+            missing = self._missing_now(where)
+            if all(missing[name] <= freed.get(name, 0) for name in short[where]):
+                yield from self._release(where)
+            else:
+                missing_of.pop(where, None)  # its room may change now
 
     def keeps_guarantees(
         self,
@@ -187,9 +267,32 @@ class Deferral:
         must not break.  Judged on the least any check could have seen, for every guard
         of a quota with units held: its usage now, less what is held, less the largest
         amount of the resource a group taken asks for, at least its ``min``."""
+        if self._horizon is None:
+            return self._keeps_guarantees(ledger, self._held_of, taken, guarding)
+        # The units held on the nodes the horizon passed over are not known: at most,
+        # every unit of the phase's quotas up to the priority where the walk stopped; or,
+        # counted, those of them on such nodes.
+        quotas, reached = self._horizon[1], self._reached
+        asked_up_to = self._state.victims.asked_up_to
+        most = {quota: asked_up_to(quota, reached) for quota in quotas}
+        if self._keeps_guarantees(ledger, most, taken, guarding):
+            return True
+        held = held_beyond(self._state, self._short, self._walked, quotas, reached)
+        for quota, amounts in self._held_of.items():
+            add_into(held.setdefault(quota, {}), amounts)
+        return self._keeps_guarantees(ledger, held, taken, guarding)
+
+    def _keeps_guarantees(
+        self,
+        ledger: QuotaLedger,
+        held_of: Mapping[str, Mapping[str, int]],
+        taken: list[VictimGroup],
+        guarding: Callable[[str], tuple[str, ...]],
+    ) -> bool:
+        """:meth:`keeps_guarantees`, with ``held_of`` held (quota → amounts)."""
         tree = ledger.tree
         lowered: dict[str, dict[str, int]] = {}
-        for quota, amounts in self._held_of.items():
+        for quota, amounts in held_of.items():
             for guard in guarding(quota):
                 add_into(lowered.setdefault(guard, {}), amounts)
         largest: dict[str, int] = {}

@@ -10,6 +10,7 @@ what it found (:func:`_minimised`).
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,16 @@ class NotFound:
     retry_at: float | None = None
 
 
+class Pacing(enum.Enum):
+    """How a walk meets victim units: holding units back until their node could gain,
+    over the nodes that could gain by a horizon (:meth:`.Deferral.horizon`) or over
+    every node, or every unit at its place."""
+
+    HORIZON = "horizon"
+    HELD = "held"
+    IN_ORDER = "in order"
+
+
 def search_victims(
     state: ClusterState,
     demand: JobDemand,
@@ -109,10 +120,9 @@ def search_victims(
         now=now,
         priority_cap=priority_cap,
     )
-    found = walk(defer=True)
-    if found is None:  # the walk that held units back cannot vouch for its answer
-        found = walk(defer=False)
-        assert found is not None
+    found = walk(pacing=Pacing.HORIZON)
+    while isinstance(found, Pacing):  # a walk that cannot vouch for its answer
+        found = walk(pacing=found)
     return found
 
 
@@ -129,11 +139,11 @@ def _walk(
     layout: JobLayout,
     now: float,
     priority_cap: int | None,
-    defer: bool,
-) -> Found | NotFound | None:
-    """:func:`search_victims`'s walk; with ``defer``, holding units back where that may
-    apply (:mod:`.deferral`), and ``None`` when it did and cannot tell the answer is the
-    one the walk without would give."""
+    pacing: Pacing,
+) -> Found | NotFound | Pacing:
+    """:func:`search_victims`'s walk, paced by ``pacing`` where holding units back may
+    apply (:mod:`.deferral`); when it held units back and cannot tell its answer is
+    the one the walk without would give, the pacing to walk again with."""
     simulation = Simulation(
         state,
         demand,
@@ -152,14 +162,14 @@ def _walk(
         return NotFound([FITS_ALREADY], fits=True)
     spare_budgets = spare_budgets or state.args.pdb_policy == "Strict"
     deferral = None
-    if defer and Deferral.applies(
+    if pacing is not Pacing.IN_ORDER and Deferral.applies(
         state,
         fit,
         budgets=spare_budgets and bool(state.budgets),
         within_min=simulation.within_min,
         quota_ok=wants.quota_ok,
     ):
-        deferral = Deferral(state, fit, simulation.counts_for_job)
+        deferral = Deferral(state, fit, simulation.counts_for_job, horizon=pacing is Pacing.HORIZON)
     budgets = BudgetUse(state.budgets.values(), spent)
     removed: list[VictimGroup] = []
     skipped_for_min: list[str] = []
@@ -177,7 +187,7 @@ def _walk(
         wants,
         ledger,
         priority_cap,
-        None if deferral is None else deferral.reorder,
+        deferral,
     ):
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
@@ -220,8 +230,10 @@ def _walk(
         if wants.satisfied():
             break
     else:
-        if deferral is not None and skipped_for_min:
-            return None  # the units met out of order may have met other min checks
+        if deferral is not None and (skipped_for_min or deferral.cut_short):
+            # The units met out of order may have met other min checks; or the walk met
+            # only the units up to its horizon.
+            return Pacing.HELD if deferral.horizon_used else Pacing.IN_ORDER
         reasons = _why_no_fit(demand, simulation, skipped_for_min)
         if skipped_for_fairness:
             reasons.append("spared by fair sharing: " + skipped_for_fairness[0])
@@ -244,7 +256,7 @@ def _walk(
             or below_min
             or not deferral.keeps_guarantees(simulation.ledger, removed, simulation.guarding)
         ):
-            return None
+            return Pacing.HELD if deferral.horizon_used else Pacing.IN_ORDER
         removed.sort(key=lambda group: group.position)
     kept = _minimised(simulation, removed)
     if preemptor.fair_share is not None:

@@ -119,6 +119,10 @@ class JobDeclarations:
         group = self._pod_groups.get(job)
         return group is not None and bool(group.min_resources)
 
+    def any_min_resources(self) -> bool:
+        """Does any job's own PodGroup declare ``minResources``?"""
+        return any(group.min_resources for group in self._pod_groups.values())
+
     def own_pod_group(self, job: str) -> PodGroupInfo | None:
         """The declaration named for ``job`` itself (not a Workload's pod group its pods
         point to: :meth:`pod_group`)."""

@@ -30,7 +30,7 @@ import heapq
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
-from base.resources import total
+from base.resources import add_into, total
 from extender.core.objects import PodInfo
 
 #: Where a victim unit's pods run and what they ask for: ``(node, resources)`` when the
@@ -64,6 +64,8 @@ class VictimIndex:
         self._scattered: dict[frozenset[str], int] = {}
         # Elastic units: job → the minimum it declares, below its running pods.
         self._elastic: dict[str, int] = {}
+        # Quota → a unit priority → what its units of that priority ask for, summed.
+        self._asked: dict[str, dict[int, dict[str, int]]] = {}
         # The sorted lists' changes not applied yet, by list (see _settle): entries added,
         # entries taken out.  Readers of the order settle first; a pod event only notes.
         self._pending: dict[ListKey, tuple[list[UnitEntry], Counter[UnitEntry]]] = {}
@@ -115,9 +117,9 @@ class VictimIndex:
         self._asks_of[job] = asks
         self._unit_of[job] = entry
         self._unit_pods[job] = tuple(pods)
-        self._unit_requests[job] = (
-            pods[0].requests if len(pods) == 1 else total(pod.requests for pod in pods)
-        )
+        requests = pods[0].requests if len(pods) == 1 else total(pod.requests for pod in pods)
+        self._unit_requests[job] = requests
+        add_into(self._asked.setdefault(quota, {}).setdefault(entry[0], {}), requests)
 
     def _drop(self, job: str) -> None:
         self._elastic.pop(job, None)
@@ -134,7 +136,10 @@ class VictimIndex:
             else:
                 self._scattered[asks] -= 1
         del self._unit_pods[job]
-        del self._unit_requests[job]
+        by_priority = self._asked[old[3]]
+        add_into(by_priority[old[0]], self._unit_requests.pop(job), -1)
+        if not any(by_priority[old[0]].values()):
+            del by_priority[old[0]]
         resources = old[4][1]
         if resources:
             shared, count = self._resources[resources]
@@ -233,6 +238,15 @@ class VictimIndex:
     def unit_requests(self) -> Mapping[str, Mapping[str, int]]:
         """What evicting each job's unit frees: its pods' requests, summed."""
         return self._unit_requests
+
+    def asked_up_to(self, quota: str, priority: int) -> dict[str, int]:
+        """What the quota's units of ``priority`` or lower ask for, summed: the most a
+        walk up to that priority could take from it."""
+        asked: dict[str, int] = {}
+        for each, requests in self._asked.get(quota, {}).items():
+            if each <= priority:
+                add_into(asked, requests)
+        return asked
 
     def quota_of(self, job: str) -> str:
         """The quota of ``job``'s unit."""

@@ -1,0 +1,101 @@
+"""How far a walk that holds units back need look: the horizon.
+
+A walk that holds victim units back (:mod:`.deferral`) still meets every unit on every
+node that could gain, up to where it stops: at 15,000 nodes, some 8,000 units for a gang
+of 64 whole-node pods, nearly all held on nodes that never gain before the walk stops.
+
+A node gains no earlier in the walk than the priority at which its preemptible pods,
+taken lowest priority first, would free what it lacks for one more copy of the job: a
+unit is offered at its priority, which is its highest pod's (and a unit some of whose
+pods are leaving is offered at its staying pods' highest, no lower than any of them), and
+every pod of the node is counted, whatever its quota, so no unit can make the node gain
+sooner.  The *horizon* is the priority by which as many nodes could have gained as the
+job lacks copies (:func:`walk_up_to`).  Walked only up to that priority, and only on the
+nodes that could gain by then, the walk offers every unit it would offer without the
+horizon, save the units it would hold on the other nodes (none of them can gain, so none
+is released, before the horizon).  Those units still count when the planner asks whether
+holding them changed a ``min`` check (:func:`held_beyond`).  A walk that does not stop by
+the horizon is cut short, and the planner walks again without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
+
+from base.resources import add_into
+from extender.core.preemption.walk import asking_for, places_wanted, screened
+from extender.core.state import SCATTERED, ClusterState
+
+#: Below every pod priority (Kubernetes' range is 32-bit).
+LOWEST = -(2**32)
+
+
+def walk_up_to(
+    state: ClusterState,
+    short: Mapping[str, frozenset[str]],
+    missing: Callable[[str], Mapping[str, int]],
+    needed: int,
+) -> tuple[int, dict[str, frozenset[str]]] | None:
+    """The horizon and the nodes that could gain by it, each with the resources it may
+    lack (``short``: the useful nodes, :attr:`~extender.core.placement.fit.JobFit.short`;
+    ``missing(node)``: what the node lacks for one more copy, before any eviction), for
+    a job that lacks ``needed`` copies; ``None`` when fewer nodes could ever gain."""
+    amounts_on = state.preemptible_amounts
+    gains_at: dict[str, int] = {}
+    for node, resources in short.items():
+        at = _gains_at(missing(node), resources, node, amounts_on)
+        if at is not None:
+            gains_at[node] = at
+    if needed <= 0 or len(gains_at) < needed:
+        return None
+    last = sorted(gains_at.values())[needed - 1]
+    return last, {node: short[node] for node, at in gains_at.items() if at <= last}
+
+
+def held_beyond(
+    state: ClusterState,
+    short: Mapping[str, frozenset[str]],
+    walked: AbstractSet[str],
+    quotas: AbstractSet[str],
+    reached: int,
+) -> dict[str, dict[str, int]]:
+    """At most what the walk without a horizon would hold on the nodes this one passed
+    over (``short`` less ``walked``), by quota: their units of ``quotas`` up to
+    ``reached``, the priority where it stopped (it stops among them), read as the walk
+    reads units (:mod:`.walk`)."""
+    victims = state.victims
+    requests = victims.unit_requests()
+    passed_over = {node: short[node] for node in short.keys() - walked}
+    places = places_wanted(passed_over, victims.unit_resources())
+    places.discard(SCATTERED)  # (never held)
+    lists = asking_for(victims.units_asking(), (), passed_over)
+    held: dict[str, dict[str, int]] = {}
+    for _priority, _start, job, quota, _place in screened(lists, reached, places):
+        if quota in quotas:
+            add_into(held.setdefault(quota, {}), requests[job])
+    return held
+
+
+def _gains_at(
+    missing: Mapping[str, int],
+    short: Iterable[str],
+    node: str,
+    amounts: Callable[[str, str], Iterable[tuple[int, int]]],
+) -> int | None:
+    """The lowest priority by which ``node``'s preemptible pods (``amounts(node,
+    resource)``: each pod's priority and amount, sorted) free what it is ``missing`` in
+    each resource it may lack; ``None`` if all of them do not."""
+    at = LOWEST
+    for name in short:
+        lacking = missing[name]
+        if lacking <= 0:
+            continue
+        for priority, amount in amounts(node, name):
+            lacking -= amount
+            if lacking <= 0:
+                at = max(at, priority)
+                break
+        else:
+            return None  # its preemptible pods all gone, it still lacks this
+    return at
