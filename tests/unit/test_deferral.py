@@ -277,15 +277,18 @@ def test_a_unit_holding_min_resources_is_not_held(monkeypatch: pytest.MonkeyPatc
 
 def test_what_a_node_lacks_is_memoised_only_until_the_node_changes() -> None:
     # A plan memoises, per node, what an untouched node lacks for one more copy of the
-    # gang (state.node_usage.missing).  Then pods leave and arrive on some nodes: a second
-    # plan on that state must decide what a plan on a state built fresh with the same
-    # pods decides (it would not, were a changed node's memo kept).
-    memoised = 0
+    # gang (state.node_usage.missing) and by which priority it could gain one (gains, for
+    # the horizon).  Then pods leave, and arrive again at another priority, on some
+    # nodes: a second plan on that state must decide what a plan on a state built fresh
+    # with the same pods decides (it would not, were a changed node's memo kept).
+    memoised: Counter[str] = Counter()
     for seed in range(40):
-        state, job = random_case(seed)
-        fresh, _ = random_case(seed)
+        shares = NEAR_USAGE if seed % 2 else FAR_BELOW
+        state, job = random_case(seed, shares)
+        fresh, _ = random_case(seed, shares)
         decision(state, job)
-        memoised += len(state.node_usage.missing)
+        memoised["missing"] += len(state.node_usage.missing)
+        memoised["gains"] += len(state.node_usage.gains)
         rng = random.Random(seed)
         running = sorted(key for key, each in state.pods.items() if each.node_name)
         gone = rng.sample(running, min(len(running), 6))
@@ -298,6 +301,61 @@ def test_what_a_node_lacks_is_memoised_only_until_the_node_changes() -> None:
                     continue
                 was = target.pods[key]
                 target.remove_pod(key)
-                target.upsert_pod(dataclasses.replace(was, name=was.name + "-again"))
+                again = dataclasses.replace(
+                    was, name=was.name + "-again", priority=(was.priority + 100) % 1100
+                )
+                target.upsert_pod(again)
         assert decision(state, job) == decision(fresh, job), f"seed {seed}"
-    assert memoised > 0
+    assert memoised["missing"] > 0 and memoised["gains"] > 0, memoised
+
+
+def test_a_node_that_could_gain_sooner_once_a_pod_left_is_walked_up_to_the_horizon() -> None:
+    # team-a's gang of two 8-GPU pods reclaims from team-b, which borrows every GPU of
+    # four 8-GPU nodes: n0, n2 and n3 each run two of its 4-GPU pods of priority 0, n1
+    # one of priority 0 (the newest pod of all) and one of priority 1000.  The job lacks
+    # two copies: n0, n2 and n3 could gain one by priority 0, n1 only by 1000, so the
+    # horizon is 0 and n1 is not walked.  The walk, newest first among priority 0,
+    # takes n1's pod (held: n1 still lacks 4 GPUs), then n0's, n2's, n3's pods, two of
+    # which clear a node each: the plan frees n3 and n2 (their pods are the newest of
+    # the rest), four victims.
+    # Then n1's priority-1000 pod ends: n1 could gain by priority 0 once its newest pod
+    # goes, alone.  The walk takes it first and n1 gains; one more node of n3's two pods:
+    # three victims.  A horizon drawn from what n1 could gain before its pod ended would
+    # pass n1 over and keep the four-victim plan.
+    pods = [
+        pod("b1-new", "team-b", gpu=4, node="n1", preemptible=True, priority=0, created=NEW),
+        pod("b1-high", "team-b", gpu=4, node="n1", preemptible=True, priority=1000),
+        *(
+            pod(
+                f"b{n}-{i}",
+                "team-b",
+                gpu=4,
+                node=f"n{n}",
+                preemptible=True,
+                priority=0,
+                created=f"2026-01-01T0{n}:0{i}:00Z",
+            )
+            for n in (0, 2, 3)
+            for i in (0, 1)
+        ),
+        *(
+            pod(f"j-{i}", "team-a", gpu=8, group="j", can_preempt=True, priority=100)
+            for i in range(2)
+        ),
+    ]
+    state = snapshot(
+        [node(f"n{i}") for i in range(4)],
+        pods,
+        [
+            quota("team-a", min={GPU: "16"}, max={GPU: "32"}),
+            quota("team-b", min={GPU: "0"}, max={GPU: "32"}),
+        ],
+    )
+    before = plan_job_preemption(state, "team-a/j", NOW)
+    assert isinstance(before, PreemptionPlan)
+    assert sorted(v.pod.name for v in before.victims) == ["b2-0", "b2-1", "b3-0", "b3-1"]
+    assert state.node_usage.gains  # what the horizon read is memoised
+    state.remove_pod("team-b/b1-high")
+    after = plan_job_preemption(state, "team-a/j", NOW)
+    assert isinstance(after, PreemptionPlan)
+    assert sorted(v.pod.name for v in after.victims) == ["b1-new", "b3-0", "b3-1"]

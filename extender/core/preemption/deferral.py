@@ -45,7 +45,7 @@ from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.placement.fit import JobFit
 from extender.core.preemption.groups import Offer, VictimGroup
-from extender.core.preemption.horizon import LOWEST, held_beyond, walk_up_to
+from extender.core.preemption.horizon import LOWEST, gains_at, held_beyond, walk_up_to
 from extender.core.preemption.policy import Admission, Rule
 from extender.core.state import ClusterState, UnitEntry, memoise_on_node
 from quota.accounting import QuotaLedger
@@ -75,6 +75,7 @@ class Deferral:
         #: state until the node changes (the walk reads it on thousands of nodes a plan).
         self._memo = state.node_usage.missing
         self._memo_key = (shape.needs, shape.size)
+        self._gains_memo = state.node_usage.gains
         self._uncounted = frozenset(q for q in state.tree.specs if not counted(q))
         self._unit_pods = state.victims.unit_pods()
         self._requests = state.victims.unit_requests()
@@ -215,7 +216,7 @@ class Deferral:
             or self._declarations.any_min_resources()
         ):
             return None
-        found = walk_up_to(self._state, self._short, self._missing_now, self._needed)
+        found = walk_up_to(self._short, self._gains, self._needed)
         if found is not None:
             self._horizon = (found[0], quotas)
             self._walked = found[1].keys()
@@ -319,6 +320,22 @@ class Deferral:
             for name in self._bounded:
                 counted[name] -= requests.get(name, 0)
             yield position, offer
+
+    def _gains(self, node: str) -> int | None:
+        """:func:`.horizon.gains_at` for ``node`` before the walk, memoised on the state
+        for a node the walk's overlay leaves untouched, until the node changes."""
+        if not self._untouched(node):
+            return self._gains_on(node)
+        known = self._gains_memo.get(node)
+        if known is not None and self._memo_key in known:
+            return known[self._memo_key]
+        at = self._gains_on(node)
+        memoise_on_node(self._gains_memo, node, self._memo_key, at)
+        return at
+
+    def _gains_on(self, node: str) -> int | None:
+        amounts_on = self._state.preemptible_amounts
+        return gains_at(self._missing_now(node), self._short[node], node, amounts_on)
 
     def _missing_now(self, node: str) -> dict[str, int]:
         """How much of each resource ``node`` may lack is missing for one more copy of

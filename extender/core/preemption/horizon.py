@@ -9,13 +9,13 @@ taken lowest priority first, would free what it lacks for one more copy of the j
 unit is offered at its priority, which is its highest pod's (and a unit some of whose
 pods are leaving is offered at its staying pods' highest, no lower than any of them), and
 every pod of the node is counted, whatever its quota, so no unit can make the node gain
-sooner.  The *horizon* is the priority by which as many nodes could have gained as the
-job lacks copies (:func:`walk_up_to`).  Walked only up to that priority, and only on the
-nodes that could gain by then, the walk offers every unit it would offer without the
-horizon, save the units it would hold on the other nodes (none of them can gain, so none
-is released, before the horizon).  Those units still count when the planner asks whether
-holding them changed a ``min`` check (:func:`held_beyond`).  A walk that does not stop by
-the horizon is cut short, and the planner walks again without one.
+sooner (:func:`gains_at`).  The *horizon* is the priority by which as many nodes could
+have gained as the job lacks copies (:func:`walk_up_to`).  Walked only up to that
+priority, and only on the nodes that could gain by then, the walk offers every unit it
+would offer without the horizon, save the units it would hold on the other nodes (none
+of them can gain, so none is released, before the horizon).  Those units still count when
+the planner asks whether holding them changed a ``min`` check (:func:`held_beyond`).  A
+walk that does not stop by the horizon is cut short, and the planner walks again without.
 """
 
 from __future__ import annotations
@@ -32,19 +32,17 @@ LOWEST = -(2**32)
 
 
 def walk_up_to(
-    state: ClusterState,
     short: Mapping[str, frozenset[str]],
-    missing: Callable[[str], Mapping[str, int]],
+    gains: Callable[[str], int | None],
     needed: int,
 ) -> tuple[int, dict[str, frozenset[str]]] | None:
     """The horizon and the nodes that could gain by it, each with the resources it may
     lack (``short``: the useful nodes, :attr:`~extender.core.placement.fit.JobFit.short`;
-    ``missing(node)``: what the node lacks for one more copy, before any eviction), for
-    a job that lacks ``needed`` copies; ``None`` when fewer nodes could ever gain."""
-    amounts_on = state.preemptible_amounts
+    ``gains(node)``: :func:`gains_at` for the node), for a job that lacks ``needed``
+    copies; ``None`` when fewer nodes could ever gain."""
     gains_at: dict[str, int] = {}
-    for node, resources in short.items():
-        at = _gains_at(missing(node), resources, node, amounts_on)
+    for node in short:
+        at = gains(node)
         if at is not None:
             gains_at[node] = at
     if needed <= 0 or len(gains_at) < needed:
@@ -77,7 +75,7 @@ def held_beyond(
     return held
 
 
-def _gains_at(
+def gains_at(
     missing: Mapping[str, int],
     short: Iterable[str],
     node: str,

@@ -81,6 +81,10 @@ class NodeUsage:
         #: resources it may lack (see :mod:`extender.core.preemption.deferral`); dropped
         #: when the node changes.
         self.missing: dict[str, dict[CopiesKey, dict[str, int]]] = {}
+        #: node → a job shape → the lowest priority by which its preemptible pods free
+        #: what it lacks for one more copy (``None``: never; see
+        #: :mod:`extender.core.preemption.horizon`); dropped when the node changes.
+        self.gains: dict[str, dict[CopiesKey, int | None]] = {}
 
     def changed(self, node: str) -> None:
         """Drop what the memos hold for ``node``: it, or its totals, changed."""
@@ -90,6 +94,7 @@ class NodeUsage:
         self.victim_amounts.pop(node, None)
         self.newest_starts.pop(node, None)
         self.missing.pop(node, None)
+        self.gains.pop(node, None)
 
     def add_node(self, node: str) -> None:
         """A node added or changed (its allocatable may differ)."""
