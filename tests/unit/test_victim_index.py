@@ -70,3 +70,20 @@ def test_every_list_is_in_order_after_few_or_many_changes(seed: int) -> None:
                 assert {n: a for n, a in asked.items() if a} == {
                     n: a for n, a in summed.items() if a
                 }, (quota, priority)
+
+
+def test_a_unit_asking_for_nothing_comes_and_goes_beside_others_of_its_priority() -> None:
+    # (Found by review.)  The sums of a priority stay while any unit of it does, whatever
+    # the others ask for: a unit asking for nothing, then one asking for a CPU, which goes
+    # first, then the first.
+    template = next(iter(gpu_cluster(1, quotas=2).pods.values()))
+    nothing = dataclasses.replace(template, name="a", requests={}, priority=0)
+    cpu = dataclasses.replace(template, name="b", requests={"cpu": 1000}, priority=0)
+    index = VictimIndex()
+    index.update("team-1/a", "team-1", [nothing], True)
+    index.update("team-1/b", "team-1", [cpu], True)
+    assert index.asked_up_to("team-1", 0) == {"cpu": 1000}
+    index.update("team-1/b", "team-1", [], True)
+    index.update("team-1/a", "team-1", [], True)
+    assert not any(index.asked_up_to("team-1", 0).values())
+    assert list(index.units("team-1")) == []

@@ -213,7 +213,7 @@ class Deferral:
             not self._may_horizon
             or admission[1] is Rule.FAIR_SHARE
             or not quotas <= self._uncounted
-            or self._declarations.any_min_resources()
+            or self._declarations.any_min_resources(self._state.victims)
         ):
             return None
         found = walk_up_to(self._short, self._gains, self._needed)

@@ -11,10 +11,11 @@ pods are leaving is offered at its staying pods' highest, no lower than any of t
 every pod of the node is counted, whatever its quota, so no unit can make the node gain
 sooner (:func:`gains_at`).  The *horizon* is the priority by which as many nodes could
 have gained as the job lacks copies (:func:`walk_up_to`).  Walked only up to that
-priority, and only on the nodes that could gain by then, the walk offers every unit it
-would offer without the horizon, save the units it would hold on the other nodes (none
-of them can gain, so none is released, before the horizon).  Those units still count when
-the planner asks whether holding them changed a ``min`` check (:func:`held_beyond`).  A
+priority, and only on the nodes that could gain by then, the walk decides what the walk
+taking every unit at its place decides: the units on the other nodes, all taken, could not
+make their node gain before the horizon, so that walk would put every one of them back.
+What they would have taken from their quotas' usage on the way still counts when the
+planner asks whether a ``min`` check would have gone otherwise (:func:`held_beyond`).  A
 walk that does not stop by the horizon is cut short, and the planner walks again without.
 """
 

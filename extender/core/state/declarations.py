@@ -11,6 +11,7 @@ A tenant writes most of these: they say what a job asks for, never what it may h
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Container
 
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
@@ -119,9 +120,9 @@ class JobDeclarations:
         group = self._pod_groups.get(job)
         return group is not None and bool(group.min_resources)
 
-    def any_min_resources(self) -> bool:
-        """Does any job's own PodGroup declare ``minResources``?"""
-        return any(group.min_resources for group in self._pod_groups.values())
+    def any_min_resources(self, among: Container[str]) -> bool:
+        """Does the own PodGroup of any job ``among`` these declare ``minResources``?"""
+        return any(group.min_resources and job in among for job, group in self._pod_groups.items())
 
     def own_pod_group(self, job: str) -> PodGroupInfo | None:
         """The declaration named for ``job`` itself (not a Workload's pod group its pods

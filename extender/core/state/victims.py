@@ -136,10 +136,8 @@ class VictimIndex:
             else:
                 self._scattered[asks] -= 1
         del self._unit_pods[job]
-        by_priority = self._asked[old[3]]
-        add_into(by_priority[old[0]], self._unit_requests.pop(job), -1)
-        if not any(by_priority[old[0]].values()):
-            del by_priority[old[0]]
+        # (A priority's sums stay, at zero, when its last unit goes: priorities are few.)
+        add_into(self._asked[old[3]][old[0]], self._unit_requests.pop(job), -1)
         resources = old[4][1]
         if resources:
             shared, count = self._resources[resources]
