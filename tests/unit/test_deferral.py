@@ -359,3 +359,48 @@ def test_a_node_that_could_gain_sooner_once_a_pod_left_is_walked_up_to_the_horiz
     after = plan_job_preemption(state, "team-a/j", NOW)
     assert isinstance(after, PreemptionPlan)
     assert sorted(v.pod.name for v in after.victims) == ["b1-new", "b3-0", "b3-1"]
+
+
+def test_one_pod_is_walked_up_to_a_horizon_too(
+    walks: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One pod of a whole node: room for it on any node ends the walk, so its units may be
+    # held too.  team-a's 8-GPU pod reclaims from team-b, whose 2-GPU pods fill 40 nodes,
+    # four a node: node n's first pod of priority 0, 100 or 1000 as n % 3 is 0, 1 or 2,
+    # the other three of priority 0; the pods' starts grow with n.
+    levels = (0, 100, 1000)
+
+    def state() -> ClusterState:
+        return snapshot(
+            [node(f"n{n}") for n in range(40)],
+            [
+                *(
+                    pod(
+                        f"b{n}-{i}",
+                        "team-b",
+                        gpu=2,
+                        node=f"n{n}",
+                        preemptible=True,
+                        priority=levels[n % 3] if i == 0 else 0,
+                        created=f"2026-01-01T{n // 4:02d}:{(n % 4) * 10 + i:02d}:00Z",
+                    )
+                    for n in range(40)
+                    for i in range(4)
+                ),
+                pod("j", "team-a", gpu=8, can_preempt=True, priority=100),
+            ],
+            [
+                quota("team-a", min={GPU: "8"}, max={GPU: "320"}),
+                quota("team-b", min={GPU: "0"}, max={GPU: "320"}),
+            ],
+        )
+
+    # Lowest priority first, then the newest: n39's pods (39 % 3 == 0: all of priority 0)
+    # are the newest of all, so the walk meets its four first and the node clears.
+    expected = max(n for n in range(40) if levels[n % 3] == 0)
+    decided = _same_with_and_without(state, "team-a/j", monkeypatch)
+    assert decided[0] == "plan"
+    assert sorted(key for key, _reason in decided[1]) == sorted(
+        f"team-b/b{expected}-{i}" for i in range(4)
+    )
+    assert walks["vouched from a horizon"] >= 1, walks

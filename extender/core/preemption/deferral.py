@@ -22,9 +22,9 @@ does not enter the job's quota checks, outside fair sharing's phase, whose job h
 ``minResources`` (it would free more than its requests); for a job whose quota checks
 hold before any eviction, of one pod shape, without slices, that does not reclaim within
 its ``min`` once its own work is gone, with no PodDisruptionBudget in play, and whose
-every pod together needs more than any node has of each resource a node may lack (so
-whether a unit could help, which the walk asks when it is offered, is the same whenever
-it is asked: node room does not suffice until the walk stops).  What the units
+every pod together needs more than any node has of each resource a node may lack, or that
+is one pod (so whether a unit could help, which the walk asks when it is offered, is the
+same whenever it is asked: node room does not suffice until the walk stops).  What the units
 still held when the walk stops would have taken from their quotas' usage is not taken:
 :meth:`Deferral.keeps_guarantees` says whether every ``min`` check of the walk would
 have passed as it did with it taken too; when it would not, or a check spared a victim,
@@ -131,6 +131,8 @@ class Deferral:
         if fit.slices is not None or len(fit.shapes) != 1:
             return False
         shape = fit.shapes[0]
+        if shape.size == 1:  # room for it on a node is the walk's end
+            return True
         largest = state.largest_allocatable()
         may_lack = frozenset().union(*set(fit.short.values()))  # on some useful node
         return all(
