@@ -23,8 +23,9 @@ does not enter the job's quota checks, outside fair sharing's phase, whose job h
 hold before any eviction, of one pod shape, without slices, that does not reclaim within
 its ``min`` once its own work is gone, with no PodDisruptionBudget in play, and whose
 every pod together needs more than any node has of each resource a node may lack, or that
-is one pod (so whether a unit could help, which the walk asks when it is offered, is the
-same whenever it is asked: node room does not suffice until the walk stops).  What the units
+is one pod that may lack only one resource on any node (so whether a unit could help, which
+the walk asks when it is offered, is the same whenever it is asked: node room does not
+suffice, in any resource a node may lack, until the walk stops).  What the units
 still held when the walk stops would have taken from their quotas' usage is not taken:
 :meth:`Deferral.keeps_guarantees` says whether every ``min`` check of the walk would
 have passed as it did with it taken too; when it would not, or a check spared a victim,
@@ -131,8 +132,11 @@ class Deferral:
         if fit.slices is not None or len(fit.shapes) != 1:
             return False
         shape = fit.shapes[0]
-        if shape.size == 1:  # room for it on a node is the walk's end
-            return True
+        if shape.size == 1:
+            # Room for it on a node is the walk's end; but where a node may lack two
+            # resources, a unit freeing one of them helps only until a unit taken before
+            # it there freed enough of that one, and deferral changes what comes first.
+            return all(len(lacks) == 1 for lacks in fit.short.values())
         largest = state.largest_allocatable()
         may_lack = frozenset().union(*set(fit.short.values()))  # on some useful node
         return all(
