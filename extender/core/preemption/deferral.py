@@ -222,7 +222,7 @@ class Deferral:
             or self._declarations.any_min_resources(self._state.victims)
         ):
             return None
-        found = walk_up_to(self._short, self._gains, self._needed)
+        found = walk_up_to(self._short, self._all_gains(), self._needed)
         if found is not None:
             self._horizon = (found[0], quotas)
             self._walked = found[1].keys()
@@ -326,6 +326,21 @@ class Deferral:
             for name in self._bounded:
                 counted[name] -= requests.get(name, 0)
             yield position, offer
+
+    def _all_gains(self) -> dict[str, int]:
+        """:meth:`_gains` of every useful node that could ever gain (one loop, the memo
+        read inline: a plan reads it on every useful node)."""
+        memo, key, untouched = self._gains_memo, self._memo_key, self._untouched
+        gains: dict[str, int] = {}
+        for node in self._short:
+            known = memo.get(node)
+            if known is not None and key in known and untouched(node):
+                at = known[key]
+            else:
+                at = self._gains(node)
+            if at is not None:
+                gains[node] = at
+        return gains
 
     def _gains(self, node: str) -> int | None:
         """:func:`.horizon.gains_at` for ``node`` before the walk, memoised on the state

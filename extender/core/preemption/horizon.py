@@ -21,6 +21,7 @@ walk that does not stop by the horizon is cut short, and the planner walks again
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
@@ -33,23 +34,21 @@ LOWEST = -(2**32)
 
 
 def walk_up_to(
-    short: Mapping[str, frozenset[str]],
-    gains: Callable[[str], int | None],
-    needed: int,
+    short: Mapping[str, frozenset[str]], gains: Mapping[str, int], needed: int
 ) -> tuple[int, dict[str, frozenset[str]]] | None:
     """The horizon and the nodes that could gain by it, each with the resources it may
     lack (``short``: the useful nodes, :attr:`~extender.core.placement.fit.JobFit.short`;
-    ``gains(node)``: :func:`gains_at` for the node), for a job that lacks ``needed``
-    copies; ``None`` when fewer nodes could ever gain."""
-    gains_at: dict[str, int] = {}
-    for node in short:
-        at = gains(node)
-        if at is not None:
-            gains_at[node] = at
-    if needed <= 0 or len(gains_at) < needed:
+    ``gains``: :func:`gains_at` of those that could ever gain), for a job that lacks
+    ``needed`` copies; ``None`` when fewer nodes could ever gain."""
+    if needed <= 0 or len(gains) < needed:
         return None
-    last = sorted(gains_at.values())[needed - 1]
-    return last, {node: short[node] for node, at in gains_at.items() if at <= last}
+    by_priority = Counter(gains.values())  # (priorities are few)
+    seen = 0
+    for last in sorted(by_priority):
+        seen += by_priority[last]
+        if seen >= needed:
+            break
+    return last, {node: short[node] for node, at in gains.items() if at <= last}
 
 
 def held_beyond(
