@@ -436,3 +436,28 @@ def test_one_pod_a_node_may_lack_two_resources_for_holds_nothing_back(
     decided = _same_with_and_without(state, "team-a/j", monkeypatch)
     assert decided[0] == "plan"
     assert sorted(key for key, _reason in decided[1]) == ["team-a/z", "team-b/x"]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "horizon"),
+    [
+        # Whole-node pods: a node gains one once all four of its 2-GPU pods are out, and
+        # all four are of priority 0 on few nodes: the horizon passes over most.
+        (8, True),
+        # Half-node pods: two of priority 0 suffice, which most nodes have: the horizon
+        # would pass over few, and reading every node's gain priority would not pay.
+        (4, False),
+    ],
+)
+def test_a_horizon_is_drawn_where_it_passes_over_most_nodes(
+    gpus: int, horizon: bool, walks: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def state() -> ClusterState:
+        cluster = gpu_cluster(2600)
+        add_gang(cluster, 64, gpus=gpus)
+        return cluster
+
+    decided = _same_with_and_without(state, "team-0/train", monkeypatch)
+    assert decided[0] == "plan"
+    drawn = walks["vouched from a horizon"] + walks["walked again from a horizon"]
+    assert (drawn > 0) is horizon, walks

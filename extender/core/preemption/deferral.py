@@ -46,7 +46,7 @@ from base.resources import add_into
 from extender.core.objects import PodInfo
 from extender.core.placement.fit import JobFit
 from extender.core.preemption.groups import Offer, VictimGroup
-from extender.core.preemption.horizon import LOWEST, gains_at, held_beyond, walk_up_to
+from extender.core.preemption.horizon import LOWEST, gains_at, held_beyond, pays, walk_up_to
 from extender.core.preemption.policy import Admission, Rule
 from extender.core.state import ClusterState, UnitEntry, memoise_on_node
 from quota.accounting import QuotaLedger
@@ -214,12 +214,14 @@ class Deferral:
         """For the walk's first phase (``quotas``, ``admission``): the priority to walk up
         to, and the nodes to walk, each with the resources it may lack (:mod:`.horizon`);
         ``None`` when some unit the walk's screen passes might not be held, so that every
-        unit on every node must be met."""
+        unit on every node must be met, or when a sample of the nodes says the horizon
+        would pass over too few of them to pay for reading them all."""
         if (
             not self._may_horizon
             or admission[1] is Rule.FAIR_SHARE
             or not quotas <= self._uncounted
             or self._declarations.any_min_resources(self._state.victims)
+            or not pays(self._short, self._gains, self._needed)
         ):
             return None
         found = walk_up_to(self._short, self._all_gains(), self._needed)
