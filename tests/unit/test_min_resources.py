@@ -201,3 +201,23 @@ def test_min_resources_raised_after_admission_holds_no_more_than_was_admitted() 
     # Raised again: still no more than the 24 it was admitted with.
     snap.set_pod_group(spark_group(30))
     assert gpus_used(snap) == 40
+
+
+def test_which_jobs_declare_min_resources_follows_their_winning_declaration() -> None:
+    # A job declared by two APIs: the lower rank wins.  Its minResources count only while
+    # the winner holds them: declared, outranked by one without, that one gone, all gone.
+    snap = snapshot([node("n0")], [], [quota("team-a")])
+    declarations = snap.declarations
+    jobs = {"team-a/g"}
+    holding = PodGroupInfo("team-a", "g", 1, min_resources={"cpu": 1000}, rank=2)
+    plain = PodGroupInfo("team-a", "g", 1, rank=1)
+    declarations.set_pod_group(holding)
+    assert declarations.any_min_resources(jobs)
+    assert not declarations.any_min_resources({"team-a/other"})
+    declarations.set_pod_group(plain)  # rank 1 wins, without minResources
+    assert not declarations.any_min_resources(jobs)
+    declarations.forget_pod_group("team-a/g", 1)  # the holding one wins again
+    assert declarations.any_min_resources(jobs)
+    declarations.forget_pod_group("team-a/g", 2)
+    assert not declarations.any_min_resources(jobs)
+    assert declarations.own_pod_group("team-a/g") is None

@@ -106,11 +106,10 @@ class Deferral:
         #: The place of the next offer.
         self._next = 0
         self._state = state
-        #: Copies the job lacks: at least as many nodes must gain one before the walk stops.
+        #: Copies the job lacks: the horizon is drawn for as many nodes gaining one.
         self._needed = shape.size - sum(shape.capacity.values())
-        #: With a horizon (:meth:`horizon`): its priority and the quotas it was drawn for;
-        #: and whether the walk met every unit below it without finding room.
-        self._horizon: tuple[int, AbstractSet[str]] | None = None
+        #: With a horizon (:meth:`horizon`): the quotas of the phase it was drawn for.
+        self._horizon: AbstractSet[str] | None = None
         self._may_horizon = horizon
         #: The nodes walked up to the horizon.
         self._walked: AbstractSet[str] = frozenset()
@@ -226,7 +225,7 @@ class Deferral:
             return None
         found = walk_up_to(self._short, self._all_gains(), self._needed)
         if found is not None:
-            self._horizon = (found[0], quotas)
+            self._horizon = quotas
             self._walked = found[1].keys()
         return found
 
@@ -281,7 +280,7 @@ class Deferral:
         # The units held on the nodes the horizon passed over are not known: at most,
         # every unit of the phase's quotas up to the priority where the walk stopped; or,
         # counted, those of them on such nodes.
-        quotas, reached = self._horizon[1], self._reached
+        quotas, reached = self._horizon, self._reached
         asked_up_to = self._state.victims.asked_up_to
         most = {quota: asked_up_to(quota, reached) for quota in quotas}
         if self._keeps_guarantees(ledger, most, taken, guarding):
@@ -330,19 +329,9 @@ class Deferral:
             yield position, offer
 
     def _all_gains(self) -> dict[str, int]:
-        """:meth:`_gains` of every useful node that could ever gain (one loop, the memo
-        read inline: a plan reads it on every useful node)."""
-        memo, key, untouched = self._gains_memo, self._memo_key, self._untouched
-        gains: dict[str, int] = {}
-        for node in self._short:
-            known = memo.get(node)
-            if known is not None and key in known and untouched(node):
-                at = known[key]
-            else:
-                at = self._gains(node)
-            if at is not None:
-                gains[node] = at
-        return gains
+        """:meth:`_gains` of every useful node that could ever gain."""
+        gains = {node: self._gains(node) for node in self._short}
+        return {node: at for node, at in gains.items() if at is not None}
 
     def _gains(self, node: str) -> int | None:
         """:func:`.horizon.gains_at` for ``node`` before the walk, memoised on the state

@@ -126,6 +126,13 @@ def search_victims(
     return found
 
 
+def _walk_again(deferral: Deferral) -> Pacing:
+    """How to walk again after a walk paced by ``deferral`` could not vouch for its
+    answer: holding units back over every node after a horizon, else every unit at its
+    place."""
+    return Pacing.HELD if deferral.horizon_used else Pacing.IN_ORDER
+
+
 def _walk(
     state: ClusterState,
     demand: JobDemand,
@@ -233,7 +240,7 @@ def _walk(
         if deferral is not None and (skipped_for_min or deferral.cut_short):
             # The units met out of order may have met other min checks; or the walk met
             # only the units up to its horizon.
-            return Pacing.HELD if deferral.horizon_used else Pacing.IN_ORDER
+            return _walk_again(deferral)
         reasons = _why_no_fit(demand, simulation, skipped_for_min)
         if skipped_for_fairness:
             reasons.append("spared by fair sharing: " + skipped_for_fairness[0])
@@ -256,7 +263,7 @@ def _walk(
             or below_min
             or not deferral.keeps_guarantees(simulation.ledger, removed, simulation.guarding)
         ):
-            return Pacing.HELD if deferral.horizon_used else Pacing.IN_ORDER
+            return _walk_again(deferral)
         removed.sort(key=lambda group: group.position)
     kept = _minimised(simulation, removed)
     if preemptor.fair_share is not None:

@@ -39,6 +39,8 @@ class JobDeclarations:
         self._directory = directory
         self._pod_groups: dict[str, PodGroupInfo] = {}  # by job ("ns/group"): the winner
         self._ranked: dict[str, dict[int, PodGroupInfo]] = {}  # job → rank → one
+        #: The jobs whose winning declaration holds ``minResources`` (few, read per plan).
+        self._with_min_resources: set[str] = set()
         self._owner_sizes: dict[str, int] = {}  # "ns/Kind/name" → pods it runs at once
         #: Controllers seen deleted, ``namespace/Kind/name``: their pods do not come back.
         self._gone_owners: OrderedDict[str, None] = OrderedDict()
@@ -52,17 +54,27 @@ class JobDeclarations:
         wins."""
         ranked = self._ranked.setdefault(group.job, {})
         ranked[group.rank] = group
-        self._pod_groups[group.job] = ranked[min(ranked)]
+        self._choose(group.job, ranked)
 
     def forget_pod_group(self, job: str, rank: int) -> None:
         """The declaration of that rank is gone: another API's, if any, declares the job."""
         ranked = self._ranked.get(job, {})
         ranked.pop(rank, None)
-        if ranked:
-            self._pod_groups[job] = ranked[min(ranked)]
-        else:
+        if not ranked:
             self._ranked.pop(job, None)
+        self._choose(job, ranked)
+
+    def _choose(self, job: str, ranked: dict[int, PodGroupInfo]) -> None:
+        """The job's declaration: the lowest rank of ``ranked`` (none if it is empty)."""
+        winner = ranked[min(ranked)] if ranked else None
+        if winner is None:
             self._pod_groups.pop(job, None)
+        else:
+            self._pod_groups[job] = winner
+        if winner is not None and winner.min_resources:
+            self._with_min_resources.add(job)
+        else:
+            self._with_min_resources.discard(job)
 
     def set_owner_size(self, size: OwnerSize) -> None:
         """Record how many pods a controller runs at once (``None``: unknown)."""
@@ -122,7 +134,7 @@ class JobDeclarations:
 
     def any_min_resources(self, among: Container[str]) -> bool:
         """Does the own PodGroup of any job ``among`` these declare ``minResources``?"""
-        return any(group.min_resources and job in among for job, group in self._pod_groups.items())
+        return any(job in among for job in self._with_min_resources)
 
     def own_pod_group(self, job: str) -> PodGroupInfo | None:
         """The declaration named for ``job`` itself (not a Workload's pod group its pods
