@@ -220,7 +220,7 @@ class Deferral:
             or admission[1] is Rule.FAIR_SHARE
             or not quotas <= self._uncounted
             or self._declarations.any_min_resources(self._state.victims)
-            or not pays(self._short, self._gains, self._needed)
+            or not pays(self._state.nodes, self._short, self._gains, self._needed)
         ):
             return None
         found = walk_up_to(self._short, self._all_gains(), self._needed)

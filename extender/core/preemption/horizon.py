@@ -58,17 +58,25 @@ SAMPLE = 256
 
 
 def pays(
-    short: Mapping[str, frozenset[str]], gains: Callable[[str], int | None], needed: int
+    nodes: Iterable[str],
+    short: Mapping[str, frozenset[str]],
+    gains: Callable[[str], int | None],
+    needed: int,
 ) -> bool:
     """Would a horizon pass over at least half the useful nodes (``short``), judged on an
     even sample of them (``gains``: :func:`gains_at` of one node)?  Reading every node's
     gain priority costs about what walking the units of a tenth of them does; where most
     nodes could gain by the horizon (half-node pods, most nodes able to free one by the
     lowest priority), it buys nothing.  Whether the walk goes up to a horizon changes
-    how fast it is, never what it decides."""
+    how fast it is, never what it decides.
+
+    The sample is drawn in the cluster's order of ``nodes``, not in ``short``'s, whose
+    order follows sets of node names and so changes with the process's string hashing:
+    the same cluster draws the same horizon in every process."""
     if len(short) < 4 * SAMPLE:
         return True
-    sample = list(itertools.islice(short, 0, None, len(short) // SAMPLE))
+    stride = len(short) // SAMPLE
+    sample = [node for node in itertools.islice(nodes, 0, None, stride) if node in short]
     known = sorted(at for at in map(gains, sample) if at is not None)
     if not known:
         return True
