@@ -176,6 +176,12 @@ class Evictor:
             elif act_on:  # its siblings, all ready, waited for it alone
                 self._restart_all(act_on)
             return
+        with self._lock:
+            # Evicted, restarted, or being evicted after all: acted on once.  (A pod that
+            # exited stays after its Job's suspension, and the API goes on changing it.)
+            uid = str(metadata.get("uid"))
+            if uid in self._evicted or uid in self._overdue:
+                return
         if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
             uid = str(metadata.get("uid"))
             with self._lock:
@@ -260,15 +266,16 @@ class Evictor:
                 self._evict(pod)
 
     def _restarting(self, obj: Json) -> None:
-        """``obj``'s Job is suspended to restart it: the pod is counted, and watched, to be
-        evicted if still there ``restart_patience_seconds`` later."""
+        """``obj``'s Job is suspended to restart it: the pod is counted, and, unless it
+        exited, watched, to be evicted if still there ``restart_patience_seconds`` later."""
         metadata = obj.get("metadata") or {}
         key, uid = object_key(obj), str(metadata.get("uid"))
         self.evictions.labels("job-restarted").inc()
         with self._lock:
             self._evicted.add(uid)
             self._waiting.pop(key, None)
-            self._restarted[key] = (obj, self.clock())
+            if not _exited(obj):  # (one that exited holds no room, and stays)
+                self._restarted[key] = (obj, self.clock())
 
     def retry_due(self) -> int:
         """Evict the pods whose notice ran out, and try again the refused evictions whose

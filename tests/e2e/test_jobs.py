@@ -381,6 +381,77 @@ def test_a_job_whose_victims_have_notice_is_restarted_when_it_ends(
         teams.cleanup()
 
 
+def test_a_job_whose_victim_saves_and_exits_is_restarted_once(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    """One 8-GPU node.  Team B's filler Job runs one pod that asks 8 s of notice and
+    answers it: marked, it saves its work and exits (the stand-in's pod ends ``Failed``,
+    then writes ``muster.dev/checkpointed``).  Team A's 1-pod gang reclaims the node.
+    The evictor restarts the filler's Job for the exit: suspended, then resumed, and the
+    Job controller re-creates the pod (after its failure backoff: the exit was a
+    failure).  The exited pod is not deleted by the suspension: it stays, holding
+    nothing.  Derived from the rule (one restart for one plan's victims; an exited pod
+    holds no room): the Job is restarted once, so its replacement is never deleted, and
+    the exited pod is never evicted, not even when the evictor's 30 s of patience with
+    pods still there after their Job's suspension have run out."""
+    cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "32"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        teams.annotate_quota(teams.b, {"muster.dev/max-preemption-notice-seconds": "60"})
+        template = make_pod(
+            "filler",
+            requests={"cpu": "4", GPU: 8},
+            labels=PREEMPTIBLE,
+            annotations={"muster.dev/preemption-notice-seconds": "8", lc.ANSWERS_NOTICE: "fail"},
+        )
+        submit(
+            cluster,
+            teams.b,
+            make_job("filler", template, run_seconds=600, podFailurePolicy=IGNORE_DISRUPTIONS),
+        )
+        (first,) = lc.wait_until(
+            lambda: running(cluster, teams.b, "filler", 1), timeout=60, what="the filler Running"
+        )
+        submit(cluster, teams.a, training_job("train", run_seconds=600, size=1))
+
+        def exited() -> float | None:
+            pod = teams.get(teams.b, first)
+            return time.time() if pod and pod["status"].get("phase") == "Failed" else None
+
+        exited_at = lc.wait_until(exited, timeout=60, what="the filler's pod to exit on notice")
+
+        def replacement() -> tuple[str, str] | None:
+            fresh = [
+                p["metadata"]
+                for p in cluster.job_pods(teams.b, "filler")
+                if p["metadata"]["name"] != first and not p["metadata"].get("deletionTimestamp")
+            ]
+            return (fresh[0]["name"], fresh[0]["uid"]) if fresh else None
+
+        name, uid = lc.wait_until(replacement, timeout=90, what="the filler's replacement")
+        lc.wait_until(
+            lambda: running(cluster, teams.a, "train", 1), timeout=60, what="the gang Running"
+        )
+        # Watched past the patience (30 s from the suspension, which followed the exit):
+        # the replacement stays, the Job stays resumed, the exited pod stays unevicted.
+        while time.time() < exited_at + 36:
+            pod = teams.get(teams.b, name)
+            assert pod is not None and pod["metadata"]["uid"] == uid, describe(cluster, teams.b)
+            assert not pod["metadata"].get("deletionTimestamp"), describe(cluster, teams.b)
+            time.sleep(0.5)  # (a window watched, not a wait for something to happen)
+        job = cluster.rest.request("GET", f"/apis/batch/v1/namespaces/{teams.b}/jobs/filler")
+        assert not job["spec"].get("suspend"), job["spec"]
+        assert evictor_outcome(muster_and_evictor, "job-restarted") == 1
+        assert evictor_outcome(muster_and_evictor, "evicted") == 0
+        gone = teams.get(teams.b, first)
+        assert gone is not None and gone["status"]["phase"] == "Failed"
+    finally:
+        teams.cleanup()
+
+
 def test_deleting_the_preemptor_job_releases_its_room_and_takes_back_its_marks(
     cluster: Cluster,
     control_plane: lc.ControlPlane,
