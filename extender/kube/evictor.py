@@ -177,11 +177,11 @@ class Evictor:
                 self._restart_all(act_on)
             return
         with self._lock:
-            # Evicted, restarted, or being evicted after all: acted on once.  (A pod that
-            # exited stays after its Job's suspension, and the API goes on changing it.)
-            uid = str(metadata.get("uid"))
-            if uid in self._evicted or uid in self._overdue:
+            # Evicted or restarted: acted on once.  (A pod that exited stays after its
+            # Job's suspension, and the API goes on changing it.)
+            if str(metadata.get("uid")) in self._evicted:
                 return
+            overdue = str(metadata.get("uid")) in self._overdue
         if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
             uid = str(metadata.get("uid"))
             with self._lock:
@@ -197,6 +197,9 @@ class Evictor:
         if taken_back(obj):  # Muster is taking this mark back (a spare, a plan ended)
             with self._lock:
                 self._noticed.pop(object_key(obj), None)
+            return
+        if overdue:  # its notice long over, its Job not restarted: evicted, not noticed
+            self._evict(obj)
             return
         if self._on_notice(obj):
             return
@@ -260,10 +263,14 @@ class Evictor:
             return
         log.warning("could not restart the Job of %s: evicting its pods", object_key(ready[0]))
         for pod in ready:
-            if not _exited(pod):
-                with self._lock:  # evicted, not restarted (see _call)
-                    self._overdue.add(str((pod.get("metadata") or {}).get("uid")))
-                self._evict(pod)
+            uid = str((pod.get("metadata") or {}).get("uid"))
+            if _exited(pod):
+                with self._lock:  # nothing to evict: acted on all the same
+                    self._evicted.add(uid)
+                continue
+            with self._lock:  # evicted, not restarted (see _call)
+                self._overdue.add(uid)
+            self._evict(pod)
 
     def _restarting(self, obj: Json) -> None:
         """``obj``'s Job is suspended to restart it: the pod is counted, and, unless it

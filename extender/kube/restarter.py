@@ -14,6 +14,11 @@ restarted half-way takes up the Jobs it suspended (:meth:`JobRestarter.recover`)
 one that anybody else did: a tenant's own label on its Job, or a record copied from
 another Job, is not believed.
 
+A Job started after the mark of the pod it is asked to restart for (the Job controller
+sets ``status.startTime`` anew when a Job is resumed) was restarted since, by this
+evictor or an earlier one: it is not restarted again, for that would delete the
+replacements it runs now.
+
 Not restarted, the pod evicted as before: a pod whose owner reference (its writer's to
 write) names no valid Job name, or a Job that does not select it; a Job already
 suspended, another controller manages (``spec.managedBy``), or that is itself run by
@@ -36,7 +41,8 @@ from urllib.parse import quote
 import httpx
 
 from base import keys
-from base.times import format_time
+from base.times import claimed_time, format_time
+from extender.core.marks import read_mark
 from extender.core.records import RecordKeys
 from extender.kube.client import ApiError, Json, KubeClient
 
@@ -211,8 +217,8 @@ def _restartable(
     job: Mapping[str, Any], namespace: str, name: str, uid: str, pod: Mapping[str, Any]
 ) -> bool:
     """May the Job ``job`` (as read) be restarted for the pod whose ``metadata`` is
-    ``pod``: it is that pod's Job, selects it, runs under the Job controller alone, and is
-    not suspended already?"""
+    ``pod``: it is that pod's Job, selects it, runs under the Job controller alone, is
+    not suspended already, and has not been restarted since the pod's mark?"""
     metadata, spec = job.get("metadata") or {}, job.get("spec") or {}
     if (metadata.get("uid"), metadata.get("namespace"), metadata.get("name")) != (
         uid,
@@ -222,12 +228,28 @@ def _restartable(
         return False
     if spec.get("suspend") or spec.get("managedBy") not in (None, JOB_CONTROLLER):
         return False
+    if _resumed_since_marked(job, pod):
+        return False
     if KUEUE_QUEUE_LABEL in (metadata.get("labels") or {}):
         return False
     owners = metadata.get("ownerReferences") or ()
     if any(ref.get("controller") and ref.get("kind") != "CronJob" for ref in owners):
         return False  # a JobSet's Job, say: its controller may resume it on its own
     return _selected(pod, spec.get("selector"))
+
+
+def _resumed_since_marked(job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Was the Job started after the pod's mark was written?  The Job controller clears
+    a Job's ``status.startTime`` when it is suspended and sets it again when it is
+    resumed, so such a Job was restarted (or resumed by its owner) since: a pod of it
+    still marked has exited, or outlived the suspension, and restarting the Job again
+    would delete the replacements it runs now.  Every process of the evictor reads it
+    the same (the pod's later events, a new evictor's first list).  Time stamps are to
+    the second, so a Job started in the mark's second counts as started before it."""
+    annotations = pod.get("annotations") or {}
+    marked = read_mark(str(annotations.get(keys.SOFT_EVICTION_KEY, ""))).timestamp
+    started = claimed_time((job.get("status") or {}).get("startTime"))
+    return marked is not None and started is not None and started > marked
 
 
 def job_key(metadata: Mapping[str, Any]) -> str | None:

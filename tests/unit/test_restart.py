@@ -772,3 +772,107 @@ def test_a_job_that_cannot_be_restarted_has_its_ready_pods_evicted(how: str) -> 
         now[0] = NOW + second
         made.retry_due()
     assert client.evicted == ["filler-b"]
+
+
+def _suspensions(client: JobsClient) -> int:
+    return sum(1 for patch in client.patches if (patch.get("spec") or {}).get("suspend"))
+
+
+def test_an_evictor_started_after_a_job_s_restart_does_not_restart_it_again() -> None:
+    # (Found by review.)  filler-a exited on notice (marked 12:00:00); its Job was
+    # suspended, then resumed at 12:00:20 (the Job controller sets status.startTime when
+    # it resumes a Job), and runs a replacement.  A new evictor (an upgrade, a crash)
+    # lists the exited pod, still marked, as ADDED.  Derived from the rule (one restart
+    # per plan): the Job started after the mark was restarted for it already, so it is
+    # not suspended again, and the exited pod, holding nothing, is not evicted.
+    client = JobsAndEvictions(job())
+    client.job["status"] = {"active": 1, "startTime": "2026-01-01T12:00:20Z"}
+    made = Evictor(cast(KubeClient, client), clock=lambda: NOW + 120, record_keys=record_keys)
+    exited = marked_for_restart("filler-a", "u-a", notice=30)
+    exited["status"]["phase"] = "Failed"
+    made._on_pod("ADDED", exited)
+    assert client.patches == [] and not client.job["spec"].get("suspend")
+    assert client.evicted == []
+    # A Job started in the mark's own second started before it: restarted as ever.
+    fresh = JobsAndEvictions(job())
+    fresh.job["status"] = {"active": 1, "startTime": "2026-01-01T12:00:00Z"}
+    other = Evictor(cast(KubeClient, fresh), clock=lambda: NOW + 120, record_keys=record_keys)
+    other._on_pod("ADDED", exited)
+    assert fresh.job["spec"]["suspend"] is True
+
+
+def test_an_exited_victim_whose_job_was_not_restarted_does_not_restart_it_later() -> None:
+    # (Found by review.)  filler-a exits on notice at 12:00:08, filler-b is due at
+    # 12:00:30; the answer to the suspension is lost (the patch took), so the restart
+    # counts as failed: filler-b, running, is evicted; filler-a, exited, needs nothing.
+    # The Job is resumed once its pods are gone.  A later change to filler-a (its
+    # checkpointed write at 12:00:40) must not suspend the Job a second time: filler-a
+    # was acted on when the restart failed.
+    client = JobsAndEvictions(job())
+
+    class LosingTheAnswer(JobsAndEvictions):
+        lose = True
+
+        def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+            answer = client.request(method, path, body, **kwargs)
+            if self.lose and method == "PATCH" and (body.get("spec") or {}).get("suspend"):
+                self.lose = False
+                raise httpx.ReadTimeout("the answer was lost")
+            return answer
+
+    now = [NOW + 8]
+    made = Evictor(
+        cast(KubeClient, LosingTheAnswer(job())), clock=lambda: now[0], record_keys=record_keys
+    )
+    exited = marked_for_restart("filler-a", "u-a", notice=30)
+    exited["status"]["phase"] = "Failed"
+    made._on_pod("ADDED", marked_for_restart("filler-b", "u-b", notice=30))
+    made._on_pod("MODIFIED", exited)
+    now[0] = NOW + 30
+    made.retry_due()
+    assert _suspensions(client) == 1 and client.evicted == ["filler-b"]
+    client.job["status"] = {"active": 0, "terminating": 0}
+    now[0] = NOW + 32
+    assert made.restarter.resume_due() == 1
+    later = copy.deepcopy(exited)
+    later["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:40Z"
+    now[0] = NOW + 40
+    made._on_pod("MODIFIED", later)
+    assert _suspensions(client) == 1 and client.job["spec"]["suspend"] is False
+
+
+def test_a_pod_refused_eviction_after_its_job_was_not_restarted_is_evicted_once_marked_again() -> (
+    None
+):
+    # (Found by review.)  filler-a is due at 12:00:30; its Job may not be restarted (no
+    # RBAC for Jobs: 403), so it is evicted instead, and the eviction is refused (503):
+    # it waits for a retry.  At 12:00:31 its owner takes the mark off (the retry is
+    # dropped), and at 12:00:32 Muster marks it again, its notice over.  Derived from the
+    # rule (a victim whose Job is not restarted is evicted): filler-a is evicted once
+    # the API takes it.
+    class Refusing(JobsAndEvictions):
+        refusing = True
+
+        def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+            if path.endswith("/eviction") and self.refusing:
+                raise ApiError(503, "scripted")
+            return super().request(method, path, body, **kwargs)
+
+    client = Refusing(job(), refuse=403)
+    now = [NOW]
+    made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
+    marked = marked_for_restart("filler-a", "u-a", notice=30)
+    made._on_pod("ADDED", marked)
+    now[0] = NOW + 30
+    made.retry_due()
+    assert client.evicted == []
+    now[0] = NOW + 31
+    made._on_pod("DELETED", _with_muster_s_condition(_unmarked(marked)))
+    now[0] = NOW + 32
+    again = marked_for_restart("filler-a", "u-a", at="2026-01-01T12:00:32Z")
+    made._on_pod("ADDED", _with_muster_s_condition(again))
+    client.refusing = False
+    for second in range(33, 120):
+        now[0] = NOW + second
+        made.retry_due()
+    assert client.evicted == ["filler-a"]
