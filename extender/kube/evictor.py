@@ -273,16 +273,17 @@ class Evictor:
             self._evict(pod)
 
     def _restarting(self, obj: Json) -> None:
-        """``obj``'s Job is suspended to restart it: the pod is counted, and, unless it
-        exited, watched, to be evicted if still there ``restart_patience_seconds`` later."""
+        """``obj``'s Job is suspended to restart it: the pod is counted, and watched, to be
+        evicted if still there ``restart_patience_seconds`` later (one that exited stays
+        after the suspension, which deletes only active pods: it goes then, its mark with
+        it)."""
         metadata = obj.get("metadata") or {}
         key, uid = object_key(obj), str(metadata.get("uid"))
         self.evictions.labels("job-restarted").inc()
         with self._lock:
             self._evicted.add(uid)
             self._waiting.pop(key, None)
-            if not _exited(obj):  # (one that exited holds no room, and stays)
-                self._restarted[key] = (obj, self.clock())
+            self._restarted[key] = (obj, self.clock())
 
     def retry_due(self) -> int:
         """Evict the pods whose notice ran out, and try again the refused evictions whose

@@ -461,16 +461,16 @@ def test_the_evictor_restarts_a_noticed_job_once_every_pod_is_due_answered_or_ex
     assert answering.job["spec"]["suspend"] is True and answering.evicted == []
 
 
-def test_a_victim_that_exited_restarts_its_job_once_and_is_left_alone_after() -> None:
+def test_a_victim_that_exited_restarts_its_job_once() -> None:
     # (Seen on the head-to-head's trace.)  filler-a, marked at 12:00:00 with 30 s of
     # notice, exits at 12:00:08: the Job is suspended then (one patch), and resumed once
     # its pods are gone.  An exited pod is not deleted by the suspension (the Job
-    # controller deletes active pods only), so it stays, holding nothing, and the API
-    # still changes it: the eviction API's condition, a status write.  Derived from the
-    # rule: the Job is restarted once for one plan's victims, so none of those later
-    # events suspends it again (which would delete the replacement pod it has started
-    # by then); and a pod that exited holds no room, so it is not evicted 30 s
-    # (restart_patience_seconds) after the suspension either.
+    # controller deletes active pods only), so it stays, and the API still changes it:
+    # its own checkpointed write, then, once the evictor evicts it as still there 30 s
+    # (restart_patience_seconds) after the suspension, the eviction API's condition.
+    # Derived from the rule: the Job is restarted once for one plan's victims, so none
+    # of those events suspends it again (which would delete the replacement pod it runs
+    # by then); the exited pod is evicted once, at 12:00:38.
     client = JobsAndEvictions(job())
     now = [NOW + 8]
     made = Evictor(cast(KubeClient, client), clock=lambda: now[0], record_keys=record_keys)
@@ -482,14 +482,22 @@ def test_a_victim_that_exited_restarts_its_job_once_and_is_left_alone_after() ->
     now[0] += 1
     assert made.restarter.resume_due() == 1 and client.job["spec"]["suspend"] is False
     patches = len(client.patches)
-    later = copy.deepcopy(exited)
-    later["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True"}]
-    for _ in range(2):
-        now[0] += 15
-        made._on_pod("MODIFIED", later)
-        made.retry_due()
-    assert client.job["spec"]["suspend"] is False and len(client.patches) == patches
+    saved = copy.deepcopy(exited)
+    saved["metadata"]["annotations"][keys.CHECKPOINTED_ANNOTATION] = "2026-01-01T12:00:09Z"
+    made._on_pod("MODIFIED", saved)
+    now[0] = NOW + 37
+    made.retry_due()
     assert client.evicted == []
+    now[0] = NOW + 38
+    made.retry_due()
+    assert client.evicted == ["filler-a"]
+    evicting = copy.deepcopy(saved)
+    evicting["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True"}]
+    made._on_pod("MODIFIED", evicting)
+    now[0] = NOW + 60
+    made.retry_due()
+    assert client.job["spec"]["suspend"] is False and len(client.patches) == patches
+    assert client.evicted == ["filler-a"]
 
 
 def test_a_ready_pod_waiting_for_a_sibling_that_goes_restarts_its_job() -> None:
