@@ -212,31 +212,39 @@ class Extender:
         if self.binder is None:
             result = BindResult(NO_BINDER_ERROR, "failed")
         else:
-            check = self._checked(key, uid, node)
+            check, assumed = self._checked(key, uid, node)
             if check.unseen and self.source.pods_arrive and self._await_informer(key, uid):
-                check = self._checked(key, uid, node)
+                check, assumed = self._checked(key, uid, node)
             pod = check.pod
             result = BindResult(check.refusal, "refused")
             if pod is not None:
                 try:
                     self.binder.bind(namespace, name, uid, node)
                     result = BindResult("", "bound")
-                    self._assume_bound(pod, node)
                 except BindError as failure:
                     result = BindResult(str(failure), "failed")
+                    self._unassume(pod, assumed)
         outcome = f"bound to {node}" if result.outcome == "bound" else result.outcome
         reasons = (result.error,) if result.error else ()
         self.log.record(key, Decision(self.clock(), "bind", outcome, reasons))
         return result
 
-    def _checked(self, key: str, uid: str, node: str) -> BindCheck:
-        """:func:`bind_refusal` in one hold, with the room it holds applied and persisted."""
+    def _checked(self, key: str, uid: str, node: str) -> tuple[BindCheck, PodInfo | None]:
+        """:func:`bind_refusal` in one hold, with the room it holds applied and persisted;
+        and, when it allows the bind, the pod counted as bound there at once, in the same
+        hold, as kube-scheduler assumes a pod before it binds it: a decision made while the
+        API call is on its way (a plan for room on that node, say) must not see the room
+        free.  Returns the check and the pod as assumed bound (``None``: not assumed)."""
         now = self.clock()
         with self.source.exclusive() as state:
             check = bind_refusal(state, key, uid, node, now)
             writes = _apply(state, check.holds)
+            assumed = None
+            if check.pod is not None:
+                apply(state, AssumeBound(check.pod, node))
+                assumed = state.pods.get(key)
         self._persist(writes)
-        return check
+        return check, assumed
 
     def _await_informer(self, key: str, uid: str) -> bool:
         """Wait, up to ``bind_wait_seconds``, for the informer to know pod ``key`` with
@@ -270,13 +278,13 @@ class Extender:
             else:
                 self.room_keeper.hold(held, written)
 
-    def _assume_bound(self, pod: PodInfo, node: str) -> None:
-        """Count a pod Muster just bound as running there before its informer says so,
-        as kube-scheduler assumes pods: a decision in between must not see the room free."""
+    def _unassume(self, pod: PodInfo, assumed: PodInfo | None) -> None:
+        """The API refused the bind of ``pod`` counted as bound (``assumed``): it is
+        pending again, unless the informer has delivered the pod since (its reading, not
+        Muster's assumption, is the truth then)."""
         with self.source.exclusive() as state:
-            current = state.pods.get(pod.key)
-            if current is None or current.uid == pod.uid:  # not another pod of that name
-                apply(state, AssumeBound(current or pod, node))
+            if assumed is not None and state.pods.get(pod.key) is assumed:
+                state.upsert_pod(pod)
 
     def _record(self, pod: PodInfo, verb: str, outcome: str, reasons: Sequence[str] = ()) -> None:
         self.log.record(pod.key, Decision(self.clock(), verb, outcome, tuple(reasons)))

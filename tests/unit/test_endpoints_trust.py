@@ -376,6 +376,28 @@ def test_a_bind_muster_did_not_decide_is_refused(
     assert c.client.get("/healthz").status_code == 200  # and it keeps serving
 
 
+def test_a_pod_is_counted_on_its_node_while_the_api_binds_it() -> None:
+    # (Seen on the head-to-head's trace: a plan made while a bind was on its way counted
+    # the node free, held it for a gang, and the gang waited 87 s for a pod that was no
+    # victim.)  Derived from kube-scheduler's assume-then-bind: from the moment Muster
+    # allows the bind, any decision sees the pod on its node, so a plan sees no room on
+    # n1 for an 8-GPU pod while a-0 (8 GPUs) is being bound there.
+    c = Cluster()
+    c.know(sent("a-0", gpu=8, preemptible=False))
+    seen: list[tuple[str | None, dict[str, int]]] = []
+
+    class Watching(Binder):
+        def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+            with c.extender.source.exclusive() as state:
+                free = state.node_usage.free_room("n1", state.nodes["n1"].allocatable)
+                seen.append((state.pods["team-a/a-0"].node_name, dict(free)))
+            super().bind(namespace, name, uid, node)
+
+    c.extender.binder = c.binder = Watching()
+    assert c.bind("a-0", "n1") == ""
+    assert seen[0][0] == "n1" and seen[0][1].get(GPU, 0) == 0, seen
+
+
 def test_a_failed_api_bind_is_an_error_and_nothing_is_assumed() -> None:
     c = Cluster()
     c.know(sent("a-0", gpu=8))
@@ -556,7 +578,7 @@ def test_a_known_pods_filter_and_bind_check_each_hold_the_state_once() -> None:
     assert lock.taken == 1
     lock.taken = 0
     assert c.extender.bind("team-a", "a-0", "uid-a-0", "n1").error == ""
-    assert lock.taken == 2  # the checks, then counting it bound (after the API call)
+    assert lock.taken == 1  # the checks and counting it bound (before the API call)
 
 
 def test_a_pod_re_created_under_its_name_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
