@@ -145,9 +145,9 @@ class Evictor:
 
     def _on_pod(self, kind: str, obj: Json) -> None:
         metadata = obj.get("metadata") or {}
+        uid = str(metadata.get("uid"))
         if kind == "DELETED" or metadata.get("deletionTimestamp"):
             # Gone, leaving, or no longer marked (a watch by label sees that as DELETED).
-            uid = str(metadata.get("uid"))
             unmarked = kind == "DELETED" and not metadata.get("deletionTimestamp")
             unmarked = unmarked and keys.SOFT_EVICTION_KEY not in (metadata.get("labels") or {})
             if unmarked and _preempted_by_muster(obj):
@@ -179,11 +179,10 @@ class Evictor:
         with self._lock:
             # Evicted or restarted: acted on once.  (A pod that exited stays after its
             # Job's suspension, and the API goes on changing it.)
-            if str(metadata.get("uid")) in self._evicted:
+            if uid in self._evicted:
                 return
-            overdue = str(metadata.get("uid")) in self._overdue
+            overdue = uid in self._overdue
         if keys.SOFT_EVICTION_KEY in forged_records(obj, self.record_keys()):
-            uid = str(metadata.get("uid"))
             with self._lock:
                 self._waiting.pop(object_key(obj), None)
                 if uid in self._claimed:
