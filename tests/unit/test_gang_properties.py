@@ -267,3 +267,29 @@ def test_a_gang_preempted_while_placing_is_not_left_partly_bound() -> None:
     assert result.placements.get("qa/p") == "n1"
     assert sorted(e.pod for e in result.evictions) == ["qb/v-0", "qb/v-1"]
     assert bound_per_job(snap, ["qb/v"])["qb/v"] in (0, 3)
+    # v was in flight and no other victim frees room: taken, and the reason says so.
+    assert all("gang is in flight" in e.reason for e in result.evictions)
+
+
+def test_a_gang_in_flight_is_spared_when_another_victim_will_do() -> None:
+    # The same gang qb/v in flight (v-0, v-1 bound on n1, room held there for v-2, created
+    # last), and a second node n2 that qb/r (4 cpu, started an hour before) fills.  qa/p
+    # (3 cpu, within qa's min) must reclaim a node from qb.  By the victim order alone v,
+    # whose work began last, goes first (as in the test above); but v is a gang in flight
+    # (2 bound < its minMember 3, room reserved for the rest), and evicting r frees n2
+    # for p, a plan that spares it (docs/quotas-and-preemption.md, "A gang in
+    # flight").  So r alone is evicted, p goes to n2, v-2 binds on n1: v runs whole.
+    nodes = [node("n1", gpu=0, cpu="4"), node("n2", gpu=0, cpu="4")]
+    pods = [
+        pod("r", "qb", cpu="4", node="n2", preemptible=True, created="2026-01-01T09:00:00Z"),
+        pod("v-0", "qb", cpu="1", group="v", preemptible=True, created="2026-01-01T10:00:00Z"),
+        pod("v-1", "qb", cpu="1", group="v", preemptible=True, created="2026-01-01T10:00:00Z"),
+        pod("p", "qa", cpu="3", can_preempt=True, created="2026-01-01T10:01:00Z"),
+        pod("v-2", "qb", cpu="1", group="v", preemptible=True, created="2026-01-01T10:02:00Z"),
+    ]
+    quotas = [quota("qa", min={"cpu": "8"}, max={"cpu": "8"})]
+    snap, result = simulate(nodes, pods, quotas, groups=[PodGroupInfo("qb", "v", min_member=3)])
+    assert [e.pod for e in result.evictions] == ["qb/r"]
+    assert result.placements.get("qa/p") == "n2"
+    assert result.placements.get("qb/v-2") == "n1"
+    assert bound_per_job(snap, ["qb/v"])["qb/v"] == 3

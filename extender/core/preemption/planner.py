@@ -52,12 +52,15 @@ from extender.core.preemption.policy import (
     own_evictable_requests,
     preemptor_of,
 )
+from extender.core.preemption.protection import in_flight_until
 from extender.core.preemption.ranking import PlanRank, lower_priority_plan, plan_rank
 from extender.core.preemption.search import (
     Found,
     JobLayout,
     NotFound,
+    earliest,
     evicted_whole,
+    merged_refusal,
     search_victims,
 )
 from extender.core.preemption.yielding import reserved_pods, yield_steps, yieldable_reservations
@@ -170,6 +173,9 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         broken = budgets.violations(group.pods)
         if broken:
             reason += f"; breaks {', '.join(broken)}, and no plan spares it"
+        if group.other_quota and in_flight_until(state, group.job) is not None:
+            reason += "; its gang is in flight (room held for pods not bound yet), and no "
+            reason += "plan spares it"
         budgets.take(group.pods)
         if found.chosen_over:
             reason += f"; {found.chosen_over}"
@@ -248,28 +254,35 @@ def _plan(
     now: float,
 ) -> Found | NotFound:
     """The plan's search (:func:`~extender.core.preemption.search.search_victims`), again
-    allowing what it spares when nothing is found without: victims that break a guarantee
-    in a resource the job does not ask for, or a PodDisruptionBudget (under pdbPolicy
-    BestEffort), budgets first; then again below the found plan's highest victim
+    allowing what it spares when nothing is found without: another quota's gang in flight
+    (:mod:`~extender.core.preemption.protection`; first, in each search), victims that
+    break a guarantee in a resource the job does not ask for, or a PodDisruptionBudget
+    (under pdbPolicy BestEffort), budgets first; then again below the found plan's highest victim
     priority while that ranks better
     (:func:`~extender.core.preemption.ranking.lower_priority_plan`).
     ``within``: the nodes of the one domain the job is planned in."""
     best_effort = state.args.pdb_policy == "BestEffort"
 
     def search(spare_guaranteed: bool, spare_budgets: bool, cap: int | None) -> Found | NotFound:
-        found = search_victims(
-            state,
-            demand,
-            preemptor,
-            ledger,
-            spent,
-            spare_guaranteed=spare_guaranteed,
-            spare_budgets=spare_budgets,
-            within=within,
-            layout=layout,
-            now=now,
-            priority_cap=cap,
-        )
+        def walk(spare_in_flight: bool) -> Found | NotFound:
+            return search_victims(
+                state,
+                demand,
+                preemptor,
+                ledger,
+                spent,
+                spare_guaranteed=spare_guaranteed,
+                spare_budgets=spare_budgets,
+                spare_in_flight=spare_in_flight,
+                within=within,
+                layout=layout,
+                now=now,
+                priority_cap=cap,
+            )
+
+        found = walk(spare_in_flight=True)
+        if isinstance(found, NotFound) and found.in_flight_skipped:
+            found = merged_refusal(walk(spare_in_flight=False), found)
         if isinstance(found, Found) and not spare_budgets:
             return dataclasses.replace(found, breaks_budgets=True)
         return found
@@ -284,15 +297,7 @@ def _plan(
         ):
             continue
         spares = (spare_guaranteed, spare_budgets)
-        retried = search(*spares, None)
-        if isinstance(retried, NotFound):  # what was skipped in any search still counts
-            retried = NotFound(
-                retried.reasons,
-                retried.guaranteed_skipped or found.guaranteed_skipped,
-                retried.budget_skipped or found.budget_skipped,
-                retry_at=_earliest(retried.retry_at, found.retry_at),
-            )
-        found = retried
+        found = merged_refusal(search(*spares, None), found)
     if isinstance(found, NotFound):
         return found
     return lower_priority_plan(state, preemptor, found, lambda cap: search(*spares, cap), now)
@@ -343,7 +348,7 @@ def _plan_in_cheapest_domain(
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
                 return found
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
-            retry_at = _earliest(retry_at, found.retry_at)
+            retry_at = earliest(retry_at, found.retry_at)
             continue
         rank = plan_rank(state, found, now, value)
         if best is None or rank < best[0]:
@@ -378,10 +383,3 @@ def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> P
         within_min_by_own_work=not borrows,
         fair_share=preemptor_share(state, demand, ledger) if borrows else None,
     )
-
-
-def _earliest(first: float | None, second: float | None) -> float | None:
-    """The earlier of two optional times."""
-    if first is None or second is None:
-        return first if second is None else second
-    return min(first, second)

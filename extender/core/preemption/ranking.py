@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from extender.core.preemption.cost import LostWork, lost_work, victim_notice
 from extender.core.preemption.policy import Preemptor, within_rule
+from extender.core.preemption.protection import in_flight_until
 from extender.core.preemption.search import Found, NotFound
 from extender.core.preemption.walk import settled_units
 from extender.core.state import ClusterState
@@ -28,7 +29,8 @@ class PlanRank(NamedTuple):
     each step a field, the first difference decides.
 
     1. ``broken``: the fewest guarantees (a quota's ``min`` in a resource the job does not
-       ask for) and PodDisruptionBudgets broken; a plan breaks one only when none spares it.
+       ask for) and PodDisruptionBudgets broken, and other quotas' gangs in flight taken
+       (:mod:`.protection`); a plan breaks one only when none spares it.
     2. ``priority``: the lowest highest victim priority (priority is what admins say a job
        is worth: no lower-priority work is spared by destroying higher-priority work),
        across quotas too: a borrower's job is not taken where the job's own quota's
@@ -56,13 +58,18 @@ def plan_rank(state: ClusterState, found: Found, now: float, where: str = "") ->
     """``found``'s :class:`PlanRank` at ``now``."""
     pods = [pod for group in found.kept for pod in group.pods]
     return PlanRank(
-        len(found.below_min) + int(found.breaks_budgets),
+        len(found.below_min) + int(found.breaks_budgets) + _in_flight_taken(state, found),
         max((pod.priority for pod in pods), default=NO_VICTIM),
         len(pods),
         lost_work(pods, now),
         max((victim_notice(state, pod, now)[0] for pod in pods), default=0.0),
         where,
     )
+
+
+def _in_flight_taken(state: ClusterState, found: Found) -> int:
+    """How many of other quotas' gangs in flight ``found`` takes."""
+    return sum(1 for g in found.kept if g.other_quota and in_flight_until(state, g.job) is not None)
 
 
 def lower_priority_plan(

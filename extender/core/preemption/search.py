@@ -4,7 +4,8 @@ spare every group not needed.
 :func:`search_victims` is the planner's steps 4 and 5 (see :mod:`.planner`): it walks the
 candidates (:mod:`.candidates`) on copies of the nodes and the quota ledger
 (:class:`~.simulation.Simulation`), passing over a group that could not help, that would
-take a quota below its ``min``, or that a PodDisruptionBudget protects, and minimises
+take a quota below its ``min``, that a PodDisruptionBudget protects, or that is spared for
+a while (:mod:`.protection`), and minimises
 what it found (:func:`_minimised`).
 """
 
@@ -24,6 +25,7 @@ from extender.core.preemption.deferral import Deferral
 from extender.core.preemption.fairness import gap_widens
 from extender.core.preemption.groups import VictimGroup
 from extender.core.preemption.policy import Preemptor, Rule
+from extender.core.preemption.protection import in_flight_until, min_runtimes, protected_until
 from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
@@ -70,6 +72,7 @@ class NotFound:
     fits: bool = False  # nothing need be evicted
     #: The earliest end of a minimum runtime that spared a victim: a plan may exist then.
     retry_at: float | None = None
+    in_flight_skipped: bool = False  # victims spared as a gang in flight
 
 
 class Pacing(enum.Enum):
@@ -91,6 +94,7 @@ def search_victims(
     *,
     spare_guaranteed: bool,
     spare_budgets: bool,
+    spare_in_flight: bool = True,
     within: frozenset[str] | None = None,
     layout: JobLayout,
     now: float,
@@ -103,9 +107,9 @@ def search_victims(
     ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
     Strict), none whose eviction, with the victims taken before it and those of plans in
     flight not evicted yet (``spent``), a PodDisruptionBudget does not allow; never a
-    group of another quota admitted less than its minimum runtime before ``now``
-    (:func:`protected_until`).  ``ledger``: the settled quota usage the candidates'
-    borrowing is judged on."""
+    group of another quota admitted less than its minimum runtime before ``now``; with
+    ``spare_in_flight``, none of another quota's gang in flight (:mod:`.protection`).
+    ``ledger``: the settled quota usage the candidates' borrowing is judged on."""
     walk = functools.partial(
         _walk,
         state,
@@ -115,6 +119,7 @@ def search_victims(
         spent,
         spare_guaranteed=spare_guaranteed,
         spare_budgets=spare_budgets,
+        spare_in_flight=spare_in_flight,
         within=within,
         layout=layout,
         now=now,
@@ -142,6 +147,7 @@ def _walk(
     *,
     spare_guaranteed: bool,
     spare_budgets: bool,
+    spare_in_flight: bool,
     within: frozenset[str] | None,
     layout: JobLayout,
     now: float,
@@ -182,9 +188,10 @@ def _walk(
     skipped_for_min: list[str] = []
     skipped_for_budgets: list[str] = []
     skipped_for_runtime: list[str] = []
+    skipped_in_flight: list[str] = []
     skipped_for_fairness: list[str] = []
     runtimes = min_runtimes(state)
-    protected: list[float] = []  # when each victim spared for its minimum runtime is not
+    protected: list[float] = []  # when each victim spared for a while (.protection) is not
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
     refused = state.book.refused_victims.get(demand.job, ())
@@ -207,6 +214,13 @@ def _walk(
                     f"{group.job} until {format_time(until)} (quota {group.quota})"
                 )
                 continue
+            if spare_in_flight:
+                landing = in_flight_until(state, group.job)
+                if landing is not None:
+                    skipped_in_flight.append(
+                        f"{group.job} until {format_time(landing)} (quota {group.quota})"
+                    )
+                    continue
             violation, guaranteed = simulation.min_violations(group)
             if violation is not None:
                 skipped_for_min.append(violation)
@@ -248,6 +262,11 @@ def _walk(
             reasons.append(
                 "spared for their minimum runtime: " + "; ".join(sorted(skipped_for_runtime))
             )
+        if skipped_in_flight:
+            reasons.append(
+                "spared while their gang, part bound, waits for room held for the rest: "
+                + "; ".join(sorted(skipped_in_flight))
+            )
         if skipped_for_budgets:
             policy = state.args.pdb_policy
             reasons.append(
@@ -255,7 +274,13 @@ def _walk(
                 + "; ".join(sorted(set(skipped_for_budgets)))
             )
         retry_at = min(protected) if protected else None
-        return NotFound(reasons, guaranteed_skipped, bool(skipped_for_budgets), retry_at=retry_at)
+        return NotFound(
+            reasons,
+            guaranteed_skipped,
+            bool(skipped_for_budgets),
+            retry_at=retry_at,
+            in_flight_skipped=bool(skipped_in_flight),
+        )
 
     if deferral is not None:
         if (
@@ -278,28 +303,6 @@ def _walk(
     kept.sort(key=lambda g: g.order_key)
     jobs = {group.job for group in kept}
     return Found(kept, placements, {j: why for j, why in below_min.items() if j in jobs})
-
-
-def min_runtimes(state: ClusterState) -> dict[str, float]:
-    """Each quota's minimum runtime (``muster.dev/min-runtime-seconds``, else
-    ``minRuntimeSeconds``), for the quotas that have one."""
-    runtimes = {}
-    for name, spec in state.tree.specs.items():
-        runtime = spec.policy.min_runtime_seconds
-        if runtime is None:
-            runtime = state.args.min_runtime_seconds
-        if runtime > 0:
-            runtimes[name] = runtime
-    return runtimes
-
-
-def protected_until(state: ClusterState, group: VictimGroup, runtime: float) -> float:
-    """Until when reclaim spares ``group``'s job: its admission (the earliest start among
-    the pods evicted with it, or, for pods an elastic job sheds, among all its running
-    pods: a job cannot stay young by restarting pods) plus its quota's minimum
-    ``runtime`` (:func:`min_runtimes`)."""
-    pods = state.victims.unit_pods().get(group.job, group.pods) if group.shed else group.pods
-    return min(pod.start_or_created for pod in pods) + runtime
 
 
 def _minimised(simulation: Simulation, removed: list[VictimGroup]) -> list[VictimGroup]:
@@ -359,3 +362,24 @@ def _why_no_fit(demand: JobDemand, simulation: Simulation, skipped_for_min: list
     if skipped_for_min:
         reasons.append(f"spared to keep quotas at their min: {skipped_for_min[0]}")
     return reasons or ["no allowed victims"]
+
+
+def merged_refusal(retried: Found | NotFound, first: NotFound) -> Found | NotFound:
+    """A search retried with less spared: its plan, or its refusal with what was skipped
+    in either search (it still counts) and the earlier time to ask again."""
+    if isinstance(retried, Found):
+        return retried
+    return NotFound(
+        retried.reasons,
+        retried.guaranteed_skipped or first.guaranteed_skipped,
+        retried.budget_skipped or first.budget_skipped,
+        retry_at=earliest(retried.retry_at, first.retry_at),
+        in_flight_skipped=retried.in_flight_skipped or first.in_flight_skipped,
+    )
+
+
+def earliest(first: float | None, second: float | None) -> float | None:
+    """The earlier of two optional times."""
+    if first is None or second is None:
+        return first if second is None else second
+    return min(first, second)

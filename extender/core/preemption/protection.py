@@ -1,0 +1,61 @@
+"""Victims another quota's plan spares for a while: a job young or not yet whole.
+
+Reclaim and fair-sharing preemption (a plan taking another quota's pods) pass over a
+victim group while it is protected, and the planner asks again when the first
+protection ends (the refusal's ``retry_at``):
+
+- **minimum runtime**: a job admitted less than its quota's
+  ``muster.dev/min-runtime-seconds`` (else ``minRuntimeSeconds``) ago
+  (:func:`protected_until`), so a job is not admitted, reclaimed and admitted again in a
+  loop;
+- **a gang in flight**: a gang that holds room reserved for the pods it still waits for,
+  with fewer than its min-available pods bound (:func:`in_flight_until`).  Its bound
+  pods do no work until the rest join them, so they are the cheapest victims by lost
+  work, yet taking them throws away the room its own plan evicted for and sends the
+  gang back to plan (and evict) again.  Spared until its reservation ends: its pods
+  have bound by then (it is then an ordinary victim) or its room is let go.
+
+A plan inside the job's own quota follows that quota's policy instead: a
+higher-priority job may take a young job or a gang in flight.
+"""
+
+from __future__ import annotations
+
+from extender.core.gangsize import bound_count
+from extender.core.preemption.groups import VictimGroup
+from extender.core.state import ClusterState
+
+
+def min_runtimes(state: ClusterState) -> dict[str, float]:
+    """Each quota's minimum runtime (``muster.dev/min-runtime-seconds``, else
+    ``minRuntimeSeconds``), for the quotas that have one."""
+    runtimes = {}
+    for name, spec in state.tree.specs.items():
+        runtime = spec.policy.min_runtime_seconds
+        if runtime is None:
+            runtime = state.args.min_runtime_seconds
+        if runtime > 0:
+            runtimes[name] = runtime
+    return runtimes
+
+
+def protected_until(state: ClusterState, group: VictimGroup, runtime: float) -> float:
+    """Until when reclaim spares ``group``'s job: its admission (the earliest start among
+    the pods evicted with it, or, for pods an elastic job sheds, among all its running
+    pods: a job cannot stay young by restarting pods) plus its quota's minimum
+    ``runtime`` (:func:`min_runtimes`)."""
+    pods = state.victims.unit_pods().get(group.job, group.pods) if group.shed else group.pods
+    return min(pod.start_or_created for pod in pods) + runtime
+
+
+def in_flight_until(state: ClusterState, job: str) -> float | None:
+    """When the reservation of ``job``, a gang in flight, ends; ``None`` when the job is
+    not one: it holds no reservation, needs one pod only, or has its min-available
+    pods bound (and staying) already."""
+    reservation = state.reservations.get(job)
+    if reservation is None:
+        return None
+    needed = state.declarations.min_available(job)
+    if needed < 2 or bound_count(state, job) >= needed:
+        return None
+    return reservation.expires

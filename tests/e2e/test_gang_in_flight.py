@@ -1,0 +1,103 @@
+"""A gang in flight is spared by another quota's plan, live through a stock kube-scheduler.
+
+Three 8-GPU nodes. Team A: min 8, max 24; team B: min 0, max 24 (all it runs it
+borrows). Team B runs b-old (one 8-GPU pod); seconds later its gang g arrives: two 8-GPU
+pods, min-available 2, the second held by a scheduling gate (as an operator holds a pod
+it has not finished setting up). Both exist, so Muster places g whole on the two free
+nodes and holds them; g-0 binds, g-1, gated, is not tried: g is in flight, one of its
+two pods bound, room held for the other. Team A's job train (8 GPUs, within A's min)
+then arrives: no node is free (one is held for g-1), so it must reclaim from team B.
+
+Derived from the rules (docs/quotas-and-preemption.md, "A gang in flight"): team B's
+units are b-old and g, both of priority 0.  The victim order alone would take g, whose
+work began last; but g is a gang in flight, and a plan taking b-old spares it.  So b-old
+is marked and evicted, train runs on b-old's node, and g-0 is never marked; once its gate
+is lifted, g-1 binds on the node held for it and g runs whole.  Before this rule, g-0 was
+the victim and g lost its room.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from e2e_support import Cluster
+from muster_process import MusterProcess
+from test_jobs import GANG_LABEL, MIN_AVAILABLE
+from test_muster_extender import GPU
+from test_preemption_story import (  # noqa: F401 (fixtures)
+    PREEMPTIBLE,
+    SOFT_EVICTION,
+    TRAINER,
+    Teams,
+    _epoch,
+    muster_and_evictor,
+    tokens,
+)
+
+import localcluster as lc
+
+pytestmark = pytest.mark.e2e
+
+GATE = "e2e.muster.dev/not-ready"
+
+
+def _node(teams: Teams, namespace: str, name: str) -> str | None:
+    pod: dict[str, Any] = teams.get(namespace, name) or {}
+    return pod.get("spec", {}).get("nodeName")
+
+
+def test_a_gang_in_flight_is_spared_by_a_reclaim_that_has_another_victim(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811 (the fixture imported above)
+) -> None:
+    for i in range(3):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "24"}}, {"min": {GPU: "0"}, "max": {GPU: "24"}}
+    )
+    try:
+        gpus = {"cpu": "4", GPU: 8}
+        teams.create(teams.b, "b-old", requests=gpus, labels=PREEMPTIBLE)
+        teams.wait(teams.b, "b-old", "Running")
+        old_node = _node(teams, teams.b, "b-old")
+        # g starts a few seconds after b-old (the scenario, not a wait for something to
+        # happen): startTime has a resolution of one second, and on a tie the victim
+        # order goes by job name, which would take b-old first whatever the rule.
+        started = _epoch((teams.get(teams.b, "b-old") or {})["status"]["startTime"])
+        lc.wait_until(lambda: time.time() >= started + 3 or None, timeout=10, what="3 s")
+        gang = {"labels": {**PREEMPTIBLE, GANG_LABEL: "g"}, "annotations": {MIN_AVAILABLE: "2"}}
+        teams.create(teams.b, "g-1", requests=gpus, scheduling_gates=[GATE], **gang)
+        teams.create(teams.b, "g-0", requests=gpus, **gang)
+        teams.wait(teams.b, "g-0", "Running")
+        g0_node = _node(teams, teams.b, "g-0")
+        assert g0_node != old_node
+        g0_started = _epoch((teams.get(teams.b, "g-0") or {})["status"]["startTime"])
+        assert g0_started > started  # so by the victim order alone, g goes first
+
+        teams.create(teams.a, "train", requests=gpus, labels=TRAINER)
+        lc.wait_until(
+            lambda: teams.get(teams.b, "b-old") is None or None,
+            timeout=30,
+            what="b-old reclaimed",
+        )
+        teams.wait(teams.a, "train", "Running", timeout=30)
+        assert _node(teams, teams.a, "train") == old_node
+        g0: dict[str, Any] = teams.get(teams.b, "g-0") or {}
+        assert g0["status"]["phase"] == "Running"
+        assert SOFT_EVICTION not in g0["metadata"].get("annotations", {})
+        preempted = sorted(e["involvedObject"]["name"] for e in teams.events(teams.b, "Preempted"))
+        assert preempted == ["b-old"]
+
+        # The room held for g-1 is still g's: with its gate lifted it binds there.
+        cluster.rest.request(
+            "PATCH",
+            f"/api/v1/namespaces/{teams.b}/pods/g-1",
+            {"spec": {"schedulingGates": []}},
+            content_type="application/merge-patch+json",
+        )
+        teams.wait(teams.b, "g-1", "Running", timeout=30)
+        assert _node(teams, teams.b, "g-1") not in (old_node, g0_node)
+    finally:
+        teams.cleanup()
