@@ -52,7 +52,7 @@ from extender.core.preemption.policy import (
     own_evictable_requests,
     preemptor_of,
 )
-from extender.core.preemption.protection import in_flight_until
+from extender.core.preemption.protection import gangs_in_flight
 from extender.core.preemption.ranking import PlanRank, lower_priority_plan, plan_rank
 from extender.core.preemption.search import (
     Found,
@@ -166,6 +166,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     spent = [pod for pod in state.leaving() if not pod.terminating]
     victims: list[Victim] = []
     budgets = BudgetUse(state.budgets.values(), spent)
+    in_flight = gangs_in_flight(state)
     for group in found.kept:
         reason = describe(group, preemptor, state.tree[group.quota].governed)
         if group.job in found.below_min:
@@ -173,7 +174,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         broken = budgets.violations(group.pods)
         if broken:
             reason += f"; breaks {', '.join(broken)}, and no plan spares it"
-        if group.other_quota and in_flight_until(state, group.job) is not None:
+        if group.other_quota and group.job in in_flight:
             reason += "; its gang is in flight (room held for pods not bound yet), and no "
             reason += "plan spares it"
         budgets.take(group.pods)

@@ -48,6 +48,16 @@ def protected_until(state: ClusterState, group: VictimGroup, runtime: float) -> 
     return min(pod.start_or_created for pod in pods) + runtime
 
 
+def gangs_in_flight(state: ClusterState) -> dict[str, float]:
+    """Every gang in flight, with when its reservation ends (:func:`in_flight_until`):
+    read once per search, from the few jobs holding a reservation, not per victim."""
+    return {
+        job: until
+        for job in state.reservations
+        if (until := in_flight_until(state, job)) is not None
+    }
+
+
 def in_flight_until(state: ClusterState, job: str) -> float | None:
     """When the reservation of ``job``, a gang in flight, ends; ``None`` when the job is
     not one: it holds no reservation, needs one pod only, or has its min-available

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from extender.core.preemption.cost import LostWork, lost_work, victim_notice
 from extender.core.preemption.policy import Preemptor, within_rule
-from extender.core.preemption.protection import in_flight_until
+from extender.core.preemption.protection import gangs_in_flight
 from extender.core.preemption.search import Found, NotFound
 from extender.core.preemption.walk import settled_units
 from extender.core.state import ClusterState
@@ -69,7 +69,10 @@ def plan_rank(state: ClusterState, found: Found, now: float, where: str = "") ->
 
 def _in_flight_taken(state: ClusterState, found: Found) -> int:
     """How many of other quotas' gangs in flight ``found`` takes."""
-    return sum(1 for g in found.kept if g.other_quota and in_flight_until(state, g.job) is not None)
+    if not found.kept:
+        return 0
+    in_flight = gangs_in_flight(state)
+    return sum(1 for g in found.kept if g.other_quota and g.job in in_flight)
 
 
 def lower_priority_plan(

@@ -25,7 +25,7 @@ from extender.core.preemption.deferral import Deferral
 from extender.core.preemption.fairness import gap_widens
 from extender.core.preemption.groups import VictimGroup
 from extender.core.preemption.policy import Preemptor, Rule
-from extender.core.preemption.protection import in_flight_until, min_runtimes, protected_until
+from extender.core.preemption.protection import gangs_in_flight, min_runtimes, protected_until
 from extender.core.preemption.simulation import Simulation, Wants
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
@@ -191,6 +191,7 @@ def _walk(
     skipped_in_flight: list[str] = []
     skipped_for_fairness: list[str] = []
     runtimes = min_runtimes(state)
+    in_flight = gangs_in_flight(state) if spare_in_flight else {}
     protected: list[float] = []  # when each victim spared for a while (.protection) is not
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
@@ -214,8 +215,8 @@ def _walk(
                     f"{group.job} until {format_time(until)} (quota {group.quota})"
                 )
                 continue
-            if spare_in_flight:
-                landing = in_flight_until(state, group.job)
+            if in_flight:
+                landing = in_flight.get(group.job)
                 if landing is not None:
                     skipped_in_flight.append(
                         f"{group.job} until {format_time(landing)} (quota {group.quota})"
@@ -296,7 +297,9 @@ def _walk(
         # quota's groups may have gone back) is checked whole.
         widens = gap_widens(state, demand, preemptor, ledger, simulation.ledger, kept, taken=True)
         if widens is not None:
-            return NotFound([f"spared by fair sharing: {widens}"])
+            return NotFound(
+                [f"spared by fair sharing: {widens}"], in_flight_skipped=bool(skipped_in_flight)
+            )
     placements = fit.place()
     if placements is None:  # cannot happen: fits() said yes for this very state
         return NotFound(["internal: the placement that fit could not be rebuilt"])
