@@ -1,4 +1,7 @@
-"""A gang in flight is spared by another quota's plan, live through a stock kube-scheduler.
+"""Gangs in flight, live through a stock kube-scheduler: spared by another quota's plan,
+and planned again when room reserved for them was taken behind the plan.
+
+The first test:
 
 Three 8-GPU nodes. Team A: min 8, max 24; team B: min 0, max 24 (all it runs it
 borrows). Team B runs b-old (one 8-GPU pod); seconds later its gang g arrives: two 8-GPU
@@ -22,10 +25,11 @@ import time
 from typing import Any
 
 import pytest
-from e2e_support import Cluster
+from e2e_support import Cluster, make_pod
 from muster_process import MusterProcess
 from test_jobs import GANG_LABEL, MIN_AVAILABLE
 from test_muster_extender import GPU
+from test_notice import NOTICE, marked_at, muster_with_notice  # noqa: F401 (fixture)
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     SOFT_EVICTION,
@@ -41,6 +45,7 @@ import localcluster as lc
 pytestmark = pytest.mark.e2e
 
 GATE = "e2e.muster.dev/not-ready"
+NOT_PREEMPTIBLE = {"quota.scheduling.koordinator.sh/preemptible": "false"}
 
 
 def _node(teams: Teams, namespace: str, name: str) -> str | None:
@@ -99,5 +104,54 @@ def test_a_gang_in_flight_is_spared_by_a_reclaim_that_has_another_victim(
         )
         teams.wait(teams.b, "g-1", "Running", timeout=30)
         assert _node(teams, teams.b, "g-1") not in (old_node, g0_node)
+    finally:
+        teams.cleanup()
+
+
+def test_reserved_room_a_pod_took_behind_the_plan_is_planned_again(
+    cluster: Cluster,
+    muster_with_notice: MusterProcess,  # noqa: F811 (the fixture imported above)
+) -> None:
+    # Three 8-GPU nodes.  Team A: min 16, max 32 (its gang g of two 8-GPU pods is within
+    # it); team B: min 0, max 32.  Team B runs x, then seconds later v (both preemptible,
+    # v with 15 s of notice it ignores); one node is free.
+    # g's plan (docs/quotas-and-preemption.md, "Job-level preemption"): the free node and
+    # v's (v's work began last), v marked.  While v is on notice, a pod placed behind the
+    # scheduler's back (nodeName set; kube-scheduler binding a pod it filtered while the
+    # plan was made plays out the same) takes the free node.  Derived: once v has gone,
+    # g's pod reserved there cannot fit and never will (late is no victim), so g is
+    # planned again: it needs one more node, and x, the one victim left, goes.  g runs on
+    # v's and x's nodes; late keeps its own.  Before, g's pod waited for that room
+    # until the gang timed out (300 s).
+    capacity = {"cpu": "32", "memory": "128Gi", GPU: 8}
+    nodes = [cluster.create_node(f"n{i}", capacity) for i in range(3)]
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "32"}}, {"min": {GPU: "0"}, "max": {GPU: "32"}}
+    )
+    try:
+        gpus = {"cpu": "4", GPU: 8}
+        teams.create(teams.b, "x", requests=gpus, labels=PREEMPTIBLE)
+        teams.wait(teams.b, "x", "Running")
+        started = _epoch((teams.get(teams.b, "x") or {})["status"]["startTime"])
+        lc.wait_until(lambda: time.time() >= started + 3 or None, timeout=10, what="3 s")
+        teams.create(teams.b, "v", requests=gpus, labels=PREEMPTIBLE, annotations={NOTICE: "15"})
+        teams.wait(teams.b, "v", "Running")
+        busy = {_node(teams, teams.b, n) for n in ("x", "v")}
+        free = next(name for name in nodes if name not in busy)
+        gang = {"labels": {**TRAINER, GANG_LABEL: "g"}, "annotations": {MIN_AVAILABLE: "2"}}
+        for name in ("g-0", "g-1"):
+            teams.create(teams.a, name, requests=gpus, **gang)
+        marked_at(teams, "v")
+        late = make_pod("late", requests=gpus, labels=NOT_PREEMPTIBLE)
+        late["spec"]["nodeName"] = free
+        cluster.rest.request("POST", f"/api/v1/namespaces/{teams.b}/pods", late)
+        teams.wait(teams.b, "late", "Running")
+
+        for name in ("g-0", "g-1"):
+            teams.wait(teams.a, name, "Running", timeout=60)
+        placed = sorted(_node(teams, teams.a, n) or "" for n in ("g-0", "g-1"))
+        assert teams.get(teams.b, "x") is None and teams.get(teams.b, "v") is None
+        assert free not in placed
+        assert _node(teams, teams.b, "late") == free
     finally:
         teams.cleanup()

@@ -373,6 +373,58 @@ def test_a_refused_planned_node_that_no_longer_fits_releases_the_gang(as_extende
     assert snap.reserved_node(key("g-0")) is None and snap.reserved_node(key("g-1")) is None
 
 
+def _reserved_after_eviction(occupant: dict[str, Any]) -> ClusterState:
+    """Gang of two 8-GPU pods on three 8-GPU nodes, g-0 → n1, g-1 → n2, as a plan that
+    evicted team-b/v (gone since) reserved them; g-0 bound to n1; ``occupant`` on n2."""
+    snap = snapshot([node("n1"), node("n2"), node("n3")], gang_pods(2))
+    placements = {key("g-0"): "n1", key("g-1"): "n2"}
+    reservation = Reservation(JOB, "default", placements, ("team-b/v",), NOW - 5, NOW + 300)
+    apply(snap, HoldRoom(reservation))
+    apply(snap, AssumeBound(snap.pods[key("g-0")], "n1"))
+    snap.upsert_pod(parse_pod(occupant))
+    return snap
+
+
+def test_reserved_room_a_pod_took_while_the_plan_was_made_is_planned_again() -> None:
+    # kube-scheduler bound team-b/late to n2 while Muster's plan, not seeing it yet,
+    # reserved n2 for g-1 (the plan evicted team-b/v elsewhere, so the reservation has
+    # victims).  late is no victim and is not leaving: n2's room never comes, so waiting
+    # for it would hold g-0 bound alone for good.  kube-scheduler passes n3 only (n1 and
+    # n2 are full).  Planned again without n2: g-0 bound (1), g-1 fits on n3 (1 more) →
+    # 2 of 2: g-1 is placed on n3, its plan's victims kept, n2 remembered as refused.
+    snap = _reserved_after_eviction(pod("late", "team-b", gpu=8, node="n2"))
+    result = filter_one(snap, "g-1", ["n3"])
+    assert result.passed == ["n3"] and result.gang_waiting is None
+    assert result.effects == (
+        HoldRoom(
+            Reservation(
+                job=JOB,
+                quota="default",
+                placements={key("g-1"): "n3"},
+                victims=("team-b/v",),
+                created=NOW,
+                expires=NOW + TIMEOUT,
+                refused=frozenset({"n2"}),
+            )
+        ),
+    )
+
+
+def test_reserved_room_a_victim_still_leaves_is_waited_for() -> None:
+    # The same, but the pod on n2 is terminating (a victim on its way out, as
+    # kube-scheduler may still see it): n2's room is coming, so g-1 waits for it and
+    # the reservation stays as it is.
+    leaving = pod("v2", "team-b", gpu=8, node="n2")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T10:29:55Z"
+    snap = _reserved_after_eviction(leaving)
+    held = dict(snap.reservations)
+    result = filter_one(snap, "g-1", ["n3"])
+    assert result.passed == []
+    assert result.gang_waiting == "gang team-a/g: waiting for the room reserved on node n2"
+    assert result.effects == ()
+    assert dict(snap.reservations) == held
+
+
 # ---- backoff after a gang was given up -------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from base.resources import add_into, fits
 from extender.core.effects import Effect, HoldRoom, ReleaseQuotaHold, ReleaseRoom
 from extender.core.filter.admission import added_pods_admission_failures, admission_hold
 from extender.core.filter.gang import GangPlacement, GangWait, plan_gang_placement
@@ -90,9 +91,11 @@ def _filter_pod(
             # rest must not bind alone.  Plan it whole again, or let its room go.
             reserved_node = None
             refused = reservation.refused
-        elif reservation.victims:
+        elif reservation.victims and _room_coming(state, pod, reserved_node):
             # Room freed by eviction: kube-scheduler may not have seen the victims go
-            # yet.  Its own delete event retries the pod; the room stays the job's.
+            # yet.  Its own delete event retries the pod; the room stays the job's.  (Room
+            # a pod that is not leaving took, one kube-scheduler bound there while the plan
+            # was made, never comes: the job is planned again without that node.)
             return _turned_away(
                 node_names,
                 f"gang {gang.job}: waiting for the room reserved on node {reserved_node}",
@@ -227,6 +230,18 @@ def _room_kept(
         f"{pod.name}, and no other room fits the gang; its room stays reserved",
         resolvable=False,
     )
+
+
+def _room_coming(state: ClusterState, pod: PodInfo, node: str) -> bool:
+    """Will ``pod`` fit on ``node``, its reserved node, once the pods on their way out
+    (:meth:`~extender.core.state.ClusterState.leaving`) have left?"""
+    if node not in state.nodes:
+        return False
+    free = state.node_usage.free_on(node, state.nodes[node].allocatable, for_pod=pod.key)
+    for leaving in state.leaving():
+        if leaving.node_name == node:
+            add_into(free, leaving.requests)
+    return fits(pod.requests, free)
 
 
 def _reserved_count(state: ClusterState, job: str) -> int:
