@@ -22,7 +22,7 @@ from extender.core.config import parse_args
 from extender.core.effects import AssumeBound, HoldQuota, HoldRoom, ReleaseRoom, apply
 from extender.core.filter import gangstatus, verb
 from extender.core.filter.nodes import FilterResult, filter_nodes
-from extender.core.objects import PodInfo, parse_pod
+from extender.core.objects import PodInfo, parse_node, parse_pod
 from extender.core.podgroups import PodGroupInfo
 from extender.core.state import ClusterState, GangBackoff, Reservation
 from tests.builders import node, pod, quota, snapshot
@@ -423,6 +423,19 @@ def test_reserved_room_a_victim_still_leaves_is_waited_for() -> None:
     assert result.gang_waiting == "gang team-a/g: waiting for the room reserved on node n2"
     assert result.effects == ()
     assert dict(snap.reservations) == held
+
+
+def test_reserved_room_on_a_node_cordoned_since_the_plan_is_planned_again() -> None:
+    # The same reservation, n2 empty but cordoned after the plan: kube-scheduler will
+    # never place g-1 there, so it is planned again without n2, on n3.
+    snap = _reserved_after_eviction(pod("elsewhere", "team-b", cpu="1", node="n3"))
+    snap.upsert_node(parse_node(node("n2", unschedulable=True)))
+    result = filter_one(snap, "g-1", ["n3"])
+    assert result.passed == ["n3"] and result.gang_waiting is None
+    (hold,) = result.effects
+    assert isinstance(hold, HoldRoom)
+    assert hold.reservation.placements == {key("g-1"): "n3"}
+    assert hold.reservation.refused == frozenset({"n2"})
 
 
 # ---- backoff after a gang was given up -------------------------------------------------

@@ -29,6 +29,7 @@ from extender.core.gangsize import (
     waiting_for_pods,
 )
 from extender.core.objects import PodInfo
+from extender.core.placement.nodefit import static_misfit
 from extender.core.state import ClusterState, Reservation
 
 
@@ -234,10 +235,11 @@ def _room_kept(
 
 def _room_coming(state: ClusterState, pod: PodInfo, node: str) -> bool:
     """Will ``pod`` fit on ``node``, its reserved node, once the pods on their way out
-    (:meth:`~extender.core.state.ClusterState.leaving`) have left?"""
-    if node not in state.nodes:
+    (:meth:`~extender.core.state.ClusterState.leaving`) have left?  Never on a node gone,
+    or one that no longer takes it (cordoned, tainted since the plan)."""
+    if node not in state.nodes or static_misfit(pod, state.nodes[node]) is not None:
         return False
-    free = state.node_usage.free_on(node, state.nodes[node].allocatable, for_pod=pod.key)
+    free = state.free_on(node, for_pod=pod.key)
     for leaving in state.leaving():
         if leaving.node_name == node:
             add_into(free, leaving.requests)

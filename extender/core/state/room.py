@@ -230,8 +230,8 @@ class RoomMixin:
         """Count as staying the terminating pods past their deletion deadline by more than
         ``stuckTerminatingSeconds`` (a finalizer can hold a pod for ever); return their
         keys.  Their room is no longer free for a plan, and a job whose victims they were
-        no longer waits on them (its reservation ends in its time, and it is planned
-        again with them staying)."""
+        no longer waits on them (its pods reserved there are planned again at their next
+        filter call, with them staying; else its reservation ends in its time)."""
         stuck = self.members.overdue(now, self.args.stuck_terminating_seconds)
         for key in stuck:
             with self._reindexing(key):
