@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from base import keys
+from extender.core.budgets import parse_pod_disruption_budget
+from extender.core.config import parse_args
 from extender.core.effects import HoldRoom, apply
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.preemption.protection import gangs_in_flight
@@ -137,3 +139,63 @@ def test_a_gang_in_flight_is_taken_only_when_no_plan_spares_it(
         )
     else:
         event("no plan")
+
+
+def test_a_plan_breaking_a_budget_is_preferred_to_taking_a_gang_in_flight() -> None:
+    # Under pdbPolicy BestEffort.  n0 holds qb's gang g in flight (two 4-GPU pods bound,
+    # min-available 3, room held on n1 for the third); n2 holds qb's b-old (8 GPUs),
+    # whose PodDisruptionBudget allows no disruption.  qa's p (8 GPUs, within qa's min)
+    # needs a node.  Spared first: g (in flight) and b-old (its budget), so nothing; then
+    # budgets allowed, g still spared: b-old goes, breaking its budget.  g is taken only
+    # when no plan spares it even so (docs/quotas-and-preemption.md, "A gang in flight").
+    nodes = [node(f"n{i}", gpu=8, cpu="32") for i in range(3)]
+    gang = {keys.GANG_MIN_AVAILABLE_ANNOTATION: "3"}
+    pods = [
+        pod(
+            f"g-{i}",
+            "qb",
+            gpu=4,
+            cpu="1",
+            group="g",
+            preemptible=True,
+            created=_at(50),
+            annotations=gang,
+            **({"node": "n0", "started": _at(50)} if i < 2 else {}),
+        )
+        for i in range(3)
+    ]
+    pods.append(
+        pod(
+            "b-old",
+            "qb",
+            gpu=8,
+            cpu="1",
+            node="n2",
+            preemptible=True,
+            created=_at(0),
+            labels={"app": "old"},
+        )
+    )
+    pods.append(pod("p-0", "qa", gpu=8, cpu="1", group="p", can_preempt=True, created=_at(58)))
+    quotas = [
+        quota("qa", min={"nvidia.com/gpu": "64"}, max={"nvidia.com/gpu": "64"}),
+        quota("qb", min={"nvidia.com/gpu": "0"}, max={"nvidia.com/gpu": "64"}),
+    ]
+    state = snapshot(nodes, pods, quotas, parse_args({"pdbPolicy": "BestEffort"}))
+    state.set_budget(
+        parse_pod_disruption_budget(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "old", "namespace": "qb"},
+                "spec": {"selector": {"matchLabels": {"app": "old"}}},
+                "status": {"disruptionsAllowed": 0},
+            }
+        )
+    )
+    apply(state, HoldRoom(Reservation(GANG, "qb", {"qb/g-2": "n1"}, (), NOW - 5, NOW + 300)))
+    assert GANG in gangs_in_flight(state)
+    decision = plan_job_preemption(state, PREEMPTOR, NOW)
+    assert isinstance(decision, PreemptionPlan)
+    assert [v.pod.key for v in decision.victims] == ["qb/b-old"]
+    assert "breaks" in decision.victims[0].reason

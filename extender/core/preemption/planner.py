@@ -255,50 +255,54 @@ def _plan(
     now: float,
 ) -> Found | NotFound:
     """The plan's search (:func:`~extender.core.preemption.search.search_victims`), again
-    allowing what it spares when nothing is found without: another quota's gang in flight
-    (:mod:`~extender.core.preemption.protection`; first, in each search), victims that
-    break a guarantee in a resource the job does not ask for, or a PodDisruptionBudget
-    (under pdbPolicy BestEffort), budgets first; then again below the found plan's highest victim
-    priority while that ranks better
+    allowing what it spares when nothing is found without: victims that break a guarantee
+    in a resource the job does not ask for, or a PodDisruptionBudget (under pdbPolicy
+    BestEffort), budgets first; and only when no plan is found even so, another quota's
+    gang in flight (:mod:`~extender.core.preemption.protection`), the same passes again.
+    Then again below the found plan's highest victim priority while that ranks better
     (:func:`~extender.core.preemption.ranking.lower_priority_plan`).
     ``within``: the nodes of the one domain the job is planned in."""
     best_effort = state.args.pdb_policy == "BestEffort"
 
-    def search(spare_guaranteed: bool, spare_budgets: bool, cap: int | None) -> Found | NotFound:
-        def walk(spare_in_flight: bool) -> Found | NotFound:
-            return search_victims(
-                state,
-                demand,
-                preemptor,
-                ledger,
-                spent,
-                spare_guaranteed=spare_guaranteed,
-                spare_budgets=spare_budgets,
-                spare_in_flight=spare_in_flight,
-                within=within,
-                layout=layout,
-                now=now,
-                priority_cap=cap,
-            )
-
-        found = walk(spare_in_flight=True)
-        if isinstance(found, NotFound) and found.in_flight_skipped:
-            found = merged_refusal(walk(spare_in_flight=False), found)
+    def search(
+        spare_guaranteed: bool, spare_budgets: bool, spare_in_flight: bool, cap: int | None
+    ) -> Found | NotFound:
+        found = search_victims(
+            state,
+            demand,
+            preemptor,
+            ledger,
+            spent,
+            spare_guaranteed=spare_guaranteed,
+            spare_budgets=spare_budgets,
+            spare_in_flight=spare_in_flight,
+            within=within,
+            layout=layout,
+            now=now,
+            priority_cap=cap,
+        )
         if isinstance(found, Found) and not spare_budgets:
             return dataclasses.replace(found, breaks_budgets=True)
         return found
 
-    spares = (True, True)
-    found = search(*spares, None)
-    for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
-        if isinstance(found, Found):
-            break
-        if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
-            not spare_guaranteed and not found.guaranteed_skipped
-        ):
-            continue
-        spares = (spare_guaranteed, spare_budgets)
-        found = merged_refusal(search(*spares, None), found)
+    def passes(spare_in_flight: bool) -> tuple[Found | NotFound, tuple[bool, bool, bool]]:
+        spares = (True, True, spare_in_flight)
+        found = search(*spares, None)
+        for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
+            if isinstance(found, Found):
+                break
+            if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
+                not spare_guaranteed and not found.guaranteed_skipped
+            ):
+                continue
+            spares = (spare_guaranteed, spare_budgets, spare_in_flight)
+            found = merged_refusal(search(*spares, None), found)
+        return found, spares
+
+    found, spares = passes(spare_in_flight=True)
+    if isinstance(found, NotFound) and found.in_flight_skipped:
+        retried, spares = passes(spare_in_flight=False)
+        found = merged_refusal(retried, found)
     if isinstance(found, NotFound):
         return found
     return lower_priority_plan(state, preemptor, found, lambda cap: search(*spares, cap), now)

@@ -1,19 +1,20 @@
 """Victims another quota's plan spares for a while: a job young or not yet whole.
 
 Reclaim and fair-sharing preemption (a plan taking another quota's pods) pass over a
-victim group while it is protected, and the planner asks again when the first
-protection ends (the refusal's ``retry_at``):
+victim group while it is protected:
 
 - **minimum runtime**: a job admitted less than its quota's
   ``muster.dev/min-runtime-seconds`` (else ``minRuntimeSeconds``) ago
   (:func:`protected_until`), so a job is not admitted, reclaimed and admitted again in a
-  loop;
+  loop; the planner asks again when the first such protection ends (the refusal's
+  ``retry_at``);
 - **a gang in flight**: a gang that holds room reserved for the pods it still waits for,
   with fewer than its min-available pods bound (:func:`in_flight_until`).  Its bound
   pods do no work until the rest join them, so they are the cheapest victims by lost
   work, yet taking them throws away the room its own plan evicted for and sends the
-  gang back to plan (and evict) again.  Spared until its reservation ends: its pods
-  have bound by then (it is then an ordinary victim) or its room is let go.
+  gang back to plan (and evict) again.  Spared while a plan without it exists, even one
+  that breaks a guarantee or a budget the planner's later passes allow; taken only when
+  none does (``_plan`` in :mod:`.planner`).
 
 A plan inside the job's own quota follows that quota's policy instead: a
 higher-priority job may take a young job or a gang in flight.

@@ -188,7 +188,7 @@ def _walk(
     skipped_for_min: list[str] = []
     skipped_for_budgets: list[str] = []
     skipped_for_runtime: list[str] = []
-    skipped_in_flight: list[str] = []
+    skipped_in_flight = False
     skipped_for_fairness: list[str] = []
     runtimes = min_runtimes(state)
     in_flight = gangs_in_flight(state) if spare_in_flight else {}
@@ -215,13 +215,10 @@ def _walk(
                     f"{group.job} until {format_time(until)} (quota {group.quota})"
                 )
                 continue
-            if in_flight:
-                landing = in_flight.get(group.job)
-                if landing is not None:
-                    skipped_in_flight.append(
-                        f"{group.job} until {format_time(landing)} (quota {group.quota})"
-                    )
-                    continue
+            if group.job in in_flight:
+                # Spared: the planner searches again with it allowed if nothing is found.
+                skipped_in_flight = True
+                continue
             violation, guaranteed = simulation.min_violations(group)
             if violation is not None:
                 skipped_for_min.append(violation)
@@ -263,11 +260,6 @@ def _walk(
             reasons.append(
                 "spared for their minimum runtime: " + "; ".join(sorted(skipped_for_runtime))
             )
-        if skipped_in_flight:
-            reasons.append(
-                "spared while their gang, part bound, waits for room held for the rest: "
-                + "; ".join(sorted(skipped_in_flight))
-            )
         if skipped_for_budgets:
             policy = state.args.pdb_policy
             reasons.append(
@@ -280,7 +272,7 @@ def _walk(
             guaranteed_skipped,
             bool(skipped_for_budgets),
             retry_at=retry_at,
-            in_flight_skipped=bool(skipped_in_flight),
+            in_flight_skipped=skipped_in_flight,
         )
 
     if deferral is not None:
@@ -298,7 +290,7 @@ def _walk(
         widens = gap_widens(state, demand, preemptor, ledger, simulation.ledger, kept, taken=True)
         if widens is not None:
             return NotFound(
-                [f"spared by fair sharing: {widens}"], in_flight_skipped=bool(skipped_in_flight)
+                [f"spared by fair sharing: {widens}"], in_flight_skipped=skipped_in_flight
             )
     placements = fit.place()
     if placements is None:  # cannot happen: fits() said yes for this very state
