@@ -113,16 +113,16 @@ def test_reserved_room_a_pod_took_behind_the_plan_is_planned_again(
     muster_with_notice: MusterProcess,  # noqa: F811 (the fixture imported above)
 ) -> None:
     # Three 8-GPU nodes.  Team A: min 16, max 32 (its gang g of two 8-GPU pods is within
-    # it); team B: min 0, max 32.  Team B runs x, then seconds later v (both preemptible,
-    # v with 15 s of notice it ignores); one node is free.
-    # g's plan (docs/quotas-and-preemption.md, "Job-level preemption"): the free node and
-    # v's (v's work began last), v marked.  While v is on notice, a pod placed behind the
+    # it); team B: min 0, max 32.  Team B runs y, then seconds later v (both preemptible,
+    # v with 15 s of notice it ignores); one node is free.  g's plan
+    # (docs/quotas-and-preemption.md, "Job-level preemption"): the free node and v's
+    # (v's work began last), v marked.  While v is on notice, a pod placed behind the
     # scheduler's back (nodeName set; kube-scheduler binding a pod it filtered while the
-    # plan was made plays out the same) takes the free node.  Derived: once v has gone,
-    # g's pod reserved there cannot fit and never will (late is no victim), so g is
-    # planned again: it needs one more node, and x, the one victim left, goes.  g runs on
-    # v's and x's nodes; late keeps its own.  Before, g's pod waited for that room
-    # until the gang timed out (300 s).
+    # plan was made plays out the same) takes the free node, and y finishes (deleted), so
+    # its node is free.  Derived (docs/gangs.md, "Repair"): once v has gone, g's pod
+    # reserved on the taken node cannot fit there and never will (late is no victim), so
+    # g is planned again without that node: on v's node and y's, with no other victim.
+    # Before, that pod waited for the taken room until the gang timed out (300 s).
     capacity = {"cpu": "32", "memory": "128Gi", GPU: 8}
     nodes = [cluster.create_node(f"n{i}", capacity) for i in range(3)]
     teams = Teams(
@@ -130,28 +130,36 @@ def test_reserved_room_a_pod_took_behind_the_plan_is_planned_again(
     )
     try:
         gpus = {"cpu": "4", GPU: 8}
-        teams.create(teams.b, "x", requests=gpus, labels=PREEMPTIBLE)
-        teams.wait(teams.b, "x", "Running")
-        started = _epoch((teams.get(teams.b, "x") or {})["status"]["startTime"])
+        teams.create(teams.b, "y", requests=gpus, labels=PREEMPTIBLE)
+        teams.wait(teams.b, "y", "Running")
+        started = _epoch((teams.get(teams.b, "y") or {})["status"]["startTime"])
         lc.wait_until(lambda: time.time() >= started + 3 or None, timeout=10, what="3 s")
         teams.create(teams.b, "v", requests=gpus, labels=PREEMPTIBLE, annotations={NOTICE: "15"})
         teams.wait(teams.b, "v", "Running")
-        busy = {_node(teams, teams.b, n) for n in ("x", "v")}
-        free = next(name for name in nodes if name not in busy)
+        y_node, v_node = _node(teams, teams.b, "y"), _node(teams, teams.b, "v")
+        free = next(name for name in nodes if name not in (y_node, v_node))
         gang = {"labels": {**TRAINER, GANG_LABEL: "g"}, "annotations": {MIN_AVAILABLE: "2"}}
         for name in ("g-0", "g-1"):
             teams.create(teams.a, name, requests=gpus, **gang)
-        marked_at(teams, "v")
+        notice_ends = marked_at(teams, "v") + 15
         late = make_pod("late", requests=gpus, labels=NOT_PREEMPTIBLE)
         late["spec"]["nodeName"] = free
         cluster.rest.request("POST", f"/api/v1/namespaces/{teams.b}/pods", late)
         teams.wait(teams.b, "late", "Running")
+        cluster.rest.request(
+            "DELETE", f"/api/v1/namespaces/{teams.b}/pods/y", query={"gracePeriodSeconds": 0}
+        )
+        lc.wait_until(lambda: teams.get(teams.b, "y") is None or None, timeout=30, what="y gone")
+        # All of this while v was still on notice, so g had bound nothing yet.
+        assert time.time() < notice_ends
 
         for name in ("g-0", "g-1"):
             teams.wait(teams.a, name, "Running", timeout=60)
         placed = sorted(_node(teams, teams.a, n) or "" for n in ("g-0", "g-1"))
-        assert teams.get(teams.b, "x") is None and teams.get(teams.b, "v") is None
-        assert free not in placed
+        assert placed == sorted([v_node or "", y_node or ""])
+        assert teams.get(teams.b, "v") is None
         assert _node(teams, teams.b, "late") == free
+        preempted = sorted(e["involvedObject"]["name"] for e in teams.events(teams.b, "Preempted"))
+        assert preempted == ["v"]
     finally:
         teams.cleanup()
