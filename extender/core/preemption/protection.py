@@ -9,7 +9,7 @@ victim group while it is protected:
   loop; the planner asks again when the first such protection ends (the refusal's
   ``retry_at``);
 - **a gang in flight**: a gang that holds room reserved for the pods it still waits for,
-  with fewer than its min-available pods bound (:func:`in_flight_until`).  Its bound
+  with fewer than its min-available pods bound (:func:`in_flight`).  Its bound
   pods do no work until the rest join them, so they are the cheapest victims by lost
   work, yet taking them throws away the room its own plan evicted for and sends the
   gang back to plan (and evict) again.  Spared while a plan without it exists, even one
@@ -49,24 +49,16 @@ def protected_until(state: ClusterState, group: VictimGroup, runtime: float) -> 
     return min(pod.start_or_created for pod in pods) + runtime
 
 
-def gangs_in_flight(state: ClusterState) -> dict[str, float]:
-    """Every gang in flight, with when its reservation ends (:func:`in_flight_until`):
-    read once per search, from the few jobs holding a reservation, not per victim."""
-    return {
-        job: until
-        for job in state.reservations
-        if (until := in_flight_until(state, job)) is not None
-    }
+def gangs_in_flight(state: ClusterState) -> frozenset[str]:
+    """Every gang in flight (:func:`in_flight`): read once per search, from the few jobs
+    holding a reservation, not per victim."""
+    return frozenset(job for job in state.reservations if in_flight(state, job))
 
 
-def in_flight_until(state: ClusterState, job: str) -> float | None:
-    """When the reservation of ``job``, a gang in flight, ends; ``None`` when the job is
-    not one: it holds no reservation, needs one pod only, or has its min-available
-    pods bound (and staying) already."""
-    reservation = state.reservations.get(job)
-    if reservation is None:
-        return None
+def in_flight(state: ClusterState, job: str) -> bool:
+    """Is ``job`` a gang in flight: it holds a reservation, needs more than one pod, and
+    has fewer than its min-available pods bound (and staying)?"""
+    if job not in state.reservations:
+        return False
     needed = state.declarations.min_available(job)
-    if needed < 2 or bound_count(state, job) >= needed:
-        return None
-    return reservation.expires
+    return needed >= 2 and bound_count(state, job) < needed

@@ -191,8 +191,8 @@ def _walk(
     skipped_in_flight = False
     skipped_for_fairness: list[str] = []
     runtimes = min_runtimes(state)
-    in_flight = gangs_in_flight(state) if spare_in_flight else {}
-    protected: list[float] = []  # when each victim spared for a while (.protection) is not
+    in_flight = gangs_in_flight(state) if spare_in_flight else frozenset()
+    protected: list[float] = []  # when each victim spared for its minimum runtime is not
     below_min: dict[str, str] = {}
     guaranteed_skipped = False
     refused = state.book.refused_victims.get(demand.job, ())
