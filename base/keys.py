@@ -71,6 +71,10 @@ MAX_PRIORITY_THRESHOLD_ANNOTATION = "muster.dev/max-priority-threshold"
 #: (another quota taking back its min, or borrowing); the argument minRuntimeSeconds
 #: otherwise.
 MIN_RUNTIME_ANNOTATION = "muster.dev/min-runtime-seconds"
+#: On a quota: a job of it that another quota's plan took back does not borrow again for
+#: this many seconds, doubled for each time it was taken back (the argument
+#: reborrowBackoffSeconds otherwise).
+REBORROW_BACKOFF_ANNOTATION = "muster.dev/reborrow-backoff-seconds"
 #: On a pod (its job's template): how long, once marked as a victim, it may take to save
 #: its work and exit before it is evicted; capped by its quota's
 #: ``muster.dev/max-preemption-notice-seconds``, else the argument

@@ -3,7 +3,7 @@ the peers' own schedulers, each on its own fresh local control plane, and one ta
 
     python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
         [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
-        [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--json peers.json]
+        [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--reborrow-backoff 0] [--json peers.json]
         [--add-to peers.json] [--markdown] [--workdir DIR] [--weights 1,1,2,4]
     python -m bench.peers --refigure peers.json --workdir DIR [--markdown]
 
@@ -209,15 +209,18 @@ def _quota_object(
     nodes: int,
     min_runtime: float = 0.0,
     weight: float | None = None,
+    reborrow_backoff: float = 0.0,
 ) -> Json:
     """A team's ElasticQuota: GPUs as the trace says; CPU and memory split as GPUs are,
     so they never decide (scheduler-plugins reads a resource absent from ``max`` as 0);
-    the admins' settings Muster alone reads: the notice cap, ``min_runtime``, and the
-    fair-sharing ``weight`` if one is given."""
+    the admins' settings Muster alone reads: the notice cap, ``min_runtime``,
+    ``reborrow_backoff``, and the fair-sharing ``weight`` if one is given."""
     cpu, memory = nodes * NODE_CPU, nodes * NODE_MEMORY_GI
     settings = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: str(MAX_NOTICE_SECONDS)}
     if min_runtime > 0:
         settings[keys.MIN_RUNTIME_ANNOTATION] = f"{min_runtime:g}"
+    if reborrow_backoff > 0:
+        settings[keys.REBORROW_BACKOFF_ANNOTATION] = f"{reborrow_backoff:g}"
     if weight is not None:
         settings[keys.FAIR_SHARING_WEIGHT_ANNOTATION] = f"{weight:g}"
     return {
@@ -249,8 +252,10 @@ class Replay:
         fair_sharing: bool = True,
         weights: Mapping[str, float] | None = None,
         restart_jobs: bool = True,
+        reborrow_backoff: float = 0.0,
     ):
         self.trace = trace
+        self.reborrow_backoff = reborrow_backoff
         self.restart_jobs = restart_jobs
         self.weights = weights
         self.min_runtime = min_runtime
@@ -357,6 +362,7 @@ class Replay:
                 self.trace.nodes,
                 self.min_runtime,
                 self._weight(team.name),
+                self.reborrow_backoff,
             )
             if self.system == "koordinator":  # its own API group, and its namespaces key
                 spec = quota["spec"]
@@ -565,6 +571,7 @@ def play(
     fair_sharing: bool = True,
     weights: Mapping[str, float] | None = None,
     restart_jobs: bool = True,
+    reborrow_backoff: float = 0.0,
 ) -> Json:
     """Every system on the trace, one after another; the figures per system
     (``weights``: each team's fair-sharing weight, see the module docstring)."""
@@ -591,6 +598,8 @@ def play(
     }
     if weights is not None:
         results["weights"] = dict(weights)
+    if reborrow_backoff > 0:  # absent otherwise, as in the runs from before it existed
+        results["reborrow_backoff_seconds"] = reborrow_backoff
     for system in systems:
         began = time.time()
         replay = Replay(
@@ -603,6 +612,7 @@ def play(
             fair_sharing,
             weights=weights,
             restart_jobs=restart_jobs,
+            reborrow_backoff=reborrow_backoff,
         )
         figures = replay.run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
@@ -732,6 +742,14 @@ def main(argv: list[str] | None = None) -> int:
         "(default 0: none, Muster's default)",
     )
     parser.add_argument(
+        "--reborrow-backoff",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the teams' quotas' muster.dev/reborrow-backoff-seconds, read by Muster alone "
+        "(default 0: none, Muster's default)",
+    )
+    parser.add_argument(
         "--muster-prioritize",
         choices=PRIORITIZE_CHOICES,
         default="off",
@@ -811,6 +829,10 @@ def main(argv: list[str] | None = None) -> int:
         weights = {team.name: w for team, w in zip(trace.teams, listed, strict=True)}
     if not 0 <= options.min_runtime < float("inf"):
         parser.error(f"--min-runtime: {options.min_runtime:g} is not a number of seconds >= 0")
+    if not 0 <= options.reborrow_backoff < float("inf"):
+        parser.error(
+            f"--reborrow-backoff: {options.reborrow_backoff:g} is not a number of seconds >= 0"
+        )
     if options.no_trace and not options.throughput_pods:
         parser.error("--no-trace with --throughput-pods 0 measures nothing")
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
@@ -828,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         fair_sharing=options.muster_fair_sharing == "on",
         weights=weights,
         restart_jobs=options.muster_restart_jobs == "on",
+        reborrow_backoff=options.reborrow_backoff,
     )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())

@@ -52,6 +52,7 @@ SETTINGS = (
     "trace",
     "weights",
     "min_runtime_seconds",
+    "reborrow_backoff_seconds",
     "muster_prioritize",
     "muster_fair_sharing",
     "muster_restart_jobs",

@@ -66,6 +66,9 @@ class QuotaPolicy:
     #: Its jobs admitted less than this long ago are spared by reclaim; ``None``: the
     #: ``minRuntimeSeconds`` argument decides.
     min_runtime_seconds: float | None = None
+    #: Its jobs taken back by another quota wait this long (doubled per time) before they
+    #: borrow again; ``None``: the ``reborrowBackoffSeconds`` argument decides.
+    reborrow_backoff_seconds: float | None = None
     #: The longest notice its pods may declare before they are evicted; ``None``: the
     #: ``maxPreemptionNoticeSeconds`` argument decides.
     max_preemption_notice_seconds: float | None = None
@@ -184,6 +187,7 @@ def parse_policy(annotations: Mapping[str, str]) -> QuotaPolicy:
         max_priority_threshold=threshold,
         stop_policy=_enum(annotations, keys.STOP_POLICY_ANNOTATION, StopPolicy.NONE),
         min_runtime_seconds=_seconds(annotations, keys.MIN_RUNTIME_ANNOTATION),
+        reborrow_backoff_seconds=_seconds(annotations, keys.REBORROW_BACKOFF_ANNOTATION),
         max_preemption_notice_seconds=_seconds(annotations, keys.MAX_PREEMPTION_NOTICE_ANNOTATION),
         fair_sharing_weight=_weight(annotations),
         starvation_seconds=_seconds(annotations, keys.STARVATION_ANNOTATION),

@@ -63,6 +63,11 @@ class MusterArgs(BaseModel):
     #: spared by reclaim and borrowing across quotas; a quota's
     #: ``muster.dev/min-runtime-seconds`` sets its own jobs' (0: no protection).
     min_runtime_seconds: float = Field(0.0, alias="minRuntimeSeconds", ge=0)
+    #: A job another quota's plan took back (reclaim, fair sharing, borrowWithinCohort) does
+    #: not borrow again for this long, doubled for each time it was taken back, at most
+    #: ``backoffMaxSeconds``: within its quota's ``min`` it is admitted as ever.  A
+    #: quota's ``muster.dev/reborrow-backoff-seconds`` sets its own jobs' (0: none).
+    reborrow_backoff_seconds: float = Field(0.0, alias="reborrowBackoffSeconds", ge=0)
     #: The longest notice a victim's pods may declare (``muster.dev/preemption-notice-seconds``)
     #: between their mark and their eviction, to save their work; a quota's
     #: ``muster.dev/max-preemption-notice-seconds`` sets its own (0: no notice).

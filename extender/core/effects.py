@@ -11,7 +11,8 @@ between them).  Decisions themselves never change the state.
 - :class:`ReleaseQuotaHold`: a held pod of no gang was turned away by a later filter
   call: its hold ends.
 - :class:`HoldRoom`: a plan freed room for a job (the PostFilter's, ``simulate``'s), or
-  kube-scheduler is preempting for it (seen by the informer): hold it for the job.
+  kube-scheduler is preempting for it (seen by the informer): hold it for the job, and
+  count the other quotas' jobs it takes back (:mod:`~extender.core.placement.reborrow`).
 - :class:`ReleaseRoom`: a gang's placement no longer fits whole: its room is let go.
 - :class:`BackOff`: a gang was given up (too few pods bound for too long): it backs off.
 - :class:`AssumeBound`: a pod was just bound (by Muster's ``bind``, or in
@@ -26,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from extender.core.objects import PodInfo
+from extender.core.placement.reborrow import record_taken_back
 from extender.core.state import ClusterState, GangBackoff, Reservation
 
 
@@ -92,6 +94,7 @@ def apply(state: ClusterState, effect: Effect) -> None:
         case ReleaseQuotaHold(pod=key):
             state.release_quota_hold(key)
         case HoldRoom(reservation=reservation):
+            record_taken_back(state, reservation)  # before its victims go
             state.add_reservation(reservation)
         case ReleaseRoom(job=job):
             state.remove_reservation(job)

@@ -7,7 +7,8 @@ freed room waits until that room is free in fact (:func:`room_not_free_yet`).  A
 admitted pod's job is held against its quota until kube-scheduler binds it
 (:func:`admission_hold`), as kube-scheduler's cache assumes a pod.  A job that would
 borrow past its quota's fair share waits for other quotas' work
-(:mod:`~extender.core.placement.fairshare`).
+(:mod:`~extender.core.placement.fairshare`), and one another quota took back waits out its
+reborrow backoff before it borrows (:mod:`~extender.core.placement.reborrow`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Collection
 from extender.core.effects import HoldQuota
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand, uncharged_with_min_resources
-from extender.core.placement.fairshare import fair_share_wait
+from extender.core.placement.fairshare import borrowing_wait
 from extender.core.state import ClusterState
 from quota.admission import job_admission_failures, over_max_on_path
 from quota.tree import QuotaMembershipError
@@ -74,7 +75,7 @@ def _admission_failures(
     failures = job_admission_failures(state.ledger, quota, demand.np_request, demand.p_request)
     if failures or now is None:
         return failures
-    wait = fair_share_wait(state, demand, now, nodes=nodes)
+    wait = borrowing_wait(state, demand, now, nodes=nodes)
     return [wait.reason] if wait is not None else []
 
 
@@ -172,7 +173,7 @@ def may_go_without_victims(state: ClusterState, pod: PodInfo, now: float | None)
     if job_admission_failures(ledger, quota, np_request, p_request):
         return False
     demand = JobDemand(pod.job, quota, (pod,), np_request, p_request)
-    return fair_share_wait(state, demand, now, ledger) is None
+    return borrowing_wait(state, demand, now, ledger) is None
 
 
 def added_pods_admission_failures(

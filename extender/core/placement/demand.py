@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from base.resources import PODS, Resources, add_into, nonzero
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
+from quota.accounting import QuotaLedger
+from quota.admission import borrowed_in
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,23 @@ class JobDemand:
         total = dict(self.np_request)
         add_into(total, self.p_request)
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionWait:
+    """Why a job that would borrow waits though its quota admits it (fair sharing, a
+    reborrow backoff), and until when at the latest."""
+
+    reason: str
+    until: float
+
+
+def borrowed_resources(ledger: QuotaLedger, demand: JobDemand) -> frozenset[str]:
+    """The resources the job asks for in which admitting it takes its quota beyond its
+    ``min``: any resource some quota names (one its own quota does not name is
+    guaranteed it nothing, as :func:`quota.admission.would_borrow` says)."""
+    asked = [name for name, amount in demand.request.items() if amount > 0]
+    return borrowed_in(ledger, demand.quota, demand.request, asked)
 
 
 def job_demand(state: ClusterState, job: str, including: PodInfo | None = None) -> JobDemand:

@@ -35,25 +35,31 @@ was created.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 
 from extender.core.gangsize import gang_size, live_pods
-from extender.core.placement.demand import JobDemand, job_demand
+from extender.core.placement.demand import AdmissionWait, JobDemand, borrowed_resources, job_demand
+from extender.core.placement.reborrow import in_reborrow_backoff, reborrow_wait
 from extender.core.placement.shapes import eligible_nodes, fits_when_empty
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
-from quota.admission import borrowed_in, job_admission_failures
+from quota.admission import job_admission_failures
 from quota.fairshare import share_after
 from quota.tree import QuotaMembershipError
 
 
-@dataclass(frozen=True, slots=True)
-class FairShareWait:
-    """Why a job waits for another quota's job, and until when at the latest (when that
-    job stops holding others back)."""
-
-    reason: str
-    until: float
+def borrowing_wait(
+    state: ClusterState,
+    demand: JobDemand,
+    now: float,
+    ledger: QuotaLedger | None = None,
+    nodes: Collection[str] | None = None,
+) -> AdmissionWait | None:
+    """Why ``demand``'s job, admitted by its quota, may not borrow now: its reborrow
+    backoff (:mod:`~extender.core.placement.reborrow`), else fair sharing
+    (:func:`fair_share_wait`); ``None`` if neither holds it back."""
+    return reborrow_wait(state, demand, now, ledger) or fair_share_wait(
+        state, demand, now, ledger, nodes
+    )
 
 
 def fair_share_wait(
@@ -62,7 +68,7 @@ def fair_share_wait(
     now: float,
     ledger: QuotaLedger | None = None,
     nodes: Collection[str] | None = None,
-) -> FairShareWait | None:
+) -> AdmissionWait | None:
     """Why ``demand``'s job waits for a quota below its fair share, or ``None``; judged on
     ``ledger`` (the live one by default; the planner gives its settled view).  ``nodes``:
     the nodes the job's pod could go to now (kube-scheduler's candidates); a waiting job
@@ -90,15 +96,7 @@ def fair_share_wait(
         f"{mine:.3f} once this job is admitted), while quota {other}'s job {job} waits "
         f"with a lower share ({theirs:.3f}); the room is left for it (fairSharing)"
     )
-    return FairShareWait(reason, until)
-
-
-def borrowed_resources(ledger: QuotaLedger, demand: JobDemand) -> frozenset[str]:
-    """The resources the job asks for in which admitting it takes its quota beyond its
-    ``min``: any resource some quota names (one its own quota does not name is
-    guaranteed it nothing, as :func:`quota.admission.would_borrow` says)."""
-    asked = [name for name, amount in demand.request.items() if amount > 0]
-    return borrowed_in(ledger, demand.quota, demand.request, asked)
+    return AdmissionWait(reason, until)
 
 
 def _waiting_job(
@@ -156,6 +154,8 @@ def _waiting_job(
             continue
         if job_admission_failures(ledger, other, demand.np_request, demand.p_request):
             continue
+        if in_reborrow_backoff(state, job, other, now) and borrowed_resources(ledger, demand):
+            continue  # it may not borrow yet: the room would not be its
         theirs = share_after(ledger, other, capacity, demand.request)
         if theirs < mine and could_run(state, demand, nodes):
             found = (other, job, theirs, newest + wait)

@@ -41,7 +41,7 @@ from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
 from extender.core.placement.domains import node_domains
-from extender.core.placement.fairshare import fair_share_wait
+from extender.core.placement.fairshare import borrowing_wait
 from extender.core.preemption.candidates import describe
 from extender.core.preemption.cost import last_save, victim_notice
 from extender.core.preemption.domains import DomainBounds
@@ -139,10 +139,10 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
     held_back = False
     if not refusal:
         preemptor = _preemptor(state, demand, ledger)
-        # Borrowing past its quota's fair share while another quota's work waits: no plan
-        # either (the room it would free is that work's to take), and no room yields to
-        # it; planned again when that work stops holding it back.
-        wait = fair_share_wait(state, demand, now, ledger) if preemptor.borrows else None
+        # Borrowing past its quota's fair share while another quota's work waits, or in
+        # its reborrow backoff: no plan either (the room it would free is not its to
+        # take), and no room yields to it; planned again when that wait ends.
+        wait = borrowing_wait(state, demand, now, ledger) if preemptor.borrows else None
         if wait is not None:
             found, held_back = NotFound([wait.reason], retry_at=wait.until), True
         else:

@@ -12,7 +12,7 @@ victim order) and ``book`` (reservations and admission holds); quota usage is
 ``overlay`` is the one way to ask "what if these pods were gone?" without changing it.
 """
 
-from extender.core.state.book import GangBackoff, Reservation
+from extender.core.state.book import GangBackoff, Reservation, TakenBack
 from extender.core.state.cluster import ClusterState
 from extender.core.state.nodes import Copies, CopiesKey, memoise_on_node
 from extender.core.state.overlay import Overlay
@@ -26,6 +26,7 @@ __all__ = [
     "GangBackoff",
     "Overlay",
     "Reservation",
+    "TakenBack",
     "UnitEntry",
     "UnitPlace",
     "memoise_on_node",

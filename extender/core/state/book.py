@@ -12,6 +12,8 @@ One of the indexes behind :class:`~extender.core.state.ClusterState`.
   while, for the pod its controller creates in its place.
 - A :class:`GangBackoff` records a gang given up after its timeout: the filter turns
   its pods away until the backoff ends (or for good, past ``backoffLimitCount``).
+- A :class:`TakenBack` records a job other quotas' plans took back: it waits before it
+  borrows again (``reborrowBackoffSeconds``).
 
 The book only records who holds what; :class:`~extender.core.state.ClusterState`
 re-indexes a pod whenever its entry here changes.
@@ -72,6 +74,17 @@ class GangBackoff:
     until: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class TakenBack:
+    """A job whose pods other quotas' plans took ``times`` times, the last by a plan made
+    at ``last``; ``plans`` names the recent ones (preemptor job, plan made), so a plan
+    seen again (extended, restored) is counted once."""
+
+    times: int
+    last: float
+    plans: frozenset[tuple[str, float]]
+
+
 class ReservationBook:
     def __init__(self) -> None:
         #: job → its reservation.
@@ -83,6 +96,8 @@ class ReservationBook:
         self._held_until: dict[str, float] = {}  # job → when its hold ends
         #: job → its backoff, for gangs given up after their timeout.
         self.backoffs: dict[str, GangBackoff] = {}
+        #: Jobs other quotas' plans took back (:mod:`extender.core.placement.reborrow`).
+        self.taken_back: dict[str, TakenBack] = {}
         #: job → the ``created`` time of its newest reservation let go: a persisted copy
         #: of that one (or an older one) read back later is stale, not a reservation.
         self.released: dict[str, float] = {}
