@@ -3,7 +3,8 @@ the peers' own schedulers, each on its own fresh local control plane, and one ta
 
     python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
         [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
-        [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--reborrow-backoff 0] [--json peers.json]
+        [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--reborrow-backoff 0]
+        [--json peers.json]
         [--add-to peers.json] [--markdown] [--workdir DIR] [--weights 1,1,2,4]
     python -m bench.peers --refigure peers.json --workdir DIR [--markdown]
 
