@@ -10,7 +10,7 @@ preempt verb reports the violations of the victims it keeps.
 
 A plan whose victim a budget still refuses ``victimEvictionDeadlineSeconds``
 after it was marked is abandoned
-(:func:`extender.core.reservations.refused_victims`).
+(:func:`extender.core.settling.refused_victims`).
 
 Parsed by one function for the informer and ``simulate``
 (:func:`parse_pod_disruption_budget`); a bad selector is a

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from base import keys
 from base.errors import ManifestError
@@ -31,6 +31,7 @@ from extender.core.notice import answered
 from extender.core.objects import preempting_component
 from extender.core.records import RecordKeys, forged_records
 from extender.kube.client import ApiError, Json, KubeClient
+from extender.kube.evictor_metrics import register_evictor_metrics
 from extender.kube.informer import Informer, object_key
 from extender.kube.restarter import JobRestarter
 from extender.kube.siblings import SPARED_SIBLING_DELAY_SECONDS, RestartSiblings
@@ -74,26 +75,6 @@ class Evictor:
         self.max_retry_seconds = max_retry_seconds
         self.clock = clock
         self.jitter = jitter
-        self.registry = CollectorRegistry()
-        self.evictions = Counter(
-            "muster_evictor_evictions",
-            "Eviction attempts of soft-evicted pods, by outcome.",
-            ["outcome"],
-            registry=self.registry,
-        )
-        oldest = Gauge(
-            "muster_evictor_oldest_refused_eviction_age_seconds",
-            "How long the longest-refused marked pod has been waiting for its eviction "
-            "(0: none waits). A PodDisruptionBudget that never allows it shows here.",
-            registry=self.registry,
-        )
-        oldest.set_function(self.oldest_refused_age)
-        noticed = Gauge(
-            "muster_evictor_pods_on_notice",
-            "Marked pods given notice to save their work, not evicted yet.",
-            registry=self.registry,
-        )
-        noticed.set_function(lambda: len(self._noticed))
         self._waiting: dict[str, _Refused] = {}  # refused, retried later; by pod key
         #: Marked pods on notice, by key: the pod as last seen, and when the notice ends.
         self._noticed: dict[str, tuple[Json, float]] = {}
@@ -117,13 +98,13 @@ class Evictor:
         )
         self._retry = threading.Thread(target=self._retry_loop, name="evictor retry", daemon=True)
         self.restarter = JobRestarter(client, record_keys=record_keys, clock=clock)
-        restarting = Gauge(
-            "muster_evictor_jobs_restarting",
-            "Jobs the evictor suspended to restart them (their pods all victims) and has not "
-            "resumed yet. One that stays here is a Job left suspended.",
-            registry=self.registry,
+        self.registry = CollectorRegistry()
+        self.evictions = register_evictor_metrics(
+            self.registry,
+            oldest_refused_age=self.oldest_refused_age,
+            on_notice=lambda: len(self._noticed),
+            restarting=lambda: len(self.restarter.suspended()),
         )
-        restarting.set_function(lambda: len(self.restarter.suspended()))
 
     def start(self) -> Evictor:
         self.restarter.recover()

@@ -26,7 +26,8 @@ from prometheus_client import Histogram
 from extender.core.objects import PodInfo
 from extender.core.preemption.completion import Unfinished
 from extender.core.preemption.planner import PreemptionPlan, Victim
-from extender.core.reservations import EndedPlan, reserved_by_muster
+from extender.core.reservations import reserved_by_muster
+from extender.core.settling import EndedPlan
 from extender.kube.client import ApiError
 from extender.kube.writer import ClusterWriter, best_effort
 

@@ -43,10 +43,10 @@ from extender.core.preemption.completion import (
 )
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.requeue import jobs_to_replan
-from extender.core.reservations import (
+from extender.core.reservations import persisted_reservation
+from extender.core.settling import (
     EndedPlan,
     ended_plan,
-    persisted_reservation,
     refused_victims,
     settle_reservations,
     yielded_plan,
@@ -215,7 +215,7 @@ class PostFilterLoop(Watched):
     def abandon_refused(self, now: float) -> list[str]:
         """Abandon the plans a PodDisruptionBudget stalls: a victim still refused
         ``victimEvictionDeadlineSeconds`` after it was marked (see
-        :func:`extender.core.reservations.refused_victims`).  They are undone as any plan
+        :func:`extender.core.settling.refused_victims`).  They are undone as any plan
         ended without its job binding, and the job is planned again without the refused
         victims; return the jobs."""
         with self.source.exclusive() as state:
@@ -238,7 +238,7 @@ class PostFilterLoop(Watched):
         (:meth:`~extender.core.state.cluster.ClusterState.expire_departures`); extend the
         reservations whose victims are still terminating, end the others
         whose time is up or whose job is gone (see
-        :func:`extender.core.reservations.settle_reservations`); return the plans ended."""
+        :func:`extender.core.settling.settle_reservations`); return the plans ended."""
         replan: list[str] = []
         parked = self.source.parked()
         with self.source.exclusive() as state:

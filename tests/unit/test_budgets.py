@@ -20,7 +20,7 @@ from extender.core.effects import AbandonPlan, apply
 from extender.core.objects import parse_pod
 from extender.core.preemption.guard import guard_scheduler_preemption
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
-from extender.core.reservations import refused_victims
+from extender.core.settling import refused_victims
 from extender.core.state import ClusterState
 from tests.builders import node, pod, quota, snapshot
 

@@ -19,7 +19,8 @@ from extender.core.decisions import DecisionLog
 from extender.core.marks import read_mark
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.reservations import persisted_reservation, settle_reservations
+from extender.core.reservations import persisted_reservation
+from extender.core.settling import settle_reservations
 from extender.core.state import Reservation
 from extender.kube.client import ApiError, KubeClient
 from extender.kube.postfilter import PostFilterLoop

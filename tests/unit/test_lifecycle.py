@@ -1,5 +1,5 @@
 """A plan is finished or undone, never left half; in flight survives timers (issue #14,
-items 2 and 3): :func:`extender.core.reservations.settle_reservations`.
+items 2 and 3): :func:`extender.core.settling.settle_reservations`.
 
 Derived by hand from the rule: at its timeout a reservation is extended by 30 s while a
 victim marked for its job is terminating (at most 600 s past the timeout); otherwise
@@ -15,7 +15,7 @@ from typing import Any
 
 from base import keys
 from extender.core.objects import parse_pod
-from extender.core.reservations import settle_reservations
+from extender.core.settling import settle_reservations
 from extender.core.state import ClusterState, Reservation
 from tests.builders import node, pod, snapshot
 

@@ -23,7 +23,7 @@ from extender.core.marks import read_mark
 from extender.core.notice import answered, notice_seconds
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
-from extender.core.reservations import refused_victims
+from extender.core.settling import refused_victims
 from extender.core.state import ClusterState
 from extender.kube.client import KubeClient
 from extender.kube.evictor import Evictor

@@ -4,7 +4,7 @@ little; issue 34: preemption that destroys the least work).
 A victim with notice keeps running until its notice ends.  If meanwhile a lone pod's job
 finds room without it (another job ended), evicting it would destroy its work for nothing.
 Derived by hand from the rules (:func:`extender.core.filter.admission.
-may_go_without_victims`, :func:`extender.core.reservations.spared_victims`): a lone pod
+may_go_without_victims`, :func:`extender.core.settling.spared_victims`): a lone pod
 whose victims all still run may bind where there is room, if its job would be admitted
 now with the victims kept and its reserved room let go; once none of the job's pods waits
 to bind and it holds no reservation, every victim marked for it that is not leaving and
@@ -20,7 +20,7 @@ from base import keys
 from extender.core.binding import bind_refusal
 from extender.core.filter import verb
 from extender.core.objects import parse_pod
-from extender.core.reservations import SPARED, settle_reservations
+from extender.core.settling import SPARED, settle_reservations
 from extender.core.state import ClusterState, Reservation
 from tests.builders import node, pod, quota, snapshot
 

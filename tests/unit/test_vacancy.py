@@ -21,7 +21,7 @@ import pytest
 from base import keys
 from base.errors import ManifestError
 from extender.core.objects import parse_pod
-from extender.core.reservations import settle_reservations
+from extender.core.settling import settle_reservations
 from extender.core.state import ClusterState, Reservation
 from quota.accounting import usage_report
 from quota.tree import parse_elastic_quota

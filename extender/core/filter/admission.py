@@ -146,7 +146,7 @@ def may_go_without_victims(state: ClusterState, pod: PodInfo, now: float | None)
     kept and its reserved room let go: its quota and every ancestor within their ``max``,
     room up to ``min`` for non-preemptible pods, fair sharing.  Then it may take room
     that frees elsewhere; once it is bound its victims are spared
-    (:func:`~extender.core.reservations.spared_victims`).  A gang waits for its victims
+    (:func:`~extender.core.settling.spared_victims`).  A gang waits for its victims
     whole (a pod of it binding alone would strand the rest)."""
     reservation = state.reservations.get(pod.job)
     if now is None or reservation is None or state.reserved_node(pod.key) is None:
