@@ -66,7 +66,7 @@ def reclaimed(state: ClusterState) -> ClusterState:
     state.remove_pod("team-b/b-1", NOON + 1)
     apply(state, AssumeBound(state.pods["team-a/a-train"], "n2"))
     state.remove_pod("team-b/b-0", NOON + 2)
-    state.upsert_pod(parse_pod(b_1()))
+    state.upsert_pod(parse_pod(b_1(created="2026-01-01T12:00:02Z")))
     return state
 
 
@@ -176,6 +176,51 @@ def test_the_planner_makes_no_borrowing_plan_for_a_job_in_its_backoff() -> None:
     assert isinstance(refusal, Refusal), refusal
     assert any("taken back by another quota" in reason for reason in refusal.reasons)
     assert refusal.retry_at == NOON + BASE
+
+
+def test_under_fair_sharing_a_job_in_its_backoff_holds_no_borrower_back() -> None:
+    # n3 holds team-c's c-run (borrowed, started 08:00, so b-1 is still the reclaim's
+    # victim: the newest, and team-b the lender furthest above its share).  After the
+    # reclaim and b-0's completion, team-c's c-0 asks for the free n1: team-c's share
+    # would be 16 of 24 GPUs, team-b's with b-1 8 of 24, lower, so without the backoff
+    # c-0 waits for b-1 (fairSharing); with it, b-1 may not borrow, so c-0 is admitted.
+    def state(backoff: float) -> ClusterState:
+        made = snapshot(
+            [node("n1", gpu=8), node("n2", gpu=8), node("n3", gpu=8)],
+            [
+                pod(
+                    "b-0",
+                    "team-b",
+                    gpu=8,
+                    node="n1",
+                    preemptible=True,
+                    started="2026-01-01T09:00:00Z",
+                ),
+                b_1(node="n2", started="2026-01-01T10:00:00Z"),
+                pod(
+                    "c-run",
+                    "team-c",
+                    gpu=8,
+                    node="n3",
+                    preemptible=True,
+                    started="2026-01-01T08:00:00Z",
+                ),
+                pod("a-train", "team-a", gpu=8, can_preempt=True),
+            ],
+            [
+                quota("team-a", min={GPU: "8"}, max={GPU: "24"}),
+                quota("team-b", min={GPU: "0"}, max={GPU: "24"}),
+                quota("team-c", min={GPU: "0"}, max={GPU: "24"}),
+            ],
+            MusterArgs(reborrowBackoffSeconds=backoff, fairSharing=True),
+        )
+        reclaimed(made)
+        made.upsert_pod(parse_pod(pod("c-0", "team-c", gpu=8, preemptible=True)))
+        return made
+
+    held_back = quota_failures(state(0), "team-c/c-0", NOON + 3)
+    assert len(held_back) == 1 and "job team-b/b-1 waits" in held_back[0], held_back
+    assert quota_failures(state(BASE), "team-c/c-0", NOON + 3) == ()
 
 
 @settings(max_examples=60, deadline=None)
