@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from base import keys
 from extender.core.config import MusterArgs
 from extender.core.effects import AssumeBound, HoldRoom, apply
+from extender.core.filter.starvation import starving_holds
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import parse_pod
 from extender.core.placement.reborrow import reborrow_until
@@ -221,6 +222,20 @@ def test_under_fair_sharing_a_job_in_its_backoff_holds_no_borrower_back() -> Non
     held_back = quota_failures(state(0), "team-c/c-0", NOON + 3)
     assert len(held_back) == 1 and "job team-b/b-1 waits" in held_back[0], held_back
     assert quota_failures(state(BASE), "team-c/c-0", NOON + 3) == ()
+
+
+def test_a_job_in_its_backoff_that_would_borrow_holds_no_room_as_starving() -> None:
+    # starvationSeconds 5: the re-created b-1 (created 12:00:02) starves from 12:00:07.
+    # Without the backoff it holds room then; with it, it may not borrow before 12:01, so
+    # room held for it would stand idle: it holds none until its backoff ends.
+    def holds(backoff: float, at: float) -> list[str]:
+        state = reclaimed(cluster(argument=backoff))
+        state.args = state.args.model_copy(update={"starvation_seconds": 5.0})
+        return [hold.job for hold in starving_holds(state, at)]
+
+    assert holds(0, NOON + 10) == ["team-b/b-1"]
+    assert holds(BASE, NOON + 10) == []
+    assert holds(BASE, NOON + BASE + 1) == ["team-b/b-1"]
 
 
 @settings(max_examples=60, deadline=None)

@@ -52,6 +52,7 @@ from extender.core.gangsize import gang_size
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import job_demand
 from extender.core.placement.nodefit import static_misfit
+from extender.core.placement.reborrow import in_reborrow_backoff
 from extender.core.state import ClusterState
 from quota.admission import job_admission_failures, would_borrow
 from quota.tree import QuotaMembershipError
@@ -160,6 +161,8 @@ def _starving(state: ClusterState, job: str, now: float) -> tuple[Hold, list[Pod
     asks = _asks(pods)
     priority = max(pod.priority for pod in pods)
     borrows = would_borrow(state.ledger, demand.quota, demand.request, demand.asks)
+    if borrows and in_reborrow_backoff(state, job, demand.quota, now):
+        return None  # it may not borrow yet: room held for it would stand idle
     hold = Hold(job, priority, since, window[0], window[1], asks, {}, demand.quota, borrows)
     return hold, pending
 
