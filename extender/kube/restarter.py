@@ -77,6 +77,10 @@ class JobRestarter:
         self._suspended: dict[str, tuple[str, float, float]] = {}
         self._recovered = False
         self._lock = threading.Lock()
+        #: Held through one restart's read and patch: the evictor's watch and retry
+        #: threads may restart the same Job at once, and the second would read the Job
+        #: the first just suspended, refuse it as suspended already, and evict its pod.
+        self._restarting = threading.Lock()
 
     def restart(self, pod: Json) -> bool:
         """Restart the Job owning the marked ``pod`` (see the module docstring): ``True``
@@ -88,9 +92,14 @@ class JobRestarter:
             return False
         namespace, (name, uid) = str(metadata.get("namespace")), owner
         key = f"{namespace}/{name}"
-        with self._lock:
-            if key in self._suspended and self._suspended[key][0] == uid:
-                return True
+        with self._restarting:
+            with self._lock:
+                if key in self._suspended and self._suspended[key][0] == uid:
+                    return True
+            return self._suspend(key, namespace, name, uid, metadata)
+
+    def _suspend(self, key: str, namespace: str, name: str, uid: str, metadata: Json) -> bool:
+        """Read the Job and suspend it with Muster's record (:meth:`restart`)."""
         try:
             job = self.client.request("GET", _job_path(namespace, name))
             if not _restartable(job, namespace, name, uid, metadata):

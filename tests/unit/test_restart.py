@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from typing import Any, cast
 
 import httpx
@@ -884,3 +885,37 @@ def test_a_pod_refused_eviction_after_its_job_was_not_restarted_is_evicted_once_
         now[0] = NOW + second
         made.retry_due()
     assert client.evicted == ["filler-a"]
+
+
+def test_two_threads_restarting_one_job_at_once_both_count_it_restarted() -> None:
+    # The evictor's watch and retry threads may restart the same Job together (seen in
+    # CI: the second read the Job the first had just suspended, refused it as suspended
+    # already, and evicted its pod).  The first thread's read is held until the second
+    # thread reads too, or for 1 s if it cannot (restarts go one at a time).  By the
+    # rule both answer True (the Job is suspended for both pods) with one patch; without
+    # one-at-a-time, the second reads and patches beside the first, and either answers
+    # False (it read the Job suspended) or patches a second time.
+    client = JobsClient(job())
+    restarting = restarter(client)
+    first_reading, second_read = threading.Event(), threading.Event()
+    answer = client.request
+
+    def request(method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+        if method == "GET" and not first_reading.is_set():
+            first_reading.set()
+            second_read.wait(timeout=1)
+        elif method == "GET":
+            second_read.set()
+        return answer(method, path, body, **kw)
+
+    client.request = request  # type: ignore[method-assign]
+    results: list[bool] = []
+    first = threading.Thread(target=lambda: results.append(restarting.restart(victim())))
+    first.start()
+    assert first_reading.wait(timeout=5)
+    second = threading.Thread(target=lambda: results.append(restarting.restart(victim())))
+    second.start()
+    first.join(timeout=10)
+    second.join(timeout=10)
+    assert results == [True, True]
+    assert len(client.patches) == 1
