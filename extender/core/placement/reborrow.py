@@ -47,14 +47,10 @@ def record_taken_back(state: ClusterState, reservation: Reservation) -> None:
     for job in taken:
         known = book.get(job)
         if known is None:
-            book[job] = TakenBack(1, reservation.created, frozenset({plan}))
+            book[job] = TakenBack(1, reservation.created, (plan,))
         elif plan not in known.plans:
-            recent = sorted(known.plans, key=lambda seen: seen[1])[-(_PLANS_KEPT - 1) :]
-            book[job] = TakenBack(
-                known.times + 1,
-                max(known.last, reservation.created),
-                frozenset({*recent, plan}),
-            )
+            recent = (*known.plans, plan)[-_PLANS_KEPT:]
+            book[job] = TakenBack(known.times + 1, max(known.last, reservation.created), recent)
     horizon = reservation.created - state.args.backoff_max_seconds
     for job in [job for job, known in book.items() if known.last < horizon]:
         del book[job]

@@ -77,12 +77,12 @@ class GangBackoff:
 @dataclass(frozen=True, slots=True)
 class TakenBack:
     """A job whose pods other quotas' plans took ``times`` times, the last by a plan made
-    at ``last``; ``plans`` names the recent ones (preemptor job, plan made), so a plan
-    seen again (extended, restored) is counted once."""
+    at ``last``; ``plans`` names the recent ones, oldest first (preemptor job, plan
+    made), so a plan seen again (extended, restored) is counted once."""
 
     times: int
     last: float
-    plans: frozenset[tuple[str, float]]
+    plans: tuple[tuple[str, float], ...]
 
 
 class ReservationBook:
