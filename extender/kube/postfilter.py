@@ -58,6 +58,9 @@ from extender.kube.writer import ClusterWriter
 
 log = logging.getLogger(__name__)
 
+#: Jobs whose last refusal is remembered (so that it is logged once, not every round).
+REFUSALS_REMEMBERED = 10_000
+
 
 @dataclass(frozen=True)
 class Refused:
@@ -104,6 +107,9 @@ class PostFilterLoop(Watched):
         self.committed = 0
         self.refused = 0
         self._refused_logged: set[str] = set()  # victim UIDs the rules refused, logged once
+        #: Each job's last refusal, as logged: a refusal is logged when its reasons change,
+        #: not on every round that asks again.
+        self._refusal_logged: dict[str, tuple[str, ...]] = {}
         #: Writes what this loop decides (and nothing else).
         self.issuer = PlanIssuer(writer, clock=clock)
         #: Served on Muster's /metrics (see serve.py).
@@ -344,6 +350,11 @@ class PostFilterLoop(Watched):
                 due = self._due.get(refused.job, refused.settles)
                 self._due[refused.job] = min(refused.settles, due)
         self.refused += 1
+        if self._refusal_logged.get(refused.job) != refused.reasons:
+            if len(self._refusal_logged) >= REFUSALS_REMEMBERED:
+                self._refusal_logged.clear()
+            self._refusal_logged[refused.job] = refused.reasons
+            log.info("no preemption for %s: %s", refused.job, "; ".join(refused.reasons))
         for key in refused.pending:
             self.decisions.record(
                 key, Decision(now, "postfilter", "no preemption", refused.reasons)
@@ -355,6 +366,7 @@ class PostFilterLoop(Watched):
         (conditions, events)."""
         plan = commitment.plan
         self.committed += 1
+        self._refusal_logged.pop(plan.job, None)
         log.info("preempting for %s: %d victims", plan.job, len(plan.victims))
         marked = self.issuer.write_plan(commitment)
         for pod in commitment.preemptor_pods:
