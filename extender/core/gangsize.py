@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from base import keys
 from base.errors import ManifestError
-from extender.core.jobs import min_available_annotation
+from extender.core.jobs import capped_by_owner, min_available_annotation
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
 
@@ -70,11 +70,12 @@ def declared_size(state: ClusterState, pod: PodInfo) -> int | None:
     declared = state.declarations.declared_min_available(pod.job)
     if declared is not None:
         return declared
+    owner = state.declarations.owner_size(pod)
     try:
         declared = min_available_annotation(pod)
     except ManifestError:
         declared = None
-    return declared if declared is not None else state.declarations.owner_size(pod)
+    return owner if declared is None else capped_by_owner(declared, owner)
 
 
 def size_declared(state: ClusterState, pod: PodInfo) -> bool:

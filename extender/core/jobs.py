@@ -85,6 +85,16 @@ def parse_owner_size(kind: str, obj: Mapping[str, Any]) -> OwnerSize:
     return OwnerSize(namespace, f"{kind}/{metadata['name']}", size if size > 0 else None)
 
 
+def capped_by_owner(declared: int, owner: int | None) -> int:
+    """A gang's declared minimum, never more than the pods its controller still runs
+    (``owner``, its :class:`OwnerSize`; ``None``: unknown, or no controller).
+
+    A controller creates no more pods than that (a Job ``min(parallelism, completions -
+    succeeded)``), so a larger minimum could never be met: an elastic Job declaring
+    ``minMember: 2`` with one completion to go would wait for a second pod for ever."""
+    return declared if owner is None else min(declared, owner)
+
+
 def _count(value: object, field: str, default: int | None) -> int | None:
     if value is None:
         return default

@@ -633,6 +633,46 @@ def test_a_plain_jobs_pods_are_independent_under_one_quota(
         teams.cleanup()
 
 
+def test_a_gangs_last_pod_runs_when_the_job_has_fewer_to_go_than_its_minimum(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811
+) -> None:
+    """An elastic Job gang declaring a minimum of 2 (the min-available annotation), 2 pods
+    at a time, 3 completions, each pod running 3 s, on two free 8-GPU nodes.  Derived from
+    the rule (a gang's minimum is never more than its controller still runs): the first
+    two pods run together and succeed; the Job controller then creates min(2, 3 - 2) = 1
+    pod, whose gang minimum is 1, so it binds alone and the Job completes (3 succeeded).
+    Held to the declared 2, it would wait for a second pod that never comes."""
+    for i in range(2):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "8"}}
+    )
+    try:
+        template = make_pod(
+            "elastic",
+            requests={"cpu": "4", GPU: 8},
+            labels={**TRAINER, GANG_LABEL: "elastic"},
+            annotations={MIN_AVAILABLE: "2"},
+        )
+        job = make_job("elastic", template, parallelism=2, completions=3, run_seconds=3)
+        submit(cluster, teams.a, job)
+
+        def completed() -> dict[str, Any] | None:
+            status = job_status(cluster, teams.a, "elastic")
+            return status if status.get("succeeded") == 3 else None
+
+        try:
+            status = lc.wait_until(completed, timeout=90, what="the Job's three completions")
+        except TimeoutError as error:
+            found = muster_and_evictor.debug("jobs").get(f"{teams.a}/elastic")
+            raise AssertionError(f"{error}: {describe(cluster, teams.a)}; {found}") from None
+        assert not status.get("failed"), status
+        assert len(cluster.job_pods(teams.a, "elastic")) == 3
+    finally:
+        teams.cleanup()
+
+
 def protected_fillers(cluster: Cluster, teams: Teams, apps: list[str]) -> dict[str, str]:
     """One Job per app in team B, one 8-GPU preemptible pod each, started in this order
     (one node each), each Job's pods under a budget ``minAvailable: 1`` kept by the real

@@ -198,3 +198,48 @@ def test_an_all_or_nothing_stateful_set_waits_for_all_its_replicas() -> None:
         snap.upsert_pod(owned(f"web-{index}", "StatefulSet", "web", ALL_OR_NOTHING), now=T + index)
     whole = verb.filter_pod(snap, snap.pods["team-a/web-0"], NODES, as_extender=True, now=T + 3)
     assert whole.passed == []
+
+
+def elastic_trainer(index: int, minimum: str) -> Any:
+    made = pod(
+        f"train-{index}",
+        gpu=8,
+        group="train",
+        preemptible=True,
+        annotations={"gang.scheduling.koordinator.sh/min-available": minimum},
+    )
+    made["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j", "controller": True}
+    ]
+    return parse_pod(made)
+
+
+def test_a_declared_minimum_above_what_the_job_still_runs_is_capped_by_it() -> None:
+    # An elastic Job of 4 pods declaring a minimum of 2, with 3 of its 4 completions done:
+    # the Job controller creates min(4, 4 - 3) = 1 more pod, never a second one, so the
+    # gang's minimum is 1 (not 2: it would wait for ever), and its one pod binds alone.
+    snap = snapshot([node("n1", gpu=32)], [], [quota("team-a", max={"nvidia.com/gpu": "64"})])
+    done = job({"parallelism": 4, "completions": 4}, {"succeeded": 3})
+    snap.declarations.set_owner_size(parse_owner_size("Job", done))
+    last = elastic_trainer(3, "2")
+    snap.upsert_pod(last, now=T)
+    assert gangsize.gang_size(snap, last) == 1
+    assert snap.declarations.min_available(JOB) == 1
+    result = verb.filter_pod(snap, last, NODES, as_extender=True, now=T + 0.01)
+    assert result.passed == ["n1"]
+    # With two completions to go the Job runs 2 pods: the declared 2 stands, and one pod
+    # alone waits for its sibling.
+    snap.declarations.set_owner_size(
+        parse_owner_size("Job", job({"parallelism": 4, "completions": 4}, {"succeeded": 2}))
+    )
+    assert snap.declarations.min_available(JOB) == 2
+    waiting = verb.filter_pod(snap, last, NODES, as_extender=True, now=T + 0.02)
+    assert not waiting.passed and waiting.gang_waiting is not None
+
+
+def test_a_minimum_below_what_the_job_runs_is_kept() -> None:
+    # The cap only lowers: 4 pods to run, a declared minimum of 2 stays 2.
+    snap = cluster(parallelism=4)
+    first = elastic_trainer(0, "2")
+    snap.upsert_pod(first, now=T)
+    assert gangsize.gang_size(snap, first) == 2 and snap.declarations.min_available(JOB) == 2

@@ -15,7 +15,7 @@ from collections.abc import Container
 
 from base.errors import ManifestError
 from extender.core.config import MusterArgs
-from extender.core.jobs import OwnerSize, min_available_annotation
+from extender.core.jobs import OwnerSize, capped_by_owner, min_available_annotation
 from extender.core.objects import PodInfo
 from extender.core.podgroups import PodGroupInfo
 from extender.core.state.directory import PodDirectory
@@ -149,23 +149,23 @@ class JobDeclarations:
     def declared_min_available(self, job: str) -> int | None:
         """The job's size as declared (PodGroup ``minMember``, else the min-available
         annotation, else the size of the controller that owns its pods, such as a Job's
-        ``parallelism``); ``None`` when it is not, and only the pods seen so far tell."""
+        ``parallelism``); ``None`` when it is not, and only the pods seen so far tell.
+
+        Never more than the controller still runs (:func:`capped_by_owner`): a Job with
+        one completion to go creates one pod, whatever its PodGroup says."""
+        pods = self._directory.job_pods(job)
+        owner = next((s for s in map(self.owner_size, pods) if s is not None), None)
         group = self.pod_group(job)
         if group is not None and group.min_member is not None:
-            return group.min_member
-        pods = self._directory.job_pods(job)
+            return capped_by_owner(group.min_member, owner)
         for pod in pods:
             try:
                 declared = min_available_annotation(pod)
             except ManifestError:
                 continue  # not a number: ignored here (simulate rejects it outright)
             if declared is not None:
-                return declared
-        for pod in pods:
-            size = self.owner_size(pod)
-            if size is not None:
-                return size
-        return None
+                return capped_by_owner(declared, owner)
+        return owner
 
     def topology_request(
         self, job: str, including: PodInfo | None = None
