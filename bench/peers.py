@@ -4,6 +4,7 @@ the peers' own schedulers, each on its own fresh local control plane, and one ta
     python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
         [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
         [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--reborrow-backoff 0]
+        [--max-notice 60]
         [--json peers.json]
         [--add-to peers.json] [--markdown] [--workdir DIR] [--weights 1,1,2,4]
     python -m bench.peers --refigure peers.json --workdir DIR [--markdown]
@@ -68,6 +69,12 @@ the stock kube-scheduler on the same plane); then the trace
 (:mod:`bench.trace`) is submitted at its own times, the pods are watched, and the figures
 (:func:`bench.workload.trace_figures`) are taken over the same window on every system:
 the trace's ``seconds`` plus ``drain``.
+
+What a run records, under ``--workdir`` (a temporary directory without it): each
+system's control plane's files and logs; ``<system>/sightings.jsonl``, every sighting and
+submission (what ``--refigure`` reads); and for Muster its log (with each job's refusals),
+its evictor's, and ``muster/muster-quotas.jsonl``, its own ``/debug/quotas`` every 2 s of
+the trace (what it counted used, beside the GPUs the bench saw held).
 """
 
 from __future__ import annotations
@@ -124,6 +131,9 @@ PLANS_METRIC = "muster_time_to_mark_seconds_count"
 PRIORITIZE_CHOICES = ("off", "packing", "apart")
 #: What a system's run recorded, in its work directory: submissions, then sightings.
 SIGHTINGS = "sightings.jsonl"
+#: Muster's own view of its quotas (``/debug/quotas``) every ``QUOTA_VIEW_SECONDS`` of the
+#: trace, beside the sightings: what it counted used where the bench counts held GPUs.
+QUOTA_VIEW, QUOTA_VIEW_SECONDS = "muster-quotas.jsonl", 2.0
 JOB_LABEL = "bench.muster.dev/job"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
@@ -202,35 +212,61 @@ def _job_object(job: TraceJob) -> Json:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class QuotaSettings:
+    """The admins' settings on every team's quota that Muster alone reads (each an
+    annotation; the defaults are the runs' before the setting had a flag)."""
+
+    #: ``muster.dev/max-preemption-notice-seconds``: the longest notice a victim gets.
+    max_notice: float = MAX_NOTICE_SECONDS
+    #: ``muster.dev/min-runtime-seconds`` (0: none, Muster's default).
+    min_runtime: float = 0.0
+    #: ``muster.dev/reborrow-backoff-seconds`` (0: none, Muster's default).
+    reborrow_backoff: float = 0.0
+
+    def annotations(self) -> dict[str, str]:
+        settings = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: f"{self.max_notice:g}"}
+        if self.min_runtime > 0:
+            settings[keys.MIN_RUNTIME_ANNOTATION] = f"{self.min_runtime:g}"
+        if self.reborrow_backoff > 0:
+            settings[keys.REBORROW_BACKOFF_ANNOTATION] = f"{self.reborrow_backoff:g}"
+        return settings
+
+    def recorded(self) -> Json:
+        """The results' keys for these settings: ``min_runtime_seconds`` always; the
+        others only when not their default, absent as in the runs from before them."""
+        found: Json = {"min_runtime_seconds": self.min_runtime}
+        if self.max_notice != MAX_NOTICE_SECONDS:
+            found["max_notice_seconds"] = self.max_notice
+        if self.reborrow_backoff > 0:
+            found["reborrow_backoff_seconds"] = self.reborrow_backoff
+        return found
+
+
 def _quota_object(
     team: str,
     min_gpus: int,
     max_gpus: int,
     teams: int,
     nodes: int,
-    min_runtime: float = 0.0,
+    settings: QuotaSettings = QuotaSettings(),
     weight: float | None = None,
-    reborrow_backoff: float = 0.0,
 ) -> Json:
     """A team's ElasticQuota: GPUs as the trace says; CPU and memory split as GPUs are,
     so they never decide (scheduler-plugins reads a resource absent from ``max`` as 0);
-    the admins' settings Muster alone reads: the notice cap, ``min_runtime``,
-    ``reborrow_backoff``, and the fair-sharing ``weight`` if one is given."""
+    the admins' ``settings`` Muster alone reads, and the fair-sharing ``weight`` if one
+    is given."""
     cpu, memory = nodes * NODE_CPU, nodes * NODE_MEMORY_GI
-    settings = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: str(MAX_NOTICE_SECONDS)}
-    if min_runtime > 0:
-        settings[keys.MIN_RUNTIME_ANNOTATION] = f"{min_runtime:g}"
-    if reborrow_backoff > 0:
-        settings[keys.REBORROW_BACKOFF_ANNOTATION] = f"{reborrow_backoff:g}"
+    annotations = settings.annotations()
     if weight is not None:
-        settings[keys.FAIR_SHARING_WEIGHT_ANNOTATION] = f"{weight:g}"
+        annotations[keys.FAIR_SHARING_WEIGHT_ANNOTATION] = f"{weight:g}"
     return {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "ElasticQuota",
         "metadata": {
             "name": team,
             "namespace": team,
-            "annotations": settings,
+            "annotations": annotations,
         },
         "spec": {
             "min": {GPU: str(min_gpus), "cpu": str(cpu // teams), "memory": f"{memory // teams}Gi"},
@@ -248,18 +284,16 @@ class Replay:
         system: str,
         workdir: Path,
         say: Callable[[str], None],
-        min_runtime: float = 0.0,
+        settings: QuotaSettings = QuotaSettings(),
         prioritize: str = "off",
         fair_sharing: bool = True,
         weights: Mapping[str, float] | None = None,
         restart_jobs: bool = True,
-        reborrow_backoff: float = 0.0,
     ):
         self.trace = trace
-        self.reborrow_backoff = reborrow_backoff
+        self.settings = settings
         self.restart_jobs = restart_jobs
         self.weights = weights
-        self.min_runtime = min_runtime
         self.prioritize = prioritize
         self.fair_sharing = fair_sharing
         self.muster: MusterServer | None = None
@@ -361,9 +395,8 @@ class Replay:
                 team.max_gpus,
                 len(self.trace.teams),
                 self.trace.nodes,
-                self.min_runtime,
+                self.settings,
                 self._weight(team.name),
-                self.reborrow_backoff,
             )
             if self.system == "koordinator":  # its own API group, and its namespaces key
                 spec = quota["spec"]
@@ -499,6 +532,35 @@ class Replay:
         self.say(f"{self.system}: binding {json.dumps(result)}")
         return result
 
+    @contextlib.contextmanager
+    def _quota_views(self, horizon: float) -> Iterator[None]:
+        """For Muster, record its ``/debug/quotas`` every :data:`QUOTA_VIEW_SECONDS` into
+        :data:`QUOTA_VIEW` while the trace plays (for a second look, not for a figure)."""
+        muster = self.muster
+        if muster is None:
+            yield
+            return
+        stop = threading.Event()
+        path = self.workdir / self.system / QUOTA_VIEW
+
+        def record() -> None:
+            with path.open("w") as out:
+                while not stop.wait(QUOTA_VIEW_SECONDS):
+                    at = time.time() - self.t0
+                    try:
+                        view = muster.debug("quotas")
+                    except Exception as error:  # a missed look is not the run's failure
+                        view = {"error": str(error)}
+                    out.write(json.dumps({"at": round(at, 2), "quotas": view}) + "\n")
+
+        thread = threading.Thread(target=record, name="bench-peers-quotas", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(15)
+
     def run(self, drain: float, throughput_pods: int, trace: bool = True) -> Json:
         """Measure the binding rate and play the trace; return the system's figures."""
         started = time.time()
@@ -522,12 +584,14 @@ class Replay:
                 self.say(
                     f"{self.system}: ready in {ready:.0f}s; playing {len(self.trace.jobs)} jobs"
                 )
-                for job in self.trace.jobs:
-                    # The trace's own clock: each job is sent at its time, not on a signal.
-                    time.sleep(max(0.0, self.t0 + job.at - time.time()))
-                    self._submit(plane, job)
                 horizon = self.trace.seconds + drain
-                time.sleep(max(0.0, self.t0 + horizon - time.time()))
+                with self._quota_views(horizon):
+                    for job in self.trace.jobs:
+                        # The trace's own clock: each job is sent at its time, not on a
+                        # signal.
+                        time.sleep(max(0.0, self.t0 + job.at - time.time()))
+                        self._submit(plane, job)
+                    time.sleep(max(0.0, self.t0 + horizon - time.time()))
                 # Muster's plans that marked (or evicted) victims, from its own count.
                 plans = self.muster.counter(PLANS_METRIC) if self.muster is not None else None
             finally:
@@ -567,18 +631,17 @@ def play(
     say: Callable[[str], None],
     throughput_pods: int = THROUGHPUT_PODS,
     trace_too: bool = True,
-    min_runtime: float = 0.0,
+    settings: QuotaSettings = QuotaSettings(),
     prioritize: str = "off",
     fair_sharing: bool = True,
     weights: Mapping[str, float] | None = None,
     restart_jobs: bool = True,
-    reborrow_backoff: float = 0.0,
 ) -> Json:
     """Every system on the trace, one after another; the figures per system
     (``weights``: each team's fair-sharing weight, see the module docstring)."""
     results: Json = {
         "seed": trace.seed,
-        "min_runtime_seconds": min_runtime,
+        **settings.recorded(),
         "muster_prioritize": prioritize,
         "muster_fair_sharing": fair_sharing,
         "muster_restart_jobs": restart_jobs,
@@ -599,8 +662,6 @@ def play(
     }
     if weights is not None:
         results["weights"] = dict(weights)
-    if reborrow_backoff > 0:  # absent otherwise, as in the runs from before it existed
-        results["reborrow_backoff_seconds"] = reborrow_backoff
     for system in systems:
         began = time.time()
         replay = Replay(
@@ -608,12 +669,11 @@ def play(
             system,
             workdir,
             say,
-            min_runtime,
+            settings,
             prioritize,
             fair_sharing,
             weights=weights,
             restart_jobs=restart_jobs,
-            reborrow_backoff=reborrow_backoff,
         )
         figures = replay.run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
@@ -743,6 +803,14 @@ def main(argv: list[str] | None = None) -> int:
         "(default 0: none, Muster's default)",
     )
     parser.add_argument(
+        "--max-notice",
+        type=float,
+        default=MAX_NOTICE_SECONDS,
+        metavar="SECONDS",
+        help="the teams' quotas' muster.dev/max-preemption-notice-seconds, read by Muster "
+        f"alone (default {MAX_NOTICE_SECONDS}; 0: victims evicted at once, no notice)",
+    )
+    parser.add_argument(
         "--reborrow-backoff",
         type=float,
         default=0.0,
@@ -828,12 +896,18 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             parser.error(str(error))
         weights = {team.name: w for team, w in zip(trace.teams, listed, strict=True)}
-    if not 0 <= options.min_runtime < float("inf"):
-        parser.error(f"--min-runtime: {options.min_runtime:g} is not a number of seconds >= 0")
-    if not 0 <= options.reborrow_backoff < float("inf"):
-        parser.error(
-            f"--reborrow-backoff: {options.reborrow_backoff:g} is not a number of seconds >= 0"
-        )
+    for flag, value in (
+        ("--min-runtime", options.min_runtime),
+        ("--reborrow-backoff", options.reborrow_backoff),
+        ("--max-notice", options.max_notice),
+    ):
+        if not 0 <= value < float("inf"):
+            parser.error(f"{flag}: {value:g} is not a number of seconds >= 0")
+    settings = QuotaSettings(
+        max_notice=options.max_notice,
+        min_runtime=options.min_runtime,
+        reborrow_backoff=options.reborrow_backoff,
+    )
     if options.no_trace and not options.throughput_pods:
         parser.error("--no-trace with --throughput-pods 0 measures nothing")
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="muster-peers-"))
@@ -846,12 +920,11 @@ def main(argv: list[str] | None = None) -> int:
         say,
         options.throughput_pods,
         trace_too=not options.no_trace,
-        min_runtime=options.min_runtime,
+        settings=settings,
         prioritize=options.muster_prioritize,
         fair_sharing=options.muster_fair_sharing == "on",
         weights=weights,
         restart_jobs=options.muster_restart_jobs == "on",
-        reborrow_backoff=options.reborrow_backoff,
     )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import localcluster as lc
-from bench.peers import _quota_object, main, markdown_table
+from bench.peers import QuotaSettings, _quota_object, main, markdown_table
 from bench.support.weights import koordinator_shared_weight, parse_weights
 from bench.workload import PodSighting, SubmittedJob, trace_figures
 from tests.unit.test_bench_peers import write_recorded_run
@@ -132,3 +132,32 @@ def test_refigure_and_the_table_weigh_the_fair_share_gap_by_the_run_s_weights(
     del refigured["weights"]
     row = next(line for line in markdown_table(refigured).splitlines() if "fair-share" in line)
     assert "weight" not in row
+
+
+def test_the_quota_settings_muster_alone_reads_are_annotations_and_recorded_when_set() -> None:
+    # The defaults: the notice cap of the runs before --max-notice (60 s), nothing else;
+    # recorded as the earlier runs were (min_runtime_seconds only).
+    default = _quota_object("team-a", 8, 32, 4, 4)["metadata"]["annotations"]
+    assert default == {"muster.dev/max-preemption-notice-seconds": "60"}
+    assert QuotaSettings().recorded() == {"min_runtime_seconds": 0.0}
+    chosen = QuotaSettings(max_notice=0, min_runtime=30, reborrow_backoff=15)
+    assert _quota_object("team-a", 8, 32, 4, 4, chosen)["metadata"]["annotations"] == {
+        "muster.dev/max-preemption-notice-seconds": "0",
+        "muster.dev/min-runtime-seconds": "30",
+        "muster.dev/reborrow-backoff-seconds": "15",
+    }
+    assert chosen.recorded() == {
+        "min_runtime_seconds": 30,
+        "max_notice_seconds": 0,
+        "reborrow_backoff_seconds": 15,
+    }
+
+
+@pytest.mark.parametrize("flag", ["--max-notice", "--min-runtime", "--reborrow-backoff"])
+def test_a_negative_quota_setting_is_refused_naming_the_flag(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([flag, "-1", "--systems", "muster"])
+    assert exit_info.value.code == 2
+    assert f"{flag}: -1 is not a number of seconds >= 0" in capsys.readouterr().err
