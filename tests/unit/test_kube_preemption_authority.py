@@ -337,8 +337,9 @@ def test_a_gang_still_arriving_is_planned_again_once_it_settles() -> None:
         # of work), the deadline NOW + 12.
         (NOW - 2, 12.0),
         # Planned 25 s earlier, before its first save (NOW - 20; 7 s of wait for 25 s of
-        # work): its notice ran to 2 s after that save, NOW - 18, passed: none left.  Worked out afresh at NOW it
-        # would run to NOW + 12, past what the plan's reservation was made to cover.
+        # work): its notice ran to 2 s after that save, NOW - 18, passed: none left.
+        # Worked out afresh at NOW it would run to NOW + 12, past what the plan's
+        # reservation was made to cover.
         (NOW - 25, 0.0),
     ],
 )

@@ -115,7 +115,7 @@ def test_the_longer_of_the_declared_notice_and_the_save_s_wins() -> None:
     assert near.victims[0].reason.endswith("; 20s notice to save its work")
 
 
-def test_a_victim_is_kept_to_its_save_only_when_the_wait_is_no_longer_than_its_unsaved_work() -> None:
+def test_a_victim_is_kept_to_its_save_only_when_the_wait_is_no_longer_than_its_unsaved() -> None:
     # Started 11:59:00, saving every 30 s, so it saved at 11:59:30 and saves next at
     # 12:00:00; the cap (60 s) allows any of these waits.  Marked u seconds after 11:59:30,
     # it has u seconds of work to lose and 30 - u + 2 s to wait for its save: it is kept
