@@ -8,8 +8,8 @@ mark carries its notice, and the evictor evicts it once the notice has run out, 
 once when the job answers (``muster.dev/checkpointed`` at or after the mark) or exits by
 itself.  The preemptor's reservation lasts through the longest notice of its victims.
 A victim that declares a checkpoint interval gets, within the same cap, notice until just
-after its next save when that wait is no longer than the work it saves
-(:func:`extender.core.preemption.cost.save_notice`).
+after its next save (:func:`extender.core.preemption.cost.save_notice`): waiting that long
+loses almost no work.
 
 A tenant writes the declaration and the answer: the declaration only delays its own
 pods' eviction, within the admins' cap; the answer only hastens it.

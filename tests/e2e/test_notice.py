@@ -169,13 +169,11 @@ def test_a_victim_that_saves_at_an_interval_is_given_notice_to_its_next_save(
     cluster: Cluster, muster_with_notice: MusterProcess
 ) -> None:
     """b-0 declares no notice but saves every 15 s from its start (``muster.dev/
-    checkpoint-interval-seconds``), and the cap is 60 s.  Marked at M, u seconds into an
-    interval, it would lose u seconds of work at once and waits 15 - u + 2 s for its next
-    save, so it is kept to it when u >= 8.5.  The trainer arrives 9.5-11.5 s into an
-    interval: b-0 gets notice until 2 s after its next save, S + k·15 + 2 - M, where S is
-    its start and k the first multiple with S + k·15 > M (the stamps have one-second
-    resolution: ±1 s); it is evicted when that runs out, not before, and the trainer then
-    runs."""
+    checkpoint-interval-seconds``), and the cap is 60 s.  Marked at M, 5 s or more into an
+    interval (so it has more than the 2 s margin of work to save), it gets notice until 2 s
+    after its next save: S + k·15 + 2 - M, where S is its start and k the first multiple
+    with S + k·15 > M (the stamps have one-second resolution: ±1 s); it is evicted when
+    that runs out, not before, and the trainer then runs."""
     cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8})
     teams = Teams(cluster, *QUOTAS)
     try:
@@ -183,11 +181,13 @@ def test_a_victim_that_saves_at_an_interval_is_given_notice_to_its_next_save(
         teams.create(teams.b, "b-0", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=notes)
         teams.wait(teams.b, "b-0", "Running")
         started = _epoch(teams.get(teams.b, "b-0")["status"]["startTime"])  # type: ignore[index]
-        # Arrive 9.5-11.5 s into an interval: past the middle (8.5 s), before the save.
+        # Arrive 5 s into an interval: well past the 2 s margin, well before the next save.
         lc.wait_until(
-            lambda: 9.5 <= (time.time() - started) % 15 <= 11.5 or None,
+            lambda: (
+                ((time.time() - started) % 15 >= 5 or None) if time.time() > started + 5 else None
+            ),
             timeout=20,
-            what="9.5 s into an interval",
+            what="5 s into an interval",
         )
         teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
         at = marked_at(teams, "b-0")
@@ -195,7 +195,6 @@ def test_a_victim_that_saves_at_an_interval_is_given_notice_to_its_next_save(
         assert pod is not None
         notice = read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds
         following = started + (math.floor((at - started) / 15) + 1) * 15
-        assert notice > 0, at - started
         assert abs(notice - (following + 2 - at)) <= 1.0, (notice, at - started)
         evicted = evicted_at(teams, "b-0")
         assert evicted >= at + notice - 1  # not before its notice ran out (the stamps)

@@ -330,16 +330,13 @@ def test_a_gang_still_arriving_is_planned_again_once_it_settles() -> None:
     [
         # Planned at NOW: "low" started 50 s before and saves every 30 s, so its last
         # save was 20 s ago and its next is 10 s away: notice until 2 s after it, 12 s
-        # (within the 60 s cap, no longer than the 20 s it would lose), not the 0 s it
-        # declares.
+        # (within the 60 s cap), not the 0 s it declares.
         (NOW, 12.0),
-        # Planned 2 s earlier: then too the next save was NOW + 10 (14 s of wait for 18 s
-        # of work), the deadline NOW + 12.
-        (NOW - 2, 12.0),
-        # Planned 25 s earlier, before its first save (NOW - 20; 7 s of wait for 25 s of
-        # work): its notice ran to 2 s after that save, NOW - 18, passed: none left.
-        # Worked out afresh at NOW it would run to NOW + 12, past what the plan's
-        # reservation was made to cover.
+        # Planned 5 s earlier: then too the next save was NOW + 10, the deadline NOW + 12.
+        (NOW - 5, 12.0),
+        # Planned 25 s earlier, before its first save (NOW - 20): its notice ran to 2 s
+        # after that save, NOW - 18, passed: none left.  Worked out afresh at NOW it
+        # would run to NOW + 12, past what the plan's reservation was made to cover.
         (NOW - 25, 0.0),
     ],
 )

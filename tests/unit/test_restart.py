@@ -163,18 +163,17 @@ def test_victims_with_notice_keep_it_and_their_job_is_restarted_once_it_ends() -
     assert "the longest of its Job's" in next(
         v.reason for v in plan.victims if v.pod.name == "filler-b"
     )
-    # Notice to their next save: the pods started at 11:59:20 and save every 60 s, so at
-    # NOW (12:00:00) they last saved 40 s ago and save next at 12:00:20; with a cap of 60
-    # s they get 22 s of notice (to 2 s after that save, no longer than the 40 s they
-    # would lose at once), and their Job is restarted then.
+    # Notice to their next save: the pods started at 11:59:30 and save every 60 s, so at
+    # NOW (12:00:00) they last saved 30 s ago and save next at 12:00:30; with a cap of 60
+    # s they get 32 s of notice (to 2 s after that save), and their Job is restarted then.
     saving = cluster(maxPreemptionNoticeSeconds=60)
     every_minute = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "60"}
     declaring(
         saving,
         {"filler-a": every_minute, "filler-b": every_minute},
-        started="2026-01-01T11:59:20Z",
+        started="2026-01-01T11:59:30Z",
     )
-    assert notices_and_restarts(saving) == {"filler-a": (22.0, True), "filler-b": (22.0, True)}
+    assert notices_and_restarts(saving) == {"filler-a": (32.0, True), "filler-b": (32.0, True)}
 
 
 @pytest.mark.parametrize("first_marked", [False, True])

@@ -3,8 +3,7 @@
 The rule (docs/quotas-and-preemption.md, "Notice before eviction"): a victim whose pods
 declare ``muster.dev/checkpoint-interval-seconds`` saves at its start plus each multiple
 of the interval; it gets notice until 2 s (``SAVE_MARGIN_SECONDS``) after its next save,
-when that wait is no longer than the work it would lose at once (the seconds since its last
-save) and within its notice cap (its quota's ``muster.dev/max-preemption-notice-seconds``,
+when that is within its notice cap (its quota's ``muster.dev/max-preemption-notice-seconds``,
 else ``maxPreemptionNoticeSeconds``, 0 by default), or the notice it declares if that is
 longer.  Evicted then, it loses only the work since that save.  Each expectation below is
 that arithmetic, by hand.
@@ -29,7 +28,6 @@ def cluster(
     declared: str | None = None,
     interval: str = "600",
     started: str = "2026-01-01T10:00:00Z",
-    checkpoint: str | None = None,
 ) -> ClusterState:
     """team-b's b-1 (8 GPUs, borrowed, started at ``started``, 10:00, saving every
     ``interval`` seconds from then, 600) on the one node, its quota's notice cap ``cap``;
@@ -37,8 +35,6 @@ def cluster(
     notes = {keys.CHECKPOINT_INTERVAL_ANNOTATION: interval}
     if declared is not None:
         notes[keys.PREEMPTION_NOTICE_ANNOTATION] = declared
-    if checkpoint is not None:
-        notes[keys.LAST_CHECKPOINT_ANNOTATION] = checkpoint
     caps = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: cap} if cap is not None else {}
     return snapshot(
         [node("n1", gpu=8)],
@@ -115,34 +111,12 @@ def test_the_longer_of_the_declared_notice_and_the_save_s_wins() -> None:
     assert near.victims[0].reason.endswith("; 20s notice to save its work")
 
 
-def test_a_victim_is_kept_to_its_save_only_when_the_wait_is_no_longer_than_its_unsaved() -> None:
-    # Started 11:59:00, saving every 30 s, so it saved at 11:59:30 and saves next at
-    # 12:00:00; the cap (60 s) allows any of these waits.  Marked u seconds after 11:59:30,
-    # it has u seconds of work to lose and 30 - u + 2 s to wait for its save: it is kept
-    # when 32 - u <= u, from u = 16 (11:59:46) on.
+def test_a_victim_with_no_more_than_the_margin_to_save_is_not_kept_waiting() -> None:
+    # Started 11:59:00, saving every 30 s.  At 11:59:31 it saved 1 s ago (11:59:30): no
+    # more than the 2 s margin to lose, so no notice, though its next save (12:00:00, 29
+    # s + 2 s = 31 s away) is within the cap of 60.  At 11:59:33 it has 3 s to lose: 27 s
+    # + 2 s = 29 s of notice, to its save at 12:00:00.
     state = cluster(interval="30", started="2026-01-01T11:59:00Z")
     b1 = state.pods["team-b/b-1"]
-    assert save_notice(state, b1, NOON - 29) is None  # u = 1: 31 s to wait
-    assert save_notice(state, b1, NOON - 27) is None  # u = 3: 29 s to wait
-    assert save_notice(state, b1, NOON - 14.5) is None  # u = 15.5: 16.5 s to wait
-    assert save_notice(state, b1, NOON - 14) == (16, NOON)  # u = 16: 16 s, no longer
-    assert save_notice(state, b1, NOON - 5) == (7, NOON)  # u = 25: 7 s
-    # A checkpoint it wrote itself at 11:59:50 leaves 5 s to lose at 11:59:55, against
-    # 7 s of wait: evicted at once.
-    written = cluster(
-        interval="30", started="2026-01-01T11:59:00Z", checkpoint="2026-01-01T11:59:50Z"
-    )
-    assert save_notice(written, written.pods["team-b/b-1"], NOON - 5) is None
-
-
-def test_the_planner_evicts_early_in_the_interval_at_once() -> None:
-    # The plan behind it: at 11:59:33 (3 s since its save at 11:59:30, 29 s to its next)
-    # b-1 is evicted at once, losing its 3 s; at 11:59:50 it waits 12 s for its save.
-    state = cluster(interval="30", started="2026-01-01T11:59:00Z")
-    early = plan_job_preemption(state, "team-a/a-train", NOON - 27)
-    assert isinstance(early, PreemptionPlan)
-    assert early.victims[0].notice_seconds == 0
-    assert early.victims[0].reason.endswith("; it loses its work since 2026-01-01T11:59:30Z")
-    late = plan_job_preemption(state, "team-a/a-train", NOON - 10)
-    assert isinstance(late, PreemptionPlan)
-    assert late.victims[0].notice_seconds == 12
+    assert save_notice(state, b1, NOON - 29) is None
+    assert save_notice(state, b1, NOON - 27) == (29, NOON)

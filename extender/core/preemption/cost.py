@@ -8,8 +8,7 @@ accelerator-seconds (its requests of scarce resources, GPUs say, times those sec
 and, for pods asking for none, pod-seconds.  The victim order takes the victim whose
 work began latest first among victims of one priority (:mod:`extender.core.state.victims`),
 and plans of equal rank compare by it (:mod:`.ranking`).  A victim declaring a checkpoint
-interval may be given notice until just after its next save, when that wait is no
-longer than the work it saves (:func:`save_notice`).
+interval may be given notice until just after its next save (:func:`save_notice`).
 """
 
 from __future__ import annotations
@@ -71,20 +70,15 @@ def save_notice(state: ClusterState, pod: PodInfo, now: float) -> tuple[float, f
     """Notice to its next save, for victim ``pod`` declaring a checkpoint interval
     (``muster.dev/checkpoint-interval-seconds``): ``(seconds from now, the save)``, the
     notice ending :data:`SAVE_MARGIN_SECONDS` after its next save, when that is within
-    its cap (:func:`notice_cap`) and no longer than the work it saves (the seconds since
-    its last save); else ``None``.
-
-    The wait is worth it only then: its preemptor takes the victim's room, so each second
-    of notice delays the preemptor on those GPUs, while each second since the last save is
-    work on the same GPUs that eviction at once would destroy.  A victim past the middle of
-    its interval is kept to its save (evicted then, it loses only the margin's work, less
-    when it answers with ``muster.dev/checkpointed``); one before it goes at once, losing
-    less work than its preemptor would wait."""
+    its cap (:func:`notice_cap`) and it has more than the margin's work to save (one that
+    has just started or saved would lose no less by waiting); else ``None``.  Evicted
+    then, it loses only the work of the margin (less when it answers as soon as it saved,
+    with ``muster.dev/checkpointed``)."""
     following = next_save(pod, now)
-    if following is None:
+    if following is None or now - last_save(pod, now) <= SAVE_MARGIN_SECONDS:
         return None
     wait = following + SAVE_MARGIN_SECONDS - now
-    if wait > now - last_save(pod, now) or wait > notice_cap(state, pod):
+    if wait > notice_cap(state, pod):
         return None
     return wait, following
 
