@@ -716,6 +716,14 @@ def markdown_table(results: Json) -> str:
             "team-seconds below `min` with work that fits in it",
             lambda f: f"{sum(f['seconds_below_min_with_pending_work'].values()):.0f}",
         ),
+        (
+            "of which with no pod to place (its controller has not made one)",
+            lambda f: (
+                f"{sum(f['seconds_below_min_with_no_pod_to_place'].values()):.0f}"
+                if "seconds_below_min_with_no_pod_to_place" in f
+                else "-"
+            ),
+        ),
         *(
             (f"completion p50 / p95 s (jobs), {name}", lambda f, n=name: completion(f, n))
             for name in classes

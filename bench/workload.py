@@ -252,6 +252,7 @@ class SubmittedJob:
 class _JobState:
     holding: dict[str, float] = field(default_factory=dict)  # pod → GPUs, pods holding now
     succeeded: set[str] = field(default_factory=set)
+    present: set[str] = field(default_factory=set)  # pods that exist, not done or gone
     completed: float | None = None
 
 
@@ -296,7 +297,10 @@ def trace_figures(
       (their GPUs wait for the rest, doing nothing);
     - to a team's **seconds below min**, the stretch if the team holds less than its
       ``min`` while one of its jobs waits that would fit in what the ``min`` leaves (the
-      room a guarantee promises: the job's pods not yet running or done, times their GPUs);
+      room a guarantee promises: the job's pods not yet running or done, times their GPUs),
+      and of those, to its seconds **with no pod to place** if none of those jobs has a
+      pod waiting (their controller has not made one: a Job's failure back-off after a
+      pod exited on notice, say), time no scheduler could have shortened;
     - to the **fair-share gap**, the stretch times how many more GPUs (weighted by
       ``weights``, 1 each by default) the team borrowing the most borrows than a team at
       or above its ``min`` with a job waiting borrows (0 when no team waits so, or the
@@ -320,6 +324,7 @@ def trace_figures(
     allocated = partial = 0.0
     partial_by_job: dict[str, float] = {}
     below = dict.fromkeys(mins, 0.0)
+    below_podless = dict.fromkeys(mins, 0.0)
     weight = {team: (weights or {}).get(team, 1.0) for team in mins}
     if any(value <= 0 for value in weight.values()):
         raise ValueError(f"weights must be positive: {weight}")
@@ -357,13 +362,17 @@ def trace_figures(
         for team, floor in mins.items():
             if used[team] >= floor:
                 continue
-            if any(
-                jobs[n].team == team
+            fitting = [
+                n
+                for n in submitted
+                if jobs[n].team == team
                 and waiting(n)
                 and used[team] + _left_to_run(jobs[n], state[n]) <= floor
-                for n in submitted
-            ):
+            ]
+            if fitting:
                 below[team] += span
+                if not any(state[n].present - state[n].holding.keys() for n in fitting):
+                    below_podless[team] += span
         while not series or series[-1][0] + sample_seconds <= until:
             at = series[-1][0] + sample_seconds if series else 0.0
             if at > until:
@@ -379,6 +388,10 @@ def trace_figures(
             submitted.add(event)
             continue
         js = state[event.job]
+        if event.gone or event.succeeded:
+            js.present.discard(event.key)
+        else:
+            js.present.add(event.key)
         holds = event.holds and not event.gone
         was = event.key in ledger.holding
         if holds and not was:
@@ -414,6 +427,9 @@ def trace_figures(
         ],
         "partial_gangs": len(partial_by_job),
         "seconds_below_min_with_pending_work": {t: round(s, 1) for t, s in below.items()},
+        "seconds_below_min_with_no_pod_to_place": {
+            t: round(s, 1) for t, s in below_podless.items()
+        },
         "fair_share_gap_gpus": {
             "mean": round(gap_seconds / horizon, 1),
             "worst": round(gap_worst, 1),

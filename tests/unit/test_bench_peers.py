@@ -181,6 +181,25 @@ def test_a_job_is_split_into_pods_as_the_docstring_says(gpus: int, shape: tuple[
     assert pods_of(gpus, 8) == shape
 
 
+def test_time_below_min_with_no_pod_to_place_is_told_apart() -> None:
+    # 8 GPUs, 100 s; team a, min 8. a1: 1 pod x 8 GPUs sent at 0; a1-x is created at 0
+    # and binds at 10, is evicted at 30; its Job's back-off makes the replacement a1-y
+    # only at 50, which binds at 60 and succeeds at 90.  Below min with a1 waiting: 0-10
+    # and 30-60, 40 s; of which with no pod of a1 in existence: 30-50, 20 s.
+    jobs = {"a1": SubmittedJob("a", 1, 8, "normal", 0.0)}
+    seen = [
+        PodSighting(0, "a/a1-x", "a1", 8, holds=False, succeeded=False),
+        PodSighting(10, "a/a1-x", "a1", 8, holds=True, succeeded=False),
+        PodSighting(30, "a/a1-x", "a1", 8, holds=False, succeeded=False, gone=True),
+        PodSighting(50, "a/a1-y", "a1", 8, holds=False, succeeded=False),
+        PodSighting(60, "a/a1-y", "a1", 8, holds=True, succeeded=False),
+        PodSighting(90, "a/a1-y", "a1", 8, holds=False, succeeded=True),
+    ]
+    figures = trace_figures(seen, jobs, {"a": 8}, capacity=8, horizon=100)
+    assert figures["seconds_below_min_with_pending_work"] == {"a": 40.0}
+    assert figures["seconds_below_min_with_no_pod_to_place"] == {"a": 20.0}
+
+
 def test_trace_figures_worked_by_hand() -> None:
     # 16 GPUs, 100 s; teams a and b, min 8 each.
     # a/a1: 2 pods x 4 GPUs, sent at 0; p0 binds at 10, p1 at 20, both succeed at 50.
@@ -212,6 +231,9 @@ def test_trace_figures_worked_by_hand() -> None:
     # a: from 0 to 20 it holds less than 8 while a1 (8, then 4 left) fits in what min
     # leaves; a2 (16) never fits in 8. b: from 30 to 40 it holds 0 while b1 waits.
     assert figures["seconds_below_min_with_pending_work"] == {"a": 20.0, "b": 10.0}
+    # No pod of a1 is sighted before its binds, nor of b1 between its eviction and its
+    # replacement: all of that time had no pod to place.
+    assert figures["seconds_below_min_with_no_pod_to_place"] == {"a": 20.0, "b": 10.0}
     assert figures["job_completion_seconds"] == {
         "high": {"p50": 90.0, "p95": 90.0, "count": 1},
         "normal": {"p50": 50.0, "p95": 50.0, "count": 1},
