@@ -1,8 +1,9 @@
 """May a job preempt now?  Step 1 of job-level preemption, and when to ask.
 
 :func:`ineligibility` says why a job may not preempt yet (in flight, not allowed to
-trigger, still arriving, short of its min-available pods, constraints the core cannot
-simulate, a quota that could not admit it even once victims are gone);
+trigger, still arriving, short of its min-available pods, an elastic job already running
+its minimum, constraints the core cannot simulate, a quota that could not admit it even
+once victims are gone);
 :func:`ready_to_plan` whether the PostFilter should plan for it at once, and
 :func:`postfilter_trigger` whether it is the PostFilter's at all.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from base.times import format_time
 from extender.core.authority import governing_reason, nominated_elsewhere, scheduler_preemption
-from extender.core.gangsize import arriving_reason, job_still_arriving
+from extender.core.gangsize import arriving_reason, bound_count, job_still_arriving
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
@@ -57,6 +58,9 @@ def ineligibility(
     if missing:
         needed = state.declarations.min_available(job)
         return [f"only {needed - missing} of the job's min-available {needed} pods exist yet"]
+    growing = running_its_minimum(state, job)
+    if growing is not None:
+        return [growing]
     unsupported = sorted({c for pod in demand.unplaced for c in pod.unsupported})
     if unsupported:
         return [
@@ -66,6 +70,24 @@ def ineligibility(
     if demand.quota in state.tree.parents:
         return [f"quota {demand.quota} is a parent quota; pods must use a leaf quota"]
     return unevictable_failures(ledger, demand.quota, demand.np_request)
+
+
+def running_its_minimum(state: ClusterState, job: str) -> str | None:
+    """Why an elastic job evicts no one for more pods, or ``None``: it declares a minimum
+    (PodGroup ``minMember``, the min-available annotation) and runs at least that many
+    pods, so it is running; the pods above its minimum wait for free room, as the pods
+    an elastic victim shed do (a job that shrank for a preemptor never takes the room
+    straight back)."""
+    declared = state.declarations.declared_min_available(job)
+    if declared is None:
+        return None
+    running = bound_count(state, job)
+    if running < declared:
+        return None
+    return (
+        f"the job runs {running} pods, at least the minimum of {declared} it declares: "
+        "its other pods wait for free room, and no one is evicted for them"
+    )
 
 
 def _reservation_in_flight(state: ClusterState, job: str, now: float) -> str | None:

@@ -1,0 +1,74 @@
+"""An elastic job running its minimum grows into free room only (issue 34, items 1 and 4).
+
+The rule (docs/quotas-and-preemption.md, "Elastic jobs shrink"): a job that declares a
+minimum (its PodGroup's ``minMember``, the min-available annotation) and runs at least
+that many pods evicts no one for its other pods: they wait for free room, as the pods an
+elastic victim shed do.  Below its minimum it preempts for its pods as any gang.
+
+The cluster, worked by hand: three 8-GPU nodes, all busy; quota team-a (min 24, max 24)
+is guaranteed the whole cluster and team-b (min 0) borrows.  team-a's gang ``train``
+(three 8-GPU pods, minimum ``minimum``) runs ``running`` of them on n1 (and n2); team-b's
+lone pod ``b`` (8 GPUs, preemptible) holds the last node.  Whatever ``train`` runs,
+team-a is below its min, so a plan for ``train``'s unplaced pods would reclaim from b.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from base import keys
+from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
+from extender.core.state import ClusterState
+from tests.builders import node, pod, quota, snapshot
+
+GPU = "nvidia.com/gpu"
+NOON = 1_767_268_800.0
+
+
+def cluster(minimum: str | None, running: int) -> ClusterState:
+    notes = {keys.GANG_MIN_AVAILABLE_ANNOTATION: minimum} if minimum is not None else {}
+    gang = {keys.POD_GROUP_LABEL: "train"}
+    pods: list[dict[str, Any]] = []
+    for i in range(3):
+        where = {"node": f"n{i + 1}", "started": "2026-01-01T11:00:00Z"} if i < running else {}
+        pods.append(
+            pod(f"t-{i}", gpu=8, can_preempt=True, labels=gang, annotations=notes, **where)
+        )
+    # b holds the node after train's running pods; with one running, n3 stays empty.
+    pods.append(
+        pod("b", "team-b", gpu=8, node="n3", preemptible=True, started="2026-01-01T11:30:00Z")
+    )
+    if running == 1:
+        pods.append(
+            pod("c", "team-b", gpu=8, node="n2", preemptible=True, started="2026-01-01T11:30:00Z")
+        )
+    return snapshot(
+        [node(f"n{i}", gpu=8) for i in range(1, 4)],
+        pods,
+        [quota("team-a", min={GPU: "24"}, max={GPU: "24"}), quota("team-b", max={GPU: "24"})],
+    )
+
+
+def test_a_job_running_its_minimum_evicts_no_one_for_its_other_pods() -> None:
+    # Minimum 2, two running (n1, n2): t-2 waits for free room; b is not taken.
+    refusal = plan_job_preemption(cluster("2", running=2), "team-a/train", NOON)
+    assert isinstance(refusal, Refusal)
+    assert refusal.reasons == (
+        "the job runs 2 pods, at least the minimum of 2 it declares: its other pods wait "
+        "for free room, and no one is evicted for them",
+    )
+
+
+def test_below_its_minimum_it_preempts_as_any_gang() -> None:
+    # Minimum 2, one running (n1): b (n3) and c (n2) borrow the nodes t-1 and t-2 need;
+    # team-a's min of 24 covers all three pods, so both go.
+    plan = plan_job_preemption(cluster("2", running=1), "team-a/train", NOON)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert sorted(victim.pod.key for victim in plan.victims) == ["team-b/b", "team-b/c"]
+
+
+def test_a_job_declaring_no_minimum_preempts_for_its_last_pod() -> None:
+    # No minimum: the gang is all three pods, two running is not enough: t-2 takes b.
+    plan = plan_job_preemption(cluster(None, running=2), "team-a/train", NOON)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-b/b"]
