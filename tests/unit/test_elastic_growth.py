@@ -31,10 +31,8 @@ def cluster(minimum: str | None, running: int) -> ClusterState:
     pods: list[dict[str, Any]] = []
     for i in range(3):
         where = {"node": f"n{i + 1}", "started": "2026-01-01T11:00:00Z"} if i < running else {}
-        pods.append(
-            pod(f"t-{i}", gpu=8, can_preempt=True, labels=gang, annotations=notes, **where)
-        )
-    # b holds the node after train's running pods; with one running, n3 stays empty.
+        pods.append(pod(f"t-{i}", gpu=8, can_preempt=True, labels=gang, annotations=notes, **where))
+    # b holds n3; with one of train running, c holds n2 too: every node is busy.
     pods.append(
         pod("b", "team-b", gpu=8, node="n3", preemptible=True, started="2026-01-01T11:30:00Z")
     )
