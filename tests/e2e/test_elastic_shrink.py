@@ -18,10 +18,18 @@ from typing import Any
 import pytest
 from e2e_support import Cluster, make_job, make_pod
 from muster_process import MusterProcess
-from test_jobs import GANG_LABEL, IGNORE_DISRUPTIONS, MIN_AVAILABLE, submit, training_job
+from test_jobs import (
+    GANG_LABEL,
+    IGNORE_DISRUPTIONS,
+    MIN_AVAILABLE,
+    running,
+    submit,
+    training_job,
+)
 from test_muster_extender import GPU
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
+    TRAINER,
     Teams,
     muster_and_evictor,
     tokens,
@@ -105,5 +113,63 @@ def test_an_elastic_job_shrinks_to_its_minimum_and_grows_back(
         )
         assert {i: after[i] for i in range(4)} == {i: before[i] for i in range(4)}
         assert all(after[i] != before[i] for i in range(4, 8))  # new pods for 4-7
+    finally:
+        teams.cleanup()
+
+
+def test_an_elastic_job_running_its_minimum_grows_into_free_room_only(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811 (the fixture imported above)
+) -> None:
+    # Three 8-GPU nodes; team A (min 24: the whole cluster) and team B (min 0).  B's
+    # preemptible b-0 takes a node; then A's Job "grow" of three 8-GPU pods, a gang
+    # declaring a minimum of 2, runs two pods on the free nodes.  Derived from the rule:
+    # A is below its min (16 of 24), but its job runs its minimum, so its third pod
+    # evicts no one: Muster refuses to plan for it, saying why, and b-0 runs on.  Once
+    # b-0 is deleted, the third pod binds to its node: the job grew into free room.
+    for i in range(3):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "24"}, "max": {GPU: "24"}}, {"min": {GPU: "0"}, "max": {GPU: "24"}}
+    )
+    try:
+        teams.create(teams.b, "b-0", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE)
+        teams.wait(teams.b, "b-0", "Running")
+        b0_node = (teams.get(teams.b, "b-0") or {})["spec"]["nodeName"]
+        template = make_pod(
+            "grow",
+            requests={"cpu": "4", GPU: 8},
+            labels={**TRAINER, GANG_LABEL: "grow"},
+            annotations={MIN_AVAILABLE: "2"},
+        )
+        submit(cluster, teams.a, make_job("grow", template, parallelism=3, run_seconds=300))
+        lc.wait_until(lambda: running(cluster, teams.a, "grow", 2), timeout=90, what="two pods")
+
+        def refused() -> list[str] | None:
+            waiting = [
+                p["metadata"]["name"]
+                for p in cluster.job_pods(teams.a, "grow")
+                if not p["spec"].get("nodeName")
+            ]
+            if len(waiting) != 1:
+                return None
+            explained = muster_and_evictor.debug(f"pods/{teams.a}/{waiting[0]}")
+            reasons = [
+                reason
+                for decision in explained.get("decisions", [])
+                if decision["verb"] == "postfilter"
+                for reason in decision["reasons"]
+            ]
+            return [r for r in reasons if "at least the minimum of 2 it declares" in r] or None
+
+        lc.wait_until(refused, timeout=60, what="the growth refused")
+        b0 = teams.get(teams.b, "b-0")
+        assert b0 is not None and not b0["metadata"].get("deletionTimestamp")
+        assert "scheduling.koordinator.sh/soft-eviction" not in b0["metadata"].get("labels", {})
+        assert teams.events(teams.b, "Preempted") == []
+        cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.b}/pods/b-0")
+        lc.wait_until(lambda: running(cluster, teams.a, "grow", 3), timeout=90, what="three pods")
+        nodes = {p["spec"]["nodeName"] for p in cluster.job_pods(teams.a, "grow")}
+        assert b0_node in nodes
     finally:
         teams.cleanup()
