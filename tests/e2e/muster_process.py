@@ -69,6 +69,16 @@ class MusterProcess(lc.ServiceProcess):
     def debug(self, path: str) -> Any:
         return httpx.get(f"{self.url}/debug/{path}", timeout=5).json()
 
+    def postfilter_reasons(self, namespace: str, name: str) -> list[str]:
+        """The reasons of every PostFilter decision Muster recorded for the pod."""
+        explained = self.debug(f"pods/{namespace}/{name}")
+        return [
+            reason
+            for decision in explained.get("decisions", [])
+            if decision["verb"] == "postfilter"
+            for reason in decision["reasons"]
+        ]
+
 
 def start_evictor(kubeconfig: Path, log_path: Path, *, metrics: bool = False) -> lc.ServiceProcess:
     """``muster evictor`` (serving ``/metrics`` on its ``url`` if ``metrics``), started."""

@@ -153,13 +153,7 @@ def test_an_elastic_job_running_its_minimum_grows_into_free_room_only(
             ]
             if len(waiting) != 1:
                 return None
-            explained = muster_and_evictor.debug(f"pods/{teams.a}/{waiting[0]}")
-            reasons = [
-                reason
-                for decision in explained.get("decisions", [])
-                if decision["verb"] == "postfilter"
-                for reason in decision["reasons"]
-            ]
+            reasons = muster_and_evictor.postfilter_reasons(teams.a, waiting[0])
             return [r for r in reasons if "at least the minimum of 2 it declares" in r] or None
 
         lc.wait_until(refused, timeout=60, what="the growth refused")

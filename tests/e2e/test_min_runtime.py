@@ -71,13 +71,7 @@ def test_young_borrowers_are_spared_until_their_minimum_runtime(
         teams.create(teams.a, "train", requests={"cpu": "4", GPU: 8}, labels=TRAINER)
 
         def refused_for_runtime() -> list[str] | None:
-            explained = muster_min_runtime.debug(f"pods/{teams.a}/train")
-            reasons = [
-                reason
-                for decision in explained.get("decisions", [])
-                if decision["verb"] == "postfilter"
-                for reason in decision["reasons"]
-            ]
+            reasons = muster_min_runtime.postfilter_reasons(teams.a, "train")
             spared = [r for r in reasons if r.startswith("spared for their minimum runtime")]
             return spared or None
 
