@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from base import keys
+from extender.core.podgroups import parse_scheduler_plugins_pod_group
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
 from extender.core.state import ClusterState
 from tests.builders import node, pod, quota, snapshot
@@ -70,3 +71,34 @@ def test_a_job_declaring_no_minimum_preempts_for_its_last_pod() -> None:
     plan = plan_job_preemption(cluster(None, running=2), "team-a/train", NOON)
     assert isinstance(plan, PreemptionPlan), plan
     assert [victim.pod.key for victim in plan.victims] == ["team-b/b"]
+
+
+def test_a_job_short_of_its_min_resources_has_not_reached_its_minimum() -> None:
+    # The Spark shape (README "Gangs declared by minResources"): minMember 1, but the
+    # PodGroup's minResources is 24 GPUs.  Four 8-GPU nodes; team-a (min = max = 24) runs
+    # the driver (no GPU) and exec-0 on n0; team-b borrows n1..n3.  Two pods run, past
+    # minMember, but they use 8 of the 24 GPUs the job was admitted for: it is short of
+    # its minimum, so exec-1 reclaims one borrowed node (team-a: 24 ≤ min 24).
+    spark = {keys.POD_GROUP_LABEL: "spark"}
+    running = {"started": "2026-01-01T11:00:00Z", "can_preempt": True, "labels": spark}
+    snap = snapshot(
+        [node(f"n{i}", gpu=8) for i in range(4)],
+        [
+            pod("driver", cpu="1", node="n0", **running),
+            pod("exec-0", gpu=8, cpu="1", node="n0", **running),
+            pod("exec-1", gpu=8, cpu="1", can_preempt=True, labels=spark),
+            *(pod(f"b{i}", "team-b", gpu=8, node=f"n{i}", preemptible=True) for i in range(1, 4)),
+        ],
+        [quota("team-a", min={GPU: "24"}, max={GPU: "24"}), quota("team-b", max={GPU: "24"})],
+    )
+    snap.set_pod_group(
+        parse_scheduler_plugins_pod_group(
+            {
+                "metadata": {"name": "spark", "namespace": "team-a"},
+                "spec": {"minMember": 1, "minResources": {GPU: "24", "cpu": "4"}},
+            }
+        )
+    )
+    plan = plan_job_preemption(snap, "team-a/spark", NOON)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert len(plan.victims) == 1 and plan.victims[0].pod.namespace == "team-b", plan.victims

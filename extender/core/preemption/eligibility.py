@@ -75,12 +75,12 @@ def ineligibility(
 def running_its_minimum(state: ClusterState, job: str) -> str | None:
     """Why an elastic job evicts no one for more pods, or ``None``: it declares a minimum
     (PodGroup ``minMember``, the min-available annotation) and runs at least that many
-    pods, so it is running; the pods above its minimum wait for free room, as the pods
-    an elastic victim shed do (a job that shrank for a preemptor never takes the room
-    straight back)."""
+    pods, using all of its PodGroup's ``minResources`` if it declares them, so it is
+    running; the pods above its minimum wait for free room, as the pods an elastic victim
+    shed do (a job that shrank for a preemptor never takes the room straight back)."""
     declared = state.declarations.declared_min_available(job)
-    if declared is None:
-        return None
+    if declared is None or state.min_resources.held(job) is not None:
+        return None  # no minimum, or its PodGroup's minResources is not yet in use
     running = bound_count(state, job)
     if running < declared:
         return None
