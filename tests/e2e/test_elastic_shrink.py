@@ -122,11 +122,14 @@ def test_an_elastic_job_running_its_minimum_grows_into_free_room_only(
     muster_and_evictor: MusterProcess,  # noqa: F811 (the fixture imported above)
 ) -> None:
     # Three 8-GPU nodes; team A (min 24: the whole cluster) and team B (min 0).  B's
-    # preemptible b-0 takes a node; then A's Job "grow" of three 8-GPU pods, a gang
-    # declaring a minimum of 2, runs two pods on the free nodes.  Derived from the rule:
-    # A is below its min (16 of 24), but its job runs its minimum, so its third pod
-    # evicts no one: Muster refuses to plan for it, saying why, and b-0 runs on.  Once
+    # preemptible b-0 takes a node; then A's Job "grow" of 8-GPU pods, a gang declaring a
+    # minimum of 2, runs two pods on the free nodes and is scaled to three.  Derived from
+    # the rule: A is below its min (16 of 24), but its job runs its minimum, so its third
+    # pod evicts no one: Muster refuses to plan for it, saying why, and b-0 runs on.  Once
     # b-0 is deleted, the third pod binds to its node: the job grew into free room.
+    # (The Job grows by its parallelism once two pods run, so that the third pod's first
+    # attempt sees them running: a pod tried while the first two were still binding is
+    # told their placement is in flight, and kube-scheduler retries it on the next event.)
     for i in range(3):
         cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
     teams = Teams(
@@ -142,8 +145,18 @@ def test_an_elastic_job_running_its_minimum_grows_into_free_room_only(
             labels={**TRAINER, GANG_LABEL: "grow"},
             annotations={MIN_AVAILABLE: "2"},
         )
-        submit(cluster, teams.a, make_job("grow", template, parallelism=3, run_seconds=300))
+        submit(
+            cluster,
+            teams.a,
+            make_job("grow", template, parallelism=2, completions=3, run_seconds=300),
+        )
         lc.wait_until(lambda: running(cluster, teams.a, "grow", 2), timeout=90, what="two pods")
+        cluster.rest.request(
+            "PATCH",
+            f"/apis/batch/v1/namespaces/{teams.a}/jobs/grow",
+            {"spec": {"parallelism": 3}},
+            content_type="application/merge-patch+json",
+        )
 
         def refused() -> list[str] | None:
             waiting = [
