@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from e2e_support import Cluster, make_job, make_pod
 from muster_process import MusterProcess
+from test_decisions_follow import _priority_class
 from test_jobs import (
     GANG_LABEL,
     IGNORE_DISRUPTIONS,
@@ -40,6 +41,8 @@ import localcluster as lc
 pytestmark = pytest.mark.e2e
 
 INDEX = "batch.kubernetes.io/job-completion-index"
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
+CAN_PREEMPT = {"quota.scheduling.koordinator.sh/can-preempt": "true"}
 
 
 def elastic_job() -> dict[str, Any]:
@@ -117,19 +120,96 @@ def test_an_elastic_job_shrinks_to_its_minimum_and_grows_back(
         teams.cleanup()
 
 
+def _grow_job(cluster: Cluster, namespace: str, labels: dict[str, str], **pod: Any) -> None:
+    """Submit Job "grow" (8-GPU pods, a gang declaring a minimum of 2 of 3), let it run two
+    pods, then scale it to three.  (It grows by its parallelism once two pods run, so that
+    the third pod's first attempt sees them running: a pod tried while the first two were
+    still binding is told their placement is in flight, and kube-scheduler retries it only
+    on its next event.)"""
+    template = make_pod(
+        "grow",
+        requests={"cpu": "4", GPU: 8},
+        labels={**labels, GANG_LABEL: "grow"},
+        annotations={MIN_AVAILABLE: "2"},
+        **pod,
+    )
+    job = make_job("grow", template, parallelism=2, completions=3, run_seconds=300)
+    submit(cluster, namespace, job)
+    lc.wait_until(lambda: running(cluster, namespace, "grow", 2), timeout=90, what="two pods")
+    cluster.rest.request(
+        "PATCH",
+        f"/apis/batch/v1/namespaces/{namespace}/jobs/grow",
+        {"spec": {"parallelism": 3}},
+        content_type="application/merge-patch+json",
+    )
+
+
+def _waiting_pod(cluster: Cluster, namespace: str) -> str | None:
+    waiting = [
+        p["metadata"]["name"]
+        for p in cluster.job_pods(namespace, "grow")
+        if not p["spec"].get("nodeName")
+    ]
+    return waiting[0] if len(waiting) == 1 else None
+
+
 def test_an_elastic_job_running_its_minimum_grows_into_free_room_only(
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811 (the fixture imported above)
 ) -> None:
-    # Three 8-GPU nodes; team A (min 24: the whole cluster) and team B (min 0).  B's
-    # preemptible b-0 takes a node; then A's Job "grow" of 8-GPU pods, a gang declaring a
+    # Three 8-GPU nodes; team A has min 8, max 24.  A's low-priority (10) preemptible
+    # pod "lo" takes a node; then A's Job "grow" (priority 500), a gang declaring a
     # minimum of 2, runs two pods on the free nodes and is scaled to three.  Derived from
-    # the rule: A is below its min (16 of 24), but its job runs its minimum, so its third
-    # pod evicts no one: Muster refuses to plan for it, saying why, and b-0 runs on.  Once
-    # b-0 is deleted, the third pod binds to its node: the job grew into free room.
-    # (The Job grows by its parallelism once two pods run, so that the third pod's first
-    # attempt sees them running: a pod tried while the first two were still binding is
-    # told their placement is in flight, and kube-scheduler retries it on the next event.)
+    # the rule: the third pod fits A's max only once lo goes (24 + 8 > 24; 24 without
+    # lo), and withinQuota LowerPriority would let it take lo; but its job runs its
+    # minimum and the pod would keep A past its min (24 > 8), so it evicts no one: Muster
+    # refuses to plan for it, saying why, and lo runs on.  Once lo is deleted, the third
+    # pod binds to its node: the job grew into free room.
+    for i in range(3):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "24"}}, {"min": {GPU: "0"}, "max": {GPU: "24"}}
+    )
+    try:
+        low = _priority_class(cluster, teams.a, 10)
+        high = _priority_class(cluster, teams.a, 500)
+        teams.create(
+            teams.a, "lo", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE, priority_class=low
+        )
+        teams.wait(teams.a, "lo", "Running")
+        lo_node = (teams.get(teams.a, "lo") or {})["spec"]["nodeName"]
+        _grow_job(cluster, teams.a, {**PREEMPTIBLE, **CAN_PREEMPT}, priority_class=high)
+
+        def refused() -> list[str] | None:
+            waiting = _waiting_pod(cluster, teams.a)
+            if waiting is None:
+                return None
+            reasons = muster_and_evictor.postfilter_reasons(teams.a, waiting)
+            wanted = f"would take quota {teams.a} past its min"
+            return [r for r in reasons if "at least the minimum of 2" in r and wanted in r] or None
+
+        lc.wait_until(refused, timeout=60, what="the growth refused")
+        lo = teams.get(teams.a, "lo")
+        assert lo is not None and not lo["metadata"].get("deletionTimestamp")
+        assert SOFT_EVICTION not in lo["metadata"].get("labels", {})
+        assert teams.events(teams.a, "Preempted") == []
+        cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.a}/pods/lo")
+        lc.wait_until(lambda: running(cluster, teams.a, "grow", 3), timeout=90, what="three pods")
+        nodes = {p["spec"]["nodeName"] for p in cluster.job_pods(teams.a, "grow")}
+        assert lo_node in nodes
+    finally:
+        teams.cleanup()
+
+
+def test_within_its_quotas_min_an_elastic_job_reclaims_for_its_pods(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811 (the fixture imported above)
+) -> None:
+    # The same job where its quota's min covers it: team A (min 24: the whole cluster),
+    # team B (min 0) borrowing a node with b-0.  Derived from the rule: grow runs its
+    # minimum (2), but A is below its min and stays within it with the third pod (16 + 8
+    # ≤ 24), so that pod reclaims A's guarantee as any pod: b-0 is marked and goes, and
+    # the third pod binds to its node.
     for i in range(3):
         cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
     teams = Teams(
@@ -139,44 +219,12 @@ def test_an_elastic_job_running_its_minimum_grows_into_free_room_only(
         teams.create(teams.b, "b-0", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE)
         teams.wait(teams.b, "b-0", "Running")
         b0_node = (teams.get(teams.b, "b-0") or {})["spec"]["nodeName"]
-        template = make_pod(
-            "grow",
-            requests={"cpu": "4", GPU: 8},
-            labels={**TRAINER, GANG_LABEL: "grow"},
-            annotations={MIN_AVAILABLE: "2"},
-        )
-        submit(
-            cluster,
-            teams.a,
-            make_job("grow", template, parallelism=2, completions=3, run_seconds=300),
-        )
-        lc.wait_until(lambda: running(cluster, teams.a, "grow", 2), timeout=90, what="two pods")
-        cluster.rest.request(
-            "PATCH",
-            f"/apis/batch/v1/namespaces/{teams.a}/jobs/grow",
-            {"spec": {"parallelism": 3}},
-            content_type="application/merge-patch+json",
-        )
-
-        def refused() -> list[str] | None:
-            waiting = [
-                p["metadata"]["name"]
-                for p in cluster.job_pods(teams.a, "grow")
-                if not p["spec"].get("nodeName")
-            ]
-            if len(waiting) != 1:
-                return None
-            reasons = muster_and_evictor.postfilter_reasons(teams.a, waiting[0])
-            return [r for r in reasons if "at least the minimum of 2 it declares" in r] or None
-
-        lc.wait_until(refused, timeout=60, what="the growth refused")
-        b0 = teams.get(teams.b, "b-0")
-        assert b0 is not None and not b0["metadata"].get("deletionTimestamp")
-        assert "scheduling.koordinator.sh/soft-eviction" not in b0["metadata"].get("labels", {})
-        assert teams.events(teams.b, "Preempted") == []
-        cluster.rest.request("DELETE", f"/api/v1/namespaces/{teams.b}/pods/b-0")
+        _grow_job(cluster, teams.a, TRAINER)
         lc.wait_until(lambda: running(cluster, teams.a, "grow", 3), timeout=90, what="three pods")
         nodes = {p["spec"]["nodeName"] for p in cluster.job_pods(teams.a, "grow")}
         assert b0_node in nodes
+        assert teams.get(teams.b, "b-0") is None or SOFT_EVICTION in (
+            (teams.get(teams.b, "b-0") or {})["metadata"].get("labels", {})
+        )
     finally:
         teams.cleanup()

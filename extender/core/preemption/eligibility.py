@@ -19,7 +19,7 @@ from extender.core.placement.demand import JobDemand
 from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
-from quota.admission import unevictable_failures
+from quota.admission import unevictable_failures, would_borrow
 
 
 def ineligibility(
@@ -58,7 +58,7 @@ def ineligibility(
     if missing:
         needed = state.declarations.min_available(job)
         return [f"only {needed - missing} of the job's min-available {needed} pods exist yet"]
-    growing = running_its_minimum(state, job)
+    growing = running_its_minimum(state, demand, ledger)
     if growing is not None:
         return [growing]
     unsupported = sorted({c for pod in demand.unplaced for c in pod.unsupported})
@@ -72,21 +72,28 @@ def ineligibility(
     return unevictable_failures(ledger, demand.quota, demand.np_request)
 
 
-def running_its_minimum(state: ClusterState, job: str) -> str | None:
+def running_its_minimum(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> str | None:
     """Why an elastic job evicts no one for more pods, or ``None``: it declares a minimum
     (PodGroup ``minMember``, the min-available annotation) and runs at least that many
     pods, using all of its PodGroup's ``minResources`` if it declares them, so it is
-    running; the pods above its minimum wait for free room, as the pods an elastic victim
-    shed do (a job that shrank for a preemptor never takes the room straight back)."""
+    running; and its other pods would take its quota past its ``min`` (on the plan's
+    settled ``ledger``).  Those pods wait for free room, as the pods an elastic victim
+    shed do: a job that shrank for a preemptor never takes the room straight back.
+    Within its quota's ``min`` it reclaims for them as any job: that room is its
+    quota's guarantee."""
+    job = demand.job
     declared = state.declarations.declared_min_available(job)
     if declared is None or state.min_resources.held(job) is not None:
         return None  # no minimum, or its PodGroup's minResources is not yet in use
     running = bound_count(state, job)
     if running < declared:
         return None
+    if not would_borrow(ledger, demand.quota, demand.request, demand.asks):
+        return None
     return (
-        f"the job runs {running} pods, at least the minimum of {declared} it declares: "
-        "its other pods wait for free room, and no one is evicted for them"
+        f"the job runs {running} pods, at least the minimum of {declared} it declares, and "
+        f"its other pods would take quota {demand.quota} past its min: they wait for free "
+        "room, and no one is evicted for them"
     )
 
 
