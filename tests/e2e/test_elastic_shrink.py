@@ -45,6 +45,18 @@ SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 CAN_PREEMPT = {"quota.scheduling.koordinator.sh/can-preempt": "true"}
 
 
+def _gpu_teams(cluster: Cluster, *, nodes: int, a_min: int, a_max: int, b_max: int) -> Teams:
+    """``nodes`` 8-GPU nodes; team A's quota of ``a_min``..``a_max`` GPUs, team B's of
+    0..``b_max``."""
+    for i in range(nodes):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    return Teams(
+        cluster,
+        {"min": {GPU: str(a_min)}, "max": {GPU: str(a_max)}},
+        {"min": {GPU: "0"}, "max": {GPU: str(b_max)}},
+    )
+
+
 def elastic_job() -> dict[str, Any]:
     template = make_pod(
         "elastic",
@@ -76,11 +88,7 @@ def test_an_elastic_job_shrinks_to_its_minimum_and_grows_back(
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811 (the fixture imported above)
 ) -> None:
-    for i in range(8):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "32"}, "max": {GPU: "64"}}, {"min": {GPU: "0"}, "max": {GPU: "64"}}
-    )
+    teams = _gpu_teams(cluster, nodes=8, a_min=32, a_max=64, b_max=64)
     try:
         submit(cluster, teams.b, elastic_job())
         before = lc.wait_until(
@@ -165,11 +173,7 @@ def test_an_elastic_job_running_its_minimum_grows_into_free_room_only(
     # minimum and the pod would keep A past its min (24 > 8), so it evicts no one: Muster
     # refuses to plan for it, saying why, and lo runs on.  Once lo is deleted, the third
     # pod binds to its node: the job grew into free room.
-    for i in range(3):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "8"}, "max": {GPU: "24"}}, {"min": {GPU: "0"}, "max": {GPU: "24"}}
-    )
+    teams = _gpu_teams(cluster, nodes=3, a_min=8, a_max=24, b_max=24)
     try:
         low = _priority_class(cluster, teams.a, 10)
         high = _priority_class(cluster, teams.a, 500)
@@ -210,11 +214,7 @@ def test_within_its_quotas_min_an_elastic_job_reclaims_for_its_pods(
     # minimum (2), but A is below its min and stays within it with the third pod (16 + 8
     # ≤ 24), so that pod reclaims A's guarantee as any pod: b-0 is marked and goes, and
     # the third pod binds to its node.
-    for i in range(3):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "24"}, "max": {GPU: "24"}}, {"min": {GPU: "0"}, "max": {GPU: "24"}}
-    )
+    teams = _gpu_teams(cluster, nodes=3, a_min=24, a_max=24, b_max=24)
     try:
         teams.create(teams.b, "b-0", requests={"cpu": "4", GPU: 8}, labels=PREEMPTIBLE)
         teams.wait(teams.b, "b-0", "Running")
