@@ -223,8 +223,7 @@ def test_within_its_quotas_min_an_elastic_job_reclaims_for_its_pods(
         lc.wait_until(lambda: running(cluster, teams.a, "grow", 3), timeout=90, what="three pods")
         nodes = {p["spec"]["nodeName"] for p in cluster.job_pods(teams.a, "grow")}
         assert b0_node in nodes
-        assert teams.get(teams.b, "b-0") is None or SOFT_EVICTION in (
-            (teams.get(teams.b, "b-0") or {})["metadata"].get("labels", {})
-        )
+        b0 = teams.get(teams.b, "b-0")
+        assert b0 is None or SOFT_EVICTION in b0["metadata"].get("labels", {})
     finally:
         teams.cleanup()

@@ -50,8 +50,8 @@ def cluster(minimum: str | None, running: int, *, team_a_min: int = 24) -> Clust
             )
         )
     owner = "team-b" if team_a_min == 24 else "team-a"
-    others = ["b"] + (["c"] if running == 1 else [])
-    for name, where in zip(others, ["n3", "n2"][: len(others)], strict=True):
+    holders = [("b", "n3")] + ([("c", "n2")] if running == 1 else [])
+    for name, where in holders:
         pods.append(
             pod(
                 name,
