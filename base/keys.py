@@ -75,6 +75,10 @@ MIN_RUNTIME_ANNOTATION = "muster.dev/min-runtime-seconds"
 #: this many seconds, doubled for each time it was taken back (the argument
 #: reborrowBackoffSeconds otherwise).
 REBORROW_BACKOFF_ANNOTATION = "muster.dev/reborrow-backoff-seconds"
+#: On a quota: for this many seconds after its newest pod was created, the part of its
+#: ``min`` it does not use is lent only to jobs that save checkpoints (the argument
+#: guaranteeReserveSeconds otherwise; 0: lent to any borrower).
+GUARANTEE_RESERVE_ANNOTATION = "muster.dev/guarantee-reserve-seconds"
 #: On a pod (its job's template): how long, once marked as a victim, it may take to save
 #: its work and exit before it is evicted; capped by its quota's
 #: ``muster.dev/max-preemption-notice-seconds``, else the argument

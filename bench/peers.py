@@ -4,6 +4,7 @@ the peers' own schedulers, each on its own fresh local control plane, and one ta
     python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
         [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
         [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--reborrow-backoff 0]
+        [--guarantee-reserve 0]
         [--max-notice 60]
         [--json peers.json]
         [--add-to peers.json] [--markdown] [--workdir DIR] [--weights 1,1,2,4]
@@ -223,6 +224,8 @@ class QuotaSettings:
     min_runtime: float = 0.0
     #: ``muster.dev/reborrow-backoff-seconds`` (0: none, Muster's default).
     reborrow_backoff: float = 0.0
+    #: ``muster.dev/guarantee-reserve-seconds`` (0: none, Muster's default).
+    guarantee_reserve: float = 0.0
 
     def annotations(self) -> dict[str, str]:
         settings = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: f"{self.max_notice:g}"}
@@ -230,6 +233,8 @@ class QuotaSettings:
             settings[keys.MIN_RUNTIME_ANNOTATION] = f"{self.min_runtime:g}"
         if self.reborrow_backoff > 0:
             settings[keys.REBORROW_BACKOFF_ANNOTATION] = f"{self.reborrow_backoff:g}"
+        if self.guarantee_reserve > 0:
+            settings[keys.GUARANTEE_RESERVE_ANNOTATION] = f"{self.guarantee_reserve:g}"
         return settings
 
     def recorded(self) -> Json:
@@ -240,6 +245,8 @@ class QuotaSettings:
             found["max_notice_seconds"] = self.max_notice
         if self.reborrow_backoff > 0:
             found["reborrow_backoff_seconds"] = self.reborrow_backoff
+        if self.guarantee_reserve > 0:
+            found["guarantee_reserve_seconds"] = self.guarantee_reserve
         return found
 
 
@@ -827,6 +834,14 @@ def main(argv: list[str] | None = None) -> int:
         "(default 0: none, Muster's default)",
     )
     parser.add_argument(
+        "--guarantee-reserve",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the teams' quotas' muster.dev/guarantee-reserve-seconds, read by Muster alone "
+        "(default 0: none, Muster's default)",
+    )
+    parser.add_argument(
         "--muster-prioritize",
         choices=PRIORITIZE_CHOICES,
         default="off",
@@ -907,6 +922,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag, value in (
         ("--min-runtime", options.min_runtime),
         ("--reborrow-backoff", options.reborrow_backoff),
+        ("--guarantee-reserve", options.guarantee_reserve),
         ("--max-notice", options.max_notice),
     ):
         if not 0 <= value < float("inf"):
@@ -915,6 +931,7 @@ def main(argv: list[str] | None = None) -> int:
         max_notice=options.max_notice,
         min_runtime=options.min_runtime,
         reborrow_backoff=options.reborrow_backoff,
+        guarantee_reserve=options.guarantee_reserve,
     )
     if options.no_trace and not options.throughput_pods:
         parser.error("--no-trace with --throughput-pods 0 measures nothing")

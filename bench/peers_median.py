@@ -53,6 +53,7 @@ SETTINGS = (
     "weights",
     "min_runtime_seconds",
     "reborrow_backoff_seconds",
+    "guarantee_reserve_seconds",
     "max_notice_seconds",
     "muster_prioritize",
     "muster_fair_sharing",

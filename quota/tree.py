@@ -69,6 +69,9 @@ class QuotaPolicy:
     #: Its jobs taken back by another quota wait this long (doubled per time) before they
     #: borrow again; ``None``: the ``reborrowBackoffSeconds`` argument decides.
     reborrow_backoff_seconds: float | None = None
+    #: For this long after its newest pod was created, its unused ``min`` is lent only to
+    #: jobs that save checkpoints; ``None``: the ``guaranteeReserveSeconds`` argument.
+    guarantee_reserve_seconds: float | None = None
     #: The longest notice its pods may declare before they are evicted; ``None``: the
     #: ``maxPreemptionNoticeSeconds`` argument decides.
     max_preemption_notice_seconds: float | None = None
@@ -188,6 +191,7 @@ def parse_policy(annotations: Mapping[str, str]) -> QuotaPolicy:
         stop_policy=_enum(annotations, keys.STOP_POLICY_ANNOTATION, StopPolicy.NONE),
         min_runtime_seconds=_seconds(annotations, keys.MIN_RUNTIME_ANNOTATION),
         reborrow_backoff_seconds=_seconds(annotations, keys.REBORROW_BACKOFF_ANNOTATION),
+        guarantee_reserve_seconds=_seconds(annotations, keys.GUARANTEE_RESERVE_ANNOTATION),
         max_preemption_notice_seconds=_seconds(annotations, keys.MAX_PREEMPTION_NOTICE_ANNOTATION),
         fair_sharing_weight=_weight(annotations),
         starvation_seconds=_seconds(annotations, keys.STARVATION_ANNOTATION),

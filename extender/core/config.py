@@ -68,6 +68,11 @@ class MusterArgs(BaseModel):
     #: ``backoffMaxSeconds``: within its quota's ``min`` it is admitted as ever.  A
     #: quota's ``muster.dev/reborrow-backoff-seconds`` sets its own jobs' (0: none).
     reborrow_backoff_seconds: float = Field(0.0, alias="reborrowBackoffSeconds", ge=0)
+    #: For this long after a quota's newest pod was created, the part of its ``min`` it
+    #: does not use is lent only to jobs that save checkpoints: a job that saves nothing
+    #: does not borrow room the quota is likely to take back; a quota's
+    #: ``muster.dev/guarantee-reserve-seconds`` sets its own (0: lent to any borrower).
+    guarantee_reserve_seconds: float = Field(0.0, alias="guaranteeReserveSeconds", ge=0)
     #: The longest notice a victim's pods may declare (``muster.dev/preemption-notice-seconds``)
     #: between their mark and their eviction, to save their work; a quota's
     #: ``muster.dev/max-preemption-notice-seconds`` sets its own (0: no notice).

@@ -18,7 +18,7 @@ from base import keys
 from base.errors import ManifestError
 from base.fields import mapping, mappings, object_name, string, string_map
 from base.resources import parse_resource_list, pod_requests
-from base.times import claimed_time, parse_time
+from base.times import claimed_time, parse_time, seconds
 from extender.core.constraints import (
     NodeSelectorTerm,
     Taint,
@@ -135,6 +135,12 @@ class PodInfo:
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def checkpoint_interval(self) -> float | None:
+        """How often its job says it saves (``muster.dev/checkpoint-interval-seconds``,
+        seconds from its start); ``None`` when it declares no interval (or 0)."""
+        return seconds(self.annotations.get(keys.CHECKPOINT_INTERVAL_ANNOTATION)) or None
 
     @property
     def departing(self) -> bool:

@@ -39,6 +39,7 @@ from collections.abc import Collection, Mapping
 from extender.core.gangsize import gang_size, live_pods
 from extender.core.placement.demand import AdmissionWait, JobDemand, borrowed_resources, job_demand
 from extender.core.placement.reborrow import in_reborrow_backoff, reborrow_wait
+from extender.core.placement.reserve import reserve_wait
 from extender.core.placement.shapes import eligible_nodes, fits_when_empty
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
@@ -55,10 +56,13 @@ def borrowing_wait(
     nodes: Collection[str] | None = None,
 ) -> AdmissionWait | None:
     """Why ``demand``'s job, admitted by its quota, may not borrow now: its reborrow
-    backoff (:mod:`~extender.core.placement.reborrow`), else fair sharing
-    (:func:`fair_share_wait`); ``None`` if neither holds it back."""
-    return reborrow_wait(state, demand, now, ledger) or fair_share_wait(
-        state, demand, now, ledger, nodes
+    backoff (:mod:`~extender.core.placement.reborrow`), else the guarantee reserve
+    (:mod:`~extender.core.placement.reserve`), else fair sharing (:func:`fair_share_wait`);
+    ``None`` if none holds it back."""
+    return (
+        reborrow_wait(state, demand, now, ledger)
+        or reserve_wait(state, demand, now, ledger)
+        or fair_share_wait(state, demand, now, ledger, nodes)
     )
 
 
@@ -156,6 +160,8 @@ def _waiting_job(
             continue
         if in_reborrow_backoff(state, job, other, now) and borrowed_resources(ledger, demand):
             continue  # it may not borrow yet: the room would not be its
+        if reserve_wait(state, demand, now, ledger) is not None:
+            continue  # the room is reserved for a guarantee, not for it
         theirs = share_after(ledger, other, capacity, demand.request)
         if theirs < mine and could_run(state, demand, nodes):
             found = (other, job, theirs, newest + wait)

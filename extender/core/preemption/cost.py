@@ -17,9 +17,7 @@ import math
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from base import keys
 from base.resources import parse_quantity
-from base.times import seconds
 from extender.core.notice import notice_cap, notice_seconds
 from extender.core.objects import PodInfo
 from extender.core.placement.score import COMMON_RESOURCES
@@ -41,7 +39,7 @@ def last_save(pod: PodInfo, now: float) -> float:
     (:attr:`PodInfo.work_started`), or its last save at its declared interval, whichever
     is later, and never after ``now``."""
     began = pod.work_started
-    interval = _interval(pod)
+    interval = pod.checkpoint_interval
     if interval is not None and now > pod.start_or_created:
         start = pod.start_or_created
         began = max(began, start + math.floor((now - start) / interval) * interval)
@@ -52,7 +50,7 @@ def next_save(pod: PodInfo, now: float) -> float | None:
     """When ``pod`` next saves after ``now`` by the interval it declares
     (``muster.dev/checkpoint-interval-seconds``, counted from its start), or ``None``
     when it declares none."""
-    interval = _interval(pod)
+    interval = pod.checkpoint_interval
     if interval is None:
         return None
     start = pod.start_or_created
@@ -109,6 +107,3 @@ def lost_work(pods: Iterable[PodInfo], now: float) -> LostWork:
             plain += seconds
     return LostWork(accelerators, plain)
 
-
-def _interval(pod: PodInfo) -> float | None:
-    return seconds(pod.annotations.get(keys.CHECKPOINT_INTERVAL_ANNOTATION)) or None

@@ -30,6 +30,9 @@ class QuotaMembership:
         #: UIDs of pods admitted preemptible whose label now says otherwise: they stay
         #: preemptible (a tenant cannot protect borrowed room by relabelling a running pod).
         self._kept_preemptible: set[str] = set()
+        #: Quota → the newest creation time of a pod counted in it (its last arrival:
+        #: ``creationTimestamp``, which the API server writes, not the tenant).
+        self._newest: dict[str, float] = {}
 
     def assign(self, pod: PodInfo, tree: QuotaTree) -> str:
         """Record and return the quota ``pod`` counts in (its namespace's when its label's
@@ -40,7 +43,13 @@ class QuotaMembership:
             self._refused[pod.key] = error.reason
             quota = tree.quota_for(pod.namespace, None)
         self._charged[pod.key] = quota
+        if pod.created > self._newest.get(quota, float("-inf")):
+            self._newest[quota] = pod.created
         return quota
+
+    def newest_pod(self, quota: str) -> float | None:
+        """When the newest pod counted in ``quota`` was created (``None``: none yet)."""
+        return self._newest.get(quota)
 
     def unassign(self, key: str) -> str:
         """Forget the pod keyed ``key``; return the quota it counted in."""

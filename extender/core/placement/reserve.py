@@ -1,0 +1,122 @@
+"""The guarantee reserve: a quota's unused ``min`` is not lent to work that saves nothing
+while the quota is likely to take it back.
+
+Lending idle guaranteed room is what keeps GPUs busy, and taking it back is what keeps the
+guarantee: a borrower is evicted when the owner's next job comes.  A borrower that saves
+checkpoints loses little then (its notice runs to its next save); one that saves nothing
+loses everything it did, and is restarted, borrows the next room that frees and is taken
+back again.  On the head-to-head's trace that loop is most of the work Muster loses
+(docs/benchmarks.md).  So, with ``guaranteeReserveSeconds`` (or an owner quota's
+``muster.dev/guarantee-reserve-seconds``), the part of a quota's ``min`` it does not use
+is held back from borrowers that declare no checkpoint interval
+(``muster.dev/checkpoint-interval-seconds``) for that long after the quota's newest pod
+was created: a team that submitted lately is likely to submit again.  A job that saves,
+and any job within its own quota's ``min``, borrows as ever; a team quiet for longer
+lends to anyone.
+
+The rule, per resource the job would borrow: the cluster's free room (its capacity less
+what every quota uses, reservations and holds included) less the job's request must stay
+at least what the *active* quotas (other top-level quotas within the reserve's seconds of
+their newest pod) are owed, their ``min`` less their use.  Read on the ledger given (the
+planner's settled view: victims on their way out count as gone), so the planner makes no
+plan for a job the reserve holds back.  Whom it trusts: a pod's creation time is the API
+server's; a tenant creating pods only keeps its own ``min`` reserved, which it is
+guaranteed anyway; a tenant that declares an interval it does not keep borrows, and
+loses its own work when taken back (its notice is capped by its quota's).
+"""
+
+from __future__ import annotations
+
+from base.resources import format_resources
+from base.times import format_time
+from extender.core.placement.demand import AdmissionWait, JobDemand, borrowed_resources
+from extender.core.state import ClusterState
+from quota.accounting import QuotaLedger
+
+
+def reserve_seconds(state: ClusterState, quota: str) -> float:
+    """How long after its newest pod ``quota``'s unused ``min`` is reserved: its
+    ``muster.dev/guarantee-reserve-seconds``, else the ``guaranteeReserveSeconds``
+    argument (0: not reserved)."""
+    spec = state.tree.specs.get(quota)
+    own = spec.policy.guarantee_reserve_seconds if spec is not None else None
+    return state.args.guarantee_reserve_seconds if own is None else own
+
+
+def saves_its_work(demand: JobDemand) -> bool:
+    """Does the job declare a checkpoint interval on its pods waiting to run?"""
+    return any(pod.checkpoint_interval is not None for pod in demand.unplaced)
+
+
+def reserve_wait(
+    state: ClusterState, demand: JobDemand, now: float, ledger: QuotaLedger | None = None
+) -> AdmissionWait | None:
+    """Why ``demand``'s job may not borrow the free room now, or ``None``: it saves
+    nothing, and what it would borrow would leave less free room than the active quotas
+    are owed (judged on ``ledger``, the live one by default)."""
+    ledger = ledger or state.ledger
+    borrowed = borrowed_resources(ledger, demand)
+    if not borrowed or saves_its_work(demand):
+        return None
+    active = _active_owners(state, ledger, demand.quota, now, borrowed)
+    if not active:
+        return None
+    owed: dict[str, int] = {}
+    for quota, _ in active:
+        spec, use = ledger.tree[quota], ledger[quota].subtree_used
+        for name in borrowed:
+            owed[name] = owed.get(name, 0) + max(0, spec.min.get(name, 0) - use.get(name, 0))
+    free = _free(state, ledger)
+    short = {
+        name: owed[name]
+        for name in sorted(borrowed)
+        if free.get(name, 0) - demand.request.get(name, 0) < owed[name]
+    }
+    if not short:
+        return None
+    until = min(last for _, last in active)
+    names = f"quota{'s' if len(active) > 1 else ''} " + ", ".join(q for q, _ in active)
+    amounts = ", ".join(f"{q} {name}" for name, q in format_resources(short).items())
+    reason = (
+        f"quota {demand.quota}: job {demand.job} saves no checkpoint, and the room it would "
+        f"borrow is owed to {names} ({amounts} of their min unused, their "
+        f"newest pods created lately); it is lent to jobs that save until "
+        f"{format_time(until)} (guaranteeReserveSeconds)"
+    )
+    return AdmissionWait(reason, until)
+
+
+def _active_owners(
+    state: ClusterState, ledger: QuotaLedger, asking: str, now: float, borrowed: frozenset[str]
+) -> list[tuple[str, float]]:
+    """The top-level quotas other than ``asking``'s whose reserve runs at ``now`` and that
+    are owed some of ``borrowed``: ``(quota, when its reserve ends)``, by name."""
+    tree = ledger.tree
+    mine = tree.root(asking)
+    newest: dict[str, float] = {}
+    for quota in tree.specs:
+        created = state.membership.newest_pod(quota)
+        root = tree.root(quota)
+        if created is not None and root != mine and created > newest.get(root, float("-inf")):
+            newest[root] = created
+    active = []
+    for root, created in sorted(newest.items()):
+        until = created + reserve_seconds(state, root)
+        spec, use = tree[root], ledger[root].subtree_used
+        owed = any(spec.min.get(name, 0) > use.get(name, 0) for name in borrowed)
+        if now < until and owed:
+            active.append((root, until))
+    return active
+
+
+def _free(state: ClusterState, ledger: QuotaLedger) -> dict[str, int]:
+    """The cluster's capacity less what its quotas use (each pod counts in one quota, so
+    the top-level quotas' subtree use is everything used)."""
+    free = dict(state.capacity())
+    tree = ledger.tree
+    for quota in tree.specs:
+        if tree.root(quota) != quota:
+            continue
+        for name, amount in ledger[quota].subtree_used.items():
+            free[name] = free.get(name, 0) - amount
+    return free

@@ -1,0 +1,136 @@
+"""The guarantee reserve: a quota's unused ``min`` is not lent to a job that saves nothing
+while the quota submitted lately (issue 34: fewer never-saving borrowers taken back).
+Expected results are derived by hand from the rule (docs/quotas-and-preemption.md,
+"Guarantee reserve") in each test's comment.
+
+The cluster: n1, n2, n3 of 8 GPUs (24).  team-a: min 8, max 24, runs a-0 (8 GPUs) on n1,
+its whole min.  team-b: min 16, max 24; its b-0 (8 GPUs, created at noon) runs on n2, so 8
+of its min are unused, and n3 is free.  team-a's a-more (8 GPUs) would borrow n3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from base import keys
+from extender.core.config import MusterArgs
+from extender.core.filter.verb import filter_pod
+from extender.core.objects import parse_pod
+from extender.core.preemption.planner import Refusal, plan_job_preemption
+from extender.core.state import ClusterState
+from tests.builders import node, pod, quota, snapshot
+
+GPU = "nvidia.com/gpu"
+NOON = 1_767_268_800.0  # 2026-01-01T12:00:00Z
+SAVES = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
+
+
+def cluster(
+    *,
+    argument: float = 60.0,
+    annotation: str | None = None,
+    more: dict[str, Any] | None = None,
+    b_0: dict[str, Any] | None = None,
+) -> ClusterState:
+    notes = {keys.GUARANTEE_RESERVE_ANNOTATION: annotation} if annotation is not None else {}
+    return snapshot(
+        [node("n1", gpu=8), node("n2", gpu=8), node("n3", gpu=8)],
+        [
+            pod("a-0", "team-a", gpu=8, node="n1", preemptible=True),
+            b_0 or pod("b-0", "team-b", gpu=8, node="n2", created="2026-01-01T12:00:00Z"),
+            more or pod("a-more", "team-a", gpu=8, preemptible=True),
+        ],
+        [
+            quota("team-a", min={GPU: "8"}, max={GPU: "24"}),
+            quota("team-b", min={GPU: "16"}, max={GPU: "24"}, annotations=notes),
+        ],
+        MusterArgs(guaranteeReserveSeconds=argument),
+    )
+
+
+def quota_failures(state: ClusterState, key: str, now: float) -> tuple[str, ...]:
+    result = filter_pod(state, state.pods[key], ["n3"], as_extender=True, now=now)
+    return result.quota_failures
+
+
+def test_a_job_that_saves_nothing_does_not_borrow_a_guarantee_owed_lately() -> None:
+    # 10 s after b-0 was created (within 60 s): free 8 GPUs (n3) less a-more's 8 leaves 0,
+    # below the 8 team-b is owed (16 - 8): a-more, which declares no checkpoint, waits.
+    state = cluster()
+    failures = quota_failures(state, "team-a/a-more", NOON + 10)
+    assert len(failures) == 1
+    assert "owed to quota team-b" in failures[0] and "guaranteeReserveSeconds" in failures[0]
+    assert "(8 nvidia.com/gpu of their min unused" in failures[0]
+
+
+def test_the_reserve_ends_its_seconds_after_the_owners_newest_pod() -> None:
+    # b-0 created at noon, 60 s reserve: at 12:01:00 team-b is quiet, n3 is lent.
+    state = cluster()
+    assert quota_failures(state, "team-a/a-more", NOON + 59) != ()
+    assert quota_failures(state, "team-a/a-more", NOON + 60) == ()
+
+
+def test_a_job_that_saves_checkpoints_borrows_as_ever() -> None:
+    # a-more declares a 30 s checkpoint interval: taken back, it loses at most 30 s.
+    more = pod("a-more", "team-a", gpu=8, preemptible=True, annotations=SAVES)
+    assert quota_failures(cluster(more=more), "team-a/a-more", NOON + 10) == ()
+
+
+def test_without_the_argument_or_annotation_anyone_borrows() -> None:
+    assert quota_failures(cluster(argument=0), "team-a/a-more", NOON + 10) == ()
+
+
+def test_the_owners_annotation_wins_over_the_argument() -> None:
+    # Argument off, team-b's annotation 30 s: reserved at +10 s, not at +30 s.
+    state = cluster(argument=0, annotation="30")
+    assert quota_failures(state, "team-a/a-more", NOON + 10) != ()
+    assert quota_failures(state, "team-a/a-more", NOON + 30) == ()
+    # Argument 60 s, annotation 0: team-b lends to anyone.
+    assert quota_failures(cluster(annotation="0"), "team-a/a-more", NOON + 10) == ()
+
+
+def test_free_room_beyond_what_is_owed_is_lent() -> None:
+    # team-b's min is 8 here, all of it used by b-0: it is owed nothing, so n3 is free
+    # beyond what is owed.
+    state = snapshot(
+        [node("n1", gpu=8), node("n2", gpu=8), node("n3", gpu=8)],
+        [
+            pod("a-0", "team-a", gpu=8, node="n1", preemptible=True),
+            pod("b-0", "team-b", gpu=8, node="n2", created="2026-01-01T12:00:00Z"),
+            pod("a-more", "team-a", gpu=8, preemptible=True),
+        ],
+        [
+            quota("team-a", min={GPU: "8"}, max={GPU: "24"}),
+            quota("team-b", min={GPU: "8"}, max={GPU: "24"}),
+        ],
+        MusterArgs(guaranteeReserveSeconds=60),
+    )
+    # team-b uses its min of 8: owed 0; free 8 - 8 = 0 >= 0: a-more borrows n3.
+    assert quota_failures(state, "team-a/a-more", NOON + 10) == ()
+
+
+def test_within_its_own_min_a_job_is_admitted_whatever_the_reserve() -> None:
+    # a-0 is gone: a-more takes team-a to 8 of its min of 8, it borrows nothing.
+    state = cluster()
+    state.remove_pod("team-a/a-0", NOON)
+    assert quota_failures(state, "team-a/a-more", NOON + 10) == ()
+
+
+def test_the_planner_makes_no_borrowing_plan_for_a_job_the_reserve_holds_back() -> None:
+    # The planner asks the same rule before it searches: no plan, the reserve's reason.
+    more = pod("a-more", "team-a", gpu=8, preemptible=True, can_preempt=True)
+    state = cluster(more=more)
+    refusal = plan_job_preemption(state, "team-a/a-more", NOON + 10)
+    assert isinstance(refusal, Refusal)
+    assert any("guaranteeReserveSeconds" in reason for reason in refusal.reasons)
+
+
+def test_a_newer_pod_of_the_owner_renews_the_reserve() -> None:
+    # team-b's b-1 created at 12:00:50 (pending, asking for 24 GPUs: it fits no node, but
+    # it is an arrival): the reserve runs to 12:01:50.
+    state = cluster()
+    state.upsert_pod(
+        parse_pod(pod("b-1", "team-b", gpu=24, created="2026-01-01T12:00:50Z")), NOON + 50
+    )
+    assert quota_failures(state, "team-a/a-more", NOON + 100) != ()
+    assert quota_failures(state, "team-a/a-more", NOON + 110) == ()
