@@ -140,20 +140,24 @@ def test_the_quota_settings_muster_alone_reads_are_annotations_and_recorded_when
     default = _quota_object("team-a", 8, 32, 4, 4)["metadata"]["annotations"]
     assert default == {"muster.dev/max-preemption-notice-seconds": "60"}
     assert QuotaSettings().recorded() == {"min_runtime_seconds": 0.0}
-    chosen = QuotaSettings(max_notice=0, min_runtime=30, reborrow_backoff=15)
+    chosen = QuotaSettings(max_notice=0, min_runtime=30, reborrow_backoff=15, guarantee_reserve=45)
     assert _quota_object("team-a", 8, 32, 4, 4, chosen)["metadata"]["annotations"] == {
         "muster.dev/max-preemption-notice-seconds": "0",
         "muster.dev/min-runtime-seconds": "30",
         "muster.dev/reborrow-backoff-seconds": "15",
+        "muster.dev/guarantee-reserve-seconds": "45",
     }
     assert chosen.recorded() == {
         "min_runtime_seconds": 30,
         "max_notice_seconds": 0,
         "reborrow_backoff_seconds": 15,
+        "guarantee_reserve_seconds": 45,
     }
 
 
-@pytest.mark.parametrize("flag", ["--max-notice", "--min-runtime", "--reborrow-backoff"])
+@pytest.mark.parametrize(
+    "flag", ["--max-notice", "--min-runtime", "--reborrow-backoff", "--guarantee-reserve"]
+)
 def test_a_negative_quota_setting_is_refused_naming_the_flag(
     flag: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

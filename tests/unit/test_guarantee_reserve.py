@@ -14,6 +14,7 @@ from typing import Any
 
 from base import keys
 from extender.core.config import MusterArgs
+from extender.core.filter.starvation import starving_holds
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import Refusal, plan_job_preemption
@@ -60,7 +61,7 @@ def test_a_job_that_saves_nothing_does_not_borrow_a_guarantee_owed_lately() -> N
     failures = quota_failures(state, "team-a/a-more", NOON + 10)
     assert len(failures) == 1
     assert "owed to quota team-b" in failures[0] and "guaranteeReserveSeconds" in failures[0]
-    assert "(8 nvidia.com/gpu of their min unused" in failures[0]
+    assert "(8 nvidia.com/gpu of min unused" in failures[0]
 
 
 def test_the_reserve_ends_its_seconds_after_the_owners_newest_pod() -> None:
@@ -134,3 +135,18 @@ def test_a_newer_pod_of_the_owner_renews_the_reserve() -> None:
     )
     assert quota_failures(state, "team-a/a-more", NOON + 100) != ()
     assert quota_failures(state, "team-a/a-more", NOON + 110) == ()
+
+
+def test_a_job_the_reserve_holds_back_holds_no_room_as_starving() -> None:
+    # starvationSeconds 5: a-more (created 11:59:00) starves from 11:59:05.  Without the
+    # reserve it holds room at 12:00:10; with it, the room it would borrow is team-b's
+    # until 12:01:00, so room held for it would stand idle: none, until the reserve ends.
+    def holds(reserve: float, at: float) -> list[str]:
+        more = pod("a-more", "team-a", gpu=8, preemptible=True, created="2026-01-01T11:59:00Z")
+        state = cluster(argument=reserve, more=more)
+        state.args = state.args.model_copy(update={"starvation_seconds": 5.0})
+        return [hold.job for hold in starving_holds(state, at)]
+
+    assert holds(0, NOON + 10) == ["team-a/a-more"]
+    assert holds(60, NOON + 10) == []
+    assert holds(60, NOON + 61) == ["team-a/a-more"]

@@ -53,6 +53,7 @@ from extender.core.objects import PodInfo
 from extender.core.placement.demand import job_demand
 from extender.core.placement.nodefit import static_misfit
 from extender.core.placement.reborrow import in_reborrow_backoff
+from extender.core.placement.reserve import reserve_wait
 from extender.core.state import ClusterState
 from quota.admission import job_admission_failures, would_borrow
 from quota.tree import QuotaMembershipError
@@ -163,6 +164,8 @@ def _starving(state: ClusterState, job: str, now: float) -> tuple[Hold, list[Pod
     borrows = would_borrow(state.ledger, demand.quota, demand.request, demand.asks)
     if borrows and in_reborrow_backoff(state, job, demand.quota, now):
         return None  # it may not borrow yet: room held for it would stand idle
+    if borrows and reserve_wait(state, demand, now) is not None:
+        return None  # the room it would borrow is reserved for a guarantee
     hold = Hold(job, priority, since, window[0], window[1], asks, {}, demand.quota, borrows)
     return hold, pending
 

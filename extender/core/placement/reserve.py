@@ -27,6 +27,8 @@ loses its own work when taken back (its notice is capped by its quota's).
 
 from __future__ import annotations
 
+import math
+
 from base.resources import format_resources
 from base.times import format_time
 from extender.core.placement.demand import AdmissionWait, JobDemand, borrowed_resources
@@ -79,9 +81,9 @@ def reserve_wait(
     amounts = ", ".join(f"{q} {name}" for name, q in format_resources(short).items())
     reason = (
         f"quota {demand.quota}: job {demand.job} saves no checkpoint, and the room it would "
-        f"borrow is owed to {names} ({amounts} of their min unused, their "
-        f"newest pods created lately); it is lent to jobs that save until "
-        f"{format_time(until)} (guaranteeReserveSeconds)"
+        f"borrow is owed to {names} ({amounts} of min unused, pods created there within "
+        f"the reserve); it is lent only to jobs that save until {format_time(until)} "
+        f"(guaranteeReserveSeconds)"
     )
     return AdmissionWait(reason, until)
 
@@ -93,15 +95,23 @@ def _active_owners(
     are owed some of ``borrowed``: ``(quota, when its reserve ends)``, by name."""
     tree = ledger.tree
     mine = tree.root(asking)
+    seconds = {
+        quota: reserve
+        for quota in tree.specs
+        if tree.root(quota) == quota and quota != mine
+        if (reserve := reserve_seconds(state, quota)) > 0
+    }
+    if not seconds:
+        return []  # no quota reserves its min: the common case costs one pass
     newest: dict[str, float] = {}
     for quota in tree.specs:
         created = state.membership.newest_pod(quota)
         root = tree.root(quota)
-        if created is not None and root != mine and created > newest.get(root, float("-inf")):
+        if root in seconds and created is not None and created > newest.get(root, -math.inf):
             newest[root] = created
     active = []
     for root, created in sorted(newest.items()):
-        until = created + reserve_seconds(state, root)
+        until = created + seconds[root]
         spec, use = tree[root], ledger[root].subtree_used
         owed = any(spec.min.get(name, 0) > use.get(name, 0) for name in borrowed)
         if now < until and owed:

@@ -10,6 +10,7 @@ as :class:`~extender.core.state.cluster.ClusterState` indexes the pod.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from base import keys
@@ -43,7 +44,7 @@ class QuotaMembership:
             self._refused[pod.key] = error.reason
             quota = tree.quota_for(pod.namespace, None)
         self._charged[pod.key] = quota
-        if pod.created > self._newest.get(quota, float("-inf")):
+        if pod.created > self._newest.get(quota, -math.inf):
             self._newest[quota] = pod.created
         return quota
 

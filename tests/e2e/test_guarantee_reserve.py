@@ -1,0 +1,104 @@
+"""The guarantee reserve, live through a stock kube-scheduler (issue 34: fewer never-saving
+borrowers taken back).
+
+With ``guaranteeReserveSeconds: 120`` and three 8-GPU nodes: team A (min 8, max 24) runs
+a-0 on one node, its whole min; team B (min 16, max 24) ran b-0, which has gone, so B owes
+16 GPUs and its newest pod was created moments ago.  Derived from the rule: two nodes are
+free (16 GPUs); A's a-never (8 GPUs, no checkpoint interval) would leave 8 free, less than
+the 16 B is owed, so it waits with the reserve's reason; A's a-saver (8 GPUs, a checkpoint
+every 30 s) borrows one of them.  Then B's b-1 (8 GPUs, within its min) takes the last
+free node at once, and no one is marked or evicted; a-never still waits (B owes 8, and 0
+are free).  Without the rule a-never would have taken a node, and b-1 would have had to
+take it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_support import Cluster
+from muster_process import MusterProcess
+from test_muster_extender import GPU
+from test_preemption_story import (  # noqa: F401 (fixtures)
+    PREEMPTIBLE,
+    TRAINER,
+    Teams,
+    muster_with_arguments,
+    tokens,
+)
+
+import localcluster as lc
+from base import keys
+
+pytestmark = pytest.mark.e2e
+
+RESERVE = 120.0
+
+
+@pytest.fixture
+def muster_reserve(
+    control_plane: lc.ControlPlane,
+    tmp_path: Path,
+    tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
+) -> Iterator[MusterProcess]:
+    with muster_with_arguments(
+        control_plane, tmp_path, tokens, {"guaranteeReserveSeconds": RESERVE}
+    ) as muster:
+        yield muster
+
+
+def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_not(
+    cluster: Cluster, muster_reserve: MusterProcess
+) -> None:
+    for i in range(3):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "24"}}, {"min": {GPU: "16"}, "max": {GPU: "24"}}
+    )
+    gpus = {"cpu": "1", GPU: 8}
+    saves = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
+    try:
+        teams.create(teams.a, "a-0", requests=gpus, labels=PREEMPTIBLE)
+        teams.wait(teams.a, "a-0", "Running")
+        teams.create(teams.b, "b-0", requests=gpus, labels=TRAINER)
+        teams.wait(teams.b, "b-0", "Running")
+        cluster.rest.request(
+            "DELETE",
+            f"/api/v1/namespaces/{teams.b}/pods/b-0",
+            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+        )
+        lc.wait_until(
+            lambda: teams.get(teams.b, "b-0") is None or None, timeout=60, what="b-0 gone"
+        )
+
+        teams.create(teams.a, "a-never", requests=gpus, labels=PREEMPTIBLE)
+
+        def turned_away() -> list[str] | None:
+            explained = muster_reserve.debug(f"pods/{teams.a}/a-never")
+            reasons = [
+                reason
+                for decision in explained.get("decisions", [])
+                for reason in decision.get("reasons", [])
+                if "guaranteeReserveSeconds" in reason
+            ]
+            return reasons or None
+
+        reasons = lc.wait_until(turned_away, timeout=30, what="the reserve's reason")
+        assert f"owed to quota {teams.b}" in reasons[0]
+
+        teams.create(teams.a, "a-saver", requests=gpus, labels=PREEMPTIBLE, annotations=saves)
+        teams.wait(teams.a, "a-saver", "Running", timeout=60)
+
+        teams.create(teams.b, "b-1", requests=gpus, labels=TRAINER)
+        teams.wait(teams.b, "b-1", "Running", timeout=60)
+        for name in ("a-0", "a-saver"):
+            running = teams.get(teams.a, name) or {}
+            assert running["status"]["phase"] == "Running", name
+            assert not running["metadata"].get("deletionTimestamp"), name
+            assert keys.SOFT_EVICTION_KEY not in running["metadata"].get("labels", {}), name
+        never = teams.get(teams.a, "a-never") or {}
+        assert never["status"]["phase"] == "Pending" and not never["spec"].get("nodeName")
+    finally:
+        teams.cleanup()
