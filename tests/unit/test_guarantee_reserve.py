@@ -150,3 +150,30 @@ def test_a_job_the_reserve_holds_back_holds_no_room_as_starving() -> None:
     assert holds(0, NOON + 10) == ["team-a/a-more"]
     assert holds(60, NOON + 10) == []
     assert holds(60, NOON + 61) == ["team-a/a-more"]
+
+
+def test_a_job_above_the_priority_of_running_borrowers_is_not_held_back() -> None:
+    # team-c (min 0) borrows n1 with c-low (priority 0); team-b owes 8 (16 - b-0's 8),
+    # reserved; n3 is free.  a-high (priority 100, min-0 team-a, no checkpoint): free 8
+    # less its 8, plus c-low's 8 that team-b's reclaim would take before it (lower
+    # priority first), is 8 >= 8: admitted.  a-low (priority 0): nothing of lower priority
+    # runs, 0 < 8: it waits.
+    def failures(name: str, priority: int) -> tuple[str, ...]:
+        state = snapshot(
+            [node("n1", gpu=8), node("n2", gpu=8), node("n3", gpu=8)],
+            [
+                pod("c-low", "team-c", gpu=8, node="n1", preemptible=True, priority=0),
+                pod("b-0", "team-b", gpu=8, node="n2", created="2026-01-01T12:00:00Z"),
+                pod(name, "team-a", gpu=8, preemptible=True, priority=priority),
+            ],
+            [
+                quota("team-a", min={GPU: "0"}, max={GPU: "24"}),
+                quota("team-b", min={GPU: "16"}, max={GPU: "24"}),
+                quota("team-c", min={GPU: "0"}, max={GPU: "24"}),
+            ],
+            MusterArgs(guaranteeReserveSeconds=60),
+        )
+        return quota_failures(state, f"team-a/{name}", NOON + 10)
+
+    assert failures("a-high", 100) == ()
+    assert len(failures("a-low", 0)) == 1

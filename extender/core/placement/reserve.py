@@ -54,8 +54,9 @@ def reserve_wait(
     state: ClusterState, demand: JobDemand, now: float, ledger: QuotaLedger | None = None
 ) -> AdmissionWait | None:
     """Why ``demand``'s job may not borrow the free room now, or ``None``: it saves
-    nothing, and what it would borrow would leave less free room than the active quotas
-    are owed (judged on ``ledger``, the live one by default)."""
+    nothing, and what it would borrow would leave less free room, with what borrowers of
+    lower priority hold (taken back before it), than the active quotas are owed (judged
+    on ``ledger``, the live one by default)."""
     ledger = ledger or state.ledger
     borrowed = borrowed_resources(ledger, demand)
     if not borrowed or saves_its_work(demand):
@@ -69,10 +70,12 @@ def reserve_wait(
         for name in borrowed:
             owed[name] = owed.get(name, 0) + max(0, spec.min.get(name, 0) - use.get(name, 0))
     free = _free(state, ledger)
+    priority = min(pod.priority for pod in demand.unplaced)
+    first = _taken_back_first(state, ledger, {quota for quota, _ in active}, priority)
     short = {
         name: owed[name]
         for name in sorted(borrowed)
-        if free.get(name, 0) - demand.request.get(name, 0) < owed[name]
+        if free.get(name, 0) - demand.request.get(name, 0) + first.get(name, 0) < owed[name]
     }
     if not short:
         return None
@@ -117,6 +120,29 @@ def _active_owners(
         if now < until and owed:
             active.append((root, until))
     return active
+
+
+def _taken_back_first(
+    state: ClusterState, ledger: QuotaLedger, owners: set[str], priority: int
+) -> dict[str, int]:
+    """What borrowers of lower priority than ``priority`` hold, which an owner's reclaim
+    takes back first (the comparator's priority step): per quota outside ``owners``'
+    trees, the lesser of what it uses beyond its ``min`` and what its running
+    preemptible pods below that priority ask for."""
+    tree = ledger.tree
+    first: dict[str, int] = {}
+    for quota in tree.specs:
+        if tree.root(quota) in owners:
+            continue
+        lower = state.victims.asked_up_to(quota, priority - 1)
+        if not lower:
+            continue
+        spec, used = tree[quota], ledger[quota].used
+        for name, amount in lower.items():
+            beyond = used.get(name, 0) - spec.min.get(name, 0)
+            if beyond > 0:
+                first[name] = first.get(name, 0) + min(beyond, amount)
+    return first
 
 
 def _free(state: ClusterState, ledger: QuotaLedger) -> dict[str, int]:
