@@ -367,7 +367,12 @@ class PostFilterLoop(Watched):
         plan = commitment.plan
         self.committed += 1
         self._refusal_logged.pop(plan.job, None)
-        log.info("preempting for %s: %d victims", plan.job, len(plan.victims))
+        log.info(
+            "preempting for %s: %d victims (%s)",
+            plan.job,
+            len(plan.victims),
+            ", ".join(victim.pod.key for victim in plan.victims),
+        )
         marked = self.issuer.write_plan(commitment)
         for pod in commitment.preemptor_pods:
             self.decisions.record(
