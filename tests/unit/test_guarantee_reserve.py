@@ -127,14 +127,24 @@ def test_the_planner_makes_no_borrowing_plan_for_a_job_the_reserve_holds_back() 
 
 
 def test_a_newer_pod_of_the_owner_renews_the_reserve() -> None:
-    # team-b's b-1 created at 12:00:50 (pending, asking for 24 GPUs: it fits no node, but
-    # it is an arrival): the reserve runs to 12:01:50.
+    # team-b's b-1 created at 12:00:50 and gone at once (a short job): the reserve runs to
+    # 12:01:50, 60 s after the newest creation, whether or not the pod is still there.
     state = cluster()
-    state.upsert_pod(
-        parse_pod(pod("b-1", "team-b", gpu=24, created="2026-01-01T12:00:50Z")), NOON + 50
-    )
+    state.upsert_pod(parse_pod(pod("b-1", "team-b", gpu=8, created="2026-01-01T12:00:50Z")))
+    state.remove_pod("team-b/b-1", NOON + 51)
     assert quota_failures(state, "team-a/a-more", NOON + 100) != ()
     assert quota_failures(state, "team-a/a-more", NOON + 110) == ()
+
+
+def test_an_owner_with_work_waiting_keeps_its_reserve_while_it_waits() -> None:
+    # team-b's b-1 (24 GPUs: no node holds it) waits from 12:00:00: the reserve runs for as
+    # long as it waits, at 12:10:00 too; once it is gone, 60 s after its creation have
+    # passed, so a-more borrows.
+    state = cluster()
+    state.upsert_pod(parse_pod(pod("b-1", "team-b", gpu=24, created="2026-01-01T12:00:00Z")))
+    assert quota_failures(state, "team-a/a-more", NOON + 600) != ()
+    state.remove_pod("team-b/b-1", NOON + 600)
+    assert quota_failures(state, "team-a/a-more", NOON + 600) == ()
 
 
 def test_a_job_the_reserve_holds_back_holds_no_room_as_starving() -> None:

@@ -10,14 +10,17 @@ back again.  On the head-to-head's trace that loop is most of the work Muster lo
 ``muster.dev/guarantee-reserve-seconds``), the part of a quota's ``min`` it does not use
 is held back from borrowers that declare no checkpoint interval
 (``muster.dev/checkpoint-interval-seconds``) for that long after the quota's newest pod
-was created: a team that submitted lately is likely to submit again.  A job that saves,
-and any job within its own quota's ``min``, borrows as ever; a team quiet for longer
-lends to anyone.
+was created, and while it has a pod waiting to be bound: a team that submitted lately is
+likely to submit again, and one with work waiting is about to claim its ``min``.  A job
+that saves, and any job within its own quota's ``min``, borrows as ever; a team quiet for
+longer lends to anyone.
 
 The rule, per resource the job would borrow: the cluster's free room (its capacity less
-what every quota uses, reservations and holds included) less the job's request must stay
-at least what the *active* quotas (other top-level quotas within the reserve's seconds of
-their newest pod) are owed, their ``min`` less their use.  Read on the ledger given (the
+what every quota uses, reservations and holds included) less the job's request, plus what
+borrowers of lower priority than the job hold (an owner's reclaim takes them back first:
+the comparator's priority step), must stay at least what the *active* quotas (other
+top-level quotas within their reserve) are owed, their ``min`` less their use.  So a job
+is held back only where it would be the one taken back.  Read on the ledger given (the
 planner's settled view: victims on their way out count as gone), so the planner makes no
 plan for a job the reserve holds back.  Whom it trusts: a pod's creation time is the API
 server's; a tenant creating pods only keeps its own ``min`` reserved, which it is
@@ -94,8 +97,10 @@ def reserve_wait(
 def _active_owners(
     state: ClusterState, ledger: QuotaLedger, asking: str, now: float, borrowed: frozenset[str]
 ) -> list[tuple[str, float]]:
-    """The top-level quotas other than ``asking``'s whose reserve runs at ``now`` and that
-    are owed some of ``borrowed``: ``(quota, when its reserve ends)``, by name."""
+    """The top-level quotas other than ``asking``'s whose reserve runs at ``now`` (its
+    seconds after its newest pod's creation, or after now while it has a pod waiting to be
+    bound) and that are owed some of ``borrowed``: ``(quota, when its reserve ends)``, by
+    name."""
     tree = ledger.tree
     mine = tree.root(asking)
     seconds = {
@@ -106,15 +111,18 @@ def _active_owners(
     }
     if not seconds:
         return []  # no quota reserves its min: the common case costs one pass
-    newest: dict[str, float] = {}
+    latest: dict[str, float] = {}  # an owner → when its reserve ends
     for quota in tree.specs:
-        created = state.membership.newest_pod(quota)
         root = tree.root(quota)
-        if root in seconds and created is not None and created > newest.get(root, -math.inf):
-            newest[root] = created
+        if root not in seconds:
+            continue
+        created = state.membership.newest_pod(quota)
+        # Work waiting counts as an arrival now: the quota is about to claim its min.
+        last = now if state.membership.has_pending(quota) else created
+        if last is not None and last + seconds[root] > latest.get(root, -math.inf):
+            latest[root] = last + seconds[root]
     active = []
-    for root, created in sorted(newest.items()):
-        until = created + seconds[root]
+    for root, until in sorted(latest.items()):
         spec, use = tree[root], ledger[root].subtree_used
         owed = any(spec.min.get(name, 0) > use.get(name, 0) for name in borrowed)
         if now < until and owed:

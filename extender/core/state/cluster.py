@@ -253,6 +253,8 @@ class ClusterState(PodViewMixin, NodeViewMixin, RoomMixin, DevicesMixin):
         )
         if not live:
             return
+        if pod.node_name is None and not pod.terminating:
+            self.membership.count_pending(quota, sign)
         preemptible = self.preemptible(pod)
         used = self.counts_as_used(pod)
         self.ledger.charge(quota, pod.requests, preemptible=preemptible, used=used, sign=sign)

@@ -34,6 +34,8 @@ class QuotaMembership:
         #: Quota → the newest creation time of a pod counted in it (its last arrival:
         #: ``creationTimestamp``, which the API server writes, not the tenant).
         self._newest: dict[str, float] = {}
+        #: Quota → how many of its pods are pending (not bound, not finished, not leaving).
+        self._pending: dict[str, int] = {}
 
     def assign(self, pod: PodInfo, tree: QuotaTree) -> str:
         """Record and return the quota ``pod`` counts in (its namespace's when its label's
@@ -47,6 +49,18 @@ class QuotaMembership:
         if pod.created > self._newest.get(quota, -math.inf):
             self._newest[quota] = pod.created
         return quota
+
+    def count_pending(self, quota: str, sign: int) -> None:
+        """Count a pending pod of ``quota`` in (``sign=1``) or out (``-1``)."""
+        left = self._pending.get(quota, 0) + sign
+        if left > 0:
+            self._pending[quota] = left
+        else:
+            self._pending.pop(quota, None)
+
+    def has_pending(self, quota: str) -> bool:
+        """Has ``quota`` a pod waiting to be bound?"""
+        return quota in self._pending
 
     def newest_pod(self, quota: str) -> float | None:
         """When the newest pod counted in ``quota`` was created (``None``: none yet)."""
