@@ -71,12 +71,20 @@ class MusterProcess(lc.ServiceProcess):
 
     def postfilter_reasons(self, namespace: str, name: str) -> list[str]:
         """The reasons of every PostFilter decision Muster recorded for the pod."""
+        return self.decision_reasons(namespace, name, verb="postfilter")
+
+    def decision_reasons(
+        self, namespace: str, name: str, *, verb: str | None = None, containing: str = ""
+    ) -> list[str]:
+        """The reasons of every decision Muster recorded for the pod (of ``verb`` only, if
+        given) that contain ``containing``."""
         explained = self.debug(f"pods/{namespace}/{name}")
         return [
             reason
             for decision in explained.get("decisions", [])
-            if decision["verb"] == "postfilter"
-            for reason in decision["reasons"]
+            if verb is None or decision["verb"] == verb
+            for reason in decision.get("reasons", [])
+            if containing in reason
         ]
 
 

@@ -76,14 +76,8 @@ def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_n
         teams.create(teams.a, "a-never", requests=gpus, labels=PREEMPTIBLE)
 
         def turned_away() -> list[str] | None:
-            explained = muster_reserve.debug(f"pods/{teams.a}/a-never")
-            reasons = [
-                reason
-                for decision in explained.get("decisions", [])
-                for reason in decision.get("reasons", [])
-                if "guaranteeReserveSeconds" in reason
-            ]
-            return reasons or None
+            said = "guaranteeReserveSeconds"
+            return muster_reserve.decision_reasons(teams.a, "a-never", containing=said) or None
 
         reasons = lc.wait_until(turned_away, timeout=30, what="the reserve's reason")
         assert f"owed to quota {teams.b}" in reasons[0]

@@ -80,14 +80,8 @@ def test_a_borrower_taken_back_waits_out_its_backoff_then_borrows_again(
         )
 
         def turned_away_for_backoff() -> list[str] | None:
-            explained = muster_reborrow.debug(f"pods/{teams.b}/{taken}")
-            reasons = [
-                reason
-                for decision in explained.get("decisions", [])
-                for reason in decision.get("reasons", [])
-                if "taken back by another quota 1 time" in reason
-            ]
-            return reasons or None
+            said = "taken back by another quota 1 time"
+            return muster_reborrow.decision_reasons(teams.b, taken, containing=said) or None
 
         reasons = lc.wait_until(turned_away_for_backoff, timeout=30, what="the backoff's reason")
         assert "reborrowBackoffSeconds" in reasons[0]
