@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from base import keys
+from base.resources import parse_quantity
+from base.times import format_time
 from extender.core.config import MusterArgs
+from extender.core.effects import AssumeBound, apply
 from extender.core.filter.starvation import starving_holds
 from extender.core.filter.verb import filter_pod
 from extender.core.objects import parse_pod
@@ -24,6 +30,7 @@ from tests.builders import node, pod, quota, snapshot
 GPU = "nvidia.com/gpu"
 NOON = 1_767_268_800.0  # 2026-01-01T12:00:00Z
 SAVES = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
+ONE_GPU = parse_quantity("1")
 
 
 def cluster(
@@ -50,8 +57,14 @@ def cluster(
 
 
 def quota_failures(state: ClusterState, key: str, now: float) -> tuple[str, ...]:
-    result = filter_pod(state, state.pods[key], ["n3"], as_extender=True, now=now)
-    return result.quota_failures
+    return quota_failures_on(state, key, now, ["n3"])
+
+
+def quota_failures_on(
+    state: ClusterState, key: str, now: float, nodes: list[str] | None = None
+) -> tuple[str, ...]:
+    nodes = nodes or ["n1", "n2"]
+    return filter_pod(state, state.pods[key], nodes, as_extender=True, now=now).quota_failures
 
 
 def test_a_job_that_saves_nothing_does_not_borrow_a_guarantee_owed_lately() -> None:
@@ -187,3 +200,76 @@ def test_a_job_above_the_priority_of_running_borrowers_is_not_held_back() -> Non
 
     assert failures("a-high", 100) == ()
     assert len(failures("a-low", 0)) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    gaps=st.lists(st.integers(min_value=1, max_value=29), min_size=1, max_size=25),
+    lifetimes=st.lists(st.integers(min_value=1, max_value=40), min_size=25, max_size=25),
+)
+def test_once_the_owner_is_back_it_never_takes_back_a_borrower_that_saves_nothing(
+    gaps: list[int], lifetimes: list[int]
+) -> None:
+    # Two 8-GPU nodes, 1-GPU pods (no fragmentation).  team-a (min 0) always has a pod
+    # asking, that saves nothing, bound wherever room is free once admitted; team-b (min
+    # 8, reserve 30 s) has a 1-GPU job arriving after each gap (< 30 s, so its reserve
+    # never lapses), living its lifetime.  By the rule, from team-b's first arrival on, a
+    # borrower is admitted only while free room less its GPU stays at least what team-b is
+    # owed (its 8 less its use; nothing of lower priority runs): so every later team-b job
+    # finds a free GPU while team-b is within its min, and no plan takes team-a's work.
+    # Its first arrival may need one (team-a borrowed all 16 while team-b was quiet).
+    state = snapshot(
+        [node("n1", gpu=8), node("n2", gpu=8)],
+        [],
+        [
+            quota("team-a", min={GPU: "0"}, max={GPU: "16"}),
+            quota("team-b", min={GPU: "8"}, max={GPU: "16"}),
+        ],
+        MusterArgs(guaranteeReserveSeconds=30),
+    )
+
+    def free_node() -> str | None:
+        return next((n for n in ("n1", "n2") if state.free_amount(n, GPU) > 0), None)
+
+    def bind(key: str, now: float) -> None:
+        where = free_node()
+        assert where is not None
+        apply(state, AssumeBound(state.pods[key], where, started=now))
+
+    now, a_count, b_index, next_b = NOON, 0, 0, NOON + 5
+    ends: dict[str, float] = {}
+    taken_after_first = 0
+    while b_index < len(gaps) or ends:
+        stamp = format_time(now)
+        for key in [key for key, end in ends.items() if end <= now]:
+            state.remove_pod(key, now)
+            del ends[key]
+        if b_index < len(gaps) and now >= next_b:
+            b = parse_pod(pod(f"b-{b_index}", "team-b", gpu=1, created=stamp))
+            state.upsert_pod(b, now)
+            within_min = state.ledger["team-b"].used.get(GPU, 0) < 8 * ONE_GPU
+            if free_node() is None and within_min:
+                # Reclaim: one of team-a's running pods goes (its newest).
+                victim = max(
+                    (p for p in state.pods.values() if p.namespace == "team-a" and p.node_name),
+                    key=lambda p: p.start_or_created,
+                )
+                state.remove_pod(victim.key, now)
+                taken_after_first += b_index > 0
+            if free_node() is not None:
+                bind(b.key, now)
+                ends[b.key] = now + lifetimes[b_index]
+            else:
+                state.remove_pod(b.key, now)  # past its min, no room: it gives up
+            b_index += 1
+            if b_index < len(gaps):
+                next_b = now + gaps[b_index]
+        asking = f"team-a/a-{a_count}"
+        if asking not in state.pods:
+            a = pod(f"a-{a_count}", "team-a", gpu=1, preemptible=True, created=stamp)
+            state.upsert_pod(parse_pod(a), now)
+        if free_node() is not None and not quota_failures_on(state, asking, now):
+            bind(asking, now)
+            a_count += 1
+        now += 1
+    assert taken_after_first == 0
