@@ -106,4 +106,3 @@ def lost_work(pods: Iterable[PodInfo], now: float) -> LostWork:
         else:
             plain += seconds
     return LostWork(accelerators, plain)
-
