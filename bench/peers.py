@@ -4,7 +4,7 @@ the peers' own schedulers, each on its own fresh local control plane, and one ta
     python -m bench.peers [--systems kube-scheduler,muster,scheduler-plugins,kueue,koordinator]
         [--seed 1] [--seconds 240] [--drain 150] [--nodes 32] [--teams 4] [--load 1.3]
         [--throughput-pods 1000] [--no-trace] [--min-runtime 0] [--reborrow-backoff 0]
-        [--guarantee-reserve 0]
+        [--guarantee-reserve 60]
         [--max-notice 60]
         [--json peers.json]
         [--add-to peers.json] [--markdown] [--workdir DIR] [--weights 1,1,2,4]
@@ -143,6 +143,9 @@ CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
 MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 #: The notice Muster's quotas allow (the trace's jobs ask for less).
 MAX_NOTICE_SECONDS = 60
+#: The chart's ``guaranteeReserveSeconds`` (charts/muster/values.yaml), which the runs keep
+#: as every team's ``muster.dev/guarantee-reserve-seconds`` unless told otherwise.
+CHART_GUARANTEE_RESERVE = 60.0
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 NODE_CPU, NODE_MEMORY_GI = 32, 128
 SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins", "kueue", "koordinator")
@@ -216,7 +219,8 @@ def _job_object(job: TraceJob) -> Json:
 @dataclasses.dataclass(frozen=True)
 class QuotaSettings:
     """The admins' settings on every team's quota that Muster alone reads (each an
-    annotation; the defaults are the runs' before the setting had a flag)."""
+    annotation; the defaults are the runs' before the setting had a flag, but for the
+    guarantee reserve: the chart's)."""
 
     #: ``muster.dev/max-preemption-notice-seconds``: the longest notice a victim gets.
     max_notice: float = MAX_NOTICE_SECONDS
@@ -224,8 +228,9 @@ class QuotaSettings:
     min_runtime: float = 0.0
     #: ``muster.dev/reborrow-backoff-seconds`` (0: none, Muster's default).
     reborrow_backoff: float = 0.0
-    #: ``muster.dev/guarantee-reserve-seconds`` (0: none, Muster's default).
-    guarantee_reserve: float = 0.0
+    #: ``muster.dev/guarantee-reserve-seconds``: the chart's ``guaranteeReserveSeconds``
+    #: (:data:`CHART_GUARANTEE_RESERVE`) unless set; 0: none (the argument's default).
+    guarantee_reserve: float = CHART_GUARANTEE_RESERVE
 
     def annotations(self) -> dict[str, str]:
         settings = {keys.MAX_PREEMPTION_NOTICE_ANNOTATION: f"{self.max_notice:g}"}
@@ -233,8 +238,7 @@ class QuotaSettings:
             settings[keys.MIN_RUNTIME_ANNOTATION] = f"{self.min_runtime:g}"
         if self.reborrow_backoff > 0:
             settings[keys.REBORROW_BACKOFF_ANNOTATION] = f"{self.reborrow_backoff:g}"
-        if self.guarantee_reserve > 0:
-            settings[keys.GUARANTEE_RESERVE_ANNOTATION] = f"{self.guarantee_reserve:g}"
+        settings[keys.GUARANTEE_RESERVE_ANNOTATION] = f"{self.guarantee_reserve:g}"
         return settings
 
     def recorded(self) -> Json:
@@ -245,8 +249,8 @@ class QuotaSettings:
             found["max_notice_seconds"] = self.max_notice
         if self.reborrow_backoff > 0:
             found["reborrow_backoff_seconds"] = self.reborrow_backoff
-        if self.guarantee_reserve > 0:
-            found["guarantee_reserve_seconds"] = self.guarantee_reserve
+        # Always: the runs from before it had none, and ran without a reserve.
+        found["guarantee_reserve_seconds"] = self.guarantee_reserve
         return found
 
 
@@ -836,10 +840,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--guarantee-reserve",
         type=float,
-        default=0.0,
+        default=CHART_GUARANTEE_RESERVE,
         metavar="SECONDS",
         help="the teams' quotas' muster.dev/guarantee-reserve-seconds, read by Muster alone "
-        "(default 0: none, Muster's default)",
+        f"(default {CHART_GUARANTEE_RESERVE:g}, the chart's guaranteeReserveSeconds; 0: none)",
     )
     parser.add_argument(
         "--muster-prioritize",

@@ -9,9 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 import localcluster as lc
-from bench.peers import QuotaSettings, _quota_object, main, markdown_table
+from bench.peers import (
+    CHART_GUARANTEE_RESERVE,
+    QuotaSettings,
+    _quota_object,
+    main,
+    markdown_table,
+)
 from bench.support.weights import koordinator_shared_weight, parse_weights
 from bench.workload import PodSighting, SubmittedJob, trace_figures
 from tests.unit.test_bench_peers import write_recorded_run
@@ -135,24 +142,39 @@ def test_refigure_and_the_table_weigh_the_fair_share_gap_by_the_run_s_weights(
 
 
 def test_the_quota_settings_muster_alone_reads_are_annotations_and_recorded_when_set() -> None:
-    # The defaults: the notice cap of the runs before --max-notice (60 s), nothing else;
-    # recorded as the earlier runs were (min_runtime_seconds only).
+    # The defaults: the notice cap of the runs before --max-notice (60 s) and the chart's
+    # guarantee reserve (60 s), nothing else; recorded as the earlier runs were
+    # (min_runtime_seconds), with the reserve always (the runs before it had none).
     default = _quota_object("team-a", 8, 32, 4, 4)["metadata"]["annotations"]
-    assert default == {"muster.dev/max-preemption-notice-seconds": "60"}
-    assert QuotaSettings().recorded() == {"min_runtime_seconds": 0.0}
-    chosen = QuotaSettings(max_notice=0, min_runtime=30, reborrow_backoff=15, guarantee_reserve=45)
+    assert default == {
+        "muster.dev/max-preemption-notice-seconds": "60",
+        "muster.dev/guarantee-reserve-seconds": "60",
+    }
+    assert QuotaSettings().recorded() == {
+        "min_runtime_seconds": 0.0,
+        "guarantee_reserve_seconds": 60.0,
+    }
+    chosen = QuotaSettings(max_notice=0, min_runtime=30, reborrow_backoff=15, guarantee_reserve=0)
     assert _quota_object("team-a", 8, 32, 4, 4, chosen)["metadata"]["annotations"] == {
         "muster.dev/max-preemption-notice-seconds": "0",
         "muster.dev/min-runtime-seconds": "30",
         "muster.dev/reborrow-backoff-seconds": "15",
-        "muster.dev/guarantee-reserve-seconds": "45",
+        "muster.dev/guarantee-reserve-seconds": "0",
     }
     assert chosen.recorded() == {
         "min_runtime_seconds": 30,
         "max_notice_seconds": 0,
         "reborrow_backoff_seconds": 15,
-        "guarantee_reserve_seconds": 45,
+        "guarantee_reserve_seconds": 0,
     }
+
+
+def test_the_runs_guarantee_reserve_is_the_charts() -> None:
+    # The head-to-head runs Muster as the chart does: the reserve it sets on every team's
+    # quota is the chart's guaranteeReserveSeconds.
+    chart = Path(__file__).resolve().parents[2] / "charts" / "muster" / "values.yaml"
+    values = yaml.safe_load(chart.read_text())
+    assert values["args"]["guaranteeReserveSeconds"] == CHART_GUARANTEE_RESERVE
 
 
 @pytest.mark.parametrize(
