@@ -6,25 +6,29 @@ a-0 on one node, its whole min; team B (min 16, max 24) ran b-0, which has gone,
 16 GPUs and its newest pod was created moments ago.  Derived from the rule: two nodes are
 free (16 GPUs); A's a-never (8 GPUs, no checkpoint interval) would leave 8 free, less than
 the 16 B is owed, so it waits with the reserve's reason; A's a-saver (8 GPUs, a checkpoint
-every 30 s) borrows one of them.  Then B's b-1 (8 GPUs, within its min) takes the last
-free node at once, and no one is marked or evicted; a-never still waits (B owes 8, and 0
-are free).  Without the rule a-never would have taken a node, and b-1 would have had to
-take it back.
+every 30 s, a claim its tenant writes with its own namespace-scoped token) borrows one of
+them.  Then B's b-1 (8 GPUs, within its min) takes the last free node at once, and no one
+is marked or evicted; a-never still waits (B owes 8, and 0 are free).  Without the rule
+a-never would have taken a node, and b-1 would have had to take it back.  Last, B's b-2
+takes B to its min and reclaims a-saver: claiming to save buys a tenant room, never
+protection.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import Cluster
+from e2e_support import Cluster, make_pod, tenant_client
 from muster_process import MusterProcess
 from test_muster_extender import GPU
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     TRAINER,
     Teams,
+    _epoch,
     muster_with_arguments,
     tokens,
 )
@@ -82,7 +86,13 @@ def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_n
         reasons = lc.wait_until(turned_away, timeout=30, what="the reserve's reason")
         assert f"owed to quota {teams.b}" in reasons[0]
 
-        teams.create(teams.a, "a-saver", requests=gpus, labels=PREEMPTIBLE, annotations=saves)
+        # a-saver starts seconds after a-0 (start times have a resolution of a second), so
+        # it is the borrower whose unsaved work began latest: the one a reclaim takes.
+        started = _epoch((teams.get(teams.a, "a-0") or {})["status"]["startTime"])
+        lc.wait_until(lambda: time.time() > started + 2 or None, timeout=10, what="2 s to pass")
+        # The interval is the tenant's own claim, written with its namespace-scoped token.
+        saver = make_pod("a-saver", requests=gpus, labels=PREEMPTIBLE, annotations=saves)
+        tenant_client(cluster, teams.a).request("POST", f"/api/v1/namespaces/{teams.a}/pods", saver)
         teams.wait(teams.a, "a-saver", "Running", timeout=60)
 
         teams.create(teams.b, "b-1", requests=gpus, labels=TRAINER)
@@ -94,5 +104,13 @@ def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_n
             assert keys.SOFT_EVICTION_KEY not in running["metadata"].get("labels", {}), name
         never = teams.get(teams.a, "a-never") or {}
         assert never["status"]["phase"] == "Pending" and not never["spec"].get("nodeName")
+
+        # The claim buys room, not protection: B's b-2 takes B to its min of 16 and
+        # reclaims from A, beyond its min by 8: a-saver, the later started (the least work
+        # lost), evicted at once (no notice is allowed: the default cap, 0).
+        teams.create(teams.b, "b-2", requests=gpus, labels=TRAINER)
+        teams.wait(teams.b, "b-2", "Running", timeout=60)
+        preempted = [e["involvedObject"]["name"] for e in teams.events(teams.a, "Preempted")]
+        assert preempted == ["a-saver"]
     finally:
         teams.cleanup()
