@@ -87,8 +87,8 @@ def reserve_wait(
     amounts = ", ".join(f"{q} {name}" for name, q in format_resources(short).items())
     reason = (
         f"quota {demand.quota}: job {demand.job} saves no checkpoint, and the room it would "
-        f"borrow is owed to {names} ({amounts} of min unused, pods created there within "
-        f"the reserve); it is lent only to jobs that save until {format_time(until)} "
+        f"borrow is owed to {names} ({amounts} of min unused, with a pod created lately "
+        f"or waiting); it is lent only to jobs that save until {format_time(until)} "
         f"(guaranteeReserveSeconds)"
     )
     return AdmissionWait(reason, until)
