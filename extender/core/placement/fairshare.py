@@ -160,10 +160,12 @@ def _waiting_job(
             continue
         if in_reborrow_backoff(state, job, other, now) and borrowed_resources(ledger, demand):
             continue  # it may not borrow yet: the room would not be its
+        theirs = share_after(ledger, other, capacity, demand.request)
+        if theirs >= mine:
+            continue
         if reserve_wait(state, demand, now, ledger) is not None:
             continue  # the room is reserved for a guarantee, not for it
-        theirs = share_after(ledger, other, capacity, demand.request)
-        if theirs < mine and could_run(state, demand, nodes):
+        if could_run(state, demand, nodes):
             found = (other, job, theirs, newest + wait)
     return found
 

@@ -64,14 +64,9 @@ def reserve_wait(
     borrowed = borrowed_resources(ledger, demand)
     if not borrowed or saves_its_work(demand):
         return None
-    active = _active_owners(state, ledger, demand.quota, now, borrowed)
+    active, owed = _active_owners(state, ledger, demand.quota, now, borrowed)
     if not active:
         return None
-    owed: dict[str, int] = {}
-    for quota, _ in active:
-        spec, use = ledger.tree[quota], ledger[quota].subtree_used
-        for name in borrowed:
-            owed[name] = owed.get(name, 0) + max(0, spec.min.get(name, 0) - use.get(name, 0))
     free = _free(state, ledger)
     priority = min(pod.priority for pod in demand.unplaced)
     first = _taken_back_first(state, ledger, {quota for quota, _ in active}, priority)
@@ -96,11 +91,12 @@ def reserve_wait(
 
 def _active_owners(
     state: ClusterState, ledger: QuotaLedger, asking: str, now: float, borrowed: frozenset[str]
-) -> list[tuple[str, float]]:
+) -> tuple[list[tuple[str, float]], dict[str, int]]:
     """The top-level quotas other than ``asking``'s whose reserve runs at ``now`` (its
     seconds after its newest pod's creation, or after now while it has a pod waiting to be
     bound) and that are owed some of ``borrowed``: ``(quota, when its reserve ends)``, by
-    name."""
+    name; and what they are owed together, per resource of ``borrowed`` (their ``min``
+    less their use)."""
     tree = ledger.tree
     mine = tree.root(asking)
     seconds = {
@@ -110,7 +106,7 @@ def _active_owners(
         if (reserve := reserve_seconds(state, quota)) > 0
     }
     if not seconds:
-        return []  # no quota reserves its min: the common case costs one pass
+        return [], {}  # no quota reserves its min: the common case costs one pass
     latest: dict[str, float] = {}  # an owner → when its reserve ends
     for quota in tree.specs:
         root = tree.root(quota)
@@ -121,13 +117,19 @@ def _active_owners(
         last = now if state.membership.has_pending(quota) else created
         if last is not None and last + seconds[root] > latest.get(root, -math.inf):
             latest[root] = last + seconds[root]
-    active = []
+    active: list[tuple[str, float]] = []
+    owed: dict[str, int] = {}
     for root, until in sorted(latest.items()):
+        if now >= until:
+            continue
         spec, use = tree[root], ledger[root].subtree_used
-        owed = any(spec.min.get(name, 0) > use.get(name, 0) for name in borrowed)
-        if now < until and owed:
-            active.append((root, until))
-    return active
+        unused = {name: spec.min.get(name, 0) - use.get(name, 0) for name in borrowed}
+        if all(amount <= 0 for amount in unused.values()):
+            continue
+        active.append((root, until))
+        for name, amount in unused.items():
+            owed[name] = owed.get(name, 0) + max(0, amount)
+    return active, owed
 
 
 def _taken_back_first(
