@@ -137,6 +137,11 @@ class PodInfo:
         return self.phase in ("Succeeded", "Failed")
 
     @property
+    def waiting_to_bind(self) -> bool:
+        """Not bound yet, and neither finished nor terminating: work waiting for room."""
+        return self.node_name is None and not self.finished and not self.terminating
+
+    @property
     def checkpoint_interval(self) -> float | None:
         """How often its job says it saves (``muster.dev/checkpoint-interval-seconds``,
         seconds from its start); ``None`` when it declares no interval (or 0)."""

@@ -253,7 +253,7 @@ class ClusterState(PodViewMixin, NodeViewMixin, RoomMixin, DevicesMixin):
         )
         if not live:
             return
-        if pod.node_name is None and not pod.terminating:
+        if pod.waiting_to_bind:
             self.membership.count_pending(quota, sign)
         preemptible = self.preemptible(pod)
         used = self.counts_as_used(pod)

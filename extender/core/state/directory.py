@@ -48,7 +48,7 @@ class PodDirectory:
             return  # staying: not leaving, and no longer a victim on its way out
         if pod.marked_for is not None and live:
             _member(self._marked_for, pod.marked_for, key, sign)
-        if pod.node_name is None and live and not pod.terminating:
+        if pod.waiting_to_bind:
             _member(self._pending, pod.job, key, sign)
         if pod.nominated_node_name is not None and pod.node_name is None and live:
             _member(self._nominated, pod.nominated_node_name, key, sign)
