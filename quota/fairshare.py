@@ -13,9 +13,9 @@ Two rules use the share (docs/quotas-and-preemption.md, "Fair sharing"):
 - admission: a job is not admitted past its quota's fair share while a quota whose
   share would stay lower has work waiting (:func:`share_after`);
 - preemption between borrowers: a borrower may take back from a quota whose share is
-  above its own only while the gap between the two shares strictly narrows
-  (:func:`narrows_gap`); the victim's job then cannot take the room back the same way,
-  since that would widen the gap again.
+  above its own only while the gap between the two shares strictly narrows and does not
+  reverse (:func:`narrows_gap`); the victim's job then cannot take the room back the same
+  way, since its quota's share is not below the preemptor's.
 
 Pure: the ledger and the capacity are given.
 """
@@ -59,11 +59,27 @@ def share_after(
     return round(dominant / weight, SHARE_DIGITS)
 
 
-def narrows_gap(before: tuple[float, float], after: tuple[float, float]) -> bool:
+def lends_only(ledger: QuotaLedger, quota: str) -> bool:
+    """Does ``quota`` weigh 0 (:data:`ZERO_WEIGHT` or less): it borrows only what nobody
+    else wants?"""
+    return ledger.tree[quota].policy.fair_sharing_weight <= ZERO_WEIGHT
+
+
+def narrows_gap(
+    before: tuple[float, float], after: tuple[float, float], *, victims_lend_only: bool = False
+) -> bool:
     """Does a preemption that takes the shares of (the preemptor's quota, the victims'
-    quota) from ``before`` to ``after`` strictly narrow the gap between them?  Only from a
-    quota whose share was above the preemptor's."""
+    quota) from ``before`` to ``after`` strictly narrow the gap between them, without
+    reversing it?  Only from a quota whose share was above the preemptor's, and only so
+    far that the preemptor's quota ends at or below the victims' (Kueue's
+    ``LessThanOrEqualToFinalShare``): a preemption that overshoots would leave the victims'
+    quota the poorer, free to take the room back the same way, and two such steps evict
+    twice the work to settle a difference smaller than either.  ``victims_lend_only``: the
+    victims' quota weighs 0, so it borrows only what nobody else wants, and it may be
+    taken back to nothing."""
     preemptor_before, victim_before = before
     preemptor_after, victim_after = after
     gap = victim_before - preemptor_before
-    return gap > 0 and abs(victim_after - preemptor_after) < gap
+    if gap <= 0 or abs(victim_after - preemptor_after) >= gap:
+        return False
+    return victims_lend_only or preemptor_after <= victim_after

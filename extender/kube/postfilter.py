@@ -371,7 +371,7 @@ class PostFilterLoop(Watched):
             "preempting for %s: %d victims (%s)",
             plan.job,
             len(plan.victims),
-            ", ".join(victim.pod.key for victim in plan.victims),
+            ", ".join(f"{victim.pod.key} {victim.rule.value}" for victim in plan.victims),
         )
         marked = self.issuer.write_plan(commitment)
         for pod in commitment.preemptor_pods:

@@ -191,14 +191,34 @@ def test_a_borrower_below_its_share_takes_back_from_one_above_it() -> None:
 
 def test_a_preemption_that_would_not_narrow_the_gap_is_refused() -> None:
     # team-a asks for all 4: after, team-a 1.0 and team-b 0: the gap stays 1.0, not
-    # narrower, so no plan.  3 GPUs: 0.75 against 0.25, a gap of 0.5 < 1.0: allowed.
+    # narrower, so no plan.  2 GPUs: 0.5 against 0.5, the gap closed: allowed.
     pods = [*running_b(4), *gang("a", "team-a", 4, can_preempt=True)]
     refused = plan_job_preemption(snapshot(NODES, pods, teams(), ON), "team-a/a", NOW)
     assert isinstance(refused, Refusal)
     assert any("fair sharing" in reason for reason in refused.reasons), refused
-    pods = [*running_b(4), *gang("a", "team-a", 3, can_preempt=True)]
+    pods = [*running_b(4), *gang("a", "team-a", 2, can_preempt=True)]
     plan = plan_job_preemption(snapshot(NODES, pods, teams(), ON), "team-a/a", NOW)
-    assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 3
+    assert isinstance(plan, PreemptionPlan) and len(plan.victims) == 2
+
+
+def test_a_preemption_that_would_reverse_the_gap_is_refused() -> None:
+    # team-b borrows all 4 (1.0), team-a nothing.  team-a's gang of 3 would leave team-a
+    # at 0.75 and team-b at 0.25: the gap narrows (0.5 < 1.0) but reverses, so team-b,
+    # now the poorer, could take the room back the same way: two evictions of 3 and
+    # more to settle a difference of 2 GPUs.  Refused, and the reason says so.
+    pods = [*running_b(4), *gang("a", "team-a", 3, can_preempt=True)]
+    refused = plan_job_preemption(snapshot(NODES, pods, teams(), ON), "team-a/a", NOW)
+    assert isinstance(refused, Refusal), refused
+    said = " ".join(refused.reasons)
+    assert "would leave quota team-a's above it" in said, said
+    # team-b weighs twice team-a: its 4 borrowed GPUs count 1.0 / 2 = 0.5.  team-a's
+    # gang of 1 leaves team-a at 0.25 and team-b at 3/4 / 2 = 0.375: allowed.  A gang
+    # of 2: team-a 0.5, team-b 2/4 / 2 = 0.25, reversed: refused.
+    for size, allowed in ((1, True), (2, False)):
+        pods = [*running_b(4), *gang("a", "team-a", size, can_preempt=True)]
+        state = snapshot(NODES, pods, teams(weight_b="2"), ON)
+        plan = plan_job_preemption(state, "team-a/a", NOW)
+        assert isinstance(plan, PreemptionPlan) is allowed, (size, plan)
 
 
 def test_weight_zero_borrows_only_what_nobody_else_wants() -> None:
@@ -269,6 +289,10 @@ def test_no_admit_reclaim_readmit_loop(
         )
         state.upsert_pod(bound)
     apply(state, ReleaseRoom("team-a/a"))
+    # The gap did not reverse: team-a ends at or below team-b, unless team-b weighs 0.
+    capacity = state.capacity()
+    shares = [share_after(state.ledger, team, capacity) for team in ("team-a", "team-b")]
+    assert weights[1] == "0" or shares[0] <= shares[1], shares
     for item in back:
         state.upsert_pod(parse_pod(item))
     again = plan_job_preemption(state, "team-b/b-again", NOW + 1)
@@ -393,10 +417,11 @@ def test_a_borrower_above_its_share_takes_nothing_from_one_below() -> None:
 def test_a_fair_sharing_victim_read_back_is_still_allowed_once_its_room_is_held() -> None:
     # 8 GPUs; team-a may not reclaim (reclaim-within-cohort Never), so only fair sharing
     # lets it take team-b's pods.  team-a runs 1 (share 1/8), team-b 5 (5/8); team-a's
-    # gang of 4 needs 2 more than the 2 free GPUs: after, 5/8 against 3/8, the gap 0.5 ->
-    # 0.25: two of team-b's pods go.  Once the plan's room is held, its pods are charged to
-    # team-a (5/8, no longer below team-b's 5/8), but the share that counts is the one
-    # before the job: a Muster completing the plan (victim_refusal) still allows them.
+    # gang of 3 needs 1 more than the 2 free GPUs: after, 4/8 against 4/8, the gap 0.5 ->
+    # 0: one of team-b's pods goes.  Once the plan's room is held, its pods are charged to
+    # team-a (4/8), and then another of team-b's pods completes (team-b 4/8): team-a is no
+    # longer below team-b, but the share that counts is the one before the job (1/8): a
+    # Muster completing the plan (victim_refusal) still allows the victim.
     nodes = [node(f"n{i}", gpu=1) for i in range(1, 9)]
     quotas = [
         quota(
@@ -410,13 +435,15 @@ def test_a_fair_sharing_victim_read_back_is_still_allowed_once_its_room_is_held(
     pods = [
         pod("a-run", "team-a", gpu=1, node="n1", preemptible=True),
         *[pod(f"b-{i}", "team-b", gpu=1, node=f"n{i + 2}", preemptible=True) for i in range(5)],
-        *gang("a", "team-a", 4, can_preempt=True),
+        *gang("a", "team-a", 3, can_preempt=True),
     ]
     state = snapshot(nodes, pods, quotas, ON)
     plan = plan_job_preemption(state, "team-a/a", NOW)
     assert isinstance(plan, PreemptionPlan), plan
-    assert len(plan.victims) == 2 and all(v.quota == "team-b" for v in plan.victims)
+    assert len(plan.victims) == 1 and all(v.quota == "team-b" for v in plan.victims)
     hold_plan(state, plan, NOW)
+    victims = {victim.pod.key for victim in plan.victims}
+    state.remove_pod(next(f"team-b/b-{i}" for i in range(5) if f"team-b/b-{i}" not in victims))
     for victim in plan.victims:
         assert victim_refusal(state, "team-a/a", victim.pod) is None
 

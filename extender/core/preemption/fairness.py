@@ -4,10 +4,11 @@ With ``fairSharing`` on, a job whose quota would borrow to run it may evict pods
 another quota that borrows in a resource the job asks for, when that
 quota's share of borrowed capacity (:func:`quota.fairshare.share_after`) is above the
 job's quota's share before the job.  Each such victim group is kept only while the
-preemption strictly narrows the gap between the two shares
+preemption strictly narrows the gap between the two shares without reversing it
 (:func:`quota.fairshare.narrows_gap`): with the job admitted and the group gone, the two
-shares are closer than before.  So the quota that lost pods cannot take the room back
-the same way (that would widen the gap again): no admit, reclaim, re-admit loop
+shares are closer than before, and the job's quota's is not above the other's.  So the
+quota that lost pods cannot take the room back the same way (its share is not below the
+job's quota's): no admit, reclaim, re-admit loop
 (``tests/unit/test_fair_sharing.py`` shows it over sequences of arrivals and plans).
 
 The walk (:mod:`.candidates`) offers these groups in their own phase, of the job's
@@ -26,7 +27,7 @@ from extender.core.preemption.groups import VictimGroup
 from extender.core.preemption.policy import Preemptor, Rule
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
-from quota.fairshare import narrows_gap, share_after
+from quota.fairshare import lends_only, narrows_gap, share_after
 
 
 def preemptor_share(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> float | None:
@@ -66,11 +67,15 @@ def gap_widens(
     for quota, change in sorted(changes.items()):
         before = share_after(settled, quota, capacity)
         after = share_after(simulated, quota, capacity, change)
-        if not narrows_gap((preemptor.fair_share, before), (mine_after, after)):
+        if not narrows_gap(
+            (preemptor.fair_share, before),
+            (mine_after, after),
+            victims_lend_only=lends_only(settled, quota),
+        ):
             return (
                 f"quota {quota}: taking its pods would not narrow the gap between its share "
                 f"of borrowed capacity ({before:.3f} before, {after:.3f} after) and quota "
                 f"{demand.quota}'s ({preemptor.fair_share:.3f} before, {mine_after:.3f} "
-                "after) (fairSharing)"
+                f"after), or would leave quota {demand.quota}'s above it (fairSharing)"
             )
     return None

@@ -49,6 +49,7 @@ from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.fairness import preemptor_share
 from extender.core.preemption.policy import (
     Preemptor,
+    Rule,
     own_evictable_requests,
     preemptor_of,
 )
@@ -81,6 +82,8 @@ class Victim:
     quota: str
     job: str  # the victim's own job: a gang is evicted whole
     reason: str
+    #: The policy that allows it.
+    rule: Rule
     #: Seconds it may take to save its work and exit before it is evicted.
     notice_seconds: float = 0.0
     #: Its Job is restarted whole rather than the pod evicted (:mod:`extender.core.restart`).
@@ -195,7 +198,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
                 said += f"loses its work since {saved}"
             elif notice:
                 said += f"; {notice:g}s notice to save its work"
-            victims.append(Victim(pod, group.quota, group.job, said, notice))
+            victims.append(Victim(pod, group.quota, group.job, said, group.rule, notice))
     restarted = restarted_jobs(state, ((victim.pod, victim.notice_seconds) for victim in victims))
     if restarted:
         said = "; every pod of its Job goes: the Job is restarted (suspended, then resumed)"
