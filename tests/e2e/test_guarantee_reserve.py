@@ -12,6 +12,9 @@ is marked or evicted; a-never still waits (B owes 8, and 0 are free).  Without t
 a-never would have taken a node, and b-1 would have had to take it back.  Last, B's b-2
 takes B to its min and reclaims a-saver: claiming to save buys a tenant room, never
 protection.
+
+Played as users arrive, a second test bursts B's work in while an earlier plan's victim
+still terminates, and A's never-saving job arrives in the same breath as B's next one.
 """
 
 from __future__ import annotations
@@ -112,5 +115,75 @@ def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_n
         teams.wait(teams.b, "b-2", "Running", timeout=60)
         preempted = [e["involvedObject"]["name"] for e in teams.events(teams.a, "Preempted")]
         assert preempted == ["a-saver"]
+    finally:
+        teams.cleanup()
+
+
+def test_the_reserve_holds_through_a_burst_while_a_victim_still_terminates(
+    cluster: Cluster, muster_reserve: MusterProcess
+) -> None:
+    # Five 8-GPU nodes.  Team A (min 8, max 40) runs a-0..a-3, its min and three nodes
+    # borrowed, which save nothing and take 20 s to terminate; team B (min 24,
+    # max 40) has created nothing, so nothing of A's is reserved for it.  Derived from the
+    # rule, step by step:
+    # 1. B creates b-0 and b-1 together.  One node is free, so one of them takes it and
+    #    the other reclaims one of A's pods (A is 24 above its min; which one, the start
+    #    times decide, a second apart at best): one victim, terminating for 20 s, its room
+    #    held for B.
+    # 2. While it terminates, another of A's pods completes, freeing a node, and
+    #    A's a-never (8 GPUs, no checkpoint interval) and B's b-2 are created together.
+    #    B owes 24 - 16 = 8 (its held room counts as used), and a-never would leave
+    #    8 - 8 = 0 free: it waits, whichever the scheduler tries first, and b-2 takes
+    #    the free node within B's min.  Without the reserve, a-never could take the node
+    #    first and b-2 would have to reclaim a second pod of A's.
+    for i in range(5):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "40"}}, {"min": {GPU: "24"}, "max": {GPU: "40"}}
+    )
+    gpus = {"cpu": "1", GPU: 8}
+    running = [f"a-{i}" for i in range(4)]
+    try:
+        for name in running:
+            teams.create(teams.a, name, requests=gpus, labels=PREEMPTIBLE, grace_seconds=20)
+            teams.wait(teams.a, name, "Running")
+
+        for name in ("b-0", "b-1"):
+            teams.create(teams.b, name, requests=gpus, labels=TRAINER)
+
+        def terminating() -> list[str] | None:
+            pods = {name: teams.get(teams.a, name) or {} for name in running}
+            return [n for n, p in pods.items() if p["metadata"].get("deletionTimestamp")] or None
+
+        (victim,) = lc.wait_until(terminating, timeout=60, what="one of A's pods terminating")
+        done = next(name for name in running if name != victim)
+        cluster.rest.request(
+            "DELETE",
+            f"/api/v1/namespaces/{teams.a}/pods/{done}",
+            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+        )
+        lc.wait_until(
+            lambda: teams.get(teams.a, done) is None or None, timeout=30, what=f"{done} gone"
+        )
+        teams.create(teams.a, "a-never", requests=gpus, labels=PREEMPTIBLE)
+        teams.create(teams.b, "b-2", requests=gpus, labels=TRAINER)
+        # The burst came while the first plan's victim still terminates.
+        assert (teams.get(teams.a, victim) or {})["metadata"].get("deletionTimestamp")
+
+        teams.wait(teams.b, "b-2", "Running", timeout=60)
+        reasons = muster_reserve.decision_reasons(
+            teams.a, "a-never", containing="guaranteeReserveSeconds"
+        )
+        assert reasons and f"owed to quota {teams.b}" in reasons[0], reasons
+        for name in ("b-0", "b-1"):
+            teams.wait(teams.b, name, "Running", timeout=60)
+        never = teams.get(teams.a, "a-never") or {}
+        assert never["status"]["phase"] == "Pending" and not never["spec"].get("nodeName")
+        # One reclaim for the whole burst: the first victim, and no one else of A's.
+        preempted = [e["involvedObject"]["name"] for e in teams.events(teams.a, "Preempted")]
+        assert preempted == [victim], preempted
+        for name in running:
+            if name not in (victim, done):
+                assert (teams.get(teams.a, name) or {})["status"]["phase"] == "Running", name
     finally:
         teams.cleanup()
