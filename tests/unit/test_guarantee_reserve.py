@@ -25,7 +25,7 @@ from extender.core.filter.verb import filter_pod
 from extender.core.objects import parse_pod
 from extender.core.preemption.planner import Refusal, plan_job_preemption
 from extender.core.state import ClusterState
-from tests.builders import leaving, node, pod, quota, snapshot
+from tests.builders import node, pod, quota, snapshot
 
 GPU = "nvidia.com/gpu"
 NOON = 1_767_268_800.0  # 2026-01-01T12:00:00Z
@@ -273,30 +273,3 @@ def test_once_the_owner_is_back_it_never_takes_back_a_borrower_that_saves_nothin
             a_count += 1
         now += 1
     assert taken_after_first == 0
-
-
-def test_a_quota_is_not_borrowing_for_room_on_its_way_back() -> None:
-    # n1..n4 of 8 GPUs.  team-a (min 16) runs a-0 on n1, and a-old on n2 is terminating;
-    # team-b (min 16) runs b-0 on n3 (created at noon), so it is owed 8.  a-more (8 GPUs,
-    # no checkpoint interval) fits n4.  Counting a-old, team-a would be at 24, borrowing,
-    # and 32 - 24 = 8 free less a-more's 8 leaves 0 < 8 owed: it would wait.  But a-old is
-    # on its way out, and the lending rules judge quotas as the planner does, with pods
-    # leaving gone: team-a is at 8, and a-more takes it to 16, its min, not borrowing.
-    # Admitted (the max, judged on what still runs, is 32: 24 fits).
-    state = snapshot(
-        [node(f"n{i}", gpu=8) for i in range(1, 5)],
-        [
-            pod("a-0", "team-a", gpu=8, node="n1", preemptible=True),
-            leaving(
-                pod("a-old", "team-a", gpu=8, node="n2", preemptible=True), None, "terminating"
-            ),
-            pod("b-0", "team-b", gpu=8, node="n3", created="2026-01-01T12:00:00Z"),
-            pod("a-more", "team-a", gpu=8, preemptible=True),
-        ],
-        [
-            quota("team-a", min={GPU: "16"}, max={GPU: "32"}),
-            quota("team-b", min={GPU: "16"}, max={GPU: "32"}),
-        ],
-        MusterArgs(guaranteeReserveSeconds=60),
-    )
-    assert quota_failures_on(state, "team-a/a-more", NOON + 10, ["n4"]) == ()

@@ -8,8 +8,7 @@ admitted pod's job is held against its quota until kube-scheduler binds it
 (:func:`admission_hold`), as kube-scheduler's cache assumes a pod.  A job that would
 borrow past its quota's fair share waits for other quotas' work
 (:mod:`~extender.core.placement.fairshare`), and one another quota took back waits out its
-reborrow backoff before it borrows (:mod:`~extender.core.placement.reborrow`); these
-lending rules read the quotas as they will be once pods on their way out have gone.
+reborrow backoff before it borrows (:mod:`~extender.core.placement.reborrow`).
 """
 
 from __future__ import annotations
@@ -18,14 +17,9 @@ from collections.abc import Collection
 
 from extender.core.effects import HoldQuota
 from extender.core.objects import PodInfo
-from extender.core.placement.demand import (
-    JobDemand,
-    borrowed_resources,
-    job_demand,
-    uncharged_with_min_resources,
-)
+from extender.core.placement.demand import JobDemand, job_demand, uncharged_with_min_resources
 from extender.core.placement.fairshare import borrowing_wait
-from extender.core.state import ClusterState, Overlay
+from extender.core.state import ClusterState
 from quota.admission import job_admission_failures, over_max_on_path
 from quota.tree import QuotaMembershipError
 
@@ -81,13 +75,7 @@ def _admission_failures(
     failures = job_admission_failures(state.ledger, quota, demand.np_request, demand.p_request)
     if failures or now is None:
         return failures
-    if not borrowed_resources(state.ledger, demand):
-        return []  # not borrowing with pods on their way out counted: nor without them
-    # The max above is judged on the live ledger (pods on their way out still run); the
-    # lending rules on the quotas as they will be once those pods are gone, as the planner
-    # judges them.  Else a quota whose own victims serve their notice, its reservation
-    # already charged for their room, counts both and looks like it borrows.
-    wait = borrowing_wait(state, demand, now, Overlay.settled(state).ledger, nodes=nodes)
+    wait = borrowing_wait(state, demand, now, nodes=nodes)
     return [wait.reason] if wait is not None else []
 
 
