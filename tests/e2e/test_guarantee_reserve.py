@@ -71,14 +71,7 @@ def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_n
         teams.wait(teams.a, "a-0", "Running")
         teams.create(teams.b, "b-0", requests=gpus, labels=TRAINER)
         teams.wait(teams.b, "b-0", "Running")
-        cluster.rest.request(
-            "DELETE",
-            f"/api/v1/namespaces/{teams.b}/pods/b-0",
-            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-        )
-        lc.wait_until(
-            lambda: teams.get(teams.b, "b-0") is None or None, timeout=60, what="b-0 gone"
-        )
+        teams.delete_now(teams.b, "b-0")
 
         teams.create(teams.a, "a-never", requests=gpus, labels=PREEMPTIBLE)
 
@@ -133,7 +126,8 @@ def test_the_reserve_holds_through_a_burst_while_a_victim_still_terminates(
     # 2. While it terminates, another of A's pods completes, freeing a node, and
     #    A's a-never (8 GPUs, no checkpoint interval) and B's b-2 are created together.
     #    B owes 24 - 16 = 8 (its held room counts as used), and a-never would leave
-    #    8 - 8 = 0 free: it waits, whichever the scheduler tries first, and b-2 takes
+    #    at most 8 - 8 = 0 free (the terminating victim still counts as used, so Muster
+    #    counts less): it waits, whichever the scheduler tries first, and b-2 takes
     #    the free node within B's min.  Without the reserve, a-never could take the node
     #    first and b-2 would have to reclaim a second pod of A's.
     for i in range(5):
@@ -157,14 +151,7 @@ def test_the_reserve_holds_through_a_burst_while_a_victim_still_terminates(
 
         (victim,) = lc.wait_until(terminating, timeout=60, what="one of A's pods terminating")
         done = next(name for name in running if name != victim)
-        cluster.rest.request(
-            "DELETE",
-            f"/api/v1/namespaces/{teams.a}/pods/{done}",
-            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-        )
-        lc.wait_until(
-            lambda: teams.get(teams.a, done) is None or None, timeout=30, what=f"{done} gone"
-        )
+        teams.delete_now(teams.a, done)
         teams.create(teams.a, "a-never", requests=gpus, labels=PREEMPTIBLE)
         teams.create(teams.b, "b-2", requests=gpus, labels=TRAINER)
         # The burst came while the first plan's victim still terminates.

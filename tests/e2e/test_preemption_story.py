@@ -144,6 +144,20 @@ class Teams:
             what=f"{namespace}/{name} {phase}",
         )
 
+    def delete_now(self, namespace: str, name: str) -> None:
+        """Delete the pod with no grace period (as if it completed) and wait until it is
+        gone."""
+        self.cluster.rest.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+        )
+        lc.wait_until(
+            lambda: self.get(namespace, name) is None or None,
+            timeout=60,
+            what=f"{namespace}/{name} gone",
+        )
+
     def events(self, namespace: str, reason: str) -> list[dict[str, Any]]:
         items = self.cluster.rest.request("GET", f"/api/v1/namespaces/{namespace}/events")
         return [e for e in items.get("items", []) if e.get("reason") == reason]
