@@ -99,6 +99,65 @@ def test_a_borrower_below_its_share_takes_back_from_one_above_it(
         teams.cleanup()
 
 
+def test_a_borrower_takes_back_only_until_the_shares_meet(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # As above (weights 1, team B runs b-0..b-3: share 1.0), but team A's gang is of 3:
+    # once admitted team A's share is 3/4 = 0.75.  Victims are checked one by one: the
+    # first leaves team B at 3/4 = 0.75, level with team A (allowed); the second would
+    # leave it at 2/4 = 0.5, below team A (the gap reversed, and team B could take the room
+    # back the same way): spared, reported as "1.000 before, 0.500 after".  One victim is
+    # room for one pod of three: no plan, nothing marked, the gang waits
+    # (tests/scenarios/fair-share-does-not-cross.yaml, in simulate).  With b-0 and b-1
+    # gone, 2 GPUs free, it needs one victim: team B from 2/4 = 0.5 to 0.25, below team
+    # A's 0.75 again: still no plan ("0.500 before, 0.250 after").  With b-2 gone too, 3
+    # are free: the gang runs and b-3 is never touched.
+    teams = _teams(cluster, "1")
+    names = [f"b-{i}" for i in range(4)]
+    gang = [f"a-train-{i}" for i in range(3)]
+
+    def refused_with(shares: str) -> bool | None:
+        reasons = [
+            reason
+            for name in gang
+            for reason in muster_fair.postfilter_reasons(teams.a, name)
+            if f"would leave quota {teams.a}'s above it" in reason
+        ]
+        return any(shares in reason for reason in reasons) or None
+
+    def untouched(name: str) -> bool:
+        pod = teams.get(teams.b, name) or {}
+        labels = pod.get("metadata", {}).get("labels", {})
+        return _running(teams, teams.b, name) and SOFT_EVICTION not in labels
+
+    try:
+        for name in names:
+            teams.create(teams.b, name, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, name, "Running")
+        _gang(teams, "a-train", 3, BORROWER)
+        lc.wait_until(
+            lambda: refused_with("1.000 before, 0.500 after"),
+            timeout=60,
+            what="a second victim refused for reversing the gap",
+        )
+        assert all(untouched(name) for name in names)
+        for name in ("b-0", "b-1"):
+            teams.delete_now(teams.b, name)
+        lc.wait_until(
+            lambda: refused_with("0.500 before, 0.250 after"),
+            timeout=60,
+            what="one victim refused for reversing the gap",
+        )
+        assert untouched("b-2") and untouched("b-3")
+        assert not any(_running(teams, teams.a, name) for name in gang)
+        teams.delete_now(teams.b, "b-2")
+        for name in gang:
+            teams.wait(teams.a, name, "Running", timeout=90)
+        assert untouched("b-3")
+    finally:
+        teams.cleanup()
+
+
 def test_a_borrower_waits_while_a_quota_below_its_share_has_work_waiting(
     cluster: Cluster, muster_fair: MusterProcess
 ) -> None:
