@@ -253,6 +253,7 @@ class _JobState:
     holding: dict[str, float] = field(default_factory=dict)  # pod → GPUs, pods holding now
     succeeded: set[str] = field(default_factory=set)
     present: set[str] = field(default_factory=set)  # pods that exist, not done or gone
+    ended: set[str] = field(default_factory=set)  # pods that held and stopped, or are gone
     completed: float | None = None
 
 
@@ -300,7 +301,8 @@ def trace_figures(
       room a guarantee promises: the job's pods not yet running or done, times their GPUs),
       and of those, to its seconds **with no pod to place** if none of those jobs has a
       pod waiting (their controller has not made one: a Job's failure back-off after a
-      pod exited on notice, say), time no scheduler could have shortened;
+      pod exited on notice, say; a pod that ran and stopped, failed and not yet deleted,
+      waits for nothing), time no scheduler could have shortened;
     - to the **fair-share gap**, the stretch times how many more GPUs (weighted by
       ``weights``, 1 each by default) the team borrowing the most borrows than a team at
       or above its ``min`` with a job waiting borrows (0 when no team waits so, or the
@@ -388,12 +390,15 @@ def trace_figures(
             submitted.add(event)
             continue
         js = state[event.job]
-        if event.gone or event.succeeded:
-            js.present.discard(event.key)
-        else:
-            js.present.add(event.key)
         holds = event.holds and not event.gone
         was = event.key in ledger.holding
+        if event.gone or event.succeeded or (was and not holds):
+            # A bound pod that stops holding has ended (failed, evicted, exited on
+            # notice): it lingers until deleted, but it is no pod waiting to be placed.
+            js.present.discard(event.key)
+            js.ended.add(event.key)
+        elif event.key not in js.ended:
+            js.present.add(event.key)
         if holds and not was:
             js.holding[event.key] = event.gpus
         elif not holds and was:

@@ -200,6 +200,28 @@ def test_time_below_min_with_no_pod_to_place_is_told_apart() -> None:
     assert figures["seconds_below_min_with_no_pod_to_place"] == {"a": 20.0}
 
 
+def test_a_failed_pod_not_yet_deleted_is_no_pod_to_place() -> None:
+    # As above, but a1-x exits on notice at 30 (Failed, still there) and is deleted only
+    # at 45; its replacement a1-y is made at 50, binds at 60.  Below min with a1 waiting:
+    # 0-10 and 30-60, 40 s; with no pod of a1 waiting to be placed: 30-50, 20 s (a1-x,
+    # failed, waits for nothing), the same as when a1-x is deleted at once.
+    jobs = {"a1": SubmittedJob("a", 1, 8, "normal", 0.0)}
+    seen = [
+        PodSighting(0, "a/a1-x", "a1", 8, holds=False, succeeded=False),
+        PodSighting(10, "a/a1-x", "a1", 8, holds=True, succeeded=False),
+        PodSighting(30, "a/a1-x", "a1", 8, holds=False, succeeded=False),
+        PodSighting(40, "a/a1-x", "a1", 8, holds=False, succeeded=False),  # status again
+        PodSighting(45, "a/a1-x", "a1", 8, holds=False, succeeded=False, gone=True),
+        PodSighting(50, "a/a1-y", "a1", 8, holds=False, succeeded=False),
+        PodSighting(60, "a/a1-y", "a1", 8, holds=True, succeeded=False),
+        PodSighting(90, "a/a1-y", "a1", 8, holds=False, succeeded=True),
+    ]
+    figures = trace_figures(seen, jobs, {"a": 8}, capacity=8, horizon=100)
+    assert figures["seconds_below_min_with_pending_work"] == {"a": 40.0}
+    assert figures["seconds_below_min_with_no_pod_to_place"] == {"a": 20.0}
+    assert figures["evicted_pods"] == 1
+
+
 def test_trace_figures_worked_by_hand() -> None:
     # 16 GPUs, 100 s; teams a and b, min 8 each.
     # a/a1: 2 pods x 4 GPUs, sent at 0; p0 binds at 10, p1 at 20, both succeed at 50.
