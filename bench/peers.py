@@ -624,6 +624,7 @@ class Replay:
             horizon,
             weights=self.weights,
         )
+        figures["trace_started_at"] = round(self.t0, 3)  # epoch seconds, to read logs by
         figures["submit_errors"] = self.errors
         figures["binding"] = binding
         if plans is not None:
@@ -990,25 +991,34 @@ def refigure(results: Json, workdir: Path) -> Json:
     capacity = trace["nodes"] * trace["gpus_per_node"]
     horizon = trace["seconds"] + trace["drain"]
     for system, figures in results["systems"].items():
-        recorded = workdir / system / SIGHTINGS
         if "gpu_allocation" not in figures:
             continue
-        if not recorded.is_file():
-            raise FileNotFoundError(f"{recorded}: no sightings recorded for {system}")
-        jobs: dict[str, SubmittedJob] = {}
-        seen: list[PodSighting] = []
-        with recorded.open() as lines:
-            for line in lines:
-                row = json.loads(line)
-                if "job" in row and "team" in row:
-                    name = row.pop("job")
-                    jobs[name] = SubmittedJob(**row)
-                else:
-                    seen.append(PodSighting(**{**row, "saves": Saves(**row["saves"])}))
+        jobs, seen = recorded_run(workdir, system)
         figures.update(
             trace_figures(seen, jobs, mins, capacity, horizon, weights=results.get("weights"))
         )
     return results
+
+
+def recorded_run(
+    workdir: Path, system: str
+) -> tuple[dict[str, SubmittedJob], list[PodSighting]]:
+    """What ``system``'s run recorded in ``workdir`` (``<system>/sightings.jsonl``): the
+    jobs submitted, by name, and every sighting of their pods."""
+    recorded = workdir / system / SIGHTINGS
+    if not recorded.is_file():
+        raise FileNotFoundError(f"{recorded}: no sightings recorded for {system}")
+    jobs: dict[str, SubmittedJob] = {}
+    seen: list[PodSighting] = []
+    with recorded.open() as lines:
+        for line in lines:
+            row = json.loads(line)
+            if "job" in row and "team" in row:
+                name = row.pop("job")
+                jobs[name] = SubmittedJob(**row)
+            else:
+                seen.append(PodSighting(**{**row, "saves": Saves(**row["saves"])}))
+    return jobs, seen
 
 
 def _without_series(figures: Json) -> Json:

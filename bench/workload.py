@@ -248,6 +248,21 @@ class SubmittedJob:
         return self.pods if self.min_pods is None else self.min_pods
 
 
+@dataclass(frozen=True, slots=True)
+class BelowMin:
+    """A stretch of a team's time below ``min`` with work that fits in it."""
+
+    team: str
+    at: float
+    seconds: float
+    #: The team's waiting jobs that would fit in what its ``min`` leaves.
+    fitting: tuple[str, ...]
+    #: All the team's waiting jobs.
+    waiting: tuple[str, ...]
+    #: None of them has a pod waiting to be placed.
+    podless: bool
+
+
 @dataclass
 class _JobState:
     holding: dict[str, float] = field(default_factory=dict)  # pod → GPUs, pods holding now
@@ -286,6 +301,7 @@ def trace_figures(
     *,
     sample_seconds: float = 5.0,
     weights: Mapping[str, float] | None = None,
+    below_min: list[BelowMin] | None = None,
 ) -> dict[str, Any]:
     """The comparison table's figures over ``[0, horizon)``, from every sighting of the
     trace's pods and the jobs submitted (``mins``: each team's GPU ``min``).
@@ -307,6 +323,9 @@ def trace_figures(
       ``weights``, 1 each by default) the team borrowing the most borrows than a team at
       or above its ``min`` with a job waiting borrows (0 when no team waits so, or the
       waiting team borrows the most): idle room lent to one team while another wants it.
+
+    ``below_min``, if given, gets each stretch of a team's time below ``min`` (for a second
+    look at where it goes: :mod:`bench.below_min`).
 
     A pod that stops holding GPUs without succeeding is an **eviction** (preempted,
     given up, or deleted while running); it **loses** its GPUs times the seconds since its
@@ -373,8 +392,14 @@ def trace_figures(
             ]
             if fitting:
                 below[team] += span
-                if not any(state[n].present - state[n].holding.keys() for n in fitting):
+                podless = not any(state[n].present - state[n].holding.keys() for n in fitting)
+                if podless:
                     below_podless[team] += span
+                if below_min is not None:
+                    waits = sorted(n for n in submitted if jobs[n].team == team and waiting(n))
+                    below_min.append(
+                        BelowMin(team, now, span, tuple(sorted(fitting)), tuple(waits), podless)
+                    )
         while not series or series[-1][0] + sample_seconds <= until:
             at = series[-1][0] + sample_seconds if series else 0.0
             if at > until:

@@ -1,0 +1,202 @@
+"""Where a run's time below ``min`` goes: each stretch told by why its work waited.
+
+``bench.peers`` counts a team's seconds below its ``min`` while one of its jobs waits that
+would fit in what the ``min`` leaves (:func:`bench.workload.trace_figures`).  This reads
+a kept run (``--json`` and ``--workdir``) again and gives each stretch one cause, the first
+that holds:
+
+- **no pod to place**: none of the waiting jobs has a pod waiting (its controller has not
+  made one: the Job controller's failure back-off);
+- **arriving**: one of them was submitted less than :data:`ARRIVING_SECONDS` ago (the
+  scheduling path's own time: pod creation, the scheduler's queue, the bind);
+- for Muster, from its log (``muster.log``: the PostFilter's line per job), the waiting
+  jobs' or their team's latest word before the stretch:
+  **victims leaving** (a plan for one of the team's waiting jobs, made less than
+  :data:`PLAN_SECONDS` ago: its victims' notice and grace period),
+  **lent room held back** (the guarantee reserve, fair sharing, a reborrow backoff
+  turned the job away as a borrower, counting what the team's plans and placements hold
+  as used), **no plan** (no set of allowed victims frees room for the whole job),
+  **scheduler's view** (Muster saw room free that kube-scheduler did not yet: pods
+  terminating), else **other**.
+
+The last two causes need Muster's log; for another system every stretch past the first
+two is **other**.  ``python -m bench.below_min RUN.json --workdir DIR [--system muster]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import itertools
+import json
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.peers import recorded_run
+from bench.workload import BelowMin, SubmittedJob, trace_figures
+
+#: A job submitted this recently is still on the scheduling path.
+ARRIVING_SECONDS = 3.0
+#: A plan this recent is still waiting for its victims to leave (notice up to 60 s).
+PLAN_SECONDS = 60.0
+
+CAUSES = (
+    "no pod to place",
+    "arriving",
+    "victims leaving",
+    "lent room held back",
+    "no plan",
+    "scheduler's view",
+    "other",
+)
+
+_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \S+ "
+    r"(?:(preempting) for ([\w.-]+)/(\w+): |no preemption for ([\w.-]+)/(\w+): (.*))"
+)
+#: Muster's refusals, by the words that name the rule.
+_HELD_BACK = ("saves no checkpoint", "fair share", "reborrow")
+_NO_PLAN = "would not fit even after evicting"
+_FITS = "fits without evicting anything"
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One PostFilter line of Muster's log: when (trace seconds), of which job, and what."""
+
+    at: float
+    team: str
+    job: str
+    #: ``"plan"``, ``"held back"``, ``"no plan"``, ``"fits"`` or ``"other"``.
+    kind: str
+
+
+def read_log(lines: Iterable[str], started_at: float) -> list[Word]:
+    """Muster's PostFilter lines, on the trace's clock (``started_at``: its epoch start;
+    the log's times are local)."""
+    words = []
+    for line in lines:
+        match = _LINE.match(line.rstrip("\n"))
+        if match is None:
+            continue
+        stamp = datetime.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S")
+        at = stamp.timestamp() + int(match[2]) / 1000 - started_at
+        if match[3]:
+            words.append(Word(at, match[4], match[5], "plan"))
+            continue
+        reason = match[8]
+        kind = (
+            "held back"
+            if any(words_ in reason for words_ in _HELD_BACK)
+            else "no plan"
+            if _NO_PLAN in reason
+            else "fits"
+            if _FITS in reason
+            else "other"
+        )
+        words.append(Word(at, match[6], match[7], kind))
+    return words
+
+
+def cause_of(
+    stretch: BelowMin,
+    jobs: Mapping[str, SubmittedJob],
+    words: Sequence[Word] | None,
+) -> str:
+    """The first of :data:`CAUSES` that holds for ``stretch`` (``words``: Muster's log,
+    in time order; ``None`` for another system)."""
+    if stretch.podless:
+        return "no pod to place"
+    if any(stretch.at - jobs[name].submitted < ARRIVING_SECONDS for name in stretch.fitting):
+        return "arriving"
+    if words is None:
+        return "other"
+    before = [w for w in words if w.at <= stretch.at]
+    if any(
+        w.kind == "plan" and w.job in stretch.waiting and stretch.at - w.at < PLAN_SECONDS
+        for w in before
+    ):
+        return "victims leaving"
+    last = {w.job: w.kind for w in before if w.job in stretch.fitting}
+    kinds = set(last.values())
+    for kind, cause in (("held back", "lent room held back"), ("no plan", "no plan")):
+        if kind in kinds:
+            return cause
+    return "scheduler's view" if "fits" in kinds else "other"
+
+
+def causes(
+    stretches: Iterable[BelowMin], jobs: Mapping[str, SubmittedJob], words: Sequence[Word] | None
+) -> dict[str, float]:
+    """Team-seconds below ``min`` per cause, in :data:`CAUSES` order.  A stretch is cut
+    where its cause may change (an arrival's window ends, a word is logged, a plan's
+    window ends), each piece told by its start."""
+    seconds: dict[str, float] = defaultdict(float)
+    for stretch in stretches:
+        for piece in _pieces(stretch, jobs, words or ()):
+            seconds[cause_of(piece, jobs, words)] += piece.seconds
+    return {cause: round(seconds.get(cause, 0.0), 1) for cause in CAUSES}
+
+
+def _pieces(
+    stretch: BelowMin, jobs: Mapping[str, SubmittedJob], words: Sequence[Word]
+) -> list[BelowMin]:
+    start, end = stretch.at, stretch.at + stretch.seconds
+    cuts = {jobs[name].submitted + ARRIVING_SECONDS for name in stretch.fitting}
+    for word in words:
+        if word.job in stretch.waiting:
+            cuts.update((word.at, word.at + PLAN_SECONDS))
+    edges = [start, *sorted(cut for cut in cuts if start < cut < end), end]
+    return [dataclasses.replace(stretch, at=a, seconds=b - a) for a, b in itertools.pairwise(edges)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.below_min", description=__doc__)
+    parser.add_argument("run", type=Path, help="a bench.peers --json results file")
+    parser.add_argument("--workdir", type=Path, required=True, help="the run's --workdir")
+    parser.add_argument("--system", default="muster")
+    options = parser.parse_args(argv)
+
+    try:
+        results = json.loads(options.run.read_text())
+        trace, figures = results["trace"], results["systems"][options.system]
+        jobs, seen = recorded_run(options.workdir, options.system)
+    except (OSError, KeyError, ValueError) as error:
+        print(f"bench.below_min: {error}", file=sys.stderr)
+        return 2
+    mins = {team["name"]: team["min"] for team in trace["teams"]}
+    stretches: list[BelowMin] = []
+    trace_figures(
+        seen,
+        jobs,
+        mins,
+        trace["nodes"] * trace["gpus_per_node"],
+        trace["seconds"] + trace["drain"],
+        weights=results.get("weights"),
+        below_min=stretches,
+    )
+    words = None
+    log = options.workdir / options.system / "muster.log"
+    if options.system == "muster" and log.is_file():
+        with log.open() as lines:
+            words = read_log(lines, 0.0)
+        started = figures.get("trace_started_at")
+        if started is None:
+            # A run from before it was recorded: no job is named before it is submitted,
+            # and the first is named within a few milliseconds of it.
+            started = min(w.at - jobs[w.job].submitted for w in words if w.job in jobs)
+        words = [dataclasses.replace(w, at=w.at - started) for w in words]
+    total = sum(s.seconds for s in stretches)
+    print(f"team-seconds below min with work that fits: {total:.1f}")
+    for cause, seconds in causes(stretches, jobs, words).items():
+        print(f"  {cause:20s} {seconds:7.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
