@@ -1000,9 +1000,7 @@ def refigure(results: Json, workdir: Path) -> Json:
     return results
 
 
-def recorded_run(
-    workdir: Path, system: str
-) -> tuple[dict[str, SubmittedJob], list[PodSighting]]:
+def recorded_run(workdir: Path, system: str) -> tuple[dict[str, SubmittedJob], list[PodSighting]]:
     """What ``system``'s run recorded in ``workdir`` (``<system>/sightings.jsonl``): the
     jobs submitted, by name, and every sighting of their pods."""
     recorded = workdir / system / SIGHTINGS
