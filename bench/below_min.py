@@ -92,7 +92,7 @@ def read_log(lines: Iterable[str], started_at: float) -> list[Word]:
         reason = match[8]
         kind = (
             "held back"
-            if any(words_ in reason for words_ in _HELD_BACK)
+            if any(phrase in reason for phrase in _HELD_BACK)
             else "no plan"
             if _NO_PLAN in reason
             else "fits"
