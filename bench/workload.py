@@ -259,7 +259,7 @@ class BelowMin:
     fitting: tuple[str, ...]
     #: All the team's waiting jobs.
     waiting: tuple[str, ...]
-    #: None of them has a pod waiting to be placed.
+    #: None of the fitting jobs has a pod waiting to be placed.
     podless: bool
 
 

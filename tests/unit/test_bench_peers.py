@@ -181,37 +181,26 @@ def test_a_job_is_split_into_pods_as_the_docstring_says(gpus: int, shape: tuple[
     assert pods_of(gpus, 8) == shape
 
 
-def test_time_below_min_with_no_pod_to_place_is_told_apart() -> None:
+_A1_X_DELETED_AT_30 = [PodSighting(30, "a/a1-x", "a1", 8, holds=False, succeeded=False, gone=True)]
+_A1_X_FAILED_AT_30 = [
+    PodSighting(30, "a/a1-x", "a1", 8, holds=False, succeeded=False),  # exited on notice
+    PodSighting(40, "a/a1-x", "a1", 8, holds=False, succeeded=False),  # its status again
+    PodSighting(45, "a/a1-x", "a1", 8, holds=False, succeeded=False, gone=True),
+]
+
+
+@pytest.mark.parametrize("ending", [_A1_X_DELETED_AT_30, _A1_X_FAILED_AT_30])
+def test_time_below_min_with_no_pod_to_place_is_told_apart(ending: list[PodSighting]) -> None:
     # 8 GPUs, 100 s; team a, min 8. a1: 1 pod x 8 GPUs sent at 0; a1-x is created at 0
-    # and binds at 10, is evicted at 30; its Job's back-off makes the replacement a1-y
-    # only at 50, which binds at 60 and succeeds at 90.  Below min with a1 waiting: 0-10
-    # and 30-60, 40 s; of which with no pod of a1 in existence: 30-50, 20 s.
+    # and binds at 10, stops at 30 (deleted; or failed, exiting on notice, and deleted
+    # only at 45); its Job's back-off makes the replacement a1-y only at 50, which binds
+    # at 60 and succeeds at 90.  Below min with a1 waiting: 0-10 and 30-60, 40 s; of which
+    # with no pod of a1 waiting to be placed: 30-50, 20 s (a failed a1-x waits for nothing).
     jobs = {"a1": SubmittedJob("a", 1, 8, "normal", 0.0)}
     seen = [
         PodSighting(0, "a/a1-x", "a1", 8, holds=False, succeeded=False),
         PodSighting(10, "a/a1-x", "a1", 8, holds=True, succeeded=False),
-        PodSighting(30, "a/a1-x", "a1", 8, holds=False, succeeded=False, gone=True),
-        PodSighting(50, "a/a1-y", "a1", 8, holds=False, succeeded=False),
-        PodSighting(60, "a/a1-y", "a1", 8, holds=True, succeeded=False),
-        PodSighting(90, "a/a1-y", "a1", 8, holds=False, succeeded=True),
-    ]
-    figures = trace_figures(seen, jobs, {"a": 8}, capacity=8, horizon=100)
-    assert figures["seconds_below_min_with_pending_work"] == {"a": 40.0}
-    assert figures["seconds_below_min_with_no_pod_to_place"] == {"a": 20.0}
-
-
-def test_a_failed_pod_not_yet_deleted_is_no_pod_to_place() -> None:
-    # As above, but a1-x exits on notice at 30 (Failed, still there) and is deleted only
-    # at 45; its replacement a1-y is made at 50, binds at 60.  Below min with a1 waiting:
-    # 0-10 and 30-60, 40 s; with no pod of a1 waiting to be placed: 30-50, 20 s (a1-x,
-    # failed, waits for nothing), the same as when a1-x is deleted at once.
-    jobs = {"a1": SubmittedJob("a", 1, 8, "normal", 0.0)}
-    seen = [
-        PodSighting(0, "a/a1-x", "a1", 8, holds=False, succeeded=False),
-        PodSighting(10, "a/a1-x", "a1", 8, holds=True, succeeded=False),
-        PodSighting(30, "a/a1-x", "a1", 8, holds=False, succeeded=False),
-        PodSighting(40, "a/a1-x", "a1", 8, holds=False, succeeded=False),  # status again
-        PodSighting(45, "a/a1-x", "a1", 8, holds=False, succeeded=False, gone=True),
+        *ending,
         PodSighting(50, "a/a1-y", "a1", 8, holds=False, succeeded=False),
         PodSighting(60, "a/a1-y", "a1", 8, holds=True, succeeded=False),
         PodSighting(90, "a/a1-y", "a1", 8, holds=False, succeeded=True),
