@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.peers import recorded_run
-from bench.workload import BelowMin, SubmittedJob, trace_figures
+from bench.peers import recorded_figures, recorded_run
+from bench.workload import BelowMin, SubmittedJob
 
 #: A job submitted this recently is still on the scheduling path.
 ARRIVING_SECONDS = 3.0
@@ -164,22 +164,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         results = json.loads(options.run.read_text())
-        trace, figures = results["trace"], results["systems"][options.system]
+        figures = results["systems"][options.system]
         jobs, seen = recorded_run(options.workdir, options.system)
     except (OSError, KeyError, ValueError) as error:
         print(f"bench.below_min: {error}", file=sys.stderr)
         return 2
-    mins = {team["name"]: team["min"] for team in trace["teams"]}
     stretches: list[BelowMin] = []
-    trace_figures(
-        seen,
-        jobs,
-        mins,
-        trace["nodes"] * trace["gpus_per_node"],
-        trace["seconds"] + trace["drain"],
-        weights=results.get("weights"),
-        below_min=stretches,
-    )
+    recorded_figures(results, jobs, seen, below_min=stretches)
     words = None
     log = options.workdir / options.system / "muster.log"
     if options.system == "muster" and log.is_file():

@@ -113,6 +113,7 @@ from bench.time_to_mark import SAMPLE_PROFILES
 from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
 from bench.workload import (
     YOUNG_SECONDS,
+    BelowMin,
     PodSighting,
     Saves,
     SubmittedJob,
@@ -986,18 +987,32 @@ def refigure(results: Json, workdir: Path) -> Json:
     :func:`~bench.workload.trace_figures`, from what its run recorded in ``workdir``
     (``<system>/sightings.jsonl``): a figure defined since the run, or corrected, without
     playing the trace again.  Systems measured for their binding rate only are kept."""
-    trace = results["trace"]
-    mins = {team["name"]: team["min"] for team in trace["teams"]}
-    capacity = trace["nodes"] * trace["gpus_per_node"]
-    horizon = trace["seconds"] + trace["drain"]
     for system, figures in results["systems"].items():
         if "gpu_allocation" not in figures:
             continue
         jobs, seen = recorded_run(workdir, system)
-        figures.update(
-            trace_figures(seen, jobs, mins, capacity, horizon, weights=results.get("weights"))
-        )
+        figures.update(recorded_figures(results, jobs, seen))
     return results
+
+
+def recorded_figures(
+    results: Json,
+    jobs: Mapping[str, SubmittedJob],
+    seen: list[PodSighting],
+    below_min: list[BelowMin] | None = None,
+) -> Json:
+    """:func:`~bench.workload.trace_figures` of a recorded run (:func:`recorded_run`), on
+    the trace and weights ``results`` says it played (``below_min``: as there)."""
+    trace = results["trace"]
+    return trace_figures(
+        seen,
+        jobs,
+        {team["name"]: team["min"] for team in trace["teams"]},
+        trace["nodes"] * trace["gpus_per_node"],
+        trace["seconds"] + trace["drain"],
+        weights=results.get("weights"),
+        below_min=below_min,
+    )
 
 
 def recorded_run(workdir: Path, system: str) -> tuple[dict[str, SubmittedJob], list[PodSighting]]:
