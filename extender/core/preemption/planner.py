@@ -33,20 +33,19 @@ Pure and deterministic: the same state and time give the same answer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from base.times import format_time
 from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand, job_demand
-from extender.core.placement.domains import node_domains
 from extender.core.placement.fairshare import borrowing_wait
 from extender.core.preemption.candidates import describe
 from extender.core.preemption.cost import last_save, victim_notice
-from extender.core.preemption.domains import DomainBounds
 from extender.core.preemption.eligibility import ineligibility
 from extender.core.preemption.fairness import preemptor_share
+from extender.core.preemption.plans import find_plan
 from extender.core.preemption.policy import (
     Preemptor,
     Rule,
@@ -54,16 +53,7 @@ from extender.core.preemption.policy import (
     preemptor_of,
 )
 from extender.core.preemption.protection import gangs_in_flight
-from extender.core.preemption.ranking import PlanRank, lower_priority_plan, plan_rank
-from extender.core.preemption.search import (
-    Found,
-    JobLayout,
-    NotFound,
-    earliest,
-    evicted_whole,
-    merged_refusal,
-    search_victims,
-)
+from extender.core.preemption.search import Found, NotFound, evicted_whole
 from extender.core.preemption.yielding import reserved_pods, yield_steps, yieldable_reservations
 from extender.core.restart import restarted_jobs
 from extender.core.state import (
@@ -149,7 +139,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         if wait is not None:
             found, held_back = NotFound([wait.reason], retry_at=wait.until), True
         else:
-            found = _find(state, demand, preemptor, ledger, now)
+            found = find_plan(state, demand, preemptor, ledger, now)
     yielded: tuple[Reservation, ...] = ()
     if isinstance(found, NotFound) and not found.fits and not held_back:
         # Room held for a lower-priority job of the quota, not used yet, may yield.
@@ -159,7 +149,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             if ineligibility(state, demand, now, freed.ledger):
                 continue
             freed_preemptor = _preemptor(state, demand, freed.ledger)
-            retried = _find(state, demand, freed_preemptor, freed.ledger, now, released)
+            retried = find_plan(state, demand, freed_preemptor, freed.ledger, now, released)
             if isinstance(retried, Found):
                 found, yielded, preemptor = retried, step, freed_preemptor
                 break
@@ -222,155 +212,6 @@ def _restart_said(notice: float, victim: Victim, said: str) -> str:
     if notice > victim.notice_seconds:
         return f"{said} once its pods' notice ends, {notice:g}s (the longest of its Job's)"
     return said
-
-
-def _find(
-    state: ClusterState,
-    demand: JobDemand,
-    preemptor: Preemptor,
-    ledger: QuotaLedger,
-    now: float,
-    released: frozenset[str] = frozenset(),
-) -> Found | NotFound:
-    """The plan's victims, on the settled ``ledger`` (with the room of the reserved pods
-    ``released`` free): in the cheapest domain for a job requiring one."""
-    spent = [pod for pod in state.leaving() if not pod.terminating]
-    request = state.declarations.topology_request(demand.job)
-    layout = JobLayout(state, demand.job, released)
-    if request is None or not request.required:
-        # A preferred level never causes an eviction a required one would not: the plan
-        # is made as for a job without topology (slices, which are required, kept).
-        return _plan(state, demand, preemptor, ledger, spent, layout=layout, now=now)
-    return _plan_in_cheapest_domain(
-        state, demand, preemptor, ledger, spent, request.level, layout, now
-    )
-
-
-def _plan(
-    state: ClusterState,
-    demand: JobDemand,
-    preemptor: Preemptor,
-    ledger: QuotaLedger,
-    spent: Sequence[PodInfo],
-    within: frozenset[str] | None = None,
-    *,
-    layout: JobLayout,
-    now: float,
-) -> Found | NotFound:
-    """The plan's search (:func:`~extender.core.preemption.search.search_victims`), again
-    allowing what it spares when nothing is found without: victims that break a guarantee
-    in a resource the job does not ask for, or a PodDisruptionBudget (under pdbPolicy
-    BestEffort), budgets first; and only when no plan is found even so, another quota's
-    gang in flight (:mod:`~extender.core.preemption.protection`), the same passes again.
-    Then again below the found plan's highest victim priority while that ranks better
-    (:func:`~extender.core.preemption.ranking.lower_priority_plan`).
-    ``within``: the nodes of the one domain the job is planned in."""
-    best_effort = state.args.pdb_policy == "BestEffort"
-
-    def search(
-        spare_guaranteed: bool, spare_budgets: bool, spare_in_flight: bool, cap: int | None
-    ) -> Found | NotFound:
-        found = search_victims(
-            state,
-            demand,
-            preemptor,
-            ledger,
-            spent,
-            spare_guaranteed=spare_guaranteed,
-            spare_budgets=spare_budgets,
-            spare_in_flight=spare_in_flight,
-            within=within,
-            layout=layout,
-            now=now,
-            priority_cap=cap,
-        )
-        if isinstance(found, Found) and not spare_budgets:
-            return dataclasses.replace(found, breaks_budgets=True)
-        return found
-
-    def passes(spare_in_flight: bool) -> tuple[Found | NotFound, tuple[bool, bool, bool]]:
-        spares = (True, True, spare_in_flight)
-        found = search(*spares, None)
-        for spare_guaranteed, spare_budgets in ((True, False), (False, True), (False, False)):
-            if isinstance(found, Found):
-                break
-            if (not spare_budgets and not (best_effort and found.budget_skipped)) or (
-                not spare_guaranteed and not found.guaranteed_skipped
-            ):
-                continue
-            spares = (spare_guaranteed, spare_budgets, spare_in_flight)
-            found = merged_refusal(search(*spares, None), found)
-        return found, spares
-
-    found, spares = passes(spare_in_flight=True)
-    if isinstance(found, NotFound) and found.in_flight_skipped:
-        retried, spares = passes(spare_in_flight=False)
-        found = merged_refusal(retried, found)
-    if isinstance(found, NotFound):
-        return found
-    return lower_priority_plan(state, preemptor, found, lambda cap: search(*spares, cap), now)
-
-
-def _plan_in_cheapest_domain(
-    state: ClusterState,
-    demand: JobDemand,
-    preemptor: Preemptor,
-    ledger: QuotaLedger,
-    spent: Sequence[PodInfo],
-    level: str,
-    layout: JobLayout,
-    now: float,
-) -> Found | NotFound:
-    """For a job that must stay inside one domain of ``level``: the plan of each domain
-    (victims from that domain only), and the cheapest of them by :class:`PlanRank`.  A
-    domain holding pods of the job already bound is the only one; a domain that holds the
-    job as it is ends the search (no preemption).  Domains are planned cheapest bound
-    first, until no domain left can rank better; of domains whose bound ties the best
-    plan's, ``TIED_DOMAINS`` more are planned, for the one losing the least work."""
-    domains = node_domains(state, level, {pod.node_name or "" for pod in layout.bound})
-    if not domains:
-        return NotFound([f"no node has the label {level} its required topology names"])
-    reasons: list[str] = []
-    retry_at: float | None = None
-    bounds = DomainBounds(state, demand, domains, layout.released)
-    ranked: list[tuple[tuple[int, int, int], str, frozenset[str]]] = []
-    for value in sorted(domains):
-        bound = bounds.of(value)
-        if isinstance(bound, str):
-            reasons.append(f"{level}={value}: {bound}")
-        else:
-            ranked.append(((0, *bound), value, domains[value]))
-    # Cheapest first by a bound no plan of the domain can beat: once the best plan found
-    # ranks better than the next domain's bound, no domain left can do better.
-    ranked.sort()
-    best: tuple[PlanRank, Found] | None = None
-    ties = 0
-    for floor, value, names in ranked:
-        if best is not None:
-            head = (best[0].broken, best[0].priority, best[0].pods)
-            if head < floor or (head == floor and ties >= TIED_DOMAINS):
-                break
-            ties += head == floor
-        found = _plan(state, demand, preemptor, ledger, spent, names, layout=layout, now=now)
-        if isinstance(found, NotFound):
-            if found.fits:  # a domain holds the job as it is: nothing is to be evicted
-                return found
-            reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
-            retry_at = earliest(retry_at, found.retry_at)
-            continue
-        rank = plan_rank(state, found, now, value)
-        if best is None or rank < best[0]:
-            best = (rank, found)
-    if best is None:
-        return NotFound(
-            [f"no {level} domain holds the whole job, even after evictions", *reasons],
-            retry_at=retry_at,
-        )
-    return best[1]
-
-
-#: Domains whose bound ties the best plan's that are still planned, for less lost work.
-TIED_DOMAINS = 1
 
 
 def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:

@@ -4,7 +4,9 @@ Plans that each free room for the whole job compare by :class:`PlanRank`, the fi
 difference deciding.  The planner asks for it where it has several plans (one per
 topology domain) and, since the walk takes the borrowing quotas' work before the job's
 own quota's, for one more plan below the walk's highest victim priority
-(:func:`lower_priority_plan`).
+(:func:`lower_priority_plan`); since it takes lower priority first, for one more plan
+sparing a lower-priority victim that loses most of the plan's work
+(:func:`plan_sparing_costly_victim`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
+from extender.core.objects import PodInfo
 from extender.core.preemption.cost import LostWork, lost_work, victim_notice
 from extender.core.preemption.policy import Preemptor, within_rule
 from extender.core.preemption.protection import gangs_in_flight
@@ -130,3 +133,58 @@ def lowest_own_priority(state: ClusterState, quota: str) -> int | None:
         if entry is not None and entry[3] == quota and (lowest is None or entry[0] < lowest):
             lowest = entry[0]
     return lowest
+
+
+def plan_sparing_costly_victim(
+    state: ClusterState,
+    found: Found,
+    search_sparing: Callable[[frozenset[str], int], Found | NotFound],
+    now: float,
+) -> Found:
+    """:class:`PlanRank`'s steps 3 and 4 where the walk's order misses them.  The walk
+    takes lower-priority victims first, so beside the work of its highest victim
+    priority that the plan needs anyway, it may evict a lower-priority job whose
+    eviction loses most of the plan's work (a gang that ran long and saves nothing),
+    where more work of that highest priority would do with fewer victims or less loss.
+    When one victim job below the plan's highest priority loses at least half its work,
+    search once more sparing that job, at that priority or lower, and keep what ranks
+    better.  Asked only there: a second walk doubles the plan's time, and only a job that
+    is most of the plan's cost can make it worth that."""
+    if not found.kept:
+        return found
+    top = max(group.priority for group in found.kept)
+    at_top = {group.job for group in found.kept if group.priority == top}
+    below: dict[str, list[PodInfo]] = {}
+    for group in found.kept:
+        if group.job not in at_top:
+            below.setdefault(group.job, []).extend(group.pods)
+    if not below:
+        return found
+    costs = {job: lost_work(pods, now) for job, pods in below.items()}
+    costliest = max(sorted(costs), key=costs.__getitem__)
+    cost = costs[costliest]
+    total = lost_work([pod for group in found.kept for pod in group.pods], now)
+    if cost <= LostWork(0.0, 0.0) or LostWork(2 * cost[0], 2 * cost[1]) < total:
+        return found
+    retried = search_sparing(frozenset({costliest}), top)
+    if isinstance(retried, NotFound):
+        return found
+    before, after = plan_rank(state, found, now), plan_rank(state, retried, now)
+    if not after < before:
+        return found
+    step = (
+        "lower-priority victims"
+        if after.priority < before.priority
+        else "fewer victims"
+        if after.pods < before.pods
+        else "less work lost"
+    )
+    priority = max(group.priority for group in found.kept if group.job == costliest)
+    return dataclasses.replace(
+        retried,
+        chosen_over=found.chosen_over
+        or (
+            f"chosen over evicting {costliest} (priority {priority}), which would lose most "
+            f"of the work the plan loses: {step}"
+        ),
+    )

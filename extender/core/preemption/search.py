@@ -99,9 +99,10 @@ def search_victims(
     layout: JobLayout,
     now: float,
     priority_cap: int | None = None,
+    spared: frozenset[str] = frozenset(),
 ) -> Found | NotFound:
-    """Walk the allowed victim groups (of priority ``priority_cap`` or lower, if given)
-    in order until the whole job fits, then spare
+    """Walk the allowed victim groups (of priority ``priority_cap`` or lower, if given,
+    and of no job in ``spared``) in order until the whole job fits, then spare
     every group not needed.  Never a group that takes a quota below its ``min`` in a
     resource the job asks for; with ``spare_guaranteed``, none that takes one below its
     ``min`` in any resource it governs; with ``spare_budgets`` (always, under pdbPolicy
@@ -124,6 +125,7 @@ def search_victims(
         layout=layout,
         now=now,
         priority_cap=priority_cap,
+        spared=spared,
     )
     found = walk(pacing=Pacing.HORIZON)
     while isinstance(found, Pacing):  # a walk that cannot vouch for its answer
@@ -152,6 +154,7 @@ def _walk(
     layout: JobLayout,
     now: float,
     priority_cap: int | None,
+    spared: frozenset[str],
     pacing: Pacing,
 ) -> Found | NotFound | Pacing:
     """:func:`search_victims`'s walk, paced by ``pacing`` where holding units back may
@@ -206,6 +209,8 @@ def _walk(
     ):
         if refused and any(pod.key in refused for pod in group.pods):
             continue  # an earlier plan stalled on it: its eviction is refused
+        if group.job in spared:
+            continue  # the planner searches again without it (:mod:`.ranking`)
         if group.other_quota:
             runtime = runtimes.get(group.quota, 0.0)
             until = protected_until(state, group, runtime) if runtime > 0 else 0.0
