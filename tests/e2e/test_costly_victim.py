@@ -79,7 +79,8 @@ def test_a_costly_low_priority_gang_is_spared_for_an_elastic_jobs_newest_pods(
             )
         for i in range(2):
             teams.wait(teams.a, f"big-{i}", "Running", timeout=90)
-        placed = sorted((teams.get(teams.a, f"big-{i}") or {})["spec"]["nodeName"] for i in range(2))
+        big = [teams.get(teams.a, f"big-{i}") or {} for i in range(2)]
+        placed = sorted(pod["spec"]["nodeName"] for pod in big)
         assert placed == sorted(nodes[2:])
         for name in ("train-1", "train-2"):
             lc.wait_until(

@@ -1,17 +1,24 @@
-"""A plan spares a lower-priority victim that loses most of its work (issue 34).
+"""A plan spares a victim the walk's order took at a cost (issues 34 and 35).
 
 The walk takes lower-priority victims first, so beside the work of the plan's highest
 victim priority that it needs anyway, it may evict a lower-priority job whose eviction is
-most of the plan's lost work.  The planner searches once more sparing that job, at that
-priority or lower, and keeps the plan that ranks better (:class:`PlanRank`: fewer victims,
-then less work lost).  Expected victims are derived by hand in each test's comment.
+most of the plan's lost work; and among victims of one priority it takes those whose
+work began latest, so it may take a job that has just saved, whose notice to its next
+save the job then waits through, where another is about to save.  The planner searches
+once more sparing that job, at that priority or lower, and keeps the plan that ranks
+better (:class:`PlanRank`: fewer victims, then less work lost, a victim given notice to
+its next save losing only the margin after it, then a shorter wait).  Expected victims
+are derived by hand in each test's comment.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from base import keys
+from extender.core.preemption.cost import SAVE_MARGIN_SECONDS, evicted_loss, lost_work
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
+from extender.core.state import ClusterState
 from tests.builders import node, pod, quota, snapshot
 
 GPU = "nvidia.com/gpu"
@@ -70,7 +77,7 @@ def test_more_work_of_the_top_priority_spares_a_costly_lower_priority_job() -> N
     found = plan("2026-01-01T11:00:00Z")
     assert victims(found) == ["team-a/train-1", "team-a/train-2"]
     assert sorted(found.placements.values()) == ["n3", "n4"]
-    assert "chosen over evicting team-a/old (priority 0)" in found.victims[0].reason
+    assert "chosen over evicting team-a/old (priority 0, " in found.victims[0].reason
     assert "fewer victims" in found.victims[0].reason
 
 
@@ -91,3 +98,51 @@ def test_a_cheap_lower_priority_job_keeps_the_walk_order() -> None:
     found = plan("2026-01-01T11:58:00Z")
     assert victims(found) == ["team-a/old-0", "team-a/old-1", "team-a/train-2"]
     assert all("chosen over" not in victim.reason for victim in found.victims)
+
+
+def savers() -> ClusterState:
+    """Two 8-GPU nodes.  team-b (min 0, notice capped at 60 s) borrows both with two
+    jobs of one pod each, priority 0, saving every 30 s from their start: s-new on n1,
+    started 11:59:25, and s-old on n2, started 11:58:02.  team-a (min 8) reclaims with
+    a-train, 8 GPUs."""
+    every = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
+    return snapshot(
+        [node("n1", gpu=8), node("n2", gpu=8)],
+        [
+            pod("s-new", "team-b", gpu=8, node="n1", preemptible=True, annotations=every,
+                created="2026-01-01T11:59:25Z", started="2026-01-01T11:59:25Z"),
+            pod("s-old", "team-b", gpu=8, node="n2", preemptible=True, annotations=every,
+                created="2026-01-01T11:58:02Z", started="2026-01-01T11:58:02Z"),
+            pod("a-train", "team-a", gpu=8, can_preempt=True),
+        ],
+        [
+            quota("team-a", min={GPU: "8"}, max={GPU: "16"}),
+            quota("team-b", max={GPU: "16"},
+                  annotations={keys.MAX_PREEMPTION_NOTICE_ANNOTATION: "60"}),
+        ],
+    )  # fmt: skip
+
+
+def test_a_victim_about_to_save_goes_before_one_that_has_just_saved() -> None:
+    # At noon s-new has run 35 s: saved at 11:59:55, next at 12:00:25, notice until
+    # 12:00:27 (27 s); s-old has run 118 s: saved at 11:59:32, next at 12:00:02, notice
+    # 4 s.  The walk (latest start first) takes s-new: one victim, 27 s of notice, over
+    # the 10 s that asks for a second search.  Sparing s-new, s-old: one victim too, and
+    # each evicted 2 s after its save loses 8 x 2 = 16 GPU-s (equal), so the shorter wait
+    # decides: s-old goes, its notice 4 s.
+    found = plan_job_preemption(savers(), "team-a/a-train", NOON)
+    assert isinstance(found, PreemptionPlan), found
+    assert victims(found) == ["team-b/s-old"]
+    assert found.victims[0].notice_seconds == 4.0
+    assert found.placements == {"team-a/a-train": "n2"}
+    assert "chosen over evicting team-b/s-new" in found.victims[0].reason
+    assert "a shorter wait" in found.victims[0].reason
+
+
+def test_a_victim_given_notice_to_its_next_save_loses_only_the_margin() -> None:
+    # s-old, marked at noon, is evicted 2 s after its save at 12:00:02: it loses 8 x 2 =
+    # 16 GPU-s, where evicted at noon it would lose its 28 s since 11:59:32, 8 x 28.
+    state = savers()
+    s_old = state.pods["team-b/s-old"]
+    assert evicted_loss(state, [s_old], NOON) == (8 * SAVE_MARGIN_SECONDS, 0.0)
+    assert lost_work([s_old], NOON) == (8 * 28.0, 0.0)

@@ -8,7 +8,8 @@ accelerator-seconds (its requests of scarce resources, GPUs say, times those sec
 and, for pods asking for none, pod-seconds.  The victim order takes the victim whose
 work began latest first among victims of one priority (:mod:`extender.core.state.victims`),
 and plans of equal rank compare by it (:mod:`.ranking`).  A victim declaring a checkpoint
-interval may be given notice until just after its next save (:func:`save_notice`).
+interval may be given notice until just after its next save (:func:`save_notice`), and
+then loses only the margin after it (:func:`evicted_loss`).
 """
 
 from __future__ import annotations
@@ -95,9 +96,26 @@ def victim_notice(state: ClusterState, pod: PodInfo, now: float) -> tuple[float,
 
 def lost_work(pods: Iterable[PodInfo], now: float) -> LostWork:
     """The work ``pods`` lose if evicted at ``now``."""
+    return _summed((pod, now - last_save(pod, now)) for pod in pods)
+
+
+def evicted_loss(state: ClusterState, pods: Iterable[PodInfo], now: float) -> LostWork:
+    """The work ``pods`` lose as victims marked at ``now``, each evicted when its notice
+    ends (:func:`victim_notice`): one given notice to its next save loses only the
+    margin after that save; any other, its work since its last save, as if evicted at
+    ``now`` (:func:`lost_work`).  Plans compare by it (:mod:`.ranking`)."""
+
+    def unsaved(pod: PodInfo) -> float:
+        _notice, save = victim_notice(state, pod, now)
+        return SAVE_MARGIN_SECONDS if save is not None else now - last_save(pod, now)
+
+    return _summed((pod, unsaved(pod)) for pod in pods)
+
+
+def _summed(losses: Iterable[tuple[PodInfo, float]]) -> LostWork:
+    """Each pod's unsaved seconds, summed as :class:`LostWork`."""
     accelerators = plain = 0.0
-    for pod in pods:
-        seconds = now - last_save(pod, now)
+    for pod, seconds in losses:
         scarce = sum(
             amount for name, amount in pod.requests.items() if name not in COMMON_RESOURCES
         )

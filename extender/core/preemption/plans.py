@@ -8,7 +8,7 @@ gangs in flight), in each domain of a required topology level, the cheapest doma
 plan kept; then, where the walk's order can miss the comparator
 (:class:`~.ranking.PlanRank`), one more plan below its highest victim priority
 (:func:`~.ranking.lower_priority_plan`), and one sparing a lower-priority victim that
-loses most of the plan's work (:func:`~.ranking.plan_sparing_costly_victim`).
+loses most of the plan's work, or whose notice is long (:func:`~.ranking.plan_sparing_one_victim`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from extender.core.preemption.ranking import (
     PlanRank,
     lower_priority_plan,
     plan_rank,
-    plan_sparing_costly_victim,
+    plan_sparing_one_victim,
 )
 from extender.core.preemption.search import (
     Found,
@@ -79,8 +79,8 @@ def _plan(
     gang in flight (:mod:`~extender.core.preemption.protection`), the same passes again.
     Then again below the found plan's highest victim priority while that ranks better
     (:func:`~extender.core.preemption.ranking.lower_priority_plan`), and once sparing a
-    lower-priority victim that loses most of the plan's work
-    (:func:`~extender.core.preemption.ranking.plan_sparing_costly_victim`).
+    lower-priority victim that loses most of the plan's work, or one whose notice is long
+    (:func:`~extender.core.preemption.ranking.plan_sparing_one_victim`).
     ``within``: the nodes of the one domain the job is planned in."""
     best_effort = state.args.pdb_policy == "BestEffort"
 
@@ -131,7 +131,7 @@ def _plan(
     if isinstance(found, NotFound):
         return found
     found = lower_priority_plan(state, preemptor, found, lambda cap: search(*spares, cap), now)
-    return plan_sparing_costly_victim(
+    return plan_sparing_one_victim(
         state, found, lambda spared, cap: search(*spares, cap, spared), now
     )
 

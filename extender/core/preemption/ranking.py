@@ -6,7 +6,7 @@ topology domain) and, since the walk takes the borrowing quotas' work before the
 own quota's, for one more plan below the walk's highest victim priority
 (:func:`lower_priority_plan`); since it takes lower priority first, for one more plan
 sparing a lower-priority victim that loses most of the plan's work
-(:func:`plan_sparing_costly_victim`).
+(:func:`plan_sparing_one_victim`), or one whose notice is long.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from extender.core.objects import PodInfo
-from extender.core.preemption.cost import LostWork, lost_work, victim_notice
+from extender.core.preemption.cost import LostWork, evicted_loss, victim_notice
 from extender.core.preemption.policy import Preemptor, within_rule
 from extender.core.preemption.protection import gangs_in_flight
 from extender.core.preemption.search import Found, NotFound
@@ -40,8 +40,10 @@ class PlanRank(NamedTuple):
        lower-priority work would do (:func:`lower_priority_plan`).
     3. ``pods``: the fewest victim pods.
     4. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
-       since each victim's last checkpoint or start).  Within one plan the walk already
-       takes, among victims of one priority, those whose work began latest first.
+       since each victim's last checkpoint or start; for a victim given notice to its
+       next save, the margin after it: :func:`~.cost.evicted_loss`).  Within one plan
+       the walk already takes, among victims of one priority, those whose work began
+       latest first.
     5. ``wait``: the shortest wait for the job, the longest notice among its victims
        (:func:`~.cost.victim_notice`).  After lost work: a notice is bounded by the cap
        the admins set, and it is time the victims spend saving their work; work lost is
@@ -64,7 +66,7 @@ def plan_rank(state: ClusterState, found: Found, now: float, where: str = "") ->
         len(found.below_min) + int(found.breaks_budgets) + _in_flight_taken(state, found),
         max((pod.priority for pod in pods), default=NO_VICTIM),
         len(pods),
-        lost_work(pods, now),
+        evicted_loss(state, pods, now),
         max((victim_notice(state, pod, now)[0] for pod in pods), default=0.0),
         where,
     )
@@ -135,56 +137,74 @@ def lowest_own_priority(state: ClusterState, quota: str) -> int | None:
     return lowest
 
 
-def plan_sparing_costly_victim(
+#: A victim's notice longer than this is worth a second search for a plan waiting less:
+#: the job waits through it (below its quota's ``min``, if it reclaims one).
+LONG_NOTICE_SECONDS = 10.0
+
+
+def plan_sparing_one_victim(
     state: ClusterState,
     found: Found,
     search_sparing: Callable[[frozenset[str], int], Found | NotFound],
     now: float,
 ) -> Found:
-    """:class:`PlanRank`'s steps 3 and 4 where the walk's order misses them.  The walk
-    takes lower-priority victims first, so beside the work of its highest victim
-    priority that the plan needs anyway, it may evict a lower-priority job whose
-    eviction loses most of the plan's work (a gang that ran long and saves nothing),
-    where more work of that highest priority would do with fewer victims or less loss.
-    When one victim job below the plan's highest priority loses at least half its work,
-    search once more sparing that job, at that priority or lower, and keep what ranks
-    better.  Asked only there: a second walk doubles the plan's time, and only a job that
-    is most of the plan's cost can make it worth that."""
-    if not found.kept:
+    """:class:`PlanRank`'s steps 3 to 5 where the walk's order misses them.  The walk
+    takes lower priority first, and among victims of one priority those whose unsaved
+    work began latest; so a plan may evict, beside the work of its highest victim
+    priority it needs anyway, a lower-priority job that is most of the plan's lost work
+    (a gang that ran long and saves nothing), or make the job wait long on one victim's
+    notice where another's would end sooner (a victim that has just saved gets notice to
+    its next save).  Search once more, at the plan's highest priority or lower, sparing
+    the victim job (:func:`spared_for`) below that priority losing at least half the
+    plan's work, else the one with the longest notice when it is over
+    :data:`LONG_NOTICE_SECONDS`, and keep what ranks better.  Only there: a second walk
+    doubles the plan's time."""
+    spare = spared_for(state, found, now)
+    if spare is None:
         return found
+    job, why = spare
     top = max(group.priority for group in found.kept)
-    at_top = {group.job for group in found.kept if group.priority == top}
-    below: dict[str, list[PodInfo]] = {}
-    for group in found.kept:
-        if group.job not in at_top:
-            below.setdefault(group.job, []).extend(group.pods)
-    if not below:
-        return found
-    costs = {job: lost_work(pods, now) for job, pods in below.items()}
-    costliest = max(sorted(costs), key=costs.__getitem__)
-    cost = costs[costliest]
-    total = lost_work([pod for group in found.kept for pod in group.pods], now)
-    if cost <= LostWork(0.0, 0.0) or LostWork(2 * cost[0], 2 * cost[1]) < total:
-        return found
-    retried = search_sparing(frozenset({costliest}), top)
+    retried = search_sparing(frozenset({job}), top)
     if isinstance(retried, NotFound):
         return found
     before, after = plan_rank(state, found, now), plan_rank(state, retried, now)
     if not after < before:
         return found
-    step = (
-        "lower-priority victims"
-        if after.priority < before.priority
-        else "fewer victims"
-        if after.pods < before.pods
-        else "less work lost"
+    step = next(
+        said
+        for said, better in (
+            ("lower-priority victims", after.priority < before.priority),
+            ("fewer victims", after.pods < before.pods),
+            ("less work lost", after.lost < before.lost),
+            ("a shorter wait for the victims' notice", True),
+        )
+        if better
     )
-    priority = max(group.priority for group in found.kept if group.job == costliest)
     return dataclasses.replace(
-        retried,
-        chosen_over=found.chosen_over
-        or (
-            f"chosen over evicting {costliest} (priority {priority}), which would lose most "
-            f"of the work the plan loses: {step}"
-        ),
+        retried, chosen_over=found.chosen_over or f"chosen over evicting {job} ({why}): {step}"
     )
+
+
+def spared_for(state: ClusterState, found: Found, now: float) -> tuple[str, str] | None:
+    """The victim job :func:`plan_sparing_one_victim` searches again without, and why,
+    or ``None``."""
+    if not found.kept:
+        return None
+    top = max(group.priority for group in found.kept)
+    at_top = {group.job for group in found.kept if group.priority == top}
+    pods: dict[str, list[PodInfo]] = {}
+    for group in found.kept:
+        pods.setdefault(group.job, []).extend(group.pods)
+    costs = {job: evicted_loss(state, of, now) for job, of in pods.items() if job not in at_top}
+    if costs:
+        costliest = max(sorted(costs), key=costs.__getitem__)
+        cost = costs[costliest]
+        total = evicted_loss(state, [pod for of in pods.values() for pod in of], now)
+        if cost > LostWork(0.0, 0.0) and LostWork(2 * cost[0], 2 * cost[1]) >= total:
+            priority = max(group.priority for group in found.kept if group.job == costliest)
+            return costliest, f"priority {priority}, which would lose most of the plan's work"
+    notices = {job: max(victim_notice(state, p, now)[0] for p in of) for job, of in pods.items()}
+    longest = max(sorted(notices), key=notices.__getitem__)
+    if notices[longest] > LONG_NOTICE_SECONDS:
+        return longest, "whose notice the job would wait longest for"
+    return None
