@@ -3,16 +3,18 @@ item 1: the plan losing the least work).
 
 Four 8-GPU nodes.  Team B (min 8, max 32) borrows all of them: first its gang old, two
 4-GPU pods on n0 (priority 0, saving nothing), then its elastic job train, three 8-GPU
-pods on n1, n2, n3 one after another (priority 100, a minimum of 1 pod).  Team A (min 16)
-reclaims with big, a gang of two 8-GPU pods: each needs a whole node.  Derived from the
-rule: the walk, lower priority first, would evict old (freeing n0) and train's newest pod
-(n3), three pods; old started first, so it loses at least as much as train-2, half the
-plan's work or more, and the search sparing it finds train shedding its two newest pods
-(n2, n3): two victims at the same highest priority, which ranks better.  So train-1 and
-train-2 go, old and train-0 keep running, and big runs on n2 and n3.
+pods on n1, n2, n3 started a second apart at least (priority 100, a minimum of 1 pod).
+Team A (min 16) reclaims with big, a gang of two 8-GPU pods: each needs a whole node.
+Derived from the rule: the walk, lower priority first, would evict old (freeing n0) and
+train's newest pod (n3), three pods; old started first, so it loses at least as much as
+train-2, half the plan's work or more, and the search sparing it finds train shedding its
+two newest pods (n2, n3): two victims at the same highest priority, which ranks better.
+So train-1 and train-2 go, old and train-0 keep running, and big runs on n2 and n3.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from e2e_support import Cluster
@@ -24,6 +26,7 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     TRAINER,
     Teams,
+    _epoch,
     muster_and_evictor,
     tokens,
 )
@@ -69,6 +72,14 @@ def test_a_costly_low_priority_gang_is_spared_for_an_elastic_jobs_newest_pods(
                 node_selector={HOSTNAME: nodes[i + 1]},
             )
             teams.wait(teams.b, f"train-{i}", "Running")
+            # Start times have a resolution of a second, and the newest start sheds first:
+            # the next pod starts a second later at least.
+            started = _epoch((teams.get(teams.b, f"train-{i}") or {})["status"]["startTime"])
+            lc.wait_until(
+                lambda started=started: time.time() >= started + 1 or None,
+                timeout=5,
+                what="the next second",
+            )
         for i in range(2):
             teams.create(
                 teams.a,

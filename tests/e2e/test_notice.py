@@ -203,6 +203,59 @@ def test_a_victim_that_saves_at_an_interval_is_given_notice_to_its_next_save(
         teams.cleanup()
 
 
+def test_of_two_savers_the_one_about_to_save_goes(
+    cluster: Cluster, muster_with_notice: MusterProcess
+) -> None:
+    """Two 8-GPU nodes that team B borrows with b-old, then b-new, each saving every 20 s
+    from its start (S0, then S1 = S0 + d, d of 10 to 13 s), the cap 60 s.  Team A (min 16)
+    sends train (8 GPUs) at M, 16 s into b-old's interval: b-old saves next at M + 4, its
+    notice 6 s; b-new is 16 - d (3 to 6) s into its own, more than the 2 s margin, its
+    notice 20 - (16 - d) + 2 = 6 + d (16 to 19) s.  The walk takes the latest start,
+    b-new; its notice is over 10 s, so the planner searches again sparing it: b-old, one
+    victim too, each losing only the 2 s margin after its save: the shorter wait decides.
+    Derived so: b-old is marked with about 6 s of notice and evicted, train runs on its
+    node, and b-new is never marked."""
+    teams = _two_nodes_team_a_owns(cluster)
+    try:
+        every = {"muster.dev/checkpoint-interval-seconds": "20"}
+
+        def started(name: str) -> float:
+            return _epoch((teams.get(teams.b, name) or {})["status"]["startTime"])
+
+        teams.create(teams.b, "b-old", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=every)
+        teams.wait(teams.b, "b-old", "Running")
+        s0 = started("b-old")
+        lc.wait_until(lambda: time.time() >= s0 + 10 or None, timeout=20, what="S0 + 10 s")
+        teams.create(teams.b, "b-new", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=every)
+        teams.wait(teams.b, "b-new", "Running")
+        d = started("b-new") - s0
+        assert 10 <= d <= 13, d  # else the arithmetic above does not hold: a slow machine
+        old_node = (teams.get(teams.b, "b-old") or {})["spec"]["nodeName"]
+        lc.wait_until(
+            lambda: (
+                (16 <= (time.time() - s0) % 20 <= 16.8 or None)
+                if time.time() > s0 + d + 3
+                else None
+            ),
+            timeout=30,
+            what="16 s into b-old's interval",
+        )
+        teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
+        at = marked_at(teams, "b-old")
+        pod = teams.get(teams.b, "b-old")
+        assert pod is not None
+        notice = read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds
+        assert notice <= 8, (notice, at - s0)  # 6 s, give or take the stamps and the trip
+        evicted_at(teams, "b-old")
+        teams.wait(teams.a, "train", "Running", timeout=60)
+        assert (teams.get(teams.a, "train") or {})["spec"]["nodeName"] == old_node
+        b_new = teams.get(teams.b, "b-new") or {}
+        assert SOFT_EVICTION not in b_new["metadata"].get("annotations", {})
+        assert b_new["status"]["phase"] == "Running"
+    finally:
+        teams.cleanup()
+
+
 def test_a_job_arriving_while_a_victim_is_on_notice_takes_another_victim(
     cluster: Cluster, muster_with_notice: MusterProcess
 ) -> None:
