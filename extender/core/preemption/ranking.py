@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
+from extender.core.notice import longest_notice
 from extender.core.objects import PodInfo
 from extender.core.preemption.cost import LostWork, evicted_loss, victim_notice
 from extender.core.preemption.policy import Preemptor, within_rule
@@ -203,6 +204,8 @@ def spared_for(state: ClusterState, found: Found, now: float) -> tuple[str, str]
         if cost > LostWork(0.0, 0.0) and LostWork(2 * cost[0], 2 * cost[1]) >= total:
             priority = max(group.priority for group in found.kept if group.job == costliest)
             return costliest, f"priority {priority}, which would lose most of the plan's work"
+    if longest_notice(state) <= LONG_NOTICE_SECONDS:  # no victim's notice can be long
+        return None
     notices = {job: max(victim_notice(state, p, now)[0] for p in of) for job, of in pods.items()}
     longest = max(sorted(notices), key=notices.__getitem__)
     if notices[longest] > LONG_NOTICE_SECONDS:
