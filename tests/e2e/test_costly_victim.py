@@ -15,6 +15,7 @@ So train-1 and train-2 go, old and train-0 keep running, and big runs on n2 and 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from e2e_support import Cluster
@@ -50,24 +51,29 @@ def test_a_costly_low_priority_gang_is_spared_for_an_elastic_jobs_newest_pods(
     )
     try:
         normal = _priority_class(cluster, teams.b, 100)
-        for i in range(2):
+
+        def member(team: str, name: str, gpus: int, minimum: int, **kwargs: Any) -> None:
+            """A pod of the gang ``name`` names (its prefix), of ``minimum`` pods."""
+            role = TRAINER if team == teams.a else PREEMPTIBLE
             teams.create(
-                teams.b,
-                f"old-{i}",
-                requests={"cpu": "4", GPU: 4},
-                labels={**PREEMPTIBLE, GANG_LABEL: "old"},
-                annotations={MIN_AVAILABLE: "2"},
-                node_selector={HOSTNAME: nodes[0]},
+                team,
+                name,
+                requests={"cpu": "4", GPU: gpus},
+                labels={**role, GANG_LABEL: name.rsplit("-", 1)[0]},
+                annotations={MIN_AVAILABLE: str(minimum)},
+                **kwargs,
             )
+
+        for i in range(2):
+            member(teams.b, f"old-{i}", 4, 2, node_selector={HOSTNAME: nodes[0]})
         for i in range(2):
             teams.wait(teams.b, f"old-{i}", "Running")
         for i in range(3):  # one after another: train-2 is the newest
-            teams.create(
+            member(
                 teams.b,
                 f"train-{i}",
-                requests={"cpu": "4", GPU: 8},
-                labels={**PREEMPTIBLE, GANG_LABEL: "train"},
-                annotations={MIN_AVAILABLE: "1"},
+                8,
+                1,
                 priority_class=normal,
                 node_selector={HOSTNAME: nodes[i + 1]},
             )
@@ -81,13 +87,7 @@ def test_a_costly_low_priority_gang_is_spared_for_an_elastic_jobs_newest_pods(
                 what="the next second",
             )
         for i in range(2):
-            teams.create(
-                teams.a,
-                f"big-{i}",
-                requests={"cpu": "4", GPU: 8},
-                labels={**TRAINER, GANG_LABEL: "big"},
-                annotations={MIN_AVAILABLE: "2"},
-            )
+            member(teams.a, f"big-{i}", 8, 2)
         for i in range(2):
             teams.wait(teams.a, f"big-{i}", "Running", timeout=90)
         big = [teams.get(teams.a, f"big-{i}") or {} for i in range(2)]
