@@ -104,12 +104,23 @@ def evicted_loss(state: ClusterState, pods: Iterable[PodInfo], now: float) -> Lo
     ends (:func:`victim_notice`): one given notice to its next save loses only the
     margin after that save; any other, its work since its last save, as if evicted at
     ``now`` (:func:`lost_work`).  Plans compare by it (:mod:`.ranking`)."""
+    return victims_cost(state, pods, now)[0]
 
-    def unsaved(pod: PodInfo) -> float:
-        _notice, save = victim_notice(state, pod, now)
-        return SAVE_MARGIN_SECONDS if save is not None else now - last_save(pod, now)
 
-    return _summed((pod, unsaved(pod)) for pod in pods)
+def victims_cost(
+    state: ClusterState, pods: Iterable[PodInfo], now: float
+) -> tuple[LostWork, float]:
+    """What victims ``pods``, marked at ``now``, cost: the work they lose
+    (:func:`evicted_loss`) and the longest notice among them (0 for none), each
+    victim's notice read once."""
+    longest = 0.0
+    losses = []
+    for pod in pods:
+        notice, save = victim_notice(state, pod, now)
+        longest = max(longest, notice)
+        unsaved = SAVE_MARGIN_SECONDS if save is not None else now - last_save(pod, now)
+        losses.append((pod, unsaved))
+    return _summed(losses), longest
 
 
 def _summed(losses: Iterable[tuple[PodInfo, float]]) -> LostWork:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from extender.core.notice import longest_notice
 from extender.core.objects import PodInfo
-from extender.core.preemption.cost import LostWork, evicted_loss, victim_notice
+from extender.core.preemption.cost import LostWork, evicted_loss, victim_notice, victims_cost
 from extender.core.preemption.policy import Preemptor, within_rule
 from extender.core.preemption.protection import gangs_in_flight
 from extender.core.preemption.search import Found, NotFound
@@ -63,12 +63,13 @@ class PlanRank(NamedTuple):
 def plan_rank(state: ClusterState, found: Found, now: float, where: str = "") -> PlanRank:
     """``found``'s :class:`PlanRank` at ``now``."""
     pods = [pod for group in found.kept for pod in group.pods]
+    lost, wait = victims_cost(state, pods, now)
     return PlanRank(
         len(found.below_min) + int(found.breaks_budgets) + _in_flight_taken(state, found),
         max((pod.priority for pod in pods), default=NO_VICTIM),
         len(pods),
-        evicted_loss(state, pods, now),
-        max((victim_notice(state, pod, now)[0] for pod in pods), default=0.0),
+        lost,
+        wait,
         where,
     )
 
@@ -196,11 +197,12 @@ def spared_for(state: ClusterState, found: Found, now: float) -> tuple[str, str]
     pods: dict[str, list[PodInfo]] = {}
     for group in found.kept:
         pods.setdefault(group.job, []).extend(group.pods)
-    costs = {job: evicted_loss(state, of, now) for job, of in pods.items() if job not in at_top}
+    losses = {job: evicted_loss(state, of, now) for job, of in pods.items()}
+    costs = {job: lost for job, lost in losses.items() if job not in at_top}
     if costs:
         costliest = max(sorted(costs), key=costs.__getitem__)
         cost = costs[costliest]
-        total = evicted_loss(state, [pod for of in pods.values() for pod in of], now)
+        total = LostWork(*(sum(part) for part in zip(*losses.values(), strict=True)))
         if cost > LostWork(0.0, 0.0) and LostWork(2 * cost[0], 2 * cost[1]) >= total:
             priority = max(group.priority for group in found.kept if group.job == costliest)
             return costliest, f"priority {priority}, which would lose most of the plan's work"
