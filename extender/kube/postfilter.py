@@ -17,7 +17,8 @@ soft-eviction label and annotation, a ``DisruptionTarget`` condition and a
 ``Preempted`` event (or are evicted at once with
 ``podShouldBeDeletedWhenPreempted``); the preemptor's pods get the
 reservation as an annotation and ``status.nominatedNodeName``, which also
-makes kube-scheduler retry them.  Reservations that time out are released.
+makes kube-scheduler retry them.  Reservations that time out are released.  A job
+found fitting is planned again a few times (:mod:`extender.kube.rechecks`).
 
 The loop decides; :class:`~extender.kube.issuer.PlanIssuer` writes.
 :meth:`PostFilterLoop.decide` plans under the state's hold (:meth:`PostFilterLoop._plan`:
@@ -53,6 +54,7 @@ from extender.core.settling import (
 )
 from extender.kube.health import Watched
 from extender.kube.issuer import Commitment, PlanIssuer
+from extender.kube.rechecks import FitsRechecks
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter
 
@@ -73,6 +75,8 @@ class Refused:
     #: When to plan it again (a gang still arriving settles, a victim's minimum runtime
     #: ends), or ``None``.
     settles: float | None
+    #: The job fits as Muster sees it (:mod:`extender.kube.rechecks`).
+    fits: bool = False
 
 
 class PostFilterLoop(Watched):
@@ -98,6 +102,7 @@ class PostFilterLoop(Watched):
         #: Victims marked again (their marks taken off), by UID: the version of the pod
         #: that lacked the mark (not again until the informer shows another).
         self._marked_again: dict[str, str] = {}
+        self._rechecks = FitsRechecks()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -304,6 +309,7 @@ class PostFilterLoop(Watched):
             return None
         if decided is None:
             return None
+        self._rechecks.forget(job)
         self._commit(decided, now)
         for plan in decided.yielded:  # their pods go back to the queue
             self._undo(plan, now)
@@ -325,7 +331,8 @@ class PostFilterLoop(Watched):
                 settled = settles_at(state, job, now)
                 # A victim spared for its minimum runtime may be taken once it ends.
                 again = [t for t in (settled, decision.retry_at) if t is not None]
-                return Refused(job, decision.reasons, tuple(pending), min(again, default=None))
+                retry = min(again, default=None)
+                return Refused(job, decision.reasons, tuple(pending), retry, decision.fits)
             yielded = tuple(
                 yielded_plan(state, held.job, decision.job) for held in decision.yielded
             )
@@ -343,12 +350,14 @@ class PostFilterLoop(Watched):
             )
 
     def _refuse(self, refused: Refused, now: float) -> None:
-        """No plan: ask again when a gang still arriving settles or a spared victim's
-        minimum runtime ends; count and log it."""
-        if refused.settles is not None:
+        """No plan: ask again when a gang still arriving settles, a spared victim's
+        minimum runtime ends, or (a job that fits as Muster sees it) a binding in flight
+        has landed; count and log it."""
+        recheck = self._rechecks.next_after(refused.job, now, refused.fits)
+        again = min((t for t in (refused.settles, recheck) if t is not None), default=None)
+        if again is not None:
             with self._lock:
-                due = self._due.get(refused.job, refused.settles)
-                self._due[refused.job] = min(refused.settles, due)
+                self._due[refused.job] = min(again, self._due.get(refused.job, again))
         self.refused += 1
         if self._refusal_logged.get(refused.job) != refused.reasons:
             if len(self._refusal_logged) >= REFUSALS_REMEMBERED:

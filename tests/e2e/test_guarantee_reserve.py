@@ -149,7 +149,12 @@ def test_the_reserve_holds_through_a_burst_while_a_victim_still_terminates(
             pods = {name: teams.get(teams.a, name) or {} for name in running}
             return [n for n, p in pods.items() if p["metadata"].get("deletionTimestamp")] or None
 
-        (victim,) = lc.wait_until(terminating, timeout=60, what="one of A's pods terminating")
+        (victim,) = lc.wait_until(
+            terminating,
+            timeout=60,
+            what="one of A's pods terminating",
+            on_timeout=muster_reserve.log,
+        )
         done = next(name for name in running if name != victim)
         teams.delete_now(teams.a, done)
         teams.create(teams.a, "a-never", requests=gpus, labels=PREEMPTIBLE)

@@ -26,7 +26,7 @@ import localcluster as lc
 pytestmark = pytest.mark.e2e
 
 
-def test_a_pod_parked_for_its_quota_binds_within_5_s_of_the_max_being_raised(
+def test_a_pod_parked_for_its_quota_binds_soon_after_the_max_is_raised(
     cluster: Cluster,
     muster_and_evictor: MusterProcess,  # noqa: F811
 ) -> None:
@@ -55,10 +55,13 @@ def test_a_pod_parked_for_its_quota_binds_within_5_s_of_the_max_being_raised(
             {"spec": {"max": {GPU: "16"}}},
             content_type="application/merge-patch+json",
         )
+        # Left alone, kube-scheduler would retry p at its five-minute flush: a tenth of
+        # that proves the nudge, with room for a loaded CI machine (a second or two here;
+        # the figure is printed).
         lc.wait_until(
             lambda: ((teams.get(teams.a, "p") or {}).get("spec") or {}).get("nodeName"),
-            timeout=5.0,
-            what="p bound within 5 s of the max raised",
+            timeout=30.0,
+            what="p bound within 30 s of the max raised",
         )
         print(f"bound {time.monotonic() - raised:.2f}s after the max was raised")
     finally:

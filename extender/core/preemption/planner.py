@@ -112,6 +112,8 @@ class Refusal:
     reasons: tuple[str, ...]
     #: When a plan may exist (a victim's minimum runtime ends), or ``None``.
     retry_at: float | None = None
+    #: The job fits without evicting anything (as this state sees it).
+    fits: bool = False
 
 
 def plan_job_preemption(state: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:
@@ -154,7 +156,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
                 found, yielded, preemptor = retried, step, freed_preemptor
                 break
     if isinstance(found, NotFound):
-        return Refusal(job, tuple(found.reasons), found.retry_at)
+        return Refusal(job, tuple(found.reasons), found.retry_at, found.fits)
     assert preemptor is not None  # a plan was searched for, so the job was eligible
     spent = [pod for pod in state.leaving() if not pod.terminating]
     victims: list[Victim] = []

@@ -1,0 +1,83 @@
+"""A job that fits as Muster sees it, though kube-scheduler found it unschedulable, is
+planned again a few times (``extender/kube/rechecks.py``): Muster's view may lag a
+binding kube-scheduler has in flight, and nothing else would ask again."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from extender.core.config import MusterArgs
+from extender.core.decisions import DecisionLog
+from extender.core.objects import parse_pod
+from extender.core.preemption.planner import Refusal, plan_job_preemption
+from extender.core.preemption.search import FITS_ALREADY
+from extender.kube.client import KubeClient
+from extender.kube.postfilter import PostFilterLoop, Refused
+from extender.kube.rechecks import RECHECKS, FitsRechecks
+from extender.kube.source import KubeSource
+from extender.kube.writer import ClusterWriter
+from tests.builders import node, pod, quota, record_keys, snapshot
+
+GPU = "nvidia.com/gpu"
+
+
+def loop() -> PostFilterLoop:
+    source = KubeSource(cast(KubeClient, object()), MusterArgs(), record_keys=record_keys)
+    return PostFilterLoop(source, cast(ClusterWriter, None), DecisionLog(), clock=lambda: 0.0)
+
+
+def fits(job: str, settles: float | None = None) -> Refused:
+    return Refused(job, ("fits",), pending=(f"{job}-0",), settles=settles, fits=True)
+
+
+def test_rechecks_wait_twice_as_long_each_time_then_stop() -> None:
+    rechecks = FitsRechecks()
+    # Found fitting at t = 100 each time: 1 s after, then 2, 4 and 8 s (RECHECKS = 4),
+    # then no more (kube-scheduler's own events must ask).
+    assert RECHECKS == 4
+    due = [rechecks.next_after("team-a/j1", 100.0) for _ in range(RECHECKS + 1)]
+    assert due == [101.0, 102.0, 104.0, 108.0, None]
+    # Another job has its own count.
+    assert rechecks.next_after("team-a/j2", 100.0) == 101.0
+
+
+def test_a_decision_other_than_fitting_starts_the_rechecks_anew() -> None:
+    rechecks = FitsRechecks()
+    for _ in range(RECHECKS):
+        rechecks.next_after("team-a/j1", 0.0)
+    # Refused for something else: no recheck for that, and the count is reset.
+    assert rechecks.next_after("team-a/j1", 50.0, fits=False) is None
+    assert rechecks.next_after("team-a/j1", 50.0) == 51.0
+    rechecks.next_after("team-a/j1", 51.0)
+    rechecks.forget("team-a/j1")  # a plan was made
+    assert rechecks.next_after("team-a/j1", 60.0) == 61.0
+
+
+def test_the_loop_plans_a_job_found_fitting_again_a_second_later() -> None:
+    postfilter = loop()
+    postfilter._refuse(fits("team-a/j1"), now=10.0)
+    assert postfilter._due == {"team-a/j1": 11.0}
+    # A gang settling sooner than the recheck decides when.
+    postfilter._refuse(fits("team-a/j2", settles=10.5), now=10.0)
+    assert postfilter._due["team-a/j2"] == 10.5
+    # A refusal that does not fit, with no time to ask again, adds nothing.
+    postfilter._refuse(Refused("team-a/j3", ("no room",), (), None), now=10.0)
+    assert "team-a/j3" not in postfilter._due
+
+
+def test_the_planner_says_when_a_job_fits_without_evicting_anything() -> None:
+    # One free 8-GPU node and a pending 8-GPU pod within its quota: it fits, nothing is
+    # evicted, and the refusal says so (what the loop rechecks on).
+    state = snapshot(
+        [node("n0", gpu=8)],
+        [pod("p0", gpu=8, can_preempt=True)],
+        [quota("team-a", min={GPU: "8"}, max={GPU: "8"})],
+    )
+    job = next(iter(state.pods.values())).job
+    decision = plan_job_preemption(state, job, now=0.0)
+    assert isinstance(decision, Refusal)
+    assert decision.reasons == (FITS_ALREADY,) and decision.fits
+    # A node that is full: no fit, so no recheck.
+    state.upsert_pod(parse_pod(pod("other", namespace="team-b", gpu=8, node="n0")))
+    decision = plan_job_preemption(state, job, now=0.0)
+    assert isinstance(decision, Refusal) and not decision.fits
