@@ -6,8 +6,8 @@ most of the plan's lost work; and among victims of one priority it takes those w
 work began latest, so it may take a job that has just saved, whose notice to its next
 save the job then waits through, where another is about to save.  The planner searches
 once more sparing that job, at that priority or lower, and keeps the plan that ranks
-better (:class:`PlanRank`: fewer victims, then less work lost, a victim given notice to
-its next save losing only the margin after it, then a shorter wait).  Expected victims
+better (:class:`PlanRank`: less work lost, a victim given notice to its next save losing
+only the margin after it, then fewer victims, then a shorter wait).  Expected victims
 are derived by hand in each test's comment.
 """
 
@@ -72,13 +72,14 @@ def test_more_work_of_the_top_priority_spares_a_costly_lower_priority_job() -> N
     # train-2 (priority 100), frees n4; old is still needed (one node free without it).
     # Plan A: old-0, old-1, train-2, three pods, losing 2 x 4 x 3,600 (old, since 11:00)
     # + 8 x 480 = 32,640 GPU-s: old's 28,800 is more than half.  Sparing old, up to
-    # priority 100: train sheds train-2 and train-1, two pods, the same highest victim
-    # priority: fewer victims, it ranks better.  team-a keeps 16 >= its min 8.
+    # priority 100: train sheds train-2 and train-1, two pods losing 8 x (540 + 480) =
+    # 8,160, at the same highest victim priority: less work lost (and fewer victims), it
+    # ranks better.  team-a keeps 16 >= its min 8.
     found = plan("2026-01-01T11:00:00Z")
     assert victims(found) == ["team-a/train-1", "team-a/train-2"]
     assert sorted(found.placements.values()) == ["n3", "n4"]
     assert "chosen over evicting team-a/old (priority 0, " in found.victims[0].reason
-    assert "fewer victims" in found.victims[0].reason
+    assert "less work lost" in found.victims[0].reason
 
 
 def test_equal_victims_the_plan_losing_less_work_wins() -> None:

@@ -94,15 +94,18 @@ def test_victims_without_label_follow_disable_default_preemptible() -> None:
 
 
 def test_a_victim_gang_is_evicted_whole() -> None:
-    # b's gang holds n0 and n1; a solo b pod holds n2. The trainer needs one node.
+    # b's gang holds n0 and n1; a solo b pod holds n2. The trainer needs one node.  The
+    # gang saved a minute ago: it loses 2 x 8 x 60 GPU-s, the solo pod all it did since
+    # 10:01, so no plan sparing the gang loses less.
+    saved = {keys.LAST_CHECKPOINT_ANNOTATION: "2027-01-15T07:59:00Z"}
     pods = [
-        filler("g-0", "n0", 30, group="gang"),
-        filler("g-1", "n1", 31, group="gang"),
+        filler("g-0", "n0", 30, group="gang", annotations=saved),
+        filler("g-1", "n1", 31, group="gang", annotations=saved),
         filler("s-0", "n2", 1),
         trainer("t-0", group="one"),
     ]
     decision = plan(snapshot(NODES[:3], pods, two_teams()), "team-a/one")
-    # the gang started most recently, so it goes first; its whole gang goes with it
+    # the gang's unsaved work began latest, so it goes first; its whole gang goes with it
     assert victims(decision) == ["team-b/g-0", "team-b/g-1"]
     assert {v.job for v in decision.victims} == {"team-b/gang"}
 

@@ -39,12 +39,13 @@ class PlanRank(NamedTuple):
        is worth: no lower-priority work is spared by destroying higher-priority work),
        across quotas too: a borrower's job is not taken where the job's own quota's
        lower-priority work would do (:func:`lower_priority_plan`).
-    3. ``pods``: the fewest victim pods.
-    4. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
+    3. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
        since each victim's last checkpoint or start; for a victim given notice to its
-       next save, the margin after it: :func:`~.cost.evicted_loss`).  Within one plan
-       the walk already takes, among victims of one priority, those whose work began
-       latest first.
+       next save, the margin after it: :func:`~.cost.evicted_loss`).  Before the count:
+       a gang that ran an hour unsaved is not taken to spare two pods that started a
+       minute ago.  Within one plan the walk already takes, among victims of one
+       priority, those whose work began latest first.
+    4. ``pods``: the fewest victim pods.
     5. ``wait``: the shortest wait for the job, the longest notice among its victims
        (:func:`~.cost.victim_notice`).  After lost work: a notice is bounded by the cap
        the admins set, and it is time the victims spend saving their work; work lost is
@@ -54,8 +55,8 @@ class PlanRank(NamedTuple):
 
     broken: int
     priority: int
-    pods: int
     lost: LostWork
+    pods: int
     wait: float
     where: str
 
@@ -67,8 +68,8 @@ def plan_rank(state: ClusterState, found: Found, now: float, where: str = "") ->
     return PlanRank(
         len(found.below_min) + int(found.breaks_budgets) + _in_flight_taken(state, found),
         max((pod.priority for pod in pods), default=NO_VICTIM),
-        len(pods),
         lost,
+        len(pods),
         wait,
         where,
     )
@@ -151,16 +152,16 @@ def plan_sparing_one_victim(
     now: float,
 ) -> Found:
     """:class:`PlanRank`'s steps 3 to 5 where the walk's order misses them.  The walk
-    takes lower priority first, and among victims of one priority those whose unsaved
-    work began latest; so a plan may evict, beside the work of its highest victim
-    priority it needs anyway, a lower-priority job that is most of the plan's lost work
-    (a gang that ran long and saves nothing), or make the job wait long on one victim's
-    notice where another's would end sooner (a victim that has just saved gets notice to
-    its next save).  Search once more, at the plan's highest priority or lower, sparing
-    the victim job (:func:`spared_for`) below that priority losing at least half the
-    plan's work, else the one with the longest notice when it is over
-    :data:`LONG_NOTICE_SECONDS`, and keep what ranks better.  Only there: a second walk
-    doubles the plan's time."""
+    takes lower priority first, among victims of one priority those whose unsaved work
+    began latest, and then puts back what the job no longer needs, latest taken first;
+    so a plan may evict a job that is most of the plan's lost work (a gang that ran long
+    and saves nothing: it frees the most room at once, so the cheaper victims taken
+    before it are put back), or make the job wait long on one victim's notice where
+    another's would end sooner (a victim that has just saved gets notice to its next
+    save).  Search once more, at the plan's highest priority or lower, sparing the victim
+    job (:func:`spared_for`) losing at least half the plan's work, else the one with the
+    longest notice when it is over :data:`LONG_NOTICE_SECONDS`, and keep what ranks
+    better.  Only there: a second walk doubles the plan's time."""
     spare = spared_for(state, found, now)
     if spare is None:
         return found
@@ -176,8 +177,8 @@ def plan_sparing_one_victim(
         said
         for said, better in (
             ("lower-priority victims", after.priority < before.priority),
-            ("fewer victims", after.pods < before.pods),
             ("less work lost", after.lost < before.lost),
+            ("fewer victims", after.pods < before.pods),
             ("a shorter wait for the victims' notice", True),
         )
         if better
@@ -192,20 +193,16 @@ def spared_for(state: ClusterState, found: Found, now: float) -> tuple[str, str]
     or ``None``."""
     if not found.kept:
         return None
-    top = max(group.priority for group in found.kept)
-    at_top = {group.job for group in found.kept if group.priority == top}
     pods: dict[str, list[PodInfo]] = {}
     for group in found.kept:
         pods.setdefault(group.job, []).extend(group.pods)
     losses = {job: evicted_loss(state, of, now) for job, of in pods.items()}
-    costs = {job: lost for job, lost in losses.items() if job not in at_top}
-    if costs:
-        costliest = max(sorted(costs), key=costs.__getitem__)
-        cost = costs[costliest]
-        total = LostWork(*(sum(part) for part in zip(*losses.values(), strict=True)))
-        if cost > LostWork(0.0, 0.0) and LostWork(2 * cost[0], 2 * cost[1]) >= total:
-            priority = max(group.priority for group in found.kept if group.job == costliest)
-            return costliest, f"priority {priority}, which would lose most of the plan's work"
+    costliest = max(sorted(losses), key=losses.__getitem__)
+    cost = losses[costliest]
+    total = LostWork(*(sum(part) for part in zip(*losses.values(), strict=True)))
+    if cost > LostWork(0.0, 0.0) and LostWork(2 * cost[0], 2 * cost[1]) >= total:
+        priority = max(group.priority for group in found.kept if group.job == costliest)
+        return costliest, f"priority {priority}, which would lose most of the plan's work"
     if longest_notice(state) <= LONG_NOTICE_SECONDS:  # no victim's notice can be long
         return None
     notices = {job: max(victim_notice(state, p, now)[0] for p in of) for job, of in pods.items()}
