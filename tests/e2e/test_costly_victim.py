@@ -10,6 +10,9 @@ train's newest pod (n3), three pods; old started first, so it loses at least as 
 train-2, half the plan's work or more, and the search sparing it finds train shedding its
 two newest pods (n2, n3): two victims at the same highest priority, which ranks better.
 So train-1 and train-2 go, old and train-0 keep running, and big runs on n2 and n3.
+
+A second test spares a gang at the plan's own priority: its eviction alone would lose
+more than five younger or smaller pods together.
 """
 
 from __future__ import annotations
@@ -103,5 +106,78 @@ def test_a_costly_low_priority_gang_is_spared_for_an_elastic_jobs_newest_pods(
             kept = teams.get(teams.b, name)
             assert kept is not None and kept["status"]["phase"] == "Running", name
             assert not kept["metadata"].get("deletionTimestamp"), name
+    finally:
+        teams.cleanup()
+
+
+def test_a_gang_that_would_lose_most_is_spared_for_more_victims_losing_less(
+    cluster: Cluster,
+    muster_and_evictor: MusterProcess,  # noqa: F811 (the fixture imported above)
+) -> None:
+    # Two 8-GPU nodes; every victim of priority 0, saving nothing.  Team B (min 0, max 16)
+    # borrows both: four 1-GPU pods s-0..s-3 on n1 (started at t0), then its gang old, two
+    # 4-GPU pods on n0 (t1, a second or two later), then mid, one 4-GPU pod on n1 (t2, six
+    # seconds after t1 or more).  Team A (min 8) reclaims with big, one 8-GPU pod: a whole
+    # node.  Derived from the rule (scenario costly-gang-spared-at-its-priority.yaml):
+    # the walk takes the latest started first, mid (n1 half free), then old (n0 free), and
+    # puts mid back: plan A, old, losing 8 x (T - t1) GPU-s at the decision time T.
+    # Sparing old: mid and the four s pods free n1, plan B, losing 4 x (T - t2) +
+    # 4 x (T - t0), less than A's whenever t1 - t0 < t2 - t1 (checked below from the start
+    # times): less work lost ranks first, so B's five pods go and old keeps running.
+    nodes = [
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8}) for i in range(2)
+    ]
+    teams = Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
+    )
+
+    def started(name: str) -> float:
+        return _epoch((teams.get(teams.b, name) or {})["status"]["startTime"])
+
+    def running(names: list[str], node: str, gpus: int, **labels: str) -> float:
+        for name in names:
+            teams.create(
+                teams.b,
+                name,
+                requests={"cpu": "1", GPU: gpus},
+                labels={**PREEMPTIBLE, **labels},
+                node_selector={HOSTNAME: node},
+            )
+        for name in names:
+            teams.wait(teams.b, name, "Running")
+        return max(started(name) for name in names)
+
+    def second_after(at: float, seconds: float) -> None:
+        lc.wait_until(
+            lambda: time.time() >= at + seconds or None,
+            timeout=seconds + 5,
+            what=f"{seconds:g} s after {at}",
+        )
+
+    small = [f"s-{i}" for i in range(4)]
+    try:
+        t0 = running(small, nodes[1], 1)
+        second_after(t0, 1)
+        t1 = running(["old-0", "old-1"], nodes[0], 4, **{GANG_LABEL: "old"})
+        second_after(t1, 6)
+        t2 = running(["mid"], nodes[1], 4)
+        t0 = min(started(name) for name in small)  # the earliest: the most each can lose
+        assert t1 - t0 < t2 - t1, (t0, t1, t2)  # the arithmetic above holds
+
+        teams.create(teams.a, "big", requests={"cpu": "1", GPU: 8}, labels=TRAINER)
+        teams.wait(teams.a, "big", "Running", timeout=90)
+        assert (teams.get(teams.a, "big") or {})["spec"]["nodeName"] == nodes[1]
+        for name in ["mid", *small]:
+            lc.wait_until(
+                lambda name=name: teams.get(teams.b, name) is None or None,
+                timeout=60,
+                what=f"{name} evicted",
+            )
+        for name in ("old-0", "old-1"):
+            kept = teams.get(teams.b, name)
+            assert kept is not None and kept["status"]["phase"] == "Running", name
+            assert not kept["metadata"].get("deletionTimestamp"), name
+        preempted = sorted(e["involvedObject"]["name"] for e in teams.events(teams.b, "Preempted"))
+        assert preempted == sorted(["mid", *small])
     finally:
         teams.cleanup()
