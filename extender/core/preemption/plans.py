@@ -151,7 +151,8 @@ def _plan_in_cheapest_domain(
     domain holding pods of the job already bound is the only one; a domain that holds the
     job as it is ends the search (no preemption).  Domains are planned cheapest bound
     first, until no domain left can rank better; of domains whose bound ties the best
-    plan's, ``TIED_DOMAINS`` more are planned, for the one losing the least work."""
+    plan's highest victim priority, ``TIED_DOMAINS`` more are planned, for the one losing
+    the least work."""
     domains = node_domains(state, level, {pod.node_name or "" for pod in layout.bound})
     if not domains:
         return NotFound([f"no node has the label {level} its required topology names"])
@@ -166,16 +167,18 @@ def _plan_in_cheapest_domain(
         else:
             ranked.append(((0, *bound), value, domains[value]))
     # Cheapest first by a bound no plan of the domain can beat: once the best plan found
-    # ranks better than the next domain's bound, no domain left can do better.
+    # has a lower highest victim priority than the next domain's bound, no domain left can
+    # do better.  The bound's count only orders the domains: lost work ranks before the
+    # count, and more victims may lose less.
     ranked.sort()
     best: tuple[PlanRank, Found] | None = None
     ties = 0
     for floor, value, names in ranked:
         if best is not None:
-            head = (best[0].broken, best[0].priority, best[0].pods)
-            if head < floor or (head == floor and ties >= TIED_DOMAINS):
+            head = (best[0].broken, best[0].priority)
+            if head < floor[:2] or (head == floor[:2] and ties >= TIED_DOMAINS):
                 break
-            ties += head == floor
+            ties += head == floor[:2]
         found = _plan(state, demand, preemptor, ledger, spent, names, layout=layout, now=now)
         if isinstance(found, NotFound):
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
