@@ -17,6 +17,10 @@ FIRST_RECHECK_SECONDS = 1.0
 #: Rechecks of a job that keeps fitting (1 + 2 + 4 + 8 s: past a bind on a loaded
 #: machine), after which kube-scheduler's own events must ask.
 RECHECKS = 4
+#: Seconds after a job's last recheck past which a new fit starts its rechecks anew (the
+#: job bound and left, or was recreated under its name, since): well past the 15 s a
+#: run of rechecks spans.
+QUIET_SECONDS = 60.0
 #: Jobs whose rechecks are counted at once (the count is reset past this).
 JOBS_REMEMBERED = 10_000
 
@@ -25,7 +29,8 @@ class FitsRechecks:
     """How many times each job was found fitting in a row, and when to ask again."""
 
     def __init__(self) -> None:
-        self._made: dict[str, int] = {}
+        # job -> (rechecks made in a row, when the last was asked for)
+        self._made: dict[str, tuple[int, float]] = {}
 
     def next_after(self, job: str, now: float, fits: bool = True) -> float | None:
         """``job`` was refused at ``now``, found fitting or not (``fits``): when to plan
@@ -33,12 +38,14 @@ class FitsRechecks:
         if not fits:
             self.forget(job)
             return None
-        made = self._made.get(job, 0)
+        made, last = self._made.get(job, (0, now))
+        if now - last > QUIET_SECONDS:
+            made = 0
         if made >= RECHECKS:
             return None
         if len(self._made) >= JOBS_REMEMBERED:
             self._made.clear()
-        self._made[job] = made + 1
+        self._made[job] = (made + 1, now)
         return now + FIRST_RECHECK_SECONDS * float(2**made)
 
     def forget(self, job: str) -> None:

@@ -13,7 +13,7 @@ from extender.core.preemption.planner import Refusal, plan_job_preemption
 from extender.core.preemption.search import FITS_ALREADY
 from extender.kube.client import KubeClient
 from extender.kube.postfilter import PostFilterLoop, Refused
-from extender.kube.rechecks import RECHECKS, FitsRechecks
+from extender.kube.rechecks import QUIET_SECONDS, RECHECKS, FitsRechecks
 from extender.kube.source import KubeSource
 from extender.kube.writer import ClusterWriter
 from tests.builders import node, pod, quota, record_keys, snapshot
@@ -51,6 +51,20 @@ def test_a_decision_other_than_fitting_starts_the_rechecks_anew() -> None:
     rechecks.next_after("team-a/j1", 51.0)
     rechecks.forget("team-a/j1")  # a plan was made
     assert rechecks.next_after("team-a/j1", 60.0) == 61.0
+
+
+def test_a_job_fitting_again_long_after_its_rechecks_were_spent_gets_them_anew() -> None:
+    rechecks = FitsRechecks()
+    for t in (0.0, 1.0, 3.0, 7.0):
+        rechecks.next_after("team-a/j1", t)
+    # Spent at t = 7 (the last was asked for then) ...
+    assert rechecks.next_after("team-a/j1", 8.0) is None
+    # ... and still spent at the end of the quiet period (7 + QUIET_SECONDS) ...
+    assert rechecks.next_after("team-a/j1", 7.0 + QUIET_SECONDS) is None
+    # ... but a job of that name found fitting later (it bound and was recreated, say)
+    # starts over: 1 s after.
+    later = 7.0 + QUIET_SECONDS + 1.0
+    assert rechecks.next_after("team-a/j1", later) == later + 1.0
 
 
 def test_the_loop_plans_a_job_found_fitting_again_a_second_later() -> None:
