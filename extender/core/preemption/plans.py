@@ -7,8 +7,8 @@ the walk (:func:`~.search.search_victims`) again with less spared while nothing 
 gangs in flight), in each domain of a required topology level, the cheapest domain's
 plan kept; then, where the walk's order can miss the comparator
 (:class:`~.ranking.PlanRank`), one more plan below its highest victim priority
-(:func:`~.ranking.lower_priority_plan`), and one sparing a lower-priority victim that
-loses most of the plan's work, or whose notice is long (:func:`~.ranking.plan_sparing_one_victim`).
+(:func:`~.ranking.lower_priority_plan`), and one sparing the victim job that loses most
+of the plan's work, or whose notice is long (:func:`~.ranking.plan_sparing_one_victim`).
 """
 
 from __future__ import annotations
@@ -78,9 +78,10 @@ def _plan(
     BestEffort), budgets first; and only when no plan is found even so, another quota's
     gang in flight (:mod:`~extender.core.preemption.protection`), the same passes again.
     Then again below the found plan's highest victim priority while that ranks better
-    (:func:`~extender.core.preemption.ranking.lower_priority_plan`), and once sparing a
-    lower-priority victim that loses most of the plan's work, or one whose notice is long
-    (:func:`~extender.core.preemption.ranking.plan_sparing_one_victim`).
+    (:func:`~extender.core.preemption.ranking.lower_priority_plan`), and once sparing the
+    victim job that loses most of the plan's work, or one whose notice is long
+    (:func:`~extender.core.preemption.ranking.plan_sparing_one_victim`), a plan found so
+    asked below its priority again.
     ``within``: the nodes of the one domain the job is planned in."""
     best_effort = state.args.pdb_policy == "BestEffort"
 
@@ -130,10 +131,17 @@ def _plan(
         found = merged_refusal(retried, found)
     if isinstance(found, NotFound):
         return found
-    found = lower_priority_plan(state, preemptor, found, lambda cap: search(*spares, cap), now)
-    return plan_sparing_one_victim(
+
+    def below(cap: int) -> Found | NotFound:
+        return search(*spares, cap)
+
+    found = lower_priority_plan(state, preemptor, found, below, now)
+    sparing = plan_sparing_one_victim(
         state, found, lambda spared, cap: search(*spares, cap, spared), now
     )
+    if sparing is found:
+        return found
+    return lower_priority_plan(state, preemptor, sparing, below, now)
 
 
 def _plan_in_cheapest_domain(
@@ -150,9 +158,10 @@ def _plan_in_cheapest_domain(
     (victims from that domain only), and the cheapest of them by :class:`PlanRank`.  A
     domain holding pods of the job already bound is the only one; a domain that holds the
     job as it is ends the search (no preemption).  Domains are planned cheapest bound
-    first, until no domain left can rank better; of domains whose bound ties the best
-    plan's highest victim priority, ``TIED_DOMAINS`` more are planned, for the one losing
-    the least work."""
+    first, until no domain left has a bound below the best plan's highest victim priority;
+    at that priority, each domain whose count bound is below the best plan's count, then
+    ``TIED_DOMAINS`` more, for the one losing the least work.  (No bound on lost work is
+    kept: a domain past those may lose less, and is not planned.)"""
     domains = node_domains(state, level, {pod.node_name or "" for pod in layout.bound})
     if not domains:
         return NotFound([f"no node has the label {level} its required topology names"])
@@ -168,17 +177,21 @@ def _plan_in_cheapest_domain(
             ranked.append(((0, *bound), value, domains[value]))
     # Cheapest first by a bound no plan of the domain can beat: once the best plan found
     # has a lower highest victim priority than the next domain's bound, no domain left can
-    # do better.  The bound's count only orders the domains: lost work ranks before the
-    # count, and more victims may lose less.
+    # do better.  At the same priority the bound says nothing of lost work (which ranks
+    # before the count, and more victims may lose less), so a domain is still planned
+    # while its count bound is below the best plan's count, and TIED_DOMAINS past that.
     ranked.sort()
     best: tuple[PlanRank, Found] | None = None
     ties = 0
     for floor, value, names in ranked:
         if best is not None:
             head = (best[0].broken, best[0].priority)
-            if head < floor[:2] or (head == floor[:2] and ties >= TIED_DOMAINS):
+            if head < floor[:2]:
                 break
-            ties += head == floor[:2]
+            if head == floor[:2] and floor[2] >= best[0].pods:
+                if ties >= TIED_DOMAINS:
+                    break
+                ties += 1
         found = _plan(state, demand, preemptor, ledger, spent, names, layout=layout, now=now)
         if isinstance(found, NotFound):
             if found.fits:  # a domain holds the job as it is: nothing is to be evicted
@@ -197,5 +210,6 @@ def _plan_in_cheapest_domain(
     return best[1]
 
 
-#: Domains whose bound ties the best plan's that are still planned, for less lost work.
+#: Domains at the best plan's priority, their count bound not below its count, still
+#: planned for less lost work.
 TIED_DOMAINS = 1

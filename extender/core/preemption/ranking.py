@@ -4,9 +4,9 @@ Plans that each free room for the whole job compare by :class:`PlanRank`, the fi
 difference deciding.  The planner asks for it where it has several plans (one per
 topology domain) and, since the walk takes the borrowing quotas' work before the job's
 own quota's, for one more plan below the walk's highest victim priority
-(:func:`lower_priority_plan`); since it takes lower priority first, for one more plan
-sparing a lower-priority victim that loses most of the plan's work
-(:func:`plan_sparing_one_victim`), or one whose notice is long.
+(:func:`lower_priority_plan`); since it takes lower priority first and the largest
+frees the most room, for one more plan sparing the victim job that loses most of the
+plan's work, or one whose notice is long (:func:`plan_sparing_one_victim`).
 """
 
 from __future__ import annotations
@@ -161,7 +161,9 @@ def plan_sparing_one_victim(
     save).  Search once more, at the plan's highest priority or lower, sparing the victim
     job (:func:`spared_for`) losing at least half the plan's work, else the one with the
     longest notice when it is over :data:`LONG_NOTICE_SECONDS`, and keep what ranks
-    better.  Only there: a second walk doubles the plan's time."""
+    better.  The second walk is not bounded first: where the spared job was the only
+    candidate it finds nothing, at up to the first walk's time again (docs/benchmarks.md,
+    the planner at 15,000 nodes)."""
     spare = spared_for(state, found, now)
     if spare is None:
         return found
