@@ -75,7 +75,7 @@ class Refused:
     #: When to plan it again (a gang still arriving settles, a victim's minimum runtime
     #: ends), or ``None``.
     settles: float | None
-    #: The job fits as Muster sees it (:mod:`extender.kube.rechecks`).
+    #: The job fits as Muster sees it, on room free now (:mod:`extender.kube.rechecks`).
     fits: bool = False
 
 
@@ -332,7 +332,7 @@ class PostFilterLoop(Watched):
                 # A victim spared for its minimum runtime may be taken once it ends.
                 again = [t for t in (settled, decision.retry_at) if t is not None]
                 retry = min(again, default=None)
-                return Refused(job, decision.reasons, tuple(pending), retry, decision.fits)
+                return Refused(job, decision.reasons, tuple(pending), retry, decision.fits_now)
             yielded = tuple(
                 yielded_plan(state, held.job, decision.job) for held in decision.yielded
             )

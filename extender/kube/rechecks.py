@@ -8,6 +8,10 @@ the job fits without evicting anything, and nothing else asks again: kube-schedu
 retries a pod its own filters rejected only when room frees, and the Requeuer nudges
 only pods Muster turned away.  So such a job is planned again, a few times, a little
 later each time (by then the binding has landed, and the plan sees the room taken).
+
+Only a job that fits on room free now: one that fits only once pods leaving have gone
+(a plan counts their room free) is tried again by kube-scheduler itself when they are
+deleted, and a plan made for it in the meantime would evict for room about to free.
 """
 
 from __future__ import annotations

@@ -90,8 +90,25 @@ def test_the_planner_says_when_a_job_fits_without_evicting_anything() -> None:
     job = next(iter(state.pods.values())).job
     decision = plan_job_preemption(state, job, now=0.0)
     assert isinstance(decision, Refusal)
-    assert decision.reasons == (FITS_ALREADY,) and decision.fits
+    assert decision.reasons == (FITS_ALREADY,) and decision.fits_now
     # A node that is full: no fit, so no recheck.
     state.upsert_pod(parse_pod(pod("other", namespace="team-b", gpu=8, node="n0")))
     decision = plan_job_preemption(state, job, now=0.0)
-    assert isinstance(decision, Refusal) and not decision.fits
+    assert isinstance(decision, Refusal) and not decision.fits_now
+
+
+def test_a_job_that_fits_only_once_a_leaving_pod_goes_is_not_rechecked() -> None:
+    # The 8-GPU node's pod is terminating: a plan counts its room free, so the job fits
+    # without evicting anything, but not on room free now: kube-scheduler tries the pod
+    # again when that pod is deleted, so Muster does not ask again (fits_now false).
+    leaving = pod("old", namespace="team-b", gpu=8, node="n0")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    state = snapshot(
+        [node("n0", gpu=8)],
+        [pod("p0", gpu=8, can_preempt=True), leaving],
+        [quota("team-a", min={GPU: "8"}, max={GPU: "8"})],
+    )
+    job = state.pods["team-a/p0"].job
+    decision = plan_job_preemption(state, job, now=0.0)
+    assert isinstance(decision, Refusal)
+    assert decision.reasons == (FITS_ALREADY,) and not decision.fits_now

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from base.times import format_time
 from extender.core.budgets import BudgetUse
@@ -112,8 +112,10 @@ class Refusal:
     reasons: tuple[str, ...]
     #: When a plan may exist (a victim's minimum runtime ends), or ``None``.
     retry_at: float | None = None
-    #: The job fits without evicting anything (as this state sees it).
-    fits: bool = False
+    #: The job fits without evicting anything on room free now, no pod leaving first
+    #: (as this state sees it): only a binding not seen yet keeps it out.  A hint about
+    #: the moment, not the decision: refusals equal but for it are the same decision.
+    fits_now: bool = field(default=False, compare=False)
 
 
 def plan_job_preemption(state: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:
@@ -156,7 +158,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
                 found, yielded, preemptor = retried, step, freed_preemptor
                 break
     if isinstance(found, NotFound):
-        return Refusal(job, tuple(found.reasons), found.retry_at, found.fits)
+        return Refusal(job, tuple(found.reasons), found.retry_at, found.fits_now)
     assert preemptor is not None  # a plan was searched for, so the job was eligible
     spent = [pod for pod in state.leaving() if not pod.terminating]
     victims: list[Victim] = []

@@ -20,6 +20,7 @@ from base.times import format_time
 from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
+from extender.core.placement.fit import JobFit
 from extender.core.preemption.candidates import find_victim_groups
 from extender.core.preemption.deferral import Deferral
 from extender.core.preemption.fairness import gap_widens
@@ -70,6 +71,9 @@ class NotFound:
     guaranteed_skipped: bool = False  # victims spared for a min in a resource not contested
     budget_skipped: bool = False  # victims spared for a PodDisruptionBudget
     fits: bool = False  # nothing need be evicted
+    #: ... and the job fits on room free now, with no pod leaving first: then nothing
+    #: but a binding Muster has not seen yet can keep it unschedulable.
+    fits_now: bool = False
     #: The earliest end of a minimum runtime that spared a victim: a plan may exist then.
     retry_at: float | None = None
     in_flight_skipped: bool = False  # victims spared as a gang in flight
@@ -175,7 +179,9 @@ def _walk(
         placements = fit.place() if layout.released else None
         if placements is not None:  # the room that yields is enough: no one is evicted
             return Found([], placements, {})
-        return NotFound([FITS_ALREADY], fits=True)
+        return NotFound(
+            [FITS_ALREADY], fits=True, fits_now=_fits_now(state, demand, within, layout)
+        )
     spare_budgets = spare_budgets or state.args.pdb_policy == "Strict"
     deferral = None
     if pacing is not Pacing.IN_ORDER and Deferral.applies(
@@ -383,3 +389,21 @@ def earliest(first: float | None, second: float | None) -> float | None:
     if first is None or second is None:
         return first if second is None else second
     return min(first, second)
+
+
+def _fits_now(
+    state: ClusterState, demand: JobDemand, within: frozenset[str] | None, layout: JobLayout
+) -> bool:
+    """Does the job fit on room free now, the pods leaving still there (a plan counts
+    them gone)?  A job that fits only once they go is tried again by kube-scheduler when
+    they are deleted; one that fits now, though kube-scheduler found no room, can only be
+    kept out by a binding in flight (:mod:`extender.kube.rechecks`)."""
+    return JobFit(
+        state,
+        demand.job,
+        demand.unplaced,
+        excluded=() if within is None else frozenset(state.nodes) - within,
+        slices=layout.slices,
+        bound=layout.bound,
+        released=layout.released,
+    ).fits()
