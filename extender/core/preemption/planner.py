@@ -112,9 +112,9 @@ class Refusal:
     reasons: tuple[str, ...]
     #: When a plan may exist (a victim's minimum runtime ends), or ``None``.
     retry_at: float | None = None
-    #: The job fits without evicting anything on room free now, no pod leaving first
-    #: (as this state sees it): only a binding not seen yet keeps it out.  A hint about
-    #: the moment, not the decision: refusals equal but for it are the same decision.
+    #: The job fits without evicting anything on the nodes' room free now, no pod leaving
+    #: first (as this state sees it): most likely a binding not seen yet keeps it out.  A
+    #: hint about the moment, not the decision: refusals equal but for it are the same.
     fits_now: bool = field(default=False, compare=False)
 
 

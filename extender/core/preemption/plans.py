@@ -160,8 +160,8 @@ def _plan_in_cheapest_domain(
     job as it is ends the search (no preemption).  Domains are planned cheapest bound
     first, until no domain left has a bound below the best plan's highest victim priority;
     at that priority, each domain whose count bound is below the best plan's count, then
-    ``TIED_DOMAINS`` more, for the one losing the least work.  (No bound on lost work is
-    kept: a domain past those may lose less, and is not planned.)"""
+    ``TIED_DOMAINS`` more, for the one losing the least work.  (No bound on lost work or
+    wait is kept: a domain past those may rank better by them, and is not planned.)"""
     domains = node_domains(state, level, {pod.node_name or "" for pod in layout.bound})
     if not domains:
         return NotFound([f"no node has the label {level} its required topology names"])

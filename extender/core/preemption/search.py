@@ -394,10 +394,12 @@ def earliest(first: float | None, second: float | None) -> float | None:
 def _fits_now(
     state: ClusterState, demand: JobDemand, within: frozenset[str] | None, layout: JobLayout
 ) -> bool:
-    """Does the job fit on room free now, the pods leaving still there (a plan counts
-    them gone)?  A job that fits only once they go is tried again by kube-scheduler when
-    they are deleted; one that fits now, though kube-scheduler found no room, can only be
-    kept out by a binding in flight (:mod:`extender.kube.rechecks`)."""
+    """Does the job fit on the nodes' room free now, the pods leaving still there (a plan
+    counts them gone)?  A job that fits only once they go is tried again by kube-scheduler
+    when they are deleted.  One that fits now, though kube-scheduler found no room, is most
+    likely kept out by a binding in flight (:mod:`extender.kube.rechecks`); room only
+    (not the quota ledger, room held for a starving job, or what kube-scheduler's own
+    plugins refuse), so a recheck may also find it fitting again, at most four times."""
     return JobFit(
         state,
         demand.job,
