@@ -76,7 +76,7 @@ class Refused:
     #: ends), or ``None``.
     settles: float | None
     #: The job fits as Muster sees it, on room free now (:mod:`extender.kube.rechecks`).
-    fits: bool = False
+    fits_now: bool = False
 
 
 class PostFilterLoop(Watched):
@@ -353,7 +353,7 @@ class PostFilterLoop(Watched):
         """No plan: ask again when a gang still arriving settles, a spared victim's
         minimum runtime ends, or (a job that fits as Muster sees it) a binding in flight
         has landed; count and log it."""
-        recheck = self._rechecks.next_after(refused.job, now, refused.fits)
+        recheck = self._rechecks.next_after(refused.job, now, refused.fits_now)
         again = min((t for t in (refused.settles, recheck) if t is not None), default=None)
         if again is not None:
             with self._lock:

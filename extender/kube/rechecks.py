@@ -36,10 +36,11 @@ class FitsRechecks:
         # job -> (rechecks made in a row, when the last was asked for)
         self._made: dict[str, tuple[int, float]] = {}
 
-    def next_after(self, job: str, now: float, fits: bool = True) -> float | None:
-        """``job`` was refused at ``now``, found fitting or not (``fits``): when to plan
-        it again for that, or ``None`` (not fitting, or its rechecks spent)."""
-        if not fits:
+    def next_after(self, job: str, now: float, fits_now: bool = True) -> float | None:
+        """``job`` was refused at ``now``, found fitting on room free now or not
+        (``fits_now``): when to plan it again for that, or ``None`` (not fitting, or its
+        rechecks spent)."""
+        if not fits_now:
             self.forget(job)
             return None
         made, last = self._made.get(job, (0, now))

@@ -27,7 +27,7 @@ def loop() -> PostFilterLoop:
 
 
 def fits(job: str, settles: float | None = None) -> Refused:
-    return Refused(job, ("fits",), pending=(f"{job}-0",), settles=settles, fits=True)
+    return Refused(job, ("fits",), pending=(f"{job}-0",), settles=settles, fits_now=True)
 
 
 def test_rechecks_wait_twice_as_long_each_time_then_stop() -> None:
@@ -46,7 +46,7 @@ def test_a_decision_other_than_fitting_starts_the_rechecks_anew() -> None:
     for _ in range(RECHECKS):
         rechecks.next_after("team-a/j1", 0.0)
     # Refused for something else: no recheck for that, and the count is reset.
-    assert rechecks.next_after("team-a/j1", 50.0, fits=False) is None
+    assert rechecks.next_after("team-a/j1", 50.0, fits_now=False) is None
     assert rechecks.next_after("team-a/j1", 50.0) == 51.0
     rechecks.next_after("team-a/j1", 51.0)
     rechecks.forget("team-a/j1")  # a plan was made
