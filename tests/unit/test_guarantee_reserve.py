@@ -273,3 +273,37 @@ def test_once_the_owner_is_back_it_never_takes_back_a_borrower_that_saves_nothin
             a_count += 1
         now += 1
     assert taken_after_first == 0
+
+
+def test_a_plan_taking_part_of_its_own_quotas_work_borrows_only_as_admission_lends() -> None:
+    # n1 runs team-a's a-0 (priority 10, within team-a's min of 8), n3 team-a's a-low
+    # (priority 0, saves: it borrows n3 past the reserve).  a-hi (priority 100, saves
+    # nothing) is within team-a's min only if a-0 and a-low both go (24 - 16 = 8 <= 8),
+    # so the planner may take team-a's own work; the cheapest plan takes a-low alone and
+    # leaves a-hi borrowing n3 (team-a at 16 of its min 8).  Once a-low is gone the
+    # reserve reads: free 24 - (8 + 8 + a-hi's 8) = 0, no lower-priority borrower left,
+    # below the 8 team-b is owed at +10 s: admission would not lend n3 to a-hi, so no
+    # plan.  At +60 s team-b is quiet: the plan takes a-low.
+    def state_at() -> ClusterState:
+        return snapshot(
+            [node("n1", gpu=8), node("n2", gpu=8), node("n3", gpu=8)],
+            [
+                pod("a-0", "team-a", gpu=8, node="n1", preemptible=True, priority=10),
+                pod("b-0", "team-b", gpu=8, node="n2", created="2026-01-01T12:00:00Z"),
+                pod("a-low", "team-a", gpu=8, node="n3", preemptible=True, annotations=SAVES),
+                pod("a-hi", "team-a", gpu=8, priority=100, can_preempt=True),
+            ],
+            [
+                quota("team-a", min={GPU: "8"}, max={GPU: "24"}),
+                quota("team-b", min={GPU: "16"}, max={GPU: "24"}),
+            ],
+            MusterArgs(guaranteeReserveSeconds=60),
+        )
+
+    refusal = plan_job_preemption(state_at(), "team-a/a-hi", NOON + 10)
+    assert isinstance(refusal, Refusal)
+    assert any("owed to quota team-b" in reason for reason in refusal.reasons)
+    assert refusal.retry_at == NOON + 60  # when team-b's reserve ends
+    plan = plan_job_preemption(state_at(), "team-a/a-hi", NOON + 60)
+    assert not isinstance(plan, Refusal)
+    assert [victim.pod.key for victim in plan.victims] == ["team-a/a-low"]

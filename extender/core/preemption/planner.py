@@ -33,13 +33,13 @@ Pure and deterministic: the same state and time give the same answer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from base.times import format_time
 from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
-from extender.core.placement.demand import JobDemand, job_demand
+from extender.core.placement.demand import AdmissionWait, JobDemand, job_demand
 from extender.core.placement.fairshare import borrowing_wait
 from extender.core.preemption.candidates import describe
 from extender.core.preemption.cost import last_save, victim_notice
@@ -144,6 +144,9 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
             found, held_back = NotFound([wait.reason], retry_at=wait.until), True
         else:
             found = find_plan(state, demand, preemptor, ledger, now)
+            wait = _borrowing_after(state, demand, preemptor, found, now)
+            if wait is not None:
+                found, held_back = NotFound([wait.reason], retry_at=wait.until), True
     yielded: tuple[Reservation, ...] = ()
     if isinstance(found, NotFound) and not found.fits and not held_back:
         # Room held for a lower-priority job of the quota, not used yet, may yield.
@@ -154,7 +157,9 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
                 continue
             freed_preemptor = _preemptor(state, demand, freed.ledger)
             retried = find_plan(state, demand, freed_preemptor, freed.ledger, now, released)
-            if isinstance(retried, Found):
+            if isinstance(retried, Found) and not _borrowing_after(
+                state, demand, freed_preemptor, retried, now, released
+            ):
                 found, yielded, preemptor = retried, step, freed_preemptor
                 break
     if isinstance(found, NotFound):
@@ -216,6 +221,30 @@ def _restart_said(notice: float, victim: Victim, said: str) -> str:
     if notice > victim.notice_seconds:
         return f"{said} once its pods' notice ends, {notice:g}s (the longest of its Job's)"
     return said
+
+
+def _borrowing_after(
+    state: ClusterState,
+    demand: JobDemand,
+    preemptor: Preemptor,
+    found: Found | NotFound,
+    now: float,
+    released: Collection[str] = (),
+) -> AdmissionWait | None:
+    """Why a plan that leaves its job borrowing may not be made: the borrowing rules
+    (:func:`~extender.core.placement.fairshare.borrowing_wait`: reborrow backoff,
+    guarantee reserve, fair sharing), judged on the ledger once the plan's victims are
+    gone.  Only for a job :func:`_preemptor` found within its ``min`` by its own
+    lower-priority work: a plan taking only part of that work leaves it borrowing all
+    the same, and it may not borrow by evicting what admission would not have lent it."""
+    if not isinstance(found, Found) or not preemptor.within_min_by_own_work:
+        return None
+    after = Overlay.settled(state, released)
+    for group in found.kept:
+        after.charge(group.quota, group.requests, -1)
+    if not would_borrow(after.ledger, demand.quota, demand.request, demand.asks):
+        return None
+    return borrowing_wait(state, demand, now, after.ledger)
 
 
 def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:
