@@ -332,7 +332,8 @@ class PostFilterLoop(Watched):
                 # A victim spared for its minimum runtime may be taken once it ends.
                 again = [t for t in (settled, decision.retry_at) if t is not None]
                 retry = min(again, default=None)
-                return Refused(job, decision.reasons, tuple(pending), retry, decision.fits_now)
+                fits_now = decision.fits_now()  # asked here, the state unchanged
+                return Refused(job, decision.reasons, tuple(pending), retry, fits_now)
             yielded = tuple(
                 yielded_plan(state, held.job, decision.job) for held in decision.yielded
             )

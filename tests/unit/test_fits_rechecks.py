@@ -90,11 +90,11 @@ def test_the_planner_says_when_a_job_fits_without_evicting_anything() -> None:
     job = next(iter(state.pods.values())).job
     decision = plan_job_preemption(state, job, now=0.0)
     assert isinstance(decision, Refusal)
-    assert decision.reasons == (FITS_ALREADY,) and decision.fits_now
+    assert decision.reasons == (FITS_ALREADY,) and decision.fits_now()
     # A node that is full: no fit, so no recheck.
     state.upsert_pod(parse_pod(pod("other", namespace="team-b", gpu=8, node="n0")))
     decision = plan_job_preemption(state, job, now=0.0)
-    assert isinstance(decision, Refusal) and not decision.fits_now
+    assert isinstance(decision, Refusal) and not decision.fits_now()
 
 
 def test_a_job_that_fits_only_once_a_leaving_pod_goes_is_not_rechecked() -> None:
@@ -111,4 +111,4 @@ def test_a_job_that_fits_only_once_a_leaving_pod_goes_is_not_rechecked() -> None
     job = state.pods["team-a/p0"].job
     decision = plan_job_preemption(state, job, now=0.0)
     assert isinstance(decision, Refusal)
-    assert decision.reasons == (FITS_ALREADY,) and not decision.fits_now
+    assert decision.reasons == (FITS_ALREADY,) and not decision.fits_now()

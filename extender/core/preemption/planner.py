@@ -33,7 +33,7 @@ Pure and deterministic: the same state and time give the same answer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from base.times import format_time
@@ -53,7 +53,7 @@ from extender.core.preemption.policy import (
     preemptor_of,
 )
 from extender.core.preemption.protection import gangs_in_flight
-from extender.core.preemption.search import Found, NotFound, evicted_whole
+from extender.core.preemption.search import Found, NotFound, evicted_whole, never_fits_now
 from extender.core.preemption.yielding import reserved_pods, yield_steps, yieldable_reservations
 from extender.core.restart import restarted_jobs
 from extender.core.state import (
@@ -112,10 +112,11 @@ class Refusal:
     reasons: tuple[str, ...]
     #: When a plan may exist (a victim's minimum runtime ends), or ``None``.
     retry_at: float | None = None
-    #: The job fits without evicting anything on the nodes' room free now, no pod leaving
-    #: first (as this state sees it): most likely a binding not seen yet keeps it out.  A
-    #: hint about the moment, not the decision: refusals equal but for it are the same.
-    fits_now: bool = field(default=False, compare=False)
+    #: Does the job fit without evicting anything on the nodes' room free now, no pod
+    #: leaving first (as this state sees it)?  Then most likely a binding not seen yet
+    #: keeps it out.  Asked while the state is unchanged; a hint about the moment, not the
+    #: decision: refusals equal but for it are the same.
+    fits_now: Callable[[], bool] = field(default=never_fits_now, compare=False)
 
 
 def plan_job_preemption(state: ClusterState, job: str, now: float) -> PreemptionPlan | Refusal:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from base.times import format_time
 from extender.core.budgets import BudgetUse
 from extender.core.objects import PodInfo
 from extender.core.placement.demand import JobDemand
-from extender.core.placement.fit import JobFit
 from extender.core.preemption.candidates import find_victim_groups
 from extender.core.preemption.deferral import Deferral
 from extender.core.preemption.fairness import gap_widens
@@ -65,15 +64,21 @@ class Found:
     chosen_over: str = ""
 
 
+def never_fits_now() -> bool:
+    """The fits-now answer of a decision that did not find the job fitting."""
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class NotFound:
     reasons: list[str]
     guaranteed_skipped: bool = False  # victims spared for a min in a resource not contested
     budget_skipped: bool = False  # victims spared for a PodDisruptionBudget
     fits: bool = False  # nothing need be evicted
-    #: ... and the job fits on room free now, with no pod leaving first: then nothing
-    #: but a binding Muster has not seen yet can keep it unschedulable.
-    fits_now: bool = False
+    #: ... and does it fit on room free now, with no pod leaving first (then nothing but a
+    #: binding Muster has not seen yet can keep it unschedulable)?  Asked only by whoever
+    #: wants it, while the state is unchanged (:meth:`Simulation.fits_now`).
+    fits_now: Callable[[], bool] = field(default=never_fits_now, compare=False)
     #: The earliest end of a minimum runtime that spared a victim: a plan may exist then.
     retry_at: float | None = None
     in_flight_skipped: bool = False  # victims spared as a gang in flight
@@ -179,9 +184,7 @@ def _walk(
         placements = fit.place() if layout.released else None
         if placements is not None:  # the room that yields is enough: no one is evicted
             return Found([], placements, {})
-        return NotFound(
-            [FITS_ALREADY], fits=True, fits_now=_fits_now(state, demand, within, layout)
-        )
+        return NotFound([FITS_ALREADY], fits=True, fits_now=simulation.fits_now())
     spare_budgets = spare_budgets or state.args.pdb_policy == "Strict"
     deferral = None
     if pacing is not Pacing.IN_ORDER and Deferral.applies(
@@ -389,23 +392,3 @@ def earliest(first: float | None, second: float | None) -> float | None:
     if first is None or second is None:
         return first if second is None else second
     return min(first, second)
-
-
-def _fits_now(
-    state: ClusterState, demand: JobDemand, within: frozenset[str] | None, layout: JobLayout
-) -> bool:
-    """Does the job fit on the nodes' room free now, the pods leaving still there (a plan
-    counts them gone)?  A job that fits only once they go is tried again by kube-scheduler
-    when they are deleted.  One that fits now, though kube-scheduler found no room, is most
-    likely kept out by a binding in flight (:mod:`extender.kube.rechecks`); room only
-    (not the quota ledger, room held for a starving job, or what kube-scheduler's own
-    plugins refuse), so a recheck may also find it fitting again, at most four times."""
-    return JobFit(
-        state,
-        demand.job,
-        demand.unplaced,
-        excluded=() if within is None else frozenset(state.nodes) - within,
-        slices=layout.slices,
-        bound=layout.bound,
-        released=layout.released,
-    ).fits()

@@ -8,7 +8,7 @@ copies) and a copy of the quota ledger, and takes victim groups out and puts the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from extender.core.objects import PodInfo
@@ -96,6 +96,7 @@ class Simulation:
         #: Keys of the pods taken out now (a job's pods shed one by one, then the rest).
         self.taken: set[str] = set()
         outside = () if within is None else frozenset(state.nodes) - within
+        self._fit_args = (outside, slices, tuple(bound), released)
         self.fit = JobFit(
             state,
             demand.job,
@@ -113,6 +114,30 @@ class Simulation:
         self._guards: dict[str, tuple[str, ...]] = {}
         self._read: dict[str, bool] = {}
         self._contested = demand.asks
+
+    def fits_now(self) -> Callable[[], bool]:
+        """The question "does the job fit on the nodes' room free now, the pods leaving
+        still there (a plan counts them gone)?", to ask later, while the state is
+        unchanged, on a fit of its own.  A job that fits only once they go is tried again
+        by kube-scheduler when they are deleted; one that fits now, though kube-scheduler
+        found no room, is most likely kept out by a binding in flight
+        (:mod:`extender.kube.rechecks`, its only asker).  Room only: not the quota ledger,
+        room held for a starving job, or what kube-scheduler's own plugins refuse."""
+        state, demand = self.state, self.demand
+        outside, slices, bound, released = self._fit_args
+
+        def fits_now() -> bool:
+            return JobFit(
+                state,
+                demand.job,
+                demand.unplaced,
+                excluded=outside,
+                slices=slices,
+                bound=bound,
+                released=released,
+            ).fits()
+
+        return fits_now
 
     def admits(self) -> bool:
         """Do the job's quota checks hold on the ledger copy (and, for a job within its
