@@ -11,19 +11,17 @@ grow any more (see :func:`~extender.core.preemption.eligibility.ready_to_plan`) 
 once; any other after a short quiet period (a gang of undeclared size is planned only once
 its pods stopped arriving, ``gangSettleSeconds``: the planner refuses it until then).
 
-A committed plan holds its room in memory first (so the very next filter
-keeps other pods off it), then is written to the cluster: victims get the
-soft-eviction label and annotation, a ``DisruptionTarget`` condition and a
-``Preempted`` event (or are evicted at once with
-``podShouldBeDeletedWhenPreempted``); the preemptor's pods get the
-reservation as an annotation and ``status.nominatedNodeName``, which also
-makes kube-scheduler retry them.  Reservations that time out are released.  A job
-found fitting is planned again a few times (:mod:`extender.kube.rechecks`).
+A committed plan holds its room in memory first (so the very next filter keeps other pods
+off it), then is written to the cluster: victims get the soft-eviction label and annotation,
+a ``DisruptionTarget`` condition and a ``Preempted`` event (or are evicted at once with
+``podShouldBeDeletedWhenPreempted``); the preemptor's pods get the reservation as an
+annotation and ``status.nominatedNodeName``, which also makes kube-scheduler retry them.
+Reservations that time out are released.  A job found fitting is planned again a few times
+(:mod:`extender.kube.rechecks`).
 
-The loop decides; :class:`~extender.kube.issuer.PlanIssuer` writes.
-:meth:`PostFilterLoop.decide` plans under the state's hold (:meth:`PostFilterLoop._plan`:
-a :class:`~extender.kube.issuer.Commitment`, its room held, or a :class:`Refused`), then
-hands a commitment to the issuer, which only writes.
+The loop decides, under the state's hold (:meth:`PostFilterLoop._plan`: a
+:class:`~extender.kube.issuer.Commitment`, its room held, or a :class:`Refused`);
+:class:`~extender.kube.issuer.PlanIssuer` only writes a commitment.
 """
 
 from __future__ import annotations
@@ -72,11 +70,12 @@ class Refused:
     reasons: tuple[str, ...]
     #: The job's pending pods (keys): each gets the refusal in its decision log.
     pending: tuple[str, ...]
-    #: When to plan it again (a gang still arriving settles, a victim's minimum runtime
-    #: ends), or ``None``.
+    #: When to plan it again (a gang arriving settles, a victim's minimum runtime ends).
     settles: float | None
     #: The job fits as Muster sees it, on room free now (:mod:`extender.kube.rechecks`).
     fits_now: bool = False
+    #: The state's count of bound pods that left, when refused (:mod:`.rechecks`).
+    freed: int = 0
 
 
 class PostFilterLoop(Watched):
@@ -163,17 +162,21 @@ class PostFilterLoop(Watched):
             self._undo(plan, now)
         self.complete_in_flight()
         self.abandon_refused(now)
+        with self.source.exclusive() as state:
+            freed = state.freed  # bound pods that left: a recheck since is not made
         with self._lock:
             due = sorted(job for job, at in self._due.items() if at <= now)
             for job in due:
                 del self._due[job]
+            due += [job for job in self._rechecks.due(now, freed) if job not in due]
         for job in due:
             try:
                 self.decide(job, now)
             except Exception:  # one job's failure must not stop the others
                 log.exception("postfilter: deciding %s failed", job)
         with self._lock:
-            if self._due and min(self._due.values()) <= self.clock():
+            dues = [*self._due.values(), self._rechecks.next_due() or float("inf")]
+            if min(dues) <= self.clock():
                 self._wake.set()
 
     def complete_in_flight(self) -> int:
@@ -333,7 +336,7 @@ class PostFilterLoop(Watched):
                 again = [t for t in (settled, decision.retry_at) if t is not None]
                 retry = min(again, default=None)
                 fits_now = decision.fits_now()  # asked here, the state unchanged
-                return Refused(job, decision.reasons, tuple(pending), retry, fits_now)
+                return Refused(job, decision.reasons, tuple(pending), retry, fits_now, state.freed)
             yielded = tuple(
                 yielded_plan(state, held.job, decision.job) for held in decision.yielded
             )
@@ -354,11 +357,10 @@ class PostFilterLoop(Watched):
         """No plan: ask again when a gang still arriving settles, a spared victim's
         minimum runtime ends, or (a job that fits as Muster sees it) a binding in flight
         has landed; count and log it."""
-        recheck = self._rechecks.next_after(refused.job, now, refused.fits_now)
-        again = min((t for t in (refused.settles, recheck) if t is not None), default=None)
-        if again is not None:
-            with self._lock:
-                self._due[refused.job] = min(again, self._due.get(refused.job, again))
+        with self._lock:
+            self._rechecks.after_refusal(refused.job, now, refused.fits_now, refused.freed)
+            if (at := refused.settles) is not None:
+                self._due[refused.job] = min(at, self._due.get(refused.job, at))
         self.refused += 1
         if self._refusal_logged.get(refused.job) != refused.reasons:
             if len(self._refusal_logged) >= REFUSALS_REMEMBERED:

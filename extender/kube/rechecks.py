@@ -11,7 +11,11 @@ later each time (by then the binding has landed, and the plan sees the room take
 
 Only a job that fits on room free now: one that fits only once pods leaving have gone
 (a plan counts their room free) is tried again by kube-scheduler itself when they are
-deleted, and a plan made for it in the meantime would evict for room about to free.
+deleted, and a plan made for it in the meantime would evict for room about to free.  And
+only while no bound pod has left since (deleted, or finished: the state's ``freed``
+count): kube-scheduler retries the pods it found no room for on that event itself, with
+the room it freed, and a recheck then would plan evictions for a job that may now fit
+without (on a busy cluster, most of them).
 """
 
 from __future__ import annotations
@@ -33,25 +37,54 @@ class FitsRechecks:
     """How many times each job was found fitting in a row, and when to ask again."""
 
     def __init__(self) -> None:
-        # job -> (rechecks made in a row, when the last was asked for)
-        self._made: dict[str, tuple[int, float]] = {}
+        # job -> (rechecks made in a row, when the last was asked for, the freed count then)
+        self._made: dict[str, tuple[int, float, int]] = {}
+        self._due: dict[str, float] = {}  # job -> when its next recheck is due
 
-    def next_after(self, job: str, now: float, fits_now: bool = True) -> float | None:
+    def after_refusal(self, job: str, now: float, fits_now: bool, freed: int) -> None:
+        """``job`` was refused at ``now``: its next recheck, if it gets one
+        (:meth:`next_after`)."""
+        at = self.next_after(job, now, fits_now, freed)
+        if at is not None:
+            self._due[job] = at
+
+    def due(self, now: float, freed: int) -> list[str]:
+        """The jobs whose recheck is due at ``now`` and not :meth:`superseded` (the
+        state's count is ``freed`` now), by name; each is asked once."""
+        jobs = sorted(job for job, at in self._due.items() if at <= now)
+        for job in jobs:
+            del self._due[job]
+        return [job for job in jobs if not self.superseded(job, freed)]
+
+    def next_due(self) -> float | None:
+        """When the next recheck is due, if any is."""
+        return min(self._due.values(), default=None)
+
+    def next_after(
+        self, job: str, now: float, fits_now: bool = True, freed: int = 0
+    ) -> float | None:
         """``job`` was refused at ``now``, found fitting on room free now or not
-        (``fits_now``): when to plan it again for that, or ``None`` (not fitting, or its
-        rechecks spent)."""
+        (``fits_now``), the state's ``freed`` count then: when to plan it again for that,
+        or ``None`` (not fitting, or its rechecks spent)."""
         if not fits_now:
             self.forget(job)
             return None
-        made, last = self._made.get(job, (0, now))
+        made, last, _ = self._made.get(job, (0, now, freed))
         if now - last > QUIET_SECONDS:
             made = 0
         if made >= RECHECKS:
             return None
         if len(self._made) >= JOBS_REMEMBERED:
             self._made.clear()
-        self._made[job] = (made + 1, now)
+        self._made[job] = (made + 1, now, freed)
         return now + FIRST_RECHECK_SECONDS * float(2**made)
+
+    def superseded(self, job: str, freed: int) -> bool:
+        """Has a bound pod left since ``job`` was last found fitting (the state's count is
+        ``freed`` now)?  Then kube-scheduler tries its pods again itself, and the recheck
+        due is not made."""
+        made = self._made.get(job)
+        return made is not None and made[2] != freed
 
     def forget(self, job: str) -> None:
         """``job`` was decided otherwise (a plan, or another refusal): a later fit

@@ -4,6 +4,7 @@ binding kube-scheduler has in flight, and nothing else would ask again."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import cast
 
 from extender.core.config import MusterArgs
@@ -70,13 +71,51 @@ def test_a_job_fitting_again_long_after_its_rechecks_were_spent_gets_them_anew()
 def test_the_loop_plans_a_job_found_fitting_again_a_second_later() -> None:
     postfilter = loop()
     postfilter._refuse(fits("team-a/j1"), now=10.0)
-    assert postfilter._due == {"team-a/j1": 11.0}
-    # A gang settling sooner than the recheck decides when.
+    assert postfilter._rechecks.next_due() == 11.0 and postfilter._due == {}
+    # A gang settling is asked for when it settles (the recheck is kept apart).
     postfilter._refuse(fits("team-a/j2", settles=10.5), now=10.0)
-    assert postfilter._due["team-a/j2"] == 10.5
+    assert postfilter._due == {"team-a/j2": 10.5}
     # A refusal that does not fit, with no time to ask again, adds nothing.
     postfilter._refuse(Refused("team-a/j3", ("no room",), (), None), now=10.0)
     assert "team-a/j3" not in postfilter._due
+    assert postfilter._rechecks.due(10.9, freed=0) == []
+    assert postfilter._rechecks.due(11.0, freed=0) == ["team-a/j1", "team-a/j2"]
+    assert postfilter._rechecks.due(11.0, freed=0) == []  # each asked once
+
+
+def test_no_recheck_once_a_bound_pod_has_left_since_the_refusal() -> None:
+    # Refused with the state's freed count at 3; by the recheck a bound pod has left
+    # (4): kube-scheduler retries the job's pods on that itself, so Muster does not.
+    rechecks = FitsRechecks()
+    rechecks.after_refusal("team-a/j1", 10.0, fits_now=True, freed=3)
+    rechecks.after_refusal("team-a/j2", 10.0, fits_now=True, freed=3)
+    assert rechecks.superseded("team-a/j1", 4) and not rechecks.superseded("team-a/j1", 3)
+    assert rechecks.due(11.0, freed=4) == []
+    # Refused again with the new count: its next recheck (2 s on) is made if nothing left.
+    rechecks.after_refusal("team-a/j1", 12.0, fits_now=True, freed=4)
+    assert rechecks.due(14.0, freed=4) == ["team-a/j1"]
+
+
+def test_the_freed_count_counts_bound_pods_that_stop_holding_room() -> None:
+    # Derived from kube-scheduler's retry events: a bound pod deleted or finished frees
+    # room (counted); a pending pod deleted, or a bound pod updated, frees none.
+    state = snapshot(
+        [node("n0", gpu=8)],
+        [pod("run", gpu=4, node="n0"), pod("done", gpu=4, node="n0"), pod("wait", gpu=8)],
+        [quota("team-a", min={GPU: "8"}, max={GPU: "16"})],
+    )
+    keys = {p.name: p.key for p in state.pods.values()}
+    assert state.freed == 0
+    state.remove_pod(keys["wait"], 1.0)
+    assert state.freed == 0
+    finished = dataclasses.replace(state.pods[keys["done"]], phase="Succeeded")
+    state.upsert_pod(finished, 2.0)
+    assert state.freed == 1
+    state.upsert_pod(finished, 3.0)  # seen again, finished already
+    assert state.freed == 1
+    state.remove_pod(keys["done"], 4.0)  # finished: its room was free already
+    state.remove_pod(keys["run"], 5.0)
+    assert state.freed == 2
 
 
 def test_the_planner_says_when_a_job_fits_without_evicting_anything() -> None:

@@ -73,6 +73,9 @@ class ClusterState(PodViewMixin, NodeViewMixin, RoomMixin, DevicesMixin):
         #: Counts changes that free room only Muster sees (quotas replaced, reservations
         #: and admission holds let go): what makes parked pods worth a nudge.
         self.room_epoch = 0
+        #: Counts bound pods that stopped holding their room (deleted, or finished): the
+        #: events on which kube-scheduler retries the pods it found no room for.
+        self.freed = 0
         #: PodDisruptionBudgets, by ``namespace/name``.
         self.budgets: dict[str, DisruptionBudget] = {}
         #: What started jobs' PodGroup ``minResources`` hold beyond their pods' use.
@@ -118,6 +121,8 @@ class ClusterState(PodViewMixin, NodeViewMixin, RoomMixin, DevicesMixin):
 
     def _upsert(self, pod: PodInfo, now: float | None) -> None:
         old = self.pods.get(pod.key)
+        if old is not None and old.node_name is not None and not old.finished and pod.finished:
+            self.freed += 1
         if (
             old is not None
             and old.uid == pod.uid
@@ -150,6 +155,8 @@ class ClusterState(PodViewMixin, NodeViewMixin, RoomMixin, DevicesMixin):
         pod = self.pods.pop(key, None)
         if pod is None:
             return
+        if pod.node_name is not None and not pod.finished:
+            self.freed += 1
         others = self._untrack(pod) if key in self.device_pods else set()
         self.membership.forget_preemptible(pod.uid)
         quota = self.membership.charged_to(key)
