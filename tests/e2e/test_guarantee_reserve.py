@@ -14,7 +14,9 @@ takes B to its min and reclaims a-saver: claiming to save buys a tenant room, ne
 protection.
 
 Played as users arrive, a second test bursts B's work in while an earlier plan's victim
-still terminates, and A's never-saving job arrives in the same breath as B's next one.
+still terminates, and A's never-saving job arrives in the same breath as B's next one.  A
+third shows that a job may not borrow by preemption what admission would not lend it: by
+evicting its own quota's saving borrower.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pathlib import Path
 import pytest
 from e2e_support import Cluster, make_pod, tenant_client
 from muster_process import MusterProcess
+from test_decisions_follow import _priority_class
+from test_elastic_shrink import CAN_PREEMPT
 from test_muster_extender import GPU
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
@@ -177,5 +181,73 @@ def test_the_reserve_holds_through_a_burst_while_a_victim_still_terminates(
         for name in running:
             if name not in (victim, done):
                 assert (teams.get(teams.a, name) or {})["status"]["phase"] == "Running", name
+    finally:
+        teams.cleanup()
+
+
+def test_a_job_does_not_take_owed_room_by_evicting_its_own_quotas_saver(
+    cluster: Cluster, muster_reserve: MusterProcess
+) -> None:
+    # Three 8-GPU nodes.  A (min 8, max 24) runs a-0 (priority 100), its min; B (min 16,
+    # max 24) runs b-0, created moments ago: B owes 8 and is within its reserve.  A's
+    # a-saver (priority 10, a checkpoint every 30 s) borrows the last node, as a job that
+    # saves may.  Then A's a-hi (priority 500, saves nothing, may preempt): no node is
+    # free.  Derived from the rules: a-hi is within A's min only once a-0 and a-saver both
+    # go (24 - 16 = 8), so its plan may take A's own work, and the cheapest takes a-saver
+    # alone (the lowest priority).  That leaves a-hi borrowing: once a-saver is gone, free
+    # room is 24 - (8 + 8) - a-hi's 8 = 0, with no borrower of lower priority left, below
+    # the 8 B is owed.  Admission would not lend a-hi that node, so there is no plan
+    # either: the postfilter gives the reserve's reason, and a-saver keeps running.
+    for i in range(3):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    teams = Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "24"}}, {"min": {GPU: "16"}, "max": {GPU: "24"}}
+    )
+    gpus = {"cpu": "1", GPU: 8}
+    saves = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
+    try:
+        low, mid, high = (_priority_class(cluster, teams.a, v) for v in (10, 100, 500))
+        teams.create(teams.a, "a-0", requests=gpus, labels=PREEMPTIBLE, priority_class=mid)
+        teams.wait(teams.a, "a-0", "Running")
+        teams.create(teams.b, "b-0", requests=gpus, labels=TRAINER)
+        teams.wait(teams.b, "b-0", "Running")
+        teams.create(
+            teams.a,
+            "a-saver",
+            requests=gpus,
+            labels=PREEMPTIBLE,
+            annotations=saves,
+            priority_class=low,
+        )
+        teams.wait(teams.a, "a-saver", "Running")
+        teams.create(
+            teams.a,
+            "a-hi",
+            requests=gpus,
+            labels={**PREEMPTIBLE, **CAN_PREEMPT},
+            priority_class=high,
+        )
+
+        def refused() -> list[str] | None:
+            said = "guaranteeReserveSeconds"
+            return (
+                muster_reserve.decision_reasons(teams.a, "a-hi", verb="postfilter", containing=said)
+                or None
+            )
+
+        reasons = lc.wait_until(
+            refused,
+            timeout=60,
+            what="the postfilter's reserve reason",
+            on_timeout=muster_reserve.log,
+        )
+        assert f"owed to quota {teams.b}" in reasons[0], reasons
+        saver = teams.get(teams.a, "a-saver") or {}
+        assert saver["status"]["phase"] == "Running"
+        assert not saver["metadata"].get("deletionTimestamp")
+        assert keys.SOFT_EVICTION_KEY not in saver["metadata"].get("labels", {})
+        assert teams.events(teams.a, "Preempted") == []
+        hi = teams.get(teams.a, "a-hi") or {}
+        assert hi["status"]["phase"] == "Pending" and not hi["spec"].get("nodeName")
     finally:
         teams.cleanup()
