@@ -60,24 +60,32 @@ def muster_reserve(
         yield muster
 
 
+#: One 8-GPU pod's requests, and a job's declaration that it saves every 30 s.
+GPUS = {"cpu": "1", GPU: 8}
+SAVES = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
+
+
+def three_nodes_two_teams(cluster: Cluster) -> Teams:
+    """Three 8-GPU nodes; A with a min of 8, B with a min of 16, each a max of 24."""
+    for i in range(3):
+        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
+    return Teams(
+        cluster, {"min": {GPU: "8"}, "max": {GPU: "24"}}, {"min": {GPU: "16"}, "max": {GPU: "24"}}
+    )
+
+
 def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_not(
     cluster: Cluster, muster_reserve: MusterProcess
 ) -> None:
-    for i in range(3):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "8"}, "max": {GPU: "24"}}, {"min": {GPU: "16"}, "max": {GPU: "24"}}
-    )
-    gpus = {"cpu": "1", GPU: 8}
-    saves = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
+    teams = three_nodes_two_teams(cluster)
     try:
-        teams.create(teams.a, "a-0", requests=gpus, labels=PREEMPTIBLE)
+        teams.create(teams.a, "a-0", requests=GPUS, labels=PREEMPTIBLE)
         teams.wait(teams.a, "a-0", "Running")
-        teams.create(teams.b, "b-0", requests=gpus, labels=TRAINER)
+        teams.create(teams.b, "b-0", requests=GPUS, labels=TRAINER)
         teams.wait(teams.b, "b-0", "Running")
         teams.delete_now(teams.b, "b-0")
 
-        teams.create(teams.a, "a-never", requests=gpus, labels=PREEMPTIBLE)
+        teams.create(teams.a, "a-never", requests=GPUS, labels=PREEMPTIBLE)
 
         def turned_away() -> list[str] | None:
             said = "guaranteeReserveSeconds"
@@ -91,11 +99,11 @@ def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_n
         started = _epoch((teams.get(teams.a, "a-0") or {})["status"]["startTime"])
         lc.wait_until(lambda: time.time() > started + 2 or None, timeout=10, what="2 s to pass")
         # The interval is the tenant's own claim, written with its namespace-scoped token.
-        saver = make_pod("a-saver", requests=gpus, labels=PREEMPTIBLE, annotations=saves)
+        saver = make_pod("a-saver", requests=GPUS, labels=PREEMPTIBLE, annotations=SAVES)
         tenant_client(cluster, teams.a).request("POST", f"/api/v1/namespaces/{teams.a}/pods", saver)
         teams.wait(teams.a, "a-saver", "Running", timeout=60)
 
-        teams.create(teams.b, "b-1", requests=gpus, labels=TRAINER)
+        teams.create(teams.b, "b-1", requests=GPUS, labels=TRAINER)
         teams.wait(teams.b, "b-1", "Running", timeout=60)
         for name in ("a-0", "a-saver"):
             running = teams.get(teams.a, name) or {}
@@ -108,7 +116,7 @@ def test_a_guarantee_owed_lately_is_lent_to_a_job_that_saves_not_one_that_does_n
         # The claim buys room, not protection: B's b-2 takes B to its min of 16 and
         # reclaims from A, beyond its min by 8: a-saver, the later started (the least work
         # lost), evicted at once (no notice is allowed: the default cap, 0).
-        teams.create(teams.b, "b-2", requests=gpus, labels=TRAINER)
+        teams.create(teams.b, "b-2", requests=GPUS, labels=TRAINER)
         teams.wait(teams.b, "b-2", "Running", timeout=60)
         preempted = [e["involvedObject"]["name"] for e in teams.events(teams.a, "Preempted")]
         assert preempted == ["a-saver"]
@@ -139,15 +147,14 @@ def test_the_reserve_holds_through_a_burst_while_a_victim_still_terminates(
     teams = Teams(
         cluster, {"min": {GPU: "8"}, "max": {GPU: "40"}}, {"min": {GPU: "24"}, "max": {GPU: "40"}}
     )
-    gpus = {"cpu": "1", GPU: 8}
     running = [f"a-{i}" for i in range(4)]
     try:
         for name in running:
-            teams.create(teams.a, name, requests=gpus, labels=PREEMPTIBLE, grace_seconds=20)
+            teams.create(teams.a, name, requests=GPUS, labels=PREEMPTIBLE, grace_seconds=20)
             teams.wait(teams.a, name, "Running")
 
         for name in ("b-0", "b-1"):
-            teams.create(teams.b, name, requests=gpus, labels=TRAINER)
+            teams.create(teams.b, name, requests=GPUS, labels=TRAINER)
 
         def terminating() -> list[str] | None:
             pods = {name: teams.get(teams.a, name) or {} for name in running}
@@ -161,8 +168,8 @@ def test_the_reserve_holds_through_a_burst_while_a_victim_still_terminates(
         )
         done = next(name for name in running if name != victim)
         teams.delete_now(teams.a, done)
-        teams.create(teams.a, "a-never", requests=gpus, labels=PREEMPTIBLE)
-        teams.create(teams.b, "b-2", requests=gpus, labels=TRAINER)
+        teams.create(teams.a, "a-never", requests=GPUS, labels=PREEMPTIBLE)
+        teams.create(teams.b, "b-2", requests=GPUS, labels=TRAINER)
         # The burst came while the first plan's victim still terminates.
         assert (teams.get(teams.a, victim) or {})["metadata"].get("deletionTimestamp")
 
@@ -198,32 +205,26 @@ def test_a_job_does_not_take_owed_room_by_evicting_its_own_quotas_saver(
     # room is 24 - (8 + 8) - a-hi's 8 = 0, with no borrower of lower priority left, below
     # the 8 B is owed.  Admission would not lend a-hi that node, so there is no plan
     # either: the postfilter gives the reserve's reason, and a-saver keeps running.
-    for i in range(3):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "8"}, "max": {GPU: "24"}}, {"min": {GPU: "16"}, "max": {GPU: "24"}}
-    )
-    gpus = {"cpu": "1", GPU: 8}
-    saves = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
+    teams = three_nodes_two_teams(cluster)
     try:
         low, mid, high = (_priority_class(cluster, teams.a, v) for v in (10, 100, 500))
-        teams.create(teams.a, "a-0", requests=gpus, labels=PREEMPTIBLE, priority_class=mid)
+        teams.create(teams.a, "a-0", requests=GPUS, labels=PREEMPTIBLE, priority_class=mid)
         teams.wait(teams.a, "a-0", "Running")
-        teams.create(teams.b, "b-0", requests=gpus, labels=TRAINER)
+        teams.create(teams.b, "b-0", requests=GPUS, labels=TRAINER)
         teams.wait(teams.b, "b-0", "Running")
         teams.create(
             teams.a,
             "a-saver",
-            requests=gpus,
+            requests=GPUS,
             labels=PREEMPTIBLE,
-            annotations=saves,
+            annotations=SAVES,
             priority_class=low,
         )
         teams.wait(teams.a, "a-saver", "Running")
         teams.create(
             teams.a,
             "a-hi",
-            requests=gpus,
+            requests=GPUS,
             labels={**PREEMPTIBLE, **CAN_PREEMPT},
             priority_class=high,
         )

@@ -97,16 +97,7 @@ class Simulation:
         self.taken: set[str] = set()
         outside = () if within is None else frozenset(state.nodes) - within
         self._fit_args = (outside, slices, tuple(bound), released)
-        self.fit = JobFit(
-            state,
-            demand.job,
-            demand.unplaced,
-            excluded=outside,
-            settled=True,
-            slices=slices,
-            bound=bound,
-            released=released,
-        )
+        self.fit = self._job_fit(settled=True)
         #: The quota ledger copy of the fit's overlay: victims' usage taken out (those of
         #: earlier plans still leaving too: the overlay is settled).
         self.ledger = self.fit.overlay.ledger
@@ -123,21 +114,22 @@ class Simulation:
         found no room, is most likely kept out by a binding in flight
         (:mod:`extender.kube.rechecks`, its only asker).  Room only: not the quota ledger,
         room held for a starving job, or what kube-scheduler's own plugins refuse."""
-        state, demand = self.state, self.demand
+        return lambda: self._job_fit(settled=False).fits()
+
+    def _job_fit(self, settled: bool) -> JobFit:
+        """A fit of the job on the state's nodes, the pods leaving counted gone
+        (``settled``) or still there."""
         outside, slices, bound, released = self._fit_args
-
-        def fits_now() -> bool:
-            return JobFit(
-                state,
-                demand.job,
-                demand.unplaced,
-                excluded=outside,
-                slices=slices,
-                bound=bound,
-                released=released,
-            ).fits()
-
-        return fits_now
+        return JobFit(
+            self.state,
+            self.demand.job,
+            self.demand.unplaced,
+            excluded=outside,
+            settled=settled,
+            slices=slices,
+            bound=bound,
+            released=released,
+        )
 
     def admits(self) -> bool:
         """Do the job's quota checks hold on the ledger copy (and, for a job within its
