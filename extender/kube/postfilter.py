@@ -175,8 +175,7 @@ class PostFilterLoop(Watched):
             except Exception:  # one job's failure must not stop the others
                 log.exception("postfilter: deciding %s failed", job)
         with self._lock:
-            dues = [*self._due.values(), self._rechecks.next_due() or float("inf")]
-            if min(dues) <= self.clock():
+            if min([*self._due.values(), self._rechecks.next_due()]) <= self.clock():
                 self._wake.set()
 
     def complete_in_flight(self) -> int:

@@ -20,6 +20,8 @@ without (on a busy cluster, most of them).
 
 from __future__ import annotations
 
+import math
+
 #: Seconds before the first recheck; each next one waits twice as long.
 FIRST_RECHECK_SECONDS = 1.0
 #: Rechecks of a job that keeps fitting (1 + 2 + 4 + 8 s: past a bind on a loaded
@@ -56,9 +58,9 @@ class FitsRechecks:
             del self._due[job]
         return [job for job in jobs if not self.superseded(job, freed)]
 
-    def next_due(self) -> float | None:
-        """When the next recheck is due, if any is."""
-        return min(self._due.values(), default=None)
+    def next_due(self) -> float:
+        """When the next recheck is due (infinity if none is)."""
+        return min(self._due.values(), default=math.inf)
 
     def next_after(
         self, job: str, now: float, fits_now: bool = True, freed: int = 0
