@@ -90,6 +90,10 @@ class PodInfo:
     #: ``spec.schedulingGates`` is not empty: kube-scheduler does not try the pod until
     #: its gates are removed, so it waits for them, not for room.
     gated: bool = False
+    #: When the pod was bound to its node: its ``PodScheduled=True`` condition's
+    #: ``lastTransitionTime``, which the API server sets at binding (a tenant does not
+    #: write pod status); ``None`` when not bound or not said.
+    bound: float | None = None
     #: ``namespace/name``.
     key: str = field(init=False)
     #: The pod-group name (for an all-or-nothing controller's pods with none, the
@@ -106,7 +110,9 @@ class PodInfo:
     marked_at: float | None = field(init=False)
     #: The notice the mark gives the pod before its eviction (seconds; 0: none).
     marked_notice: float = field(init=False)
-    #: ``started``, else ``created``: a job's admission, for its minimum runtime.
+    #: ``started``; else, for a pod bound but not yet seen started, ``bound`` (its work
+    #: has not begun: the kubelet has yet to say so); else ``created``.  A job's
+    #: admission, for its minimum runtime, and the start its declared saves count from.
     start_or_created: float = field(init=False)
     #: When the work a pod would lose began: the later of ``start_or_created`` and its
     #: ``muster.dev/last-checkpoint`` (a time the job wrote: lying only makes its own pod
@@ -127,7 +133,11 @@ class PodInfo:
         object.__setattr__(self, "marked_for", marked_for)
         object.__setattr__(self, "marked_at", marked_at)
         object.__setattr__(self, "marked_notice", notice)
-        start = self.started if self.started is not None else self.created
+        start = self.created
+        if self.started is not None:
+            start = self.started
+        elif self.node_name is not None and self.bound is not None:
+            start = max(self.bound, self.created)
         object.__setattr__(self, "start_or_created", start)
         saved = claimed_time(self.annotations.get(keys.LAST_CHECKPOINT_ANNOTATION))
         object.__setattr__(self, "work_started", max(start, saved or start))
@@ -293,6 +303,7 @@ def parse_pod(obj: Mapping[str, Any], priorities: PriorityClasses = NO_PRIORITY_
         controller=_controller(metadata),
         devices=parse_pod_devices(spec, status, requests, unsupported),
         gated=bool(mappings(spec.get("schedulingGates"), "spec.schedulingGates")),
+        bound=_bound_at(status),
         **_spec_group(spec),
     )
 
@@ -351,6 +362,16 @@ def preempting_component(status: Mapping[str, Any]) -> str | None:
             message = string(condition.get("message"), f"status.conditions[{index}].message")
             component, colon, _rest = message.partition(":")
             return component.strip() if colon and component.strip() else UNNAMED_COMPONENT
+    return None
+
+
+def _bound_at(status: Mapping[str, Any]) -> float | None:
+    """When the pod was bound: its ``PodScheduled=True`` condition's
+    ``lastTransitionTime``, or ``None``."""
+    for index, condition in enumerate(mappings(status.get("conditions"), "status.conditions")):
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            where = f"status.conditions[{index}].lastTransitionTime"
+            return parse_time(condition.get("lastTransitionTime"), where)
     return None
 
 

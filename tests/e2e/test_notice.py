@@ -203,6 +203,68 @@ def test_a_victim_that_saves_at_an_interval_is_given_notice_to_its_next_save(
         teams.cleanup()
 
 
+def test_a_victim_bound_but_not_yet_started_counts_its_saves_from_its_binding(
+    cluster: Cluster, control_plane: lc.ControlPlane, muster_with_notice: MusterProcess
+) -> None:
+    """b-0 saves every 40 s from its start, and team B's notice cap is 30 s.  It is created
+    at C while no node exists, and bound at B, 15 s or more later, to a node whose kubelet
+    does not answer (the stand-in leaves its pods unstarted: no ``startTime``, as while a
+    kubelet is slow to report).  Team A's train then reclaims the node at M, a few seconds
+    after B.  Derived from the rule: its work began at its binding, so its next save is at
+    B + 40, and notice to it would be B + 42 - M, over the cap: no notice, evicted at once.
+    Counted from its creation instead, it would save at C + 40 and get C + 42 - M, about
+    25 s, within the cap: notice for a save its pod never makes."""
+    kubelet = control_plane.kubelet
+    assert kubelet is not None
+    teams = Teams(cluster, *QUOTAS)
+    lost = f"{cluster.namespace}-n0"[:63].rstrip("-")  # the name create_node gives it
+    kubelet.lost_nodes.add(lost)
+    try:
+        teams.annotate_quota(teams.b, {"muster.dev/max-preemption-notice-seconds": "30"})
+        every = {"muster.dev/checkpoint-interval-seconds": "40"}
+        teams.create(teams.b, "b-0", requests={GPU: 8}, labels=PREEMPTIBLE, annotations=every)
+        created = _epoch((teams.get(teams.b, "b-0") or {})["metadata"]["creationTimestamp"])
+        lc.wait_until(lambda: time.time() >= created + 15 or None, timeout=30, what="C + 15 s")
+        assert cluster.create_node("n0", {"cpu": "32", "memory": "128Gi", GPU: 8}) == lost
+
+        def binding() -> str | None:
+            pod = teams.get(teams.b, "b-0") or {}
+            for condition in pod.get("status", {}).get("conditions", []):
+                if condition["type"] == "PodScheduled" and condition["status"] == "True":
+                    return str(condition["lastTransitionTime"])
+            return None
+
+        bound = lc.wait_until(binding, timeout=30, what="b-0 bound")
+        assert _epoch(bound) >= created + 15
+        assert "startTime" not in (teams.get(teams.b, "b-0") or {})["status"]
+        lc.wait_until(
+            lambda: (
+                muster_with_notice.debug(f"pods/{teams.b}/b-0").get("workStarted") == bound or None
+            ),
+            timeout=30,
+            what="Muster to count b-0's work from its binding",
+        )
+        teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
+        at = marked_at(teams, "b-0")
+        pod = teams.get(teams.b, "b-0")
+        assert pod is not None
+        assert at - _epoch(bound) < 10  # so B + 42 - M is over the 30 s cap
+        assert read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds == 0
+        assert evicted_at(teams, "b-0") < at + 15  # C + 42 - M would be about 25 s
+    finally:
+        kubelet.lost_nodes.discard(lost)
+        try:
+            cluster.rest.request(
+                "DELETE",
+                f"/api/v1/namespaces/{teams.b}/pods/b-0",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+            )
+        except lc.ApiError as error:
+            if error.status != 404:
+                raise
+        teams.cleanup()
+
+
 def test_of_two_savers_the_one_about_to_save_goes(
     cluster: Cluster, muster_with_notice: MusterProcess
 ) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from base import keys
 from extender.core.config import MusterArgs
-from extender.core.preemption.cost import next_save, save_notice
+from extender.core.preemption.cost import LostWork, lost_work, next_save, save_notice
 from extender.core.preemption.planner import PreemptionPlan, plan_job_preemption
 from extender.core.state import ClusterState
 from tests.builders import node, pod, quota, snapshot
@@ -120,3 +120,65 @@ def test_a_victim_with_no_more_than_the_margin_to_save_is_not_kept_waiting() -> 
     b1 = state.pods["team-b/b-1"]
     assert save_notice(state, b1, NOON - 29) is None
     assert save_notice(state, b1, NOON - 27) == (29, NOON)
+
+
+CAP = keys.MAX_PREEMPTION_NOTICE_ANNOTATION
+
+
+def bound_not_started() -> ClusterState:
+    """team-b's b-1 as in :func:`cluster`, but created at 11:40, pending until it was
+    bound at 11:59:20 (its ``PodScheduled=True`` condition's time) and not yet seen
+    started: the kubelet has not written ``startTime``."""
+    victim = pod(
+        "b-1",
+        "team-b",
+        gpu=8,
+        node="n1",
+        preemptible=True,
+        created="2026-01-01T11:40:00Z",
+        annotations={keys.CHECKPOINT_INTERVAL_ANNOTATION: "600"},
+    )
+    victim["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T11:59:20Z"}
+        ],
+    }
+    return snapshot(
+        [node("n1", gpu=8)],
+        [victim, pod("a-train", "team-a", gpu=8, can_preempt=True)],
+        [
+            quota("team-a", min={GPU: "8"}, max={GPU: "8"}),
+            quota("team-b", max={GPU: "8"}, annotations={CAP: "60"}),
+        ],
+        MusterArgs(reservationTimeoutSeconds=300),
+    )
+
+
+def test_a_victim_bound_but_not_yet_started_counts_its_saves_from_its_binding() -> None:
+    # Counted from its creation (11:40), it would have saved at 11:50 and save next at
+    # 12:00: at 11:59:30 that is 30 s + 2 s = 32 s away, within the cap of 60, and the
+    # notice would wait for a save its pod, bound 10 s ago, never makes.  Counted from its
+    # binding (11:59:20), its next save is 12:09:20, 590 s + 2 s away: beyond the cap, so
+    # no notice; it is evicted at once and loses its 10 s since binding, 80 GPU-seconds.
+    state = bound_not_started()
+    b1 = state.pods["team-b/b-1"]
+    assert b1.start_or_created == NOON - 40
+    assert next_save(b1, NOON - 30) == NOON - 40 + 600
+    assert save_notice(state, b1, NOON - 30) is None
+    assert lost_work([b1], NOON - 30) == LostWork(80.0, 0.0)
+    plan = plan_job_preemption(state, "team-a/a-train", NOON - 30)
+    assert isinstance(plan, PreemptionPlan)
+    (victim,) = plan.victims
+    assert victim.notice_seconds == 0
+    assert victim.reason.endswith("; it loses its work since 2026-01-01T11:59:20Z")
+
+
+def test_a_started_pod_counts_from_its_start_whatever_its_binding_says() -> None:
+    # The kubelet's startTime, once written, is the start: 10:00 here, not the binding.
+    started = pod("b-1", "team-b", gpu=8, node="n1", started="2026-01-01T10:00:00Z")
+    started["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T11:59:20Z"}
+    ]
+    state = snapshot([node("n1", gpu=8)], [started])
+    assert state.pods["team-b/b-1"].start_or_created == NOON - 7_200

@@ -3,8 +3,9 @@
 A victim loses the work it did since it last saved it: since its last checkpoint
 (``muster.dev/last-checkpoint`` on its pods, written by the training code or its
 operator; or, for a job declaring ``muster.dev/checkpoint-interval-seconds``, its last
-save at that interval from its start), else since it started.  Measured in
-accelerator-seconds (its requests of scarce resources, GPUs say, times those seconds)
+save at that interval from its start), else since it started (a pod bound but not yet
+seen started: since its binding, :attr:`~extender.core.objects.PodInfo.start_or_created`).
+Measured in accelerator-seconds (its requests of scarce resources, GPUs say, times those seconds)
 and, for pods asking for none, pod-seconds.  The victim order takes the victim whose
 work began latest first among victims of one priority (:mod:`extender.core.state.victims`),
 and plans of equal rank compare by it (:mod:`.ranking`).  A victim declaring a checkpoint
