@@ -118,6 +118,24 @@ def test_the_freed_count_counts_bound_pods_that_stop_holding_room() -> None:
     assert state.freed == 2
 
 
+def test_a_bound_pod_replaced_under_its_name_counts_as_freed() -> None:
+    # A relist after a missed delete: the key comes back with a new uid, pending.  The old
+    # pod left its node (kube-scheduler saw the delete): counted.  The same pod seen
+    # again, bound as before, frees nothing.
+    state = snapshot(
+        [node("n0", gpu=8)],
+        [pod("run", gpu=4, node="n0")],
+        [quota("team-a", min={GPU: "8"}, max={GPU: "16"})],
+    )
+    (old,) = state.pods.values()
+    state.upsert_pod(dataclasses.replace(old, resource_version="2"), 1.0)
+    assert state.freed == 0
+    again = pod("run", gpu=4)  # pending, under the same name
+    again["metadata"]["uid"] = "a-new-uid"
+    state.upsert_pod(parse_pod(again), 2.0)
+    assert state.freed == 1
+
+
 def test_the_planner_says_when_a_job_fits_without_evicting_anything() -> None:
     # One free 8-GPU node and a pending 8-GPU pod within its quota: it fits, nothing is
     # evicted, and the refusal says so (what the loop rechecks on).

@@ -73,8 +73,9 @@ class ClusterState(PodViewMixin, NodeViewMixin, RoomMixin, DevicesMixin):
         #: Counts changes that free room only Muster sees (quotas replaced, reservations
         #: and admission holds let go): what makes parked pods worth a nudge.
         self.room_epoch = 0
-        #: Counts bound pods that stopped holding their room (deleted, or finished): the
-        #: events on which kube-scheduler retries the pods it found no room for.
+        #: Counts bound pods that stopped holding their room (deleted, finished, or
+        #: replaced by a new pod of the same name, its delete missed): the events on which
+        #: kube-scheduler retries the pods it found no room for.
         self.freed = 0
         #: PodDisruptionBudgets, by ``namespace/name``.
         self.budgets: dict[str, DisruptionBudget] = {}
@@ -121,8 +122,13 @@ class ClusterState(PodViewMixin, NodeViewMixin, RoomMixin, DevicesMixin):
 
     def _upsert(self, pod: PodInfo, now: float | None) -> None:
         old = self.pods.get(pod.key)
-        if old is not None and old.node_name is not None and not old.finished and pod.finished:
-            self.freed += 1
+        if (
+            old is not None
+            and old.node_name is not None
+            and not old.finished
+            and (pod.finished or pod.uid != old.uid)
+        ):
+            self.freed += 1  # finished, or gone: a new pod under its name (a relist)
         if (
             old is not None
             and old.uid == pod.uid
