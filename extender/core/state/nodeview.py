@@ -62,8 +62,9 @@ class NodeViewMixin:
             yield self.pods[key]
 
     def newest_start(self, node: str) -> float:
-        """When the newest pod bound to ``node`` started (else was created); ``-inf`` for
-        a node running none.  Memoised until the node changes."""
+        """When the newest pod bound to ``node`` started (:attr:`PodInfo.start_or_created
+        <extender.core.objects.PodInfo.start_or_created>`); ``-inf`` for a node running
+        none.  Memoised until the node changes."""
         usage = self.node_usage
         newest = usage.newest_starts.get(node)
         if newest is None:
