@@ -60,6 +60,8 @@ def test_scenario_matches_expected(scenario: Path, capsys: pytest.CaptureFixture
         assert key in result["placements"], f"{key} was not placed: {result['unschedulable']}"
     for key in expected.get("pending", []):
         assert key in result["unschedulable"], f"{key} was placed"
+    for key, words in expected.get("pendingReasons", {}).items():  # why a pod waits
+        assert words in result["unschedulable"].get(key, ""), (key, result["unschedulable"])
     for key, node in expected.get("placements", {}).items():
         assert result["placements"].get(key) == node
 

@@ -22,7 +22,9 @@
    (Steps 4 and 5: :mod:`extender.core.preemption.search`; plans compare by
    :mod:`extender.core.preemption.ranking`.)  With no plan, room held for a
    lower-priority job of the quota and not used yet may yield
-   (:mod:`extender.core.preemption.yielding`).
+   (:mod:`extender.core.preemption.yielding`).  A borrower makes no plan evicting other
+   quotas' work for room a waiting higher-priority job of its quota would take
+   (:mod:`extender.core.preemption.precedence`).
 6. *Commit only if the whole job fits*: the result is either a
    :class:`PreemptionPlan` (victims with reasons, pod → node placement) or a
    :class:`Refusal` with reasons.  Applying a plan is the caller's business.
@@ -52,6 +54,7 @@ from extender.core.preemption.policy import (
     own_evictable_requests,
     preemptor_of,
 )
+from extender.core.preemption.precedence import room_taker
 from extender.core.preemption.protection import gangs_in_flight
 from extender.core.preemption.search import Found, NotFound, evicted_whole, never_fits_now
 from extender.core.preemption.yielding import reserved_pods, yield_steps, yieldable_reservations
@@ -146,8 +149,12 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         else:
             found = find_plan(state, demand, preemptor, ledger, now)
             wait = _borrowing_after(state, demand, preemptor, found, now)
+            taker = room_taker(state, demand, preemptor, found) if wait is None else None
             if wait is not None:
                 found, held_back = NotFound([wait.reason], retry_at=wait.until), True
+            elif taker is not None:
+                # The room is its quota's higher-priority job's: no room yields to it either.
+                found, held_back = NotFound([taker]), True
     yielded: tuple[Reservation, ...] = ()
     if isinstance(found, NotFound) and not found.fits and not held_back:
         # Room held for a lower-priority job of the quota, not used yet, may yield.

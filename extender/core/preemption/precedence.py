@@ -1,0 +1,69 @@
+"""Room in priority order within a quota: a borrower does not evict for room its quota's
+higher-priority work would take.
+
+A job that borrows may evict other quotas' work (fair sharing, ``borrowWithinCohort``)
+to make room for itself.  While a job of its own quota with a higher priority waits,
+one whose pods fit on the room free now, without evicting anything, and that the
+quota's ``withinQuota`` policy lets evict the borrower's pods, the room the plan would
+free goes the wrong way round: the higher-priority job is turned away only by an
+admission wait (the guarantee reserve, fair sharing, a reborrow backoff), and once that
+ends it takes the free room, or the borrower's pods, at once.  The other quotas' victims
+would have lost their work for a room their preemptor does not keep.  So no such plan is
+made (:func:`room_taker`); the borrower is planned again when kube-scheduler retries
+it, and the higher-priority job needs no victim: the room it waits for is free.
+
+On the head-to-head's seed 2, a low-priority saver evicted another team's 68-second-old
+job this way, and a normal-priority job of its quota, held back by the reserve until a
+second later, evicted the saver's pods 0.3 s after they bound: 545 GPU-seconds lost for
+room that was free (docs/benchmarks.md).  Whom it trusts: only pods of the borrower's own
+quota hold it back, so a tenant can only keep its own jobs waiting.
+"""
+
+from __future__ import annotations
+
+from extender.core.placement.demand import JobDemand, job_demand
+from extender.core.placement.fairshare import could_run
+from extender.core.placement.fit import JobFit
+from extender.core.preemption.policy import Preemptor, allowed, preemptor_of, within_rule
+from extender.core.preemption.search import Found, NotFound
+from extender.core.state import ClusterState
+from quota.tree import QuotaMembershipError
+
+
+def room_taker(
+    state: ClusterState, demand: JobDemand, preemptor: Preemptor, found: Found | NotFound
+) -> str | None:
+    """Why ``found``, a plan for ``demand``'s borrowing job that evicts other quotas'
+    work, is not made (see the module docstring), or ``None``.  The first such
+    higher-priority job by name is named."""
+    if not isinstance(found, Found) or not preemptor.borrows:
+        return None
+    if not any(group.other_quota for group in found.kept):
+        return None
+    policy = state.tree[demand.quota].policy
+    for job in sorted(state.members.pending_jobs()):
+        if job == demand.job or job in state.reservations:
+            continue  # (a job holding room of its own is not waiting for this room)
+        try:
+            higher = job_demand(state, job)
+        except (QuotaMembershipError, IndexError):
+            continue
+        if higher.quota != demand.quota or not higher.unplaced:
+            continue
+        taker = preemptor_of(state, job, higher.quota, higher.unplaced, higher.asks)
+        if taker.priority <= preemptor.priority:
+            continue
+        admission = within_rule(taker, policy)
+        if admission is None:
+            continue
+        rule = allowed(state, tuple(demand.unplaced), admission, check_preemptible=True)
+        if rule is None or not could_run(state, higher):
+            continue
+        if not JobFit(state, job, higher.unplaced, settled=True).fits():
+            continue
+        return (
+            f"job {job} of quota {demand.quota} waits with a higher priority "
+            f"({taker.priority}), fits on the room free now, and may evict this job's pods "
+            f"({rule.value}): no other quota's work is evicted for room it would not keep"
+        )
+    return None
