@@ -48,10 +48,14 @@ POLICY = {
 }
 
 
+@pytest.mark.parametrize("arrival", ["one by one", "burst"])
 def test_a_borrower_evicts_no_one_for_room_its_higher_priority_job_takes(
     cluster: Cluster,
     muster_reserve: MusterProcess,  # noqa: F811 (the fixture imported above)
+    arrival: str,
 ) -> None:
+    """``one by one``: lo is created once b-hi has been held back; ``burst``: b-hi and
+    lo's two pods are created back to back (b-hi first, as its user submitted it)."""
     free = [
         cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8}) for i in range(4)
     ]
@@ -86,17 +90,15 @@ def test_a_borrower_evicts_no_one_for_room_its_higher_priority_job_takes(
             labels={**PREEMPTIBLE, **CAN_PREEMPT},
             priority_class=fifty,
         )
-        lc.wait_until(
-            lambda: (
-                muster_reserve.decision_reasons(
-                    teams.b, "b-hi", containing="guaranteeReserveSeconds"
-                )
-                or None
-            ),
-            timeout=60,
-            what="b-hi held back by the reserve",
-            on_timeout=muster_reserve.log,
-        )
+
+        def held_back() -> list[str] | None:
+            said = "guaranteeReserveSeconds"
+            return muster_reserve.decision_reasons(teams.b, "b-hi", containing=said) or None
+
+        if arrival == "one by one":
+            lc.wait_until(
+                held_back, timeout=60, what="b-hi held back", on_timeout=muster_reserve.log
+            )
 
         # 2. lo: no plan, for b-hi would take the room.
         for i in range(2):
@@ -122,6 +124,7 @@ def test_a_borrower_evicts_no_one_for_room_its_higher_priority_job_takes(
             on_timeout=muster_reserve.log,
         )
         assert f"job {teams.b}/b-hi of quota {teams.b}" in reasons[0], reasons
+        assert held_back(), "b-hi was not held back by the reserve"
         a1 = teams.get(teams.a, "a-1") or {}
         assert a1["status"]["phase"] == "Running" and not a1["metadata"].get("deletionTimestamp")
         assert keys.SOFT_EVICTION_KEY not in a1["metadata"].get("labels", {})
