@@ -96,6 +96,13 @@ def marked_at(teams: Teams, name: str) -> float:
     return mark.timestamp
 
 
+def mark_notice(teams: Teams, name: str) -> float:
+    """The notice team B's marked pod ``name`` is given, as its mark says."""
+    pod = teams.get(teams.b, name)
+    assert pod is not None
+    return read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds
+
+
 def evicted_at(teams: Teams, name: str) -> float:
     """When team B's pod ``name`` was first seen being deleted (or gone)."""
 
@@ -191,9 +198,7 @@ def test_a_victim_that_saves_at_an_interval_is_given_notice_to_its_next_save(
         )
         teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
         at = marked_at(teams, "b-0")
-        pod = teams.get(teams.b, "b-0")
-        assert pod is not None
-        notice = read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds
+        notice = mark_notice(teams, "b-0")
         following = started + (math.floor((at - started) / 15) + 1) * 15
         assert abs(notice - (following + 2 - at)) <= 1.0, (notice, at - started)
         evicted = evicted_at(teams, "b-0")
@@ -246,22 +251,12 @@ def test_a_victim_bound_but_not_yet_started_counts_its_saves_from_its_binding(
         )
         teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
         at = marked_at(teams, "b-0")
-        pod = teams.get(teams.b, "b-0")
-        assert pod is not None
         assert at - _epoch(bound) < 10  # so B + 42 - M is over the 30 s cap
-        assert read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds == 0
+        assert mark_notice(teams, "b-0") == 0
         assert evicted_at(teams, "b-0") < at + 15  # C + 42 - M would be about 25 s
     finally:
         kubelet.lost_nodes.discard(lost)
-        try:
-            cluster.rest.request(
-                "DELETE",
-                f"/api/v1/namespaces/{teams.b}/pods/b-0",
-                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-            )
-        except lc.ApiError as error:
-            if error.status != 404:
-                raise
+        teams.force_delete(teams.b, "b-0")
         teams.cleanup()
 
 
@@ -304,9 +299,7 @@ def test_of_two_savers_the_one_about_to_save_goes(
         )
         teams.create(teams.a, "train", requests={GPU: 8}, labels=TRAINER)
         at = marked_at(teams, "b-old")
-        pod = teams.get(teams.b, "b-old")
-        assert pod is not None
-        notice = read_mark(pod["metadata"]["annotations"][SOFT_EVICTION]).notice_seconds
+        notice = mark_notice(teams, "b-old")
         assert notice <= 8, (notice, at - s0)  # 6 s, give or take the stamps and the trip
         evicted_at(teams, "b-old")
         teams.wait(teams.a, "train", "Running", timeout=60)

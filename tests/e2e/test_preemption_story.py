@@ -144,14 +144,22 @@ class Teams:
             what=f"{namespace}/{name} {phase}",
         )
 
+    def force_delete(self, namespace: str, name: str) -> None:
+        """Delete the pod with no grace period (one already gone is no error)."""
+        try:
+            self.cluster.rest.request(
+                "DELETE",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+            )
+        except lc.ApiError as error:
+            if error.status != 404:
+                raise
+
     def delete_now(self, namespace: str, name: str) -> None:
         """Delete the pod with no grace period (as if it completed) and wait until it is
         gone."""
-        self.cluster.rest.request(
-            "DELETE",
-            f"/api/v1/namespaces/{namespace}/pods/{name}",
-            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-        )
+        self.force_delete(namespace, name)
         lc.wait_until(
             lambda: self.get(namespace, name) is None or None,
             timeout=60,

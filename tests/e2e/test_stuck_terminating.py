@@ -85,13 +85,5 @@ def test_a_pod_terminating_on_a_lost_node_stops_holding_up_a_reclaim(
     finally:
         kubelet.lost_nodes.clear()
         if stuck is not None:
-            try:
-                cluster.rest.request(
-                    "DELETE",
-                    f"/api/v1/namespaces/{teams.b}/pods/{stuck}",
-                    {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-                )
-            except lc.ApiError as error:
-                if error.status != 404:
-                    raise
+            teams.force_delete(teams.b, stuck)
         teams.cleanup()
