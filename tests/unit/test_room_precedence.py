@@ -132,3 +132,12 @@ def test_a_job_of_lower_priority_or_a_policy_that_protects_the_borrower_holds_no
     plan = plan_job_preemption(cluster(policy=never), "team-b/lo", NOW)
     assert isinstance(plan, PreemptionPlan), plan
     assert [victim.pod.key for victim in plan.victims] == ["team-a/a-1"]
+
+
+def test_a_higher_priority_job_its_quota_keeps_out_holds_no_one_back() -> None:
+    # b-hi not preemptible: with b-run's 8 its 8 would take team-b's non-preemptible use
+    # to 16, over its min of 8, so team-b never admits it, and b-lo's plan is made.
+    kept_out = [pod("b-hi", "team-b", gpu=8, priority=50, preemptible=False, can_preempt=True)]
+    plan = plan_job_preemption(cluster(hi={"pods": kept_out}), "team-b/lo", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-a/a-1"]

@@ -149,7 +149,7 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         else:
             found = find_plan(state, demand, preemptor, ledger, now)
             wait = _borrowing_after(state, demand, preemptor, found, now)
-            taker = room_taker(state, demand, preemptor, found) if wait is None else None
+            taker = room_taker(state, demand, preemptor, found, ledger) if wait is None else None
             if wait is not None:
                 found, held_back = NotFound([wait.reason], retry_at=wait.until), True
             elif taker is not None:

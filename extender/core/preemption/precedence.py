@@ -7,7 +7,8 @@ one whose pods fit on the room free now, without evicting anything, and that the
 quota's ``withinQuota`` policy lets evict the borrower's pods, the room the plan would
 free goes the wrong way round: the higher-priority job is turned away only by an
 admission wait (the guarantee reserve, fair sharing, a reborrow backoff), and once that
-ends it takes the free room, or the borrower's pods, at once.  The other quotas' victims
+ends it takes the free room, or the borrower's pods, at once (its quota must admit it:
+one its ``max`` keeps out holds no one back).  The other quotas' victims
 would have lost their work for a room their preemptor does not keep.  So no such plan is
 made (:func:`room_taker`); the borrower is planned again when kube-scheduler retries
 it, and the higher-priority job needs no victim: the room it waits for is free.
@@ -27,15 +28,22 @@ from extender.core.placement.fit import JobFit
 from extender.core.preemption.policy import Preemptor, allowed, preemptor_of, within_rule
 from extender.core.preemption.search import Found, NotFound
 from extender.core.state import ClusterState
+from quota.accounting import QuotaLedger
+from quota.admission import job_admission_failures
 from quota.tree import QuotaMembershipError
 
 
 def room_taker(
-    state: ClusterState, demand: JobDemand, preemptor: Preemptor, found: Found | NotFound
+    state: ClusterState,
+    demand: JobDemand,
+    preemptor: Preemptor,
+    found: Found | NotFound,
+    ledger: QuotaLedger,
 ) -> str | None:
     """Why ``found``, a plan for ``demand``'s borrowing job that evicts other quotas'
     work, is not made (see the module docstring), or ``None``.  The first such
-    higher-priority job by name is named."""
+    higher-priority job by name is named; it must be one its quota admits (``max``, on
+    ``ledger``, the planner's settled one): one that could never run holds no one back."""
     if not isinstance(found, Found) or not preemptor.borrows:
         return None
     if not any(group.other_quota for group in found.kept):
@@ -58,6 +66,8 @@ def room_taker(
             continue
         rule = allowed(state, tuple(demand.unplaced), admission, check_preemptible=True)
         if rule is None or not could_run(state, higher):
+            continue
+        if job_admission_failures(ledger, higher.quota, higher.np_request, higher.p_request):
             continue
         if not JobFit(state, job, higher.unplaced, settled=True).fits():
             continue
