@@ -49,9 +49,19 @@ def room_taker(
     if not any(group.other_quota for group in found.kept):
         return None
     policy = state.tree[demand.quota].policy
-    for job in sorted(state.members.pending_jobs()):
-        if job == demand.job or job in state.reservations:
-            continue  # (a job holding room of its own is not waiting for this room)
+    # A first look at every job with work waiting reads one pod's quota and the pods'
+    # priorities; the few left are looked at whole, by name.
+    waiting = state.members.pending_jobs()
+    candidates = sorted(
+        job
+        for job, keys in waiting.items()
+        if keys
+        and job != demand.job
+        and job not in state.reservations  # (one holding room of its own waits for none)
+        and max(state.pods[key].priority for key in keys) > preemptor.priority
+        and state.quota_name(state.pods[next(iter(keys))]) == demand.quota
+    )
+    for job in candidates:
         try:
             higher = job_demand(state, job)
         except (QuotaMembershipError, IndexError):
