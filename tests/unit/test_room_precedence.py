@@ -26,7 +26,7 @@ from typing import Any
 from base import keys
 from extender.core.config import MusterArgs
 from extender.core.preemption.planner import PreemptionPlan, Refusal, plan_job_preemption
-from extender.core.state import ClusterState
+from extender.core.state import ClusterState, Reservation
 from tests.builders import node, pod, quota, snapshot
 
 GPU = "nvidia.com/gpu"
@@ -93,11 +93,15 @@ def test_a_borrower_evicts_no_other_quotas_work_for_room_its_higher_priority_job
     decision = plan_job_preemption(cluster(), "team-b/lo", NOW)
     assert isinstance(decision, Refusal), decision
     (reason,) = decision.reasons
+    # b-hi may borrow once team-c's reserve ends, 60 s after c-1's creation (11:59:50):
+    # 12:00:50, when b-lo is planned again.
     assert reason == (
         "job team-b/b-hi of quota team-b waits with a higher priority (50), fits on the "
         "room free now, and may evict this job's pods (withinQuota LowerPriority): no other "
-        "quota's work is evicted for room it would not keep"
+        "quota's work is evicted for room it would not keep (it may borrow from "
+        "2026-01-01T12:00:50Z)"
     )
+    assert decision.retry_at == NOW + 50
 
 
 def test_without_such_a_job_the_borrower_takes_the_other_quotas_work() -> None:
@@ -141,3 +145,107 @@ def test_a_higher_priority_job_its_quota_keeps_out_holds_no_one_back() -> None:
     plan = plan_job_preemption(cluster(hi={"pods": kept_out}), "team-b/lo", NOW)
     assert isinstance(plan, PreemptionPlan), plan
     assert [victim.pod.key for victim in plan.victims] == ["team-a/a-1"]
+
+
+def test_a_higher_priority_job_that_may_not_preempt_holds_no_one_back() -> None:
+    # b-hi labelled can-preempt=false: it could never take b-lo's pods, so b-lo plans.
+    mute = [pod("b-hi", "team-b", gpu=8, priority=50, preemptible=True, can_preempt=False)]
+    plan = plan_job_preemption(cluster(hi={"pods": mute}), "team-b/lo", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-a/a-1"]
+
+
+def test_a_higher_priority_job_no_admission_rule_holds_back_holds_no_one_back() -> None:
+    # Without the reserve b-hi waits for no rule (kube-scheduler places it as any job, or
+    # something Muster does not model keeps it out, for as long as it likes): b-lo plans.
+    state = cluster()
+    state.args = state.args.model_copy(update={"guarantee_reserve_seconds": 0.0})
+    plan = plan_job_preemption(state, "team-b/lo", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-a/a-1"]
+
+
+def five_nodes(pods: list[dict[str, Any]], *, zones: bool = False) -> ClusterState:
+    """n1..n5 (8 GPUs each; with ``zones``, n5 alone in zone b) and a-1, b-run and c-1
+    as in :func:`cluster`, team-c's min 32 (owed 24, so b-hi stays held back however
+    the free room is counted here), plus ``pods``."""
+    nodes = [
+        node(f"n{i}", gpu=8, labels={"zone": "b" if i == 5 else "a"} if zones else None)
+        for i in range(1, 6)
+    ]
+    base = [
+        pod("a-1", "team-a", gpu=8, node="n1", priority=0, preemptible=True),
+        pod("b-run", "team-b", gpu=8, node="n2", priority=0, preemptible=False),
+        pod("c-1", "team-c", gpu=8, node="n4", created="2026-01-01T11:59:50Z"),
+    ]
+    return snapshot(
+        nodes,
+        base + pods,
+        [
+            quota("team-a", min={GPU: "0"}, max={GPU: "40"}),
+            quota("team-b", min={GPU: "8"}, max={GPU: "40"}, annotations=POLICY),
+            quota("team-c", min={GPU: "32"}, max={GPU: "40"}),
+        ],
+        MusterArgs(guaranteeReserveSeconds=60),
+    )
+
+
+def lo_gang(size: int, spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return [
+        pod(
+            f"b-lo-{i}",
+            "team-b",
+            gpu=8,
+            group="lo",
+            priority=5,
+            preemptible=True,
+            can_preempt=True,
+            annotations=SAVES,
+            created="2026-01-01T11:59:30Z",
+            spec=spec,
+        )
+        for i in range(size)
+    ]
+
+
+def high(spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    return pod("b-hi", "team-b", gpu=8, priority=50, preemptible=True, can_preempt=True, spec=spec)
+
+
+def test_a_plan_on_nodes_the_higher_priority_job_cannot_use_is_made() -> None:
+    # b-hi may use only n5 (zone b), free; b-lo's two pods only zone a, where n3 is free
+    # and n1 is a-1's: its plan takes n1 and n3, none of b-hi's room, so it is made.
+    state = five_nodes(
+        [high({"nodeSelector": {"zone": "b"}}), *lo_gang(2, {"nodeSelector": {"zone": "a"}})],
+        zones=True,
+    )
+    held = plan_job_preemption(state, "team-b/b-hi", NOW)
+    assert isinstance(held, Refusal) and "saves no checkpoint" in held.reasons[0], held
+    plan = plan_job_preemption(state, "team-b/lo", NOW)
+    assert isinstance(plan, PreemptionPlan), plan
+    assert [victim.pod.key for victim in plan.victims] == ["team-a/a-1"]
+    assert sorted(plan.placements.values()) == ["n1", "n3"]
+
+
+def test_room_that_would_yield_to_the_borrower_is_no_way_round_the_rule() -> None:
+    # n3 and n5 free, n3 reserved for team-b's b-res (priority 1, nothing bound).  b-lo, a
+    # gang of three, has no plan without n3 (n5 and a-1's n1 make two); with n3 yielding
+    # to it, a plan takes a-1.  But b-hi, held back by the reserve (free 8, less its 8,
+    # plus a-1's 8, is 8; with n3 released 16; team-c is owed 24 either way), fits on
+    # n5, which that plan takes: no plan, and b-res keeps its room.
+    state = five_nodes(
+        [high(), pod("b-res", "team-b", gpu=8, priority=1, preemptible=True), *lo_gang(3)]
+    )
+    state.add_reservation(
+        Reservation(
+            job="team-b/b-res",
+            quota="team-b",
+            placements={"team-b/b-res": "n3"},
+            victims=(),
+            created=NOW - 5,
+            expires=NOW + 300,
+        )
+    )
+    decision = plan_job_preemption(state, "team-b/lo", NOW)
+    assert isinstance(decision, Refusal), decision
+    assert "team-b/b-res" in state.reservations

@@ -149,12 +149,11 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         else:
             found = find_plan(state, demand, preemptor, ledger, now)
             wait = _borrowing_after(state, demand, preemptor, found, now)
-            taker = room_taker(state, demand, preemptor, found, ledger) if wait is None else None
+            if wait is None:
+                # Room its quota's higher-priority job would take: no room yields to it.
+                wait = room_taker(state, demand, preemptor, found, ledger, now)
             if wait is not None:
                 found, held_back = NotFound([wait.reason], retry_at=wait.until), True
-            elif taker is not None:
-                # The room is its quota's higher-priority job's: no room yields to it either.
-                found, held_back = NotFound([taker]), True
     yielded: tuple[Reservation, ...] = ()
     if isinstance(found, NotFound) and not found.fits and not held_back:
         # Room held for a lower-priority job of the quota, not used yet, may yield.
@@ -165,11 +164,14 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
                 continue
             freed_preemptor = _preemptor(state, demand, freed.ledger)
             retried = find_plan(state, demand, freed_preemptor, freed.ledger, now, released)
-            if isinstance(retried, Found) and not _borrowing_after(
-                state, demand, freed_preemptor, retried, now, released
-            ):
-                found, yielded, preemptor = retried, step, freed_preemptor
-                break
+            if not isinstance(retried, Found):
+                continue
+            if _borrowing_after(state, demand, freed_preemptor, retried, now, released):
+                continue
+            if room_taker(state, demand, freed_preemptor, retried, freed.ledger, now):
+                continue
+            found, yielded, preemptor = retried, step, freed_preemptor
+            break
     if isinstance(found, NotFound):
         return Refusal(job, tuple(found.reasons), found.retry_at, found.fits_now)
     assert preemptor is not None  # a plan was searched for, so the job was eligible

@@ -22,9 +22,12 @@ quota hold it back, so a tenant can only keep its own jobs waiting.
 
 from __future__ import annotations
 
-from extender.core.placement.demand import JobDemand, job_demand
-from extender.core.placement.fairshare import could_run
+from base.times import format_time
+from extender.core.jobs import may_trigger_preemption
+from extender.core.placement.demand import AdmissionWait, JobDemand, job_demand
+from extender.core.placement.fairshare import borrowing_wait, could_run
 from extender.core.placement.fit import JobFit
+from extender.core.placement.shapes import eligible_nodes
 from extender.core.preemption.policy import Preemptor, allowed, preemptor_of, within_rule
 from extender.core.preemption.search import Found, NotFound
 from extender.core.state import ClusterState
@@ -39,16 +42,21 @@ def room_taker(
     preemptor: Preemptor,
     found: Found | NotFound,
     ledger: QuotaLedger,
-) -> str | None:
+    now: float,
+) -> AdmissionWait | None:
     """Why ``found``, a plan for ``demand``'s borrowing job that evicts other quotas'
-    work, is not made (see the module docstring), or ``None``.  The first such
-    higher-priority job by name is named; it must be one its quota admits (``max``, on
-    ``ledger``, the planner's settled one): one that could never run holds no one back."""
+    work, is not made (see the module docstring), and until when, or ``None``.  The
+    first such higher-priority job by name is named; its quota must admit it (``max``,
+    on ``ledger``, the planner's settled one), it must be held back only by an admission
+    wait (:func:`~extender.core.placement.fairshare.borrowing_wait`, whose end is the
+    refusal's), it must be allowed to preempt, and a node it could use must be one the
+    plan places the borrower on."""
     if not isinstance(found, Found) or not preemptor.borrows:
         return None
     if not any(group.other_quota for group in found.kept):
         return None
     policy = state.tree[demand.quota].policy
+    used = frozenset(found.placements.values())
     # A first look at every job with work waiting reads one pod's quota and the pods'
     # priorities; the few left are looked at whole, by name.
     waiting = state.members.pending_jobs()
@@ -68,9 +76,11 @@ def room_taker(
             continue
         if higher.quota != demand.quota or not higher.unplaced:
             continue
+        if not all(may_trigger_preemption(pod, state.args) for pod in higher.unplaced):
+            continue  # it could not take the borrower's pods
+        if not any(used & eligible_nodes(state, pod) for pod in higher.unplaced):
+            continue  # the plan takes no node it could use
         taker = preemptor_of(state, job, higher.quota, higher.unplaced, higher.asks)
-        if taker.priority <= preemptor.priority:
-            continue
         admission = within_rule(taker, policy)
         if admission is None:
             continue
@@ -79,11 +89,16 @@ def room_taker(
             continue
         if job_admission_failures(ledger, higher.quota, higher.np_request, higher.p_request):
             continue
+        wait = borrowing_wait(state, higher, now, ledger)
+        if wait is None:
+            continue  # nothing holds it back: it is placed as any job, or waits for no rule
         if not JobFit(state, job, higher.unplaced, settled=True).fits():
             continue
-        return (
+        reason = (
             f"job {job} of quota {demand.quota} waits with a higher priority "
             f"({taker.priority}), fits on the room free now, and may evict this job's pods "
-            f"({rule.value}): no other quota's work is evicted for room it would not keep"
+            f"({rule.value}): no other quota's work is evicted for room it would not keep "
+            f"(it may borrow from {format_time(wait.until)})"
         )
+        return AdmissionWait(reason, wait.until)
     return None
