@@ -201,6 +201,10 @@ def test_a_job_kube_scheduler_preempts_for_is_in_flight_and_keeps_its_room() -> 
     assert held == found and hold_room(snap, "team-a/new", NOW) is None
     assert snap.reserved_node("team-a/new") == "n0"
     other = parse_pod(pod("other", "ops", gpu=8, priority=0))
+    # kube-scheduler may see the victim gone before Muster does: it asks about n0 for
+    # another pod while this state still counts the victim there.  n0's room is held.
+    early = filter_nodes(snap, other, ["n0"], as_extender=True)
+    assert early.passed == [] and "reserved for job team-a/new" in early.failed["n0"]
     snap.remove_pod("team-a/low")  # the victim is gone: n0 is free, and held
     outcome = filter_nodes(snap, other, ["n0"], as_extender=True)
     assert outcome.passed == [] and "n0" in outcome.failed

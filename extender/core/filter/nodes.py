@@ -144,7 +144,10 @@ def _resource_failure(
     if held:
         for room in held.values():
             add_into(free, room)
-        if shortfall(pod.requests, free) is None:
+        # As an extender, kube-scheduler found the pod fits: where this state counts the
+        # node fuller still (a pod kube-scheduler has seen leave is not gone here yet), the
+        # room kube-scheduler sees free is the room held all the same.
+        if as_extender or shortfall(pod.requests, free) is None:
             holders = sorted({state.reservation_holder(key) or key for key in held})
             return f"room on this node is reserved for job {', '.join(holders)}"
     if as_extender:
