@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from base import keys
+from extender.core.filter.admission import victims_still_there
 from extender.core.filter.nodes import filter_nodes
 from extender.core.objects import parse_node, parse_pod
 from extender.core.placement.fit import JobFit
@@ -258,6 +259,23 @@ def test_every_pending_pod_of_a_job_with_victims_still_there_waits() -> None:
     snap = snapshot([node("n1"), node("n2")], [pod("p", group="x", gpu=2), victim])
     result = filter_nodes(snap, snap.pods["team-a/p"], ["n1", "n2"], as_extender=True, now=T0)
     assert result.passed == [] and result.quota_failures
+
+
+def test_a_pending_pod_under_a_victims_name_is_not_the_victim_still_there() -> None:
+    # p's reservation counts on v (bound on n1).  v is deleted, and its controller creates
+    # a pod of the same name, pending (a StatefulSet's, or a re-created Job pod named
+    # alike): that pod is not v, so p no longer waits for its victims.
+    v = pod("v", "team-b", gpu=8, node="n1", preemptible=True)
+    snap = snapshot([node("n1")], [pod("p", gpu=8), v])
+    snap.add_reservation(
+        Reservation("team-a/p", "team-a", {"team-a/p": "n1"}, ("team-b/v",), 0.0, 300.0)
+    )
+    assert victims_still_there(snap, "team-a/p")
+    snap.remove_pod("team-b/v")
+    again = pod("v", "team-b", gpu=8, preemptible=True)
+    again["metadata"]["uid"] = "a-new-uid"
+    snap.upsert_pod(parse_pod(again))
+    assert not victims_still_there(snap, "team-a/p")
 
 
 @settings(max_examples=150, deadline=None)

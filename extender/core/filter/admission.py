@@ -132,9 +132,15 @@ def victims_still_there(state: ClusterState, job: str) -> bool:
     reservation = state.reservations.get(job)
     if reservation is None:
         return False
+    # A victim is a bound pod: a pending one under its name is a new pod (its controller's
+    # replacement, a StatefulSet's pod of the same name), not the victim still there.
     victims = (state.pods.get(key) for key in reservation.victims)
     return any(
-        victim is not None and not victim.terminating and not victim.finished for victim in victims
+        victim is not None
+        and victim.node_name is not None
+        and not victim.terminating
+        and not victim.finished
+        for victim in victims
     )
 
 
