@@ -38,6 +38,16 @@ POLICY = {
 SAVES = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
 
 
+def running() -> list[dict[str, Any]]:
+    """a-1 (team-a, borrowing n1), b-run (team-b's min, on n2) and c-1 (team-c, on n4,
+    created 10 s ago)."""
+    return [
+        pod("a-1", "team-a", gpu=8, node="n1", priority=0, preemptible=True),
+        pod("b-run", "team-b", gpu=8, node="n2", priority=0, preemptible=False),
+        pod("c-1", "team-c", gpu=8, node="n4", created="2026-01-01T11:59:50Z"),
+    ]
+
+
 def cluster(*, hi: dict[str, Any] | None = None, policy: dict[str, str] = POLICY) -> ClusterState:
     """The cluster of the module docstring; ``hi`` replaces b-hi's pods (a list) if given."""
     higher = [
@@ -51,26 +61,7 @@ def cluster(*, hi: dict[str, Any] | None = None, policy: dict[str, str] = POLICY
             created="2026-01-01T11:59:00Z",
         )
     ]
-    pods = [
-        pod("a-1", "team-a", gpu=8, node="n1", priority=0, preemptible=True),
-        pod("b-run", "team-b", gpu=8, node="n2", priority=0, preemptible=False),
-        pod("c-1", "team-c", gpu=8, node="n4", created="2026-01-01T11:59:50Z"),
-        *(hi["pods"] if hi is not None else higher),
-        *(
-            pod(
-                f"b-lo-{i}",
-                "team-b",
-                gpu=8,
-                group="lo",
-                priority=5,
-                preemptible=True,
-                can_preempt=True,
-                annotations=SAVES,
-                created="2026-01-01T11:59:30Z",
-            )
-            for i in range(2)
-        ),
-    ]
+    pods = [*running(), *(hi["pods"] if hi is not None else higher), *lo_gang(2)]
     return snapshot(
         [node(f"n{i}", gpu=8) for i in range(1, 5)],
         pods,
@@ -173,14 +164,9 @@ def five_nodes(pods: list[dict[str, Any]], *, zones: bool = False) -> ClusterSta
         node(f"n{i}", gpu=8, labels={"zone": "b" if i == 5 else "a"} if zones else None)
         for i in range(1, 6)
     ]
-    base = [
-        pod("a-1", "team-a", gpu=8, node="n1", priority=0, preemptible=True),
-        pod("b-run", "team-b", gpu=8, node="n2", priority=0, preemptible=False),
-        pod("c-1", "team-c", gpu=8, node="n4", created="2026-01-01T11:59:50Z"),
-    ]
     return snapshot(
         nodes,
-        base + pods,
+        [*running(), *pods],
         [
             quota("team-a", min={GPU: "0"}, max={GPU: "40"}),
             quota("team-b", min={GPU: "8"}, max={GPU: "40"}, annotations=POLICY),
