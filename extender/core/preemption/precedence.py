@@ -16,8 +16,10 @@ it, and the higher-priority job needs no victim: the room it waits for is free.
 On the head-to-head's seed 2, a low-priority saver evicted another team's 68-second-old
 job this way, and a normal-priority job of its quota, held back by the reserve until a
 second later, evicted the saver's pods 0.3 s after they bound: 545 GPU-seconds lost for
-room that was free (docs/benchmarks.md).  Whom it trusts: only pods of the borrower's own
-quota hold it back, so a tenant can only keep its own jobs waiting.
+room that was free (docs/benchmarks.md).  Whom it trusts: only jobs of the borrower's own
+quota hold it back, and only while an admission rule holds them, so a tenant keeps
+waiting only jobs of a quota it is in (tenants sharing one quota, as namespaces without a
+quota of their own share the default one, share that), and never past that rule's end.
 """
 
 from __future__ import annotations
