@@ -53,6 +53,15 @@ class MusterArgs(BaseModel):
     #: PodDisruptionBudgets: ``BestEffort`` prefers victims no budget protects and evicts
     #: protected ones only when no other plan exists; ``Strict`` never evicts them.
     pdb_policy: Literal["BestEffort", "Strict"] = Field("BestEffort", alias="pdbPolicy")
+    #: How plans that keep every guarantee and budget compare: ``PriorityFirst`` (the
+    #: default, as kube-scheduler and Kueue) takes the plan whose highest-priority victim
+    #: is lowest, then the one losing the least work; ``LostWorkFirst`` counts the victims
+    #: the job outranks (priority below its own) as one priority, so among them the plan
+    #: losing the least work wins, and takes a victim of the job's own priority or above
+    #: (only a quota's reclaim may) lowest first, as before.
+    victim_ranking: Literal["PriorityFirst", "LostWorkFirst"] = Field(
+        "PriorityFirst", alias="victimRanking"
+    )
     #: A victim a PodDisruptionBudget still refuses this long after it was marked ends
     #: its plan: the marks are removed, the room released, and the job planned again
     #: without it.

@@ -26,6 +26,7 @@ from extender.core.preemption.ranking import (
     lower_priority_plan,
     plan_rank,
     plan_sparing_one_victim,
+    ranked_priority,
 )
 from extender.core.preemption.search import (
     Found,
@@ -137,7 +138,7 @@ def _plan(
 
     found = lower_priority_plan(state, preemptor, found, below, now)
     sparing = plan_sparing_one_victim(
-        state, found, lambda spared, cap: search(*spares, cap, spared), now
+        state, preemptor, found, lambda spared, cap: search(*spares, cap, spared), now
     )
     if sparing is found:
         return found
@@ -174,7 +175,10 @@ def _plan_in_cheapest_domain(
         if isinstance(bound, str):
             reasons.append(f"{level}={value}: {bound}")
         else:
-            ranked.append(((0, *bound), value, domains[value]))
+            priority, count = bound
+            ranked.append(
+                ((0, ranked_priority(state, preemptor, priority), count), value, domains[value])
+            )
     # Cheapest first by a bound no plan of the domain can beat: once the best plan found
     # has a lower highest victim priority than the next domain's bound, no domain left can
     # do better.  At the same priority the bound says nothing of lost work (which ranks
@@ -199,7 +203,7 @@ def _plan_in_cheapest_domain(
             reasons.append(f"{level}={value}: {'; '.join(found.reasons)}")
             retry_at = earliest(retry_at, found.retry_at)
             continue
-        rank = plan_rank(state, found, now, value)
+        rank = plan_rank(state, preemptor, found, now, value)
         if best is None or rank < best[0]:
             best = (rank, found)
     if best is None:

@@ -26,6 +26,9 @@ from extender.core.state import ClusterState
 
 #: The highest victim priority of a plan evicting no one (room that yields): below all.
 NO_VICTIM = -(2**31) - 1
+#: Under ``victimRanking: LostWorkFirst``, the priority step's value of a victim the job
+#: outranks: all of them alike, above a plan evicting no one.
+OUTRANKED = NO_VICTIM + 1
 
 
 class PlanRank(NamedTuple):
@@ -38,41 +41,70 @@ class PlanRank(NamedTuple):
     2. ``priority``: the lowest highest victim priority (priority is what admins say a job
        is worth: no lower-priority work is spared by destroying higher-priority work),
        across quotas too: a borrower's job is not taken where the job's own quota's
-       lower-priority work would do (:func:`lower_priority_plan`).
+       lower-priority work would do (:func:`lower_priority_plan`).  Under
+       ``victimRanking: LostWorkFirst``, every victim the job outranks counts here as
+       :data:`OUTRANKED` (:func:`ranked_priority`): the job may evict any of them, so
+       what their eviction destroys decides among them (step 3), then their priority
+       (step 4); a victim of the job's priority or above keeps its own.
     3. ``lost``: the least work lost (:mod:`.cost`: accelerator-seconds, then pod-seconds,
        since each victim's last checkpoint or start; for a victim given notice to its
        next save, the margin after it: :func:`~.cost.evicted_loss`).  Before the count:
        a gang that ran an hour unsaved is not taken to spare two pods that started a
        minute ago.  Within one plan the walk already takes, among victims of one
        priority, those whose work began latest first.
-    4. ``pods``: the fewest victim pods.
-    5. ``wait``: the shortest wait for the job, the longest notice among its victims
+    4. ``highest``: the lowest highest victim priority, as it is (under ``PriorityFirst``
+       step 2 has decided it already).
+    5. ``pods``: the fewest victim pods.
+    6. ``wait``: the shortest wait for the job, the longest notice among its victims
        (:func:`~.cost.victim_notice`).  After lost work: a notice is bounded by the cap
        the admins set, and it is time the victims spend saving their work; work lost is
        lost for good.
-    6. ``where``: the domain's name, for a stable answer.
+    7. ``where``: the domain's name, for a stable answer.
     """
 
     broken: int
     priority: int
     lost: LostWork
+    highest: int
     pods: int
     wait: float
     where: str
 
 
-def plan_rank(state: ClusterState, found: Found, now: float, where: str = "") -> PlanRank:
-    """``found``'s :class:`PlanRank` at ``now``."""
+def plan_rank(
+    state: ClusterState, preemptor: Preemptor, found: Found, now: float, where: str = ""
+) -> PlanRank:
+    """``found``'s :class:`PlanRank` at ``now``, for ``preemptor``."""
     pods = [pod for group in found.kept for pod in group.pods]
     lost, wait = victims_cost(state, pods, now)
+    highest = max((pod.priority for pod in pods), default=NO_VICTIM)
     return PlanRank(
         len(found.below_min) + int(found.breaks_budgets) + _in_flight_taken(state, found),
-        max((pod.priority for pod in pods), default=NO_VICTIM),
+        ranked_priority(state, preemptor, highest),
         lost,
+        highest,
         len(pods),
         wait,
         where,
     )
+
+
+def ranked_priority(state: ClusterState, preemptor: Preemptor, priority: int) -> int:
+    """:class:`PlanRank`'s step 2 for a plan whose highest victim priority is
+    ``priority``: itself, or under ``victimRanking: LostWorkFirst`` :data:`OUTRANKED`
+    when ``preemptor`` outranks it."""
+    if state.args.victim_ranking == "LostWorkFirst" and NO_VICTIM < priority < preemptor.priority:
+        return OUTRANKED
+    return priority
+
+
+def outranked_cap(state: ClusterState, preemptor: Preemptor, top: int) -> int:
+    """The highest victim priority a search for a plan ranking as well as one whose
+    highest victim priority is ``top`` may take: ``top``, or under ``LostWorkFirst``
+    any priority ``preemptor`` outranks when it outranks ``top``."""
+    if ranked_priority(state, preemptor, top) == OUTRANKED:
+        return max(top, preemptor.priority - 1)
+    return top
 
 
 def _in_flight_taken(state: ClusterState, found: Found) -> int:
@@ -111,7 +143,7 @@ def lower_priority_plan(
         lower = search_below(top - 1)
         if isinstance(lower, NotFound):
             return found
-        if not plan_rank(state, lower, now) < plan_rank(state, found, now):
+        if not plan_rank(state, preemptor, lower, now) < plan_rank(state, preemptor, found, now):
             return found
         spared = sorted({group.job for group in found.kept if group.priority == top})
         found = dataclasses.replace(
@@ -147,18 +179,20 @@ LONG_NOTICE_SECONDS = 10.0
 
 def plan_sparing_one_victim(
     state: ClusterState,
+    preemptor: Preemptor,
     found: Found,
     search_sparing: Callable[[frozenset[str], int], Found | NotFound],
     now: float,
 ) -> Found:
-    """:class:`PlanRank`'s steps 3 to 5 where the walk's order misses them.  The walk
+    """:class:`PlanRank`'s steps 3 to 6 where the walk's order misses them.  The walk
     takes lower priority first, among victims of one priority those whose unsaved work
     began latest, and then puts back what the job no longer needs, latest taken first;
     so a plan may evict a job that is most of the plan's lost work (a gang that ran long
     and saves nothing: it frees the most room at once, so the cheaper victims taken
     before it are put back), or make the job wait long on one victim's notice where
     another's would end sooner (a victim that has just saved gets notice to its next
-    save).  Search once more, at the plan's highest priority or lower, sparing the victim
+    save).  Search once more, at the plan's highest priority or lower (under
+    ``LostWorkFirst``, at any priority the job outranks, when it outranks that), sparing the victim
     job (:func:`spared_for`) losing at least half the plan's work, else the one with the
     longest notice when it is over :data:`LONG_NOTICE_SECONDS`, and keep what ranks
     better.  The second walk is not bounded first: where the spared job was the only
@@ -169,21 +203,23 @@ def plan_sparing_one_victim(
         return found
     job, why = spare
     top = max(group.priority for group in found.kept)
-    retried = search_sparing(frozenset({job}), top)
+    retried = search_sparing(frozenset({job}), outranked_cap(state, preemptor, top))
     if isinstance(retried, NotFound):
         return found
-    before, after = plan_rank(state, found, now), plan_rank(state, retried, now)
+    before = plan_rank(state, preemptor, found, now)
+    after = plan_rank(state, preemptor, retried, now)
     if not after < before:
         return found
     step = next(
         said
-        for said, better in (
-            ("lower-priority victims", after.priority < before.priority),
-            ("less work lost", after.lost < before.lost),
-            ("fewer victims", after.pods < before.pods),
+        for said, differs in (
+            ("lower-priority victims", after.priority != before.priority),
+            ("less work lost", after.lost != before.lost),
+            ("lower-priority victims", after.highest != before.highest),
+            ("fewer victims", after.pods != before.pods),
             ("a shorter wait for the victims' notice", True),
         )
-        if better
+        if differs
     )
     return dataclasses.replace(
         retried, chosen_over=found.chosen_over or f"chosen over evicting {job} ({why}): {step}"
