@@ -301,10 +301,12 @@ class Replay:
         fair_sharing: bool = True,
         weights: Mapping[str, float] | None = None,
         restart_jobs: bool = True,
+        victim_ranking: str = "PriorityFirst",
     ):
         self.trace = trace
         self.settings = settings
         self.restart_jobs = restart_jobs
+        self.victim_ranking = victim_ranking
         self.weights = weights
         self.prioritize = prioritize
         self.fair_sharing = fair_sharing
@@ -358,6 +360,7 @@ class Replay:
                 lines = [
                     f"fairSharing: {str(self.fair_sharing).lower()}",
                     f"restartEvictedJobs: {str(self.restart_jobs).lower()}",
+                    f"victimRanking: {self.victim_ranking}",
                 ]
                 if self.prioritize != "off":
                     lines.append(f"borrowedApart: {str(self.prioritize == 'apart').lower()}")
@@ -649,6 +652,7 @@ def play(
     fair_sharing: bool = True,
     weights: Mapping[str, float] | None = None,
     restart_jobs: bool = True,
+    victim_ranking: str = "PriorityFirst",
 ) -> Json:
     """Every system on the trace, one after another; the figures per system
     (``weights``: each team's fair-sharing weight, see the module docstring)."""
@@ -658,6 +662,7 @@ def play(
         "muster_prioritize": prioritize,
         "muster_fair_sharing": fair_sharing,
         "muster_restart_jobs": restart_jobs,
+        "muster_victim_ranking": victim_ranking,
         "kubernetes": lc.peers.SCHEDULER_PLUGINS_KUBERNETES,
         "trace": {
             "seconds": trace.seconds,
@@ -687,6 +692,7 @@ def play(
             fair_sharing,
             weights=weights,
             restart_jobs=restart_jobs,
+            victim_ranking=victim_ranking,
         )
         figures = replay.run(drain, throughput_pods, trace_too)
         figures["wall_seconds"] = round(time.time() - began, 1)
@@ -870,6 +876,13 @@ def main(argv: list[str] | None = None) -> int:
         "victims is suspended, then resumed) or off (its pods evicted one by one)",
     )
     parser.add_argument(
+        "--muster-victim-ranking",
+        choices=("PriorityFirst", "LostWorkFirst"),
+        default="PriorityFirst",
+        help="Muster's victimRanking argument: PriorityFirst (its default) or LostWorkFirst "
+        "(among victims the job outranks, the least work lost decides before priority)",
+    )
+    parser.add_argument(
         "--weights",
         metavar="W1,W2,...",
         help="the teams' fair-sharing weights, one positive number per team (default: none, "
@@ -956,6 +969,7 @@ def main(argv: list[str] | None = None) -> int:
         fair_sharing=options.muster_fair_sharing == "on",
         weights=weights,
         restart_jobs=options.muster_restart_jobs == "on",
+        victim_ranking=options.muster_victim_ranking,
     )
     if options.add_to is not None:
         earlier = json.loads(options.add_to.read_text())
