@@ -147,6 +147,9 @@ MAX_NOTICE_SECONDS = 60
 #: The chart's ``guaranteeReserveSeconds`` (charts/muster/values.yaml), which the runs keep
 #: as every team's ``muster.dev/guarantee-reserve-seconds`` unless told otherwise.
 CHART_GUARANTEE_RESERVE = 60.0
+#: The chart's ``victimRanking`` (charts/muster/values.yaml), which the runs pass Muster
+#: unless told otherwise.
+CHART_VICTIM_RANKING = "LostWorkFirst"
 QUOTA_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 NODE_CPU, NODE_MEMORY_GI = 32, 128
 SYSTEMS = ("kube-scheduler", "muster", "scheduler-plugins", "kueue", "koordinator")
@@ -301,7 +304,7 @@ class Replay:
         fair_sharing: bool = True,
         weights: Mapping[str, float] | None = None,
         restart_jobs: bool = True,
-        victim_ranking: str = "PriorityFirst",
+        victim_ranking: str = CHART_VICTIM_RANKING,
     ):
         self.trace = trace
         self.settings = settings
@@ -354,7 +357,8 @@ class Replay:
             stack.callback(plane.stop)
             plane.start()
             if self.system == "muster":
-                # The chart's arguments: fair sharing on unless --muster-fair-sharing off;
+                # The chart's arguments: fair sharing on unless --muster-fair-sharing off, victims
+                # ranked LostWorkFirst unless --muster-victim-ranking says otherwise;
                 # with the prioritize verb on, borrowed pods kept apart or not.
                 config = workdir / "muster-args.yaml"
                 lines = [
@@ -652,7 +656,7 @@ def play(
     fair_sharing: bool = True,
     weights: Mapping[str, float] | None = None,
     restart_jobs: bool = True,
-    victim_ranking: str = "PriorityFirst",
+    victim_ranking: str = CHART_VICTIM_RANKING,
 ) -> Json:
     """Every system on the trace, one after another; the figures per system
     (``weights``: each team's fair-sharing weight, see the module docstring)."""
@@ -878,9 +882,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--muster-victim-ranking",
         choices=("PriorityFirst", "LostWorkFirst"),
-        default="PriorityFirst",
-        help="Muster's victimRanking argument: PriorityFirst (its default) or LostWorkFirst "
-        "(among victims the job outranks, the least work lost decides before priority)",
+        default=CHART_VICTIM_RANKING,
+        help="Muster's victimRanking argument: LostWorkFirst (the chart's setting, the "
+        "default: among victims the job outranks, the least work lost decides before "
+        "priority) or PriorityFirst (Muster's own default)",
     )
     parser.add_argument(
         "--weights",

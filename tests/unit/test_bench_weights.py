@@ -14,6 +14,7 @@ import yaml
 import localcluster as lc
 from bench.peers import (
     CHART_GUARANTEE_RESERVE,
+    CHART_VICTIM_RANKING,
     QuotaSettings,
     _quota_object,
     main,
@@ -175,6 +176,12 @@ def test_the_runs_guarantee_reserve_is_the_charts() -> None:
     chart = Path(__file__).resolve().parents[2] / "charts" / "muster" / "values.yaml"
     values = yaml.safe_load(chart.read_text())
     assert values["args"]["guaranteeReserveSeconds"] == CHART_GUARANTEE_RESERVE
+
+
+def test_the_runs_victim_ranking_is_the_charts() -> None:
+    chart = Path(__file__).resolve().parents[2] / "charts" / "muster" / "values.yaml"
+    values = yaml.safe_load(chart.read_text())
+    assert values["args"]["victimRanking"] == CHART_VICTIM_RANKING
 
 
 @pytest.mark.parametrize(
