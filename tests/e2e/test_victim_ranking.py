@@ -21,10 +21,10 @@ from e2e_support import Cluster
 from muster_process import MusterProcess
 from test_decisions_follow import _priority_class
 from test_muster_extender import GPU
+from test_notice import _two_nodes_team_a_owns
 from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     TRAINER,
-    Teams,
     _epoch,
     muster_with_arguments,
     tokens,
@@ -50,11 +50,7 @@ def muster_lost_work_first(
 def test_among_outranked_victims_the_one_losing_less_goes(
     cluster: Cluster, muster_lost_work_first: MusterProcess
 ) -> None:
-    for i in range(2):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "16"}, "max": {GPU: "16"}}, {"min": {GPU: "0"}, "max": {GPU: "16"}}
-    )
+    teams = _two_nodes_team_a_owns(cluster)
     try:
         low = _priority_class(cluster, teams.a, 0)
         normal = _priority_class(cluster, teams.a, 100)

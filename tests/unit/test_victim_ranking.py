@@ -23,9 +23,10 @@ NOON = 1_767_268_800.0  # 2026-01-01T12:00:00Z
 Ranking = Literal["PriorityFirst", "LostWorkFirst"]
 
 
-def victims_of(
+def plan_of(
     pods: list[dict[str, Any]], quotas: list[dict[str, Any]], job: str, ranking: Ranking
-) -> list[str]:
+) -> PreemptionPlan:
+    """The plan for ``job`` on two 8-GPU nodes n1, n2, under ``ranking``."""
     state = snapshot(
         [node("n1", gpu=8), node("n2", gpu=8)],
         pods,
@@ -34,7 +35,13 @@ def victims_of(
     )
     found = plan_job_preemption(state, job, NOON)
     assert isinstance(found, PreemptionPlan), found
-    return sorted(victim.pod.key for victim in found.victims)
+    return found
+
+
+def victims_of(
+    pods: list[dict[str, Any]], quotas: list[dict[str, Any]], job: str, ranking: Ranking
+) -> list[str]:
+    return sorted(victim.pod.key for victim in plan_of(pods, quotas, job, ranking).victims)
 
 
 def own_quota(eval_priority: int, eval_started: str) -> list[dict[str, Any]]:
@@ -77,14 +84,9 @@ def test_outranked_victims_losing_alike_go_lowest_priority_first() -> None:
 
 
 def test_the_reason_names_the_step_that_decided() -> None:
-    state = snapshot(
-        [node("n1", gpu=8), node("n2", gpu=8)],
-        own_quota(100, "2026-01-01T11:59:00Z"),
-        FULL_TEAM_A,
-        MusterArgs.model_validate({"victimRanking": "LostWorkFirst"}),
+    found = plan_of(
+        own_quota(100, "2026-01-01T11:59:00Z"), FULL_TEAM_A, "team-a/serve", "LostWorkFirst"
     )
-    found = plan_job_preemption(state, "team-a/serve", NOON)
-    assert isinstance(found, PreemptionPlan), found
     (victim,) = found.victims
     assert "chosen over evicting team-a/sweep (priority 0, " in victim.reason
     assert victim.reason.endswith("it loses its work since 2026-01-01T11:59:00Z")
