@@ -725,3 +725,44 @@ def test_work_within_its_quota_s_min_holds_back_borrowers_of_any_priority() -> N
         state = snapshot(NODES, [*running_c, *waiting], quotas, ON)
         decision = plan_job_preemption(state, "team-b/b-new", NOW)
         assert isinstance(decision, Refusal) is b_waits, (a_min, decision)
+
+
+def test_an_elastic_job_running_its_minimum_holds_back_admission_but_no_plan() -> None:
+    # team-c borrows 3 GPUs (n1-n3, share 3/4 = 0.75).  team-a (weight 4) runs grow-0 of
+    # its elastic job on n4 (share 1/4 / 4 = 0.0625); grow-1, once admitted, would leave
+    # its share at 2/4 / 4 = 0.125, below the 1/4 = 0.25 team-b's b-new would borrow to.
+    # grow declares a minimum of 1 and runs it, so grow-1 waits for free room and evicts
+    # no one (the elastic rule): it holds b-new back at admission (room that frees goes
+    # to it first), but not from a plan, whose room grow-1 would not get either.  b-new
+    # takes one of team-c's pods: team-c ends at 2/4 = 0.5, above b-new's 0.25, so the
+    # gap narrows without reversing.  The control, grow declaring a minimum of 2: it runs
+    # less than that, so it would preempt for grow-1 itself, and b-new gets no plan.
+    running_c = [
+        pod(f"c-{i}", "team-c", gpu=1, node=f"n{i + 1}", preemptible=True) for i in range(3)
+    ]
+    b_new = pod("b-new", "team-b", gpu=1, created=CREATED, preemptible=True, can_preempt=True)
+    quotas = [*teams(weight_a="4"), quota("team-c", min={GPU: "0"}, max={GPU: "4"})]
+    for minimum, planned in (("1", True), ("2", False)):
+        grow = [
+            pod(
+                f"grow-{i}",
+                "team-a",
+                gpu=1,
+                group="grow",
+                created=CREATED,
+                preemptible=True,
+                can_preempt=True,
+                annotations={keys.GANG_MIN_AVAILABLE_ANNOTATION: minimum},
+                **({"node": "n4", "started": "2026-01-01T11:00:00Z"} if i == 0 else {}),
+            )
+            for i in range(2)
+        ]
+        state = snapshot(NODES, [*running_c, *grow, b_new], quotas, ON)
+        assert any("team-a/grow" in failure for failure in admit(state, "team-b/b-new"))
+        decision = plan_job_preemption(state, "team-b/b-new", NOW)
+        if planned:
+            assert isinstance(decision, PreemptionPlan), decision
+            assert [v.pod.namespace for v in decision.victims] == ["team-c"]
+        else:
+            assert isinstance(decision, Refusal), decision
+            assert "team-a/grow" in decision.reasons[0], decision

@@ -11,10 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from base.resources import PODS, Resources, add_into, nonzero
+from extender.core.gangsize import bound_count
 from extender.core.objects import PodInfo
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
-from quota.admission import borrowed_in
+from quota.admission import borrowed_in, would_borrow
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,31 @@ def job_demand(state: ClusterState, job: str, including: PodInfo | None = None) 
     np_request, p_request = uncharged_with_min_resources(state, job, unplaced)
     quota = state.quota_of(unplaced[0] if unplaced else pods[0])
     return JobDemand(job, quota, unplaced, np_request, p_request)
+
+
+def running_its_minimum(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> str | None:
+    """Why an elastic job evicts no one for more pods, or ``None``: it declares a minimum
+    (PodGroup ``minMember``, the min-available annotation) and runs at least that many
+    pods, using all of its PodGroup's ``minResources`` if it declares them, so it is
+    running; and its other pods would take its quota past its ``min`` (on the plan's
+    settled ``ledger``).  Those pods wait for free room, as the pods an elastic victim
+    shed do: a job that shrank for a preemptor never takes the room straight back.
+    Within its quota's ``min`` it reclaims for them as any job: that room is its
+    quota's guarantee."""
+    job = demand.job
+    declared = state.declarations.declared_min_available(job)
+    if declared is None or state.min_resources.held(job) is not None:
+        return None  # no minimum, or its PodGroup's minResources is not yet in use
+    running = bound_count(state, job)
+    if running < declared:
+        return None
+    if not would_borrow(ledger, demand.quota, demand.request, demand.asks):
+        return None
+    return (
+        f"the job runs {running} pods, at least the minimum of {declared} it declares, and "
+        f"its other pods would take quota {demand.quota} past its min: they wait for free "
+        "room, and no one is evicted for them"
+    )
 
 
 def uncharged_with_min_resources(

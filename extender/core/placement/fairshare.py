@@ -29,7 +29,9 @@ node, a gate never removed) hold no one back, however often they are re-created,
 pods pinned to nodes that stay full hold back no pod that could only go elsewhere;
 work that cannot be placed for a reason Muster does not model (inter-pod affinity, a
 volume) still holds others back for ``fairSharingWaitSeconds`` after its newest pod
-was created.
+was created.  An elastic job running its minimum, whose other pods wait for free room
+and evict no one, holds back another job's admission into free room, not its plan to
+evict: the room such a plan frees would not be its either.
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from extender.core.gangsize import gang_size, live_pods
-from extender.core.placement.demand import AdmissionWait, JobDemand, borrowed_resources, job_demand
+from extender.core.placement.demand import (
+    AdmissionWait,
+    JobDemand,
+    borrowed_resources,
+    job_demand,
+    running_its_minimum,
+)
 from extender.core.placement.reborrow import in_reborrow_backoff, reborrow_wait
 from extender.core.placement.reserve import reserve_wait
 from extender.core.placement.shapes import eligible_nodes, fits_when_empty
@@ -54,15 +62,17 @@ def borrowing_wait(
     now: float,
     ledger: QuotaLedger | None = None,
     nodes: Collection[str] | None = None,
+    *,
+    evicting: bool = False,
 ) -> AdmissionWait | None:
     """Why ``demand``'s job, admitted by its quota, may not borrow now: its reborrow
     backoff (:mod:`~extender.core.placement.reborrow`), else the guarantee reserve
-    (:mod:`~extender.core.placement.reserve`), else fair sharing (:func:`fair_share_wait`);
-    ``None`` if none holds it back."""
+    (:mod:`~extender.core.placement.reserve`), else fair sharing (:func:`fair_share_wait`;
+    ``evicting``: as there); ``None`` if none holds it back."""
     return (
         reborrow_wait(state, demand, now, ledger)
         or reserve_wait(state, demand, now, ledger)
-        or fair_share_wait(state, demand, now, ledger, nodes)
+        or fair_share_wait(state, demand, now, ledger, nodes, evicting=evicting)
     )
 
 
@@ -72,11 +82,17 @@ def fair_share_wait(
     now: float,
     ledger: QuotaLedger | None = None,
     nodes: Collection[str] | None = None,
+    *,
+    evicting: bool = False,
 ) -> AdmissionWait | None:
     """Why ``demand``'s job waits for a quota below its fair share, or ``None``; judged on
     ``ledger`` (the live one by default; the planner gives its settled view).  ``nodes``:
     the nodes the job's pod could go to now (kube-scheduler's candidates); a waiting job
-    none of whose pods could use any of them is not held back for (``None``: any node)."""
+    none of whose pods could use any of them is not held back for (``None``: any node).
+    ``evicting``: the job would take the room by evicting other pods (the planner asks),
+    so an elastic job running its minimum, whose other pods wait for free room and evict
+    no one (:func:`~extender.core.placement.demand.running_its_minimum`), holds it back
+    not: the room such a plan frees would not be that job's either."""
     if not state.args.fair_sharing:
         return None
     ledger = ledger or state.ledger
@@ -90,7 +106,7 @@ def fair_share_wait(
     # job (the ceiling its fair-share preemption would have): else it could take them back.
     priority = min(pod.priority for pod in demand.unplaced)
     asking = (quota, mine, priority)
-    waiting = _waiting_job(state, ledger, capacity, asking, borrowed, now, nodes)
+    waiting = _waiting_job(state, ledger, capacity, asking, borrowed, now, nodes, evicting)
     if waiting is None:
         return None
     other, job, theirs, until = waiting
@@ -111,12 +127,14 @@ def _waiting_job(
     borrowed: frozenset[str],
     now: float,
     nodes: Collection[str] | None,
+    evicting: bool,
 ) -> tuple[str, str, float, float] | None:
     """The first waiting job, by name, of another quota that asks for one of
     ``borrowed``, its quota admits, of priority (its pods' highest, as its preemption
     would be) at least the asking job's (its pods' lowest) unless it fits within its
     quota's ``min``, that could run once room frees (:func:`could_run`) on one of
-    ``nodes`` (if given), and whose admission leaves its quota's share below ``mine``
+    ``nodes`` (if given), that would evict for its room if the asking job would
+    (``evicting``), and whose admission leaves its quota's share below ``mine``
     (``asking``: the asking job's quota, that quota's share with it, and that priority):
     ``(its quota, the job, that share, until when it holds others back)``; ``None`` if
     there is none.  Only quotas whose share is below ``mine`` now can have one (admitting
@@ -165,6 +183,8 @@ def _waiting_job(
             continue
         if reserve_wait(state, demand, now, ledger) is not None:
             continue  # the room is reserved for a guarantee, not for it
+        if evicting and running_its_minimum(state, demand, ledger) is not None:
+            continue  # it grows into free room only: evicted room would not be its
         if could_run(state, demand, nodes):
             found = (other, job, theirs, newest + wait)
     return found

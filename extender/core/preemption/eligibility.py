@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from base.times import format_time
 from extender.core.authority import governing_reason, nominated_elsewhere, scheduler_preemption
-from extender.core.gangsize import arriving_reason, bound_count, job_still_arriving
+from extender.core.gangsize import arriving_reason, job_still_arriving
 from extender.core.jobs import may_trigger_preemption
 from extender.core.objects import PodInfo
-from extender.core.placement.demand import JobDemand
+from extender.core.placement.demand import JobDemand, running_its_minimum
 from extender.core.reservations import persisted_on, persisted_pods
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
-from quota.admission import unevictable_failures, would_borrow
+from quota.admission import unevictable_failures
 
 
 def ineligibility(
@@ -70,31 +70,6 @@ def ineligibility(
     if demand.quota in state.tree.parents:
         return [f"quota {demand.quota} is a parent quota; pods must use a leaf quota"]
     return unevictable_failures(ledger, demand.quota, demand.np_request)
-
-
-def running_its_minimum(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> str | None:
-    """Why an elastic job evicts no one for more pods, or ``None``: it declares a minimum
-    (PodGroup ``minMember``, the min-available annotation) and runs at least that many
-    pods, using all of its PodGroup's ``minResources`` if it declares them, so it is
-    running; and its other pods would take its quota past its ``min`` (on the plan's
-    settled ``ledger``).  Those pods wait for free room, as the pods an elastic victim
-    shed do: a job that shrank for a preemptor never takes the room straight back.
-    Within its quota's ``min`` it reclaims for them as any job: that room is its
-    quota's guarantee."""
-    job = demand.job
-    declared = state.declarations.declared_min_available(job)
-    if declared is None or state.min_resources.held(job) is not None:
-        return None  # no minimum, or its PodGroup's minResources is not yet in use
-    running = bound_count(state, job)
-    if running < declared:
-        return None
-    if not would_borrow(ledger, demand.quota, demand.request, demand.asks):
-        return None
-    return (
-        f"the job runs {running} pods, at least the minimum of {declared} it declares, and "
-        f"its other pods would take quota {demand.quota} past its min: they wait for free "
-        "room, and no one is evicted for them"
-    )
 
 
 def _reservation_in_flight(state: ClusterState, job: str, now: float) -> str | None:

@@ -143,7 +143,9 @@ def plan_job_preemption(state: ClusterState, job: str, now: float) -> Preemption
         # Borrowing past its quota's fair share while another quota's work waits, or in
         # its reborrow backoff: no plan either (the room it would free is not its to
         # take), and no room yields to it; planned again when that wait ends.
-        wait = borrowing_wait(state, demand, now, ledger) if preemptor.borrows else None
+        wait = (
+            borrowing_wait(state, demand, now, ledger, evicting=True) if preemptor.borrows else None
+        )
         if wait is not None:
             found, held_back = NotFound([wait.reason], retry_at=wait.until), True
         else:
@@ -254,7 +256,7 @@ def _borrowing_after(
         after.charge(group.quota, group.requests, -1)
     if not would_borrow(after.ledger, demand.quota, demand.request, demand.asks):
         return None
-    return borrowing_wait(state, demand, now, after.ledger)
+    return borrowing_wait(state, demand, now, after.ledger, evicting=True)
 
 
 def _preemptor(state: ClusterState, demand: JobDemand, ledger: QuotaLedger) -> Preemptor:
