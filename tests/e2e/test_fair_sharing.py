@@ -445,3 +445,43 @@ def _start_time(teams: Teams, namespace: str, name: str) -> float:
     pod = teams.get(namespace, name) or {}
     stamp = pod["status"]["startTime"]
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_an_elastic_job_running_its_minimum_holds_back_no_plan(
+    cluster: Cluster, muster_fair: MusterProcess
+) -> None:
+    # Four nodes of one GPU, three quotas of min 0 (all use is borrowed).  Team B runs
+    # b-0..b-2 (share 3/4 = 0.75).  Team A weighs 4; its elastic job grow (two pods, a
+    # minimum of 1) runs grow-0 on the last GPU (share 1/4 / 4 = 0.0625); grow-1 would
+    # take it to 2/4 / 4 = 0.125, and evicts no one (it runs its minimum).  Team C's c-0
+    # would borrow to 1/4 = 0.25: grow-1 waits with a lower share, but the room a plan
+    # frees would not be grow-1's, so c-0 is not held back from one.  It takes one of team
+    # B's pods (0.75 to 0.5, still above c-0's 0.25: the gap narrows without reversing).
+    # Held back, it would wait and team B keep all three.
+    teams = _teams(cluster, "4")
+    others = Teams(cluster, QUOTA, QUOTA, suffix="2")
+    names = [f"b-{i}" for i in range(3)]
+    try:
+        for name in names:
+            teams.create(teams.b, name, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
+            teams.wait(teams.b, name, "Running")
+        for i in range(2):
+            teams.create(
+                teams.a,
+                f"grow-{i}",
+                requests={"cpu": "1", GPU: 1},
+                labels={**BORROWER, "pod-group.scheduling.sigs.k8s.io": "grow"},
+                annotations={"gang.scheduling.koordinator.sh/min-available": "1"},
+            )
+        lc.wait_until(
+            lambda: sum(_running(teams, teams.a, f"grow-{i}") for i in range(2)) == 1 or None,
+            timeout=60,
+            what="grow running its minimum",
+        )
+        others.create(others.a, "c-0", requests={"cpu": "1", GPU: 1}, labels=BORROWER)
+        others.wait(others.a, "c-0", "Running", timeout=90)
+        assert sum(_running(teams, teams.b, name) for name in names) == 2
+        assert sum(_running(teams, teams.a, f"grow-{i}") for i in range(2)) == 1
+    finally:
+        others.cleanup()
+        teams.cleanup()
