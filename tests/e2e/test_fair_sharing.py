@@ -55,14 +55,24 @@ def _teams(cluster: Cluster, weight_a: str) -> Teams:
     return teams
 
 
-def _gang(teams: Teams, name: str, size: int, labels: dict[str, str]) -> None:
+def _gang(
+    teams: Teams,
+    name: str,
+    size: int,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
+    **extra: Any,
+) -> None:
+    """Team A's pods ``name-0``... of one pod group, a GPU each: a gang of ``size``
+    (``muster.dev/min-available``) unless ``annotations`` declare otherwise."""
     for i in range(size):
         teams.create(
             teams.a,
             f"{name}-{i}",
             requests={"cpu": "1", GPU: 1},
             labels={**labels, "pod-group.scheduling.sigs.k8s.io": name},
-            annotations={"muster.dev/min-available": str(size)},
+            annotations=annotations or {"muster.dev/min-available": str(size)},
+            **extra,
         )
 
 
@@ -209,15 +219,7 @@ def test_a_borrower_of_higher_priority_is_not_held_back_for_lower_priority_work(
         for i in range(2):
             teams.create(teams.b, f"b-{i}", requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
             teams.wait(teams.b, f"b-{i}", "Running")
-        for i in range(3):
-            teams.create(
-                teams.a,
-                f"a-big-{i}",
-                requests={"cpu": "1", GPU: 1},
-                labels={**PREEMPTIBLE, "pod-group.scheduling.sigs.k8s.io": "a-big"},
-                annotations={"muster.dev/min-available": "3"},
-                priority_class=low,
-            )
+        _gang(teams, "a-big", 3, PREEMPTIBLE, priority_class=low)
         lc.wait_until(
             lambda: _unschedulable(teams, "a-big-0") or None,
             timeout=60,
@@ -465,14 +467,7 @@ def test_an_elastic_job_running_its_minimum_holds_back_no_plan(
         for name in names:
             teams.create(teams.b, name, requests={"cpu": "1", GPU: 1}, labels=PREEMPTIBLE)
             teams.wait(teams.b, name, "Running")
-        for i in range(2):
-            teams.create(
-                teams.a,
-                f"grow-{i}",
-                requests={"cpu": "1", GPU: 1},
-                labels={**BORROWER, "pod-group.scheduling.sigs.k8s.io": "grow"},
-                annotations={"gang.scheduling.koordinator.sh/min-available": "1"},
-            )
+        _gang(teams, "grow", 2, BORROWER, {"gang.scheduling.koordinator.sh/min-available": "1"})
         lc.wait_until(
             lambda: sum(_running(teams, teams.a, f"grow-{i}") for i in range(2)) == 1 or None,
             timeout=60,

@@ -181,10 +181,10 @@ def _waiting_job(
         theirs = share_after(ledger, other, capacity, demand.request)
         if theirs >= mine:
             continue
-        if reserve_wait(state, demand, now, ledger) is not None:
-            continue  # the room is reserved for a guarantee, not for it
         if evicting and running_its_minimum(state, demand, ledger) is not None:
             continue  # it grows into free room only: evicted room would not be its
+        if reserve_wait(state, demand, now, ledger) is not None:
+            continue  # the room is reserved for a guarantee, not for it
         if could_run(state, demand, nodes):
             found = (other, job, theirs, newest + wait)
     return found
