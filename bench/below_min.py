@@ -1,26 +1,33 @@
-"""Where a run's time below ``min`` goes: each stretch told by why its work waited.
+"""Where a run's time below ``min``, or its fair-share gap, goes: each stretch told by why
+its work waited.
 
 ``bench.peers`` counts a team's seconds below its ``min`` while one of its jobs waits that
-would fit in what the ``min`` leaves (:func:`bench.workload.trace_figures`).  This reads
-a kept run (``--json`` and ``--workdir``) again and gives each stretch one cause, the first
-that holds:
+would fit in what the ``min`` leaves, and the fair-share gap: the GPUs the team borrowing
+the most borrows beyond the least-borrowing team at or above its ``min`` with work waiting
+(:func:`bench.workload.trace_figures`).  This reads a kept run (``--json`` and
+``--workdir``) again and gives each stretch (with ``--gap``, each stretch of gap, weighed
+by its GPUs: GPU-seconds; its jobs are the waiting team's) one cause, the first that
+holds:
 
 - **no pod to place**: none of the waiting jobs has a pod waiting (its controller has not
   made one: the Job controller's failure back-off);
-- **arriving**: one of them was submitted less than :data:`ARRIVING_SECONDS` ago (the
-  scheduling path's own time: pod creation, the scheduler's queue, the bind);
+- **arriving**: one of them (of a gap, every one) was submitted less than
+  :data:`ARRIVING_SECONDS` ago (the scheduling path's own time: pod creation, the
+  scheduler's queue, the bind);
 - for Muster, from its log (``muster.log``: the PostFilter's line per job), the waiting
   jobs' or their team's latest word before the stretch:
   **victims leaving** (a plan for one of the team's waiting jobs, made less than
   :data:`PLAN_SECONDS` ago: its victims' notice and grace period),
-  **lent room held back** (the guarantee reserve, fair sharing, a reborrow backoff
-  turned the job away as a borrower, counting what the team's plans and placements hold
-  as used), **no plan** (no set of allowed victims frees room for the whole job),
+  **held back** by the **guarantee reserve**, **fair sharing** or a **reborrow backoff**
+  (the rule turned the job away as a borrower, counting what the team's plans and
+  placements hold as used; the first of the jobs' rules in that order), **no plan** (no
+  set of allowed victims frees room for the whole job),
   **scheduler's view** (Muster saw room free that kube-scheduler did not yet: pods
   terminating), else **other**.
 
-The last two causes need Muster's log; for another system every stretch past the first
-two is **other**.  ``python -m bench.below_min RUN.json --workdir DIR [--system muster]``.
+The causes past the first two need Muster's log; for another system every stretch past
+the first two is **other**.
+``python -m bench.below_min RUN.json --workdir DIR [--system muster] [--gap]``.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.peers import recorded_figures, recorded_run
-from bench.workload import BelowMin, SubmittedJob
+from bench.workload import BelowMin, GapStretch, SubmittedJob
 
 #: A job submitted this recently is still on the scheduling path.
 ARRIVING_SECONDS = 3.0
@@ -49,7 +56,9 @@ CAUSES = (
     "no pod to place",
     "arriving",
     "victims leaving",
-    "lent room held back",
+    "held back: guarantee reserve",
+    "held back: fair sharing",
+    "held back: reborrow backoff",
     "no plan",
     "scheduler's view",
     "other",
@@ -59,8 +68,12 @@ _LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \S+ "
     r"(?:(preempting) for ([\w.-]+)/(\w+): |no preemption for ([\w.-]+)/(\w+): (.*))"
 )
-#: Muster's refusals, by the words that name the rule.
-_HELD_BACK = ("saves no checkpoint", "fair share", "reborrow")
+#: Muster's refusals of a borrower, by the words that name the rule: its word's kind.
+_HELD_BACK = {
+    "saves no checkpoint": "held back: guarantee reserve",
+    "fair share": "held back: fair sharing",
+    "reborrow": "held back: reborrow backoff",
+}
 _NO_PLAN = "would not fit even after evicting"
 _FITS = "fits without evicting anything"
 
@@ -72,7 +85,8 @@ class Word:
     at: float
     team: str
     job: str
-    #: ``"plan"``, ``"held back"``, ``"no plan"``, ``"fits"`` or ``"other"``.
+    #: ``"plan"``, one of the ``"held back: …"`` causes, ``"no plan"``, ``"fits"`` or
+    #: ``"other"``.
     kind: str
 
 
@@ -90,21 +104,18 @@ def read_log(lines: Iterable[str], started_at: float) -> list[Word]:
             words.append(Word(at, match[4], match[5], "plan"))
             continue
         reason = match[8]
-        kind = (
-            "held back"
-            if any(phrase in reason for phrase in _HELD_BACK)
-            else "no plan"
-            if _NO_PLAN in reason
-            else "fits"
-            if _FITS in reason
-            else "other"
-        )
+        held = next((kind for phrase, kind in _HELD_BACK.items() if phrase in reason), None)
+        kind = held or ("no plan" if _NO_PLAN in reason else "fits" if _FITS in reason else "other")
         words.append(Word(at, match[6], match[7], kind))
     return words
 
 
+#: A stretch told by cause: of a team's time below ``min``, or of fair-share gap.
+Stretch = BelowMin | GapStretch
+
+
 def cause_of(
-    stretch: BelowMin,
+    stretch: Stretch,
     jobs: Mapping[str, SubmittedJob],
     words: Sequence[Word] | None,
 ) -> str:
@@ -112,7 +123,9 @@ def cause_of(
     in time order; ``None`` for another system)."""
     if stretch.podless:
         return "no pod to place"
-    if any(stretch.at - jobs[name].submitted < ARRIVING_SECONDS for name in stretch.fitting):
+    arriving = [stretch.at - jobs[name].submitted < ARRIVING_SECONDS for name in stretch.fitting]
+    # Of a gap, every waiting job: one that has waited longer is what the gap waits for.
+    if all(arriving) if isinstance(stretch, GapStretch) else any(arriving):
         return "arriving"
     if words is None:
         return "other"
@@ -124,28 +137,30 @@ def cause_of(
         return "victims leaving"
     last = {w.job: w.kind for w in before if w.job in stretch.fitting}
     kinds = set(last.values())
-    for kind, cause in (("held back", "lent room held back"), ("no plan", "no plan")):
+    for kind in (*_HELD_BACK.values(), "no plan"):
         if kind in kinds:
-            return cause
+            return kind
     return "scheduler's view" if "fits" in kinds else "other"
 
 
 def causes(
-    stretches: Iterable[BelowMin], jobs: Mapping[str, SubmittedJob], words: Sequence[Word] | None
+    stretches: Iterable[Stretch], jobs: Mapping[str, SubmittedJob], words: Sequence[Word] | None
 ) -> dict[str, float]:
-    """Team-seconds below ``min`` per cause, in :data:`CAUSES` order.  A stretch is cut
-    where its cause may change (an arrival's window ends, a word is logged, a plan's
-    window ends), each piece told by its start."""
+    """Team-seconds below ``min`` (for stretches of gap, GPU-seconds of gap: each second
+    times its GPUs) per cause, in :data:`CAUSES` order.  A stretch is cut where its cause
+    may change (an arrival's window ends, a word is logged, a plan's window ends), each
+    piece told by its start."""
     seconds: dict[str, float] = defaultdict(float)
     for stretch in stretches:
+        weight = stretch.gpus if isinstance(stretch, GapStretch) else 1.0
         for piece in _pieces(stretch, jobs, words or ()):
-            seconds[cause_of(piece, jobs, words)] += piece.seconds
+            seconds[cause_of(piece, jobs, words)] += piece.seconds * weight
     return {cause: round(seconds.get(cause, 0.0), 1) for cause in CAUSES}
 
 
 def _pieces(
-    stretch: BelowMin, jobs: Mapping[str, SubmittedJob], words: Sequence[Word]
-) -> list[BelowMin]:
+    stretch: Stretch, jobs: Mapping[str, SubmittedJob], words: Sequence[Word]
+) -> list[Stretch]:
     start, end = stretch.at, stretch.at + stretch.seconds
     cuts = {jobs[name].submitted + ARRIVING_SECONDS for name in stretch.fitting}
     for word in words:
@@ -160,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", type=Path, help="a bench.peers --json results file")
     parser.add_argument("--workdir", type=Path, required=True, help="the run's --workdir")
     parser.add_argument("--system", default="muster")
+    parser.add_argument(
+        "--gap", action="store_true", help="tell the fair-share gap's GPU-seconds by cause"
+    )
     options = parser.parse_args(argv)
 
     try:
@@ -169,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, KeyError, ValueError) as error:
         print(f"bench.below_min: {error}", file=sys.stderr)
         return 2
-    stretches: list[BelowMin] = []
-    recorded_figures(results, jobs, seen, below_min=stretches)
+    below: list[BelowMin] = []
+    gaps: list[GapStretch] = []
+    recorded_figures(results, jobs, seen, below_min=below, gaps=gaps)
+    stretches: Sequence[Stretch] = gaps if options.gap else below
     words = None
     log = options.workdir / options.system / "muster.log"
     if options.system == "muster" and log.is_file():
@@ -182,10 +202,13 @@ def main(argv: list[str] | None = None) -> int:
             # and the first is named within a few milliseconds of it.
             started = min(w.at - jobs[w.job].submitted for w in words if w.job in jobs)
         words = [dataclasses.replace(w, at=w.at - started) for w in words]
-    total = sum(s.seconds for s in stretches)
-    print(f"team-seconds below min with work that fits: {total:.1f}")
+    if options.gap:
+        total = sum(s.seconds * s.gpus for s in gaps)
+        print(f"GPU-seconds of fair-share gap: {total:.1f}")
+    else:
+        print(f"team-seconds below min with work that fits: {sum(s.seconds for s in below):.1f}")
     for cause, seconds in causes(stretches, jobs, words).items():
-        print(f"  {cause:20s} {seconds:7.1f}")
+        print(f"  {cause:30s} {seconds:9.1f}")
     return 0
 
 

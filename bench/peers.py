@@ -114,6 +114,7 @@ from bench.trace import PRIORITIES, Trace, TraceJob, make_trace
 from bench.workload import (
     YOUNG_SECONDS,
     BelowMin,
+    GapStretch,
     PodSighting,
     Saves,
     SubmittedJob,
@@ -1019,9 +1020,10 @@ def recorded_figures(
     jobs: Mapping[str, SubmittedJob],
     seen: list[PodSighting],
     below_min: list[BelowMin] | None = None,
+    gaps: list[GapStretch] | None = None,
 ) -> Json:
     """:func:`~bench.workload.trace_figures` of a recorded run (:func:`recorded_run`), on
-    the trace and weights ``results`` says it played (``below_min``: as there)."""
+    the trace and weights ``results`` says it played (``below_min``, ``gaps``: as there)."""
     trace = results["trace"]
     return trace_figures(
         seen,
@@ -1031,6 +1033,7 @@ def recorded_figures(
         trace["seconds"] + trace["drain"],
         weights=results.get("weights"),
         below_min=below_min,
+        gaps=gaps,
     )
 
 

@@ -263,6 +263,28 @@ class BelowMin:
     podless: bool
 
 
+@dataclass(frozen=True, slots=True)
+class GapStretch:
+    """A stretch of fair-share gap: ``team``, the least-borrowing team at or above its
+    ``min`` with work waiting, borrowed ``gpus`` fewer (each team's borrowing divided by
+    its weight) than the team borrowing the most."""
+
+    team: str
+    at: float
+    seconds: float
+    gpus: float
+    #: The team's waiting jobs.
+    waiting: tuple[str, ...]
+    #: None of them has a pod waiting to be placed.
+    podless: bool
+
+    @property
+    def fitting(self) -> tuple[str, ...]:
+        """The jobs whose latest word tells the stretch (as :class:`BelowMin`'s): all of
+        the team's waiting jobs."""
+        return self.waiting
+
+
 @dataclass
 class _JobState:
     holding: dict[str, float] = field(default_factory=dict)  # pod → GPUs, pods holding now
@@ -277,19 +299,20 @@ def _fair_share_gap(
     mins: Mapping[str, float],
     weights: Mapping[str, float],
     waiting: AbstractSet[str],
-) -> float:
+) -> tuple[float, str | None]:
     """How many more GPUs (each team's borrowing divided by its weight) the team borrowing
     the most borrows than the least-borrowing team at or above its ``min`` with work
-    waiting; 0 if there is no such team or it borrows the most itself.  Weights are
-    positive."""
+    waiting, and that team (the first by name of equals); ``(0, None)`` if there is no such
+    team.  Weights are positive."""
 
     def borrowed(team: str) -> float:
         return max(0.0, used[team] - mins[team]) / weights[team]
 
-    wanting = [borrowed(team) for team in waiting if team in mins and used[team] >= mins[team]]
+    wanting = sorted(team for team in waiting if team in mins and used[team] >= mins[team])
     if not wanting:
-        return 0.0
-    return max(borrowed(team) for team in mins) - min(wanting)
+        return 0.0, None
+    least = min(wanting, key=borrowed)
+    return max(borrowed(team) for team in mins) - borrowed(least), least
 
 
 def trace_figures(
@@ -302,6 +325,7 @@ def trace_figures(
     sample_seconds: float = 5.0,
     weights: Mapping[str, float] | None = None,
     below_min: list[BelowMin] | None = None,
+    gaps: list[GapStretch] | None = None,
 ) -> dict[str, Any]:
     """The comparison table's figures over ``[0, horizon)``, from every sighting of the
     trace's pods and the jobs submitted (``mins``: each team's GPU ``min``).
@@ -324,8 +348,9 @@ def trace_figures(
       or above its ``min`` with a job waiting borrows (0 when no team waits so, or the
       waiting team borrows the most): idle room lent to one team while another wants it.
 
-    ``below_min``, if given, gets each stretch of a team's time below ``min`` (for a second
-    look at where it goes: :mod:`bench.below_min`).
+    ``below_min``, if given, gets each stretch of a team's time below ``min``, and ``gaps``
+    each stretch of fair-share gap (for a second look at where they go:
+    :mod:`bench.below_min`).
 
     A pod that stops holding GPUs without succeeding is an **eviction** (preempted,
     given up, or deleted while running); it **loses** its GPUs times the seconds since its
@@ -377,9 +402,15 @@ def trace_figures(
             team = jobs[name].team
             if team in used:
                 used[team] += sum(state[name].holding.values())
-        gap = _fair_share_gap(used, mins, weight, {jobs[n].team for n in submitted if waiting(n)})
+        gap, least = _fair_share_gap(
+            used, mins, weight, {jobs[n].team for n in submitted if waiting(n)}
+        )
         gap_seconds += gap * span
         gap_worst = max(gap_worst, gap)
+        if gaps is not None and gap > 0 and least is not None:
+            waits = sorted(n for n in submitted if jobs[n].team == least and waiting(n))
+            podless = not any(state[n].present - state[n].holding.keys() for n in waits)
+            gaps.append(GapStretch(least, now, span, gap, tuple(waits), podless))
         for team, floor in mins.items():
             if used[team] >= floor:
                 continue

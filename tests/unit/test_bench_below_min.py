@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from bench.below_min import CAUSES, Word, cause_of, causes, read_log
-from bench.workload import BelowMin, PodSighting, SubmittedJob, trace_figures
+from bench.workload import BelowMin, GapStretch, PodSighting, SubmittedJob, trace_figures
 
 JOBS = {
     "j1": SubmittedJob("team-a", 1, 8, "normal", 0.0),
@@ -34,7 +34,7 @@ def test_the_log_is_read_on_the_trace_clock() -> None:
     ]
     assert read_log(lines, started) == [
         Word(12.5, "team-a", "j2", "plan"),
-        Word(13.0, "team-a", "j1", "held back"),
+        Word(13.0, "team-a", "j1", "held back: fair sharing"),
         Word(14.0, "team-a", "j1", "no plan"),
         Word(15.0, "team-a", "j1", "fits"),
     ]
@@ -45,7 +45,7 @@ def test_each_stretch_gets_the_first_cause_that_holds() -> None:
         return BelowMin("team-a", at, 1.0, ("j1",), waiting, podless)
 
     words = [
-        Word(10.0, "team-a", "j1", "held back"),
+        Word(10.0, "team-a", "j1", "held back: guarantee reserve"),
         Word(20.0, "team-a", "j1", "no plan"),
         Word(30.0, "team-a", "j1", "fits"),
         Word(40.0, "team-a", "j2", "plan"),
@@ -54,7 +54,7 @@ def test_each_stretch_gets_the_first_cause_that_holds() -> None:
     assert cause_of(stretch(2.0, podless=True), JOBS, words) == "no pod to place"
     assert cause_of(stretch(2.0), JOBS, words) == "arriving"
     # j1's latest word before 15 is held back, before 25 no plan, before 35 fits.
-    assert cause_of(stretch(15.0), JOBS, words) == "lent room held back"
+    assert cause_of(stretch(15.0), JOBS, words) == "held back: guarantee reserve"
     assert cause_of(stretch(25.0), JOBS, words) == "no plan"
     assert cause_of(stretch(35.0), JOBS, words) == "scheduler's view"
     # j2 (the team's, waiting) was planned at 40: its victims leave until 100.
@@ -85,4 +85,31 @@ def test_a_stretch_is_cut_where_its_cause_changes() -> None:
         "arriving": 3.0,
         "other": 2.0,
         "scheduler's view": 5.0,
+    }
+
+
+def test_the_fair_share_gap_is_told_by_cause_in_gpu_seconds() -> None:
+    # team-a and team-b, min 0 each, 16 GPUs.  team-a's ja (8 GPUs) runs from 0; team-b's
+    # jb (8 GPUs) is sent at 0, its pod made at 0 and bound at 10.  0-10: team-b waits at
+    # its min borrowing nothing, team-a borrows 8: one stretch of gap, 8 GPUs, team-b's
+    # (the mean over 20 s: 8 * 10 / 20 = 4).  Muster says at 4 that jb saves no checkpoint
+    # (the reserve): 0-3 arriving (3 s * 8 GPUs = 24), 3-4 other (8), 4-10 reserve (48).
+    jobs = {
+        "ja": SubmittedJob("team-a", 1, 8, "normal", 0.0),
+        "jb": SubmittedJob("team-b", 1, 8, "normal", 0.0),
+    }
+    seen = [
+        PodSighting(0, "team-a/ja-x", "ja", 8, holds=True, succeeded=False),
+        PodSighting(0, "team-b/jb-x", "jb", 8, holds=False, succeeded=False),
+        PodSighting(10, "team-b/jb-x", "jb", 8, holds=True, succeeded=False),
+    ]
+    gaps: list[GapStretch] = []
+    figures = trace_figures(seen, jobs, {"team-a": 0, "team-b": 0}, 16, 20, gaps=gaps)
+    assert figures["fair_share_gap_gpus"]["mean"] == 4.0
+    assert gaps == [GapStretch("team-b", 0.0, 10.0, 8.0, ("jb",), podless=False)]
+    said = [Word(4.0, "team-b", "jb", "held back: guarantee reserve")]
+    assert causes(gaps, jobs, said) == dict.fromkeys(CAUSES, 0.0) | {
+        "arriving": 24.0,
+        "other": 8.0,
+        "held back: guarantee reserve": 48.0,
     }

@@ -24,8 +24,8 @@ the job is admitted (among victims of one priority the walk takes the quota furt
 above its share first), must stay at least what the *active* quotas (other top-level
 quotas within their reserve) are owed, their ``min`` less their use.  So a job is held
 back only where it would be the one taken back, and a quota borrowing little is not kept
-out of idle room while one borrowing much holds room of the same priority.  Read on the ledger given (the
-planner's settled view: victims on their way out count as gone), so the planner makes no
+out of idle room while one borrowing much holds room of the same priority.
+Read on the ledger given (the planner's settled view: victims on their way out count as gone), so the planner makes no
 plan for a job the reserve holds back.  Whom it trusts: a pod's creation time is the API
 server's; a tenant creating pods only keeps its own ``min`` reserved, which it is
 guaranteed anyway; a tenant that declares an interval it does not keep borrows, and
