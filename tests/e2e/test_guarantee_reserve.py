@@ -16,9 +16,7 @@ protection.
 Played as users arrive, a second test bursts B's work in while an earlier plan's victim
 still terminates, and A's never-saving job arrives in the same breath as B's next one.  A
 third shows that a job may not borrow by preemption what admission would not lend it: by
-evicting its own quota's saving borrower.  A fourth, with fair sharing, shows a quota
-borrowing little lent the owed room while another borrows more at the same priority: the
-owner takes the other's work back first.
+evicting its own quota's saving borrower.
 """
 
 from __future__ import annotations
@@ -59,17 +57,6 @@ def muster_reserve(
     with muster_with_arguments(
         control_plane, tmp_path, tokens, {"guaranteeReserveSeconds": RESERVE}
     ) as muster:
-        yield muster
-
-
-@pytest.fixture
-def muster_reserve_fair(
-    control_plane: lc.ControlPlane,
-    tmp_path: Path,
-    tokens: dict[str, Path],  # noqa: F811 (the fixture imported above)
-) -> Iterator[MusterProcess]:
-    arguments = {"guaranteeReserveSeconds": RESERVE, "fairSharing": True}
-    with muster_with_arguments(control_plane, tmp_path, tokens, arguments) as muster:
         yield muster
 
 
@@ -264,52 +251,4 @@ def test_a_job_does_not_take_owed_room_by_evicting_its_own_quotas_saver(
         hi = teams.get(teams.a, "a-hi") or {}
         assert hi["status"]["phase"] == "Pending" and not hi["spec"].get("nodeName")
     finally:
-        teams.cleanup()
-
-
-def test_with_fair_sharing_owed_room_goes_to_the_quota_borrowing_less(
-    cluster: Cluster, muster_reserve_fair: MusterProcess
-) -> None:
-    # Four 8-GPU nodes (32), fairSharing on.  B (min 16) runs b-0: B owes 8, within its
-    # reserve.  C (min 0) borrows two nodes with c-1 and c-2 (each admitted: free 24 - 8 =
-    # 16 >= 8, then 16 - 8 = 8 >= 8).  Then A's a-more (min 0, saves nothing, the same
-    # priority, 0): free 8 - 8 = 0, but C's share of borrowed capacity (16/32 = 0.5) is
-    # above A's once a-more is admitted (8/32 = 0.25), so B's reclaim would take C's pods
-    # before a-more (among victims of one priority, the quota furthest above its share
-    # first): 0 + C's 16 >= 8, and a-more is admitted at once (without fair sharing's rank
-    # it would wait the reserve's 120 s).  B's b-1 (within its min) then reclaims one of
-    # C's pods, not a-more.
-    for i in range(4):
-        cluster.create_node(f"n{i}", {"cpu": "32", "memory": "128Gi", GPU: 8})
-    teams = Teams(
-        cluster, {"min": {GPU: "0"}, "max": {GPU: "32"}}, {"min": {GPU: "16"}, "max": {GPU: "32"}}
-    )
-    others = Teams(
-        cluster,
-        {"min": {GPU: "0"}, "max": {GPU: "32"}},
-        {"min": {GPU: "0"}, "max": {GPU: "32"}},
-        suffix="2",
-    )
-    team_c = others.a
-    try:
-        teams.create(teams.b, "b-0", requests=GPUS, labels=TRAINER)
-        teams.wait(teams.b, "b-0", "Running")
-        for name in ("c-1", "c-2"):
-            others.create(team_c, name, requests=GPUS, labels=PREEMPTIBLE)
-            others.wait(team_c, name, "Running")
-        asked = time.time()
-        teams.create(teams.a, "a-more", requests=GPUS, labels=PREEMPTIBLE)
-        teams.wait(teams.a, "a-more", "Running", timeout=60)
-        assert time.time() - asked < RESERVE / 2  # not held for the reserve's seconds
-
-        teams.create(teams.b, "b-1", requests=GPUS, labels=TRAINER)
-        teams.wait(teams.b, "b-1", "Running", timeout=90)
-        preempted = [e["involvedObject"]["name"] for e in others.events(team_c, "Preempted")]
-        assert len(preempted) == 1 and preempted[0] in ("c-1", "c-2"), preempted
-        assert teams.events(teams.a, "Preempted") == []
-        more = teams.get(teams.a, "a-more") or {}
-        assert more["status"]["phase"] == "Running"
-        assert keys.SOFT_EVICTION_KEY not in more["metadata"].get("labels", {})
-    finally:
-        others.cleanup()
         teams.cleanup()

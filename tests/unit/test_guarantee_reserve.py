@@ -31,7 +31,6 @@ GPU = "nvidia.com/gpu"
 NOON = 1_767_268_800.0  # 2026-01-01T12:00:00Z
 SAVES = {keys.CHECKPOINT_INTERVAL_ANNOTATION: "30"}
 ONE_GPU = parse_quantity("1")
-GANG_OF_2 = {"muster.dev/min-available": "2"}
 
 
 def cluster(
@@ -308,65 +307,3 @@ def test_a_plan_taking_part_of_its_own_quotas_work_borrows_only_as_admission_len
     plan = plan_job_preemption(state_at(), "team-a/a-hi", NOON + 60)
     assert not isinstance(plan, Refusal)
     assert [victim.pod.key for victim in plan.victims] == ["team-a/a-low"]
-
-
-def test_with_fair_sharing_a_borrower_further_above_its_share_is_taken_back_first() -> None:
-    # n1..n4 of 8 GPUs (32).  team-b (min 16, reserve 60 s) runs b-0 (8) on n1: owed 8.
-    # team-c (min 0) borrows n2 and n3 with c-1 and c-2 (8 each, priority `c_priority`);
-    # n4 is free.  team-a's a-more (min 0, priority 0, saves nothing) would borrow n4.
-    # Shares of borrowed capacity (weight 1): team-c 16/32 = 0.5; team-a's once a-more is
-    # admitted 8/32 = 0.25.  The reserve: free 8, less a-more's 8, plus what team-b's
-    # reclaim would take back first, at least the 8 owed?
-    # - fairSharing on, team-c's pods of a-more's priority (0): team-c's share is above
-    #   team-a's, so among victims of priority 0 the reclaim takes team-c's first:
-    #   8 - 8 + min(16 borrowed, 16 asked) = 16 >= 8: admitted.
-    # - fairSharing off: nothing of lower priority than 0 runs: 8 - 8 + 0 = 0 < 8: waits.
-    # - fairSharing on, team-c's pods of priority 10: the reclaim takes a-more (priority 0)
-    #   before them: 0 < 8: waits.
-    def failures(*, fair_sharing: bool, c_priority: int) -> tuple[str, ...]:
-        state = snapshot(
-            [node(f"n{i}", gpu=8) for i in range(1, 5)],
-            [
-                pod("b-0", "team-b", gpu=8, node="n1", created="2026-01-01T12:00:00Z"),
-                pod("c-1", "team-c", gpu=8, node="n2", preemptible=True, priority=c_priority),
-                pod("c-2", "team-c", gpu=8, node="n3", preemptible=True, priority=c_priority),
-                pod("a-more", "team-a", gpu=8, preemptible=True, priority=0),
-            ],
-            [
-                quota("team-a", min={GPU: "0"}, max={GPU: "32"}),
-                quota("team-b", min={GPU: "16"}, max={GPU: "32"}),
-                quota("team-c", min={GPU: "0"}, max={GPU: "32"}),
-            ],
-            MusterArgs(guaranteeReserveSeconds=60, fairSharing=fair_sharing),
-        )
-        return quota_failures_on(state, "team-a/a-more", NOON + 10, ["n4"])
-
-    assert failures(fair_sharing=True, c_priority=0) == ()
-    held = failures(fair_sharing=False, c_priority=0)
-    assert len(held) == 1 and "owed to quota team-b" in held[0]
-    held = failures(fair_sharing=True, c_priority=10)
-    assert len(held) == 1 and "owed to quota team-b" in held[0]
-
-
-def test_with_fair_sharing_a_borrower_below_the_others_share_stays_held_back() -> None:
-    # As above with one team-c pod (c-1 on n2, priority 0), n3 and n4 free: team-c's share
-    # 8/32 = 0.25 is not above team-a's once a-more is admitted (8/32 = 0.25), so the
-    # reclaim would not take team-c's first.  a-more asks for 16 (two pods of 8, one job):
-    # team-a's share once admitted 16/32 = 0.5.  Free 16 - 16 + 0 = 0 < 8: waits.
-    state = snapshot(
-        [node(f"n{i}", gpu=8) for i in range(1, 5)],
-        [
-            pod("b-0", "team-b", gpu=8, node="n1", created="2026-01-01T12:00:00Z"),
-            pod("c-1", "team-c", gpu=8, node="n2", preemptible=True, priority=0),
-            pod("a-0", "team-a", gpu=8, preemptible=True, group="a-more", annotations=GANG_OF_2),
-            pod("a-1", "team-a", gpu=8, preemptible=True, group="a-more", annotations=GANG_OF_2),
-        ],
-        [
-            quota("team-a", min={GPU: "0"}, max={GPU: "32"}),
-            quota("team-b", min={GPU: "16"}, max={GPU: "32"}),
-            quota("team-c", min={GPU: "0"}, max={GPU: "32"}),
-        ],
-        MusterArgs(guaranteeReserveSeconds=60, fairSharing=True),
-    )
-    held = quota_failures_on(state, "team-a/a-0", NOON + 10, ["n3", "n4"])
-    assert len(held) == 1 and "owed to quota team-b" in held[0]

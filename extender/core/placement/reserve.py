@@ -18,14 +18,10 @@ longer lends to anyone.
 The rule, per resource the job would borrow: the cluster's free room (its capacity less
 what every quota uses, reservations and holds included) less the job's request, plus what
 borrowers of lower priority than the job hold (an owner's reclaim takes them back first:
-the comparator's priority step), and with ``fairSharing`` what borrowers of the job's
-priority hold in quotas whose share of borrowed capacity is above the job's quota's once
-the job is admitted (among victims of one priority the walk takes the quota furthest
-above its share first), must stay at least what the *active* quotas (other top-level
-quotas within their reserve) are owed, their ``min`` less their use.  So a job is held
-back only where it would be the one taken back, and a quota borrowing little is not kept
-out of idle room while one borrowing much holds room of the same priority.
-Read on the ledger given (the planner's settled view: victims on their way out count as gone), so the planner makes no
+the comparator's priority step), must stay at least what the *active* quotas (other
+top-level quotas within their reserve) are owed, their ``min`` less their use.  So a job
+is held back only where it would be the one taken back.  Read on the ledger given (the
+planner's settled view: victims on their way out count as gone), so the planner makes no
 plan for a job the reserve holds back.  Whom it trusts: a pod's creation time is the API
 server's; a tenant creating pods only keeps its own ``min`` reserved, which it is
 guaranteed anyway; a tenant that declares an interval it does not keep borrows, and
@@ -41,7 +37,6 @@ from base.times import format_time
 from extender.core.placement.demand import AdmissionWait, JobDemand, borrowed_resources
 from extender.core.state import ClusterState
 from quota.accounting import QuotaLedger
-from quota.fairshare import share_after
 
 
 def reserve_seconds(state: ClusterState, quota: str) -> float:
@@ -74,8 +69,7 @@ def reserve_wait(
         return None
     free = _free(state, ledger)
     priority = min(pod.priority for pod in demand.unplaced)
-    owners = {quota for quota, _ in active}
-    first = _taken_back_first(state, ledger, owners, priority, _ranked_above(state, ledger, demand))
+    first = _taken_back_first(state, ledger, {quota for quota, _ in active}, priority)
     short = {
         name: owed[name]
         for name in sorted(borrowed)
@@ -138,41 +132,19 @@ def _active_owners(
     return active, owed
 
 
-def _ranked_above(state: ClusterState, ledger: QuotaLedger, demand: JobDemand) -> set[str]:
-    """With ``fairSharing``, the quotas whose share of borrowed capacity is above the job's
-    quota's once the job is admitted: an owner's reclaim takes their work before the
-    job's among victims of one priority (the walk ranks quotas furthest above their share
-    first); empty with fair sharing off."""
-    if not state.args.fair_sharing:
-        return set()
-    capacity = state.capacity()
-    mine = share_after(ledger, demand.quota, capacity, demand.request)
-    return {
-        quota
-        for quota in ledger.tree.specs
-        if quota != demand.quota and share_after(ledger, quota, capacity) > mine
-    }
-
-
 def _taken_back_first(
-    state: ClusterState,
-    ledger: QuotaLedger,
-    owners: set[str],
-    priority: int,
-    ranked_above: set[str],
+    state: ClusterState, ledger: QuotaLedger, owners: set[str], priority: int
 ) -> dict[str, int]:
-    """What borrowers an owner's reclaim takes back before the job hold: those of lower
-    priority than ``priority`` (the comparator's priority step), and those of that priority
-    in the quotas ``ranked_above`` the job's (:func:`_ranked_above`).  Per quota outside
-    ``owners``' trees, the lesser of what it uses beyond its ``min`` and what its running
-    preemptible pods of those priorities ask for."""
+    """What borrowers of lower priority than ``priority`` hold, which an owner's reclaim
+    takes back first (the comparator's priority step): per quota outside ``owners``'
+    trees, the lesser of what it uses beyond its ``min`` and what its running
+    preemptible pods below that priority ask for."""
     tree = ledger.tree
     first: dict[str, int] = {}
     for quota in tree.specs:
         if tree.root(quota) in owners:
             continue
-        ceiling = priority if quota in ranked_above else priority - 1
-        lower = state.victims.asked_up_to(quota, ceiling)
+        lower = state.victims.asked_up_to(quota, priority - 1)
         if not lower:
             continue
         spec, used = tree[quota], ledger[quota].used
