@@ -26,6 +26,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check base extender quota localcluster tests bench hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) hack/module_size.py
 
 unit: venv
 	$(PY) -m pytest tests/unit

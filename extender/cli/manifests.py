@@ -33,14 +33,9 @@ from extender.core.dra import DRA_API_VERSION, DRA_KINDS
 from extender.core.effects import apply
 from extender.core.gangsize import gang_size
 from extender.core.jobs import OWNER_KINDS, min_available_annotation, parse_owner_size
-from extender.core.objects import (
-    PodInfo,
-    PriorityClasses,
-    parse_node,
-    parse_pod,
-    parse_priority_class,
-)
+from extender.core.objects import PodInfo, parse_node, parse_pod
 from extender.core.podgroups import GANG_OBJECT_KINDS, gang_object_kind
+from extender.core.priorities import PriorityClasses, parse_priority_class
 from extender.core.records import RecordKeys, believed_pod, without_records
 from extender.core.reservations import record_problems, restored_effects
 from extender.core.state import ClusterState

@@ -1,4 +1,4 @@
-"""The core's view of Kubernetes objects: nodes, pods, priority classes.
+"""The core's view of Kubernetes objects: nodes and pods.
 
 Front doors hand the core ordinary Kubernetes JSON (camelCase dicts, as
 ``kubectl get -o yaml``, the API server and kube-scheduler's extender calls
@@ -28,6 +28,7 @@ from extender.core.constraints import (
 )
 from extender.core.dra.podclaims import PodDevices, parse_pod_devices
 from extender.core.marks import read_mark
+from extender.core.priorities import NO_PRIORITY_CLASSES, PriorityClasses
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,33 +173,6 @@ class PodInfo:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PriorityClasses:
-    """PriorityClass values by name, and the global default (0 when none is marked)."""
-
-    values: Mapping[str, int]
-    global_default: int = 0
-
-    def resolve(self, spec: Mapping[str, Any]) -> int:
-        """``spec.priority``, else its class's value, else the global default."""
-        priority = spec.get("priority")
-        if priority is not None:
-            if isinstance(priority, bool) or not isinstance(priority, int):
-                raise ManifestError("spec.priority", f"expected an integer, got {priority!r}")
-            return priority
-        class_name = spec.get("priorityClassName")
-        if class_name is not None and not isinstance(class_name, str):
-            raise ManifestError("spec.priorityClassName", f"expected a string, got {class_name!r}")
-        if class_name:
-            if class_name not in self.values:
-                raise ManifestError(
-                    "spec.priorityClassName", f"unknown PriorityClass {class_name!r}"
-                )
-            return self.values[class_name]
-        return self.global_default
-
-
-NO_PRIORITY_CLASSES = PriorityClasses(values={})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
@@ -331,7 +305,6 @@ def _spec_group(spec: Mapping[str, Any]) -> dict[str, str | None]:
     return {}
 
 
-#: :attr:`PodInfo.preempted_by` when the condition's message names no component.
 def _controller(metadata: Mapping[str, Any]) -> str | None:
     """``Kind/name`` of the owner reference marked ``controller: true``, if any."""
     owners = metadata.get("ownerReferences") or []
@@ -346,6 +319,7 @@ def _controller(metadata: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: :attr:`PodInfo.preempted_by` when the condition's message names no component.
 UNNAMED_COMPONENT = "unknown"
 
 
@@ -382,15 +356,6 @@ def _admitted_preemptible(status: Mapping[str, Any]) -> bool:
         and condition.get("status") == "True"
         for condition in mappings(status.get("conditions"), "status.conditions")
     )
-
-
-def parse_priority_class(obj: Mapping[str, Any]) -> tuple[str, int, bool]:
-    """A PriorityClass → (name, value, globalDefault)."""
-    metadata = mapping(obj.get("metadata"), "metadata")
-    value = obj.get("value")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ManifestError("value", f"expected an integer, got {value!r}")
-    return object_name(metadata), value, bool(obj.get("globalDefault", False))
 
 
 def _unsupported_constraints(

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from base.errors import ManifestError
 from extender.core.budgets import parse_pod_disruption_budget
 from extender.core.jobs import OwnerSize, parse_owner_size
-from extender.core.objects import PriorityClasses, parse_node
+from extender.core.objects import parse_node
 from extender.core.podgroups import GangObjectKind, PodGroupInfo
+from extender.core.priorities import PriorityClasses
 from extender.core.state import ClusterState
 from extender.core.topology import parse_kueue_topology
 from extender.kube.client import Json

@@ -206,7 +206,8 @@ def test_the_parsers_make_the_same_pods_and_nodes_of_a_lean_page() -> None:
     # bench.memory's cluster (pods of gangs, priorities, owners, pending and running), each
     # object given managed fields: the core's parsers read nothing of what LEAN leaves out.
     from bench.memory import PRIORITIES, snapshot_items
-    from extender.core.objects import PriorityClasses, parse_node, parse_pod
+    from extender.core.objects import parse_node, parse_pod
+    from extender.core.priorities import PriorityClasses
 
     classes = PriorityClasses(values=PRIORITIES)
     objects = [o for o in snapshot_items(nodes=40, pods=400) if o["kind"] in ("Pod", "Node")]
