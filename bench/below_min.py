@@ -17,7 +17,10 @@ holds:
 - for Muster, from its log (``muster.log``: the PostFilter's line per job), the waiting
   jobs' or their team's latest word before the stretch:
   **victims leaving** (a plan for one of the team's waiting jobs, made less than
-  :data:`PLAN_SECONDS` ago: its victims' notice and grace period),
+  :data:`PLAN_SECONDS` ago and none of the job's pods placed since, one of whose victims
+  still holds its GPUs: their notice and grace period), **victims gone, not placed**
+  (such a plan's victims have all let go of their GPUs: the scheduling path, or the
+  room taken by someone else),
   **held back** by the **guarantee reserve**, **fair sharing** or a **reborrow backoff**
   (the rule turned the job away as a borrower, counting what the team's plans and
   placements hold as used; the first of the jobs' rules in that order), **no plan** (no
@@ -37,6 +40,7 @@ import dataclasses
 import datetime
 import itertools
 import json
+import math
 import re
 import sys
 from collections import defaultdict
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.peers import recorded_figures, recorded_run
-from bench.workload import BelowMin, GapStretch, SubmittedJob
+from bench.workload import BelowMin, GapStretch, PodSighting, SubmittedJob
 
 #: A job submitted this recently is still on the scheduling path.
 ARRIVING_SECONDS = 3.0
@@ -56,6 +60,7 @@ CAUSES = (
     "no pod to place",
     "arriving",
     "victims leaving",
+    "victims gone, not placed",
     "held back: guarantee reserve",
     "held back: fair sharing",
     "held back: reborrow backoff",
@@ -74,6 +79,8 @@ _HELD_BACK = {
     "fair share": "held back: fair sharing",
     "reborrow": "held back: reborrow backoff",
 }
+#: A victim in a plan's line: ``(namespace/name rule``, or ``, namespace/name rule``.
+_VICTIM = re.compile(r"[(,] ?([\w.-]+/[\w.-]+) ")
 _NO_PLAN = "would not fit even after evicting"
 _FITS = "fits without evicting anything"
 
@@ -88,6 +95,8 @@ class Word:
     #: ``"plan"``, one of the ``"held back: …"`` causes, ``"no plan"``, ``"fits"`` or
     #: ``"other"``.
     kind: str
+    #: A plan's victims: their pods' keys (``namespace/name``).
+    victims: tuple[str, ...] = ()
 
 
 def read_log(lines: Iterable[str], started_at: float) -> list[Word]:
@@ -101,7 +110,8 @@ def read_log(lines: Iterable[str], started_at: float) -> list[Word]:
         stamp = datetime.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S")
         at = stamp.timestamp() + int(match[2]) / 1000 - started_at
         if match[3]:
-            words.append(Word(at, match[4], match[5], "plan"))
+            victims = tuple(_VICTIM.findall(line))
+            words.append(Word(at, match[4], match[5], "plan", victims))
             continue
         reason = match[8]
         held = next((kind for phrase, kind in _HELD_BACK.items() if phrase in reason), None)
@@ -114,13 +124,45 @@ def read_log(lines: Iterable[str], started_at: float) -> list[Word]:
 Stretch = BelowMin | GapStretch
 
 
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """When pods took and let go of their GPUs, as the run's sightings show."""
+
+    #: Pod key → when it first stopped holding GPUs it held (finished, or deleted).
+    left: Mapping[str, float]
+    #: Job → when each of its pods began holding GPUs, in time order.
+    placed: Mapping[str, Sequence[float]]
+
+    def placed_between(self, job: str, start: float, end: float) -> bool:
+        """Did a pod of ``job`` begin holding GPUs after ``start``, by ``end``?"""
+        return any(start < at <= end for at in self.placed.get(job, ()))
+
+
+def holding(seen: Iterable[PodSighting]) -> Holding:
+    """The run's :class:`Holding`, from its sightings."""
+    held: set[str] = set()
+    left: dict[str, float] = {}
+    placed: dict[str, list[float]] = defaultdict(list)
+    for sighting in sorted(seen, key=lambda s: s.at):
+        holds = sighting.holds and not sighting.gone
+        if holds and sighting.key not in held:
+            held.add(sighting.key)
+            placed[sighting.job].append(sighting.at)
+        elif not holds and sighting.key in held and sighting.key not in left:
+            left[sighting.key] = sighting.at
+    return Holding(left, dict(placed))
+
+
 def cause_of(
     stretch: Stretch,
     jobs: Mapping[str, SubmittedJob],
     words: Sequence[Word] | None,
+    held: Holding | None = None,
 ) -> str:
     """The first of :data:`CAUSES` that holds for ``stretch`` (``words``: Muster's log,
-    in time order; ``None`` for another system)."""
+    in time order; ``None`` for another system; ``held``: when pods took and let go of
+    their GPUs, :func:`holding`; without it, a recent plan counts as its victims
+    leaving)."""
     if stretch.podless:
         return "no pod to place"
     arriving = [stretch.at - jobs[name].submitted < ARRIVING_SECONDS for name in stretch.fitting]
@@ -130,11 +172,20 @@ def cause_of(
     if words is None:
         return "other"
     before = [w for w in words if w.at <= stretch.at]
-    if any(
-        w.kind == "plan" and w.job in stretch.waiting and stretch.at - w.at < PLAN_SECONDS
+    plans = [
+        w
         for w in before
-    ):
-        return "victims leaving"
+        if w.kind == "plan"
+        and w.job in stretch.waiting
+        and stretch.at - w.at < PLAN_SECONDS
+        and not (held and held.placed_between(w.job, w.at, stretch.at))
+    ]
+    if plans:
+        if held is None or any(
+            held.left.get(victim, math.inf) > stretch.at for w in plans for victim in w.victims
+        ):
+            return "victims leaving"
+        return "victims gone, not placed"
     last = {w.job: w.kind for w in before if w.job in stretch.fitting}
     kinds = set(last.values())
     for kind in (*_HELD_BACK.values(), "no plan"):
@@ -144,28 +195,38 @@ def cause_of(
 
 
 def causes(
-    stretches: Iterable[Stretch], jobs: Mapping[str, SubmittedJob], words: Sequence[Word] | None
+    stretches: Iterable[Stretch],
+    jobs: Mapping[str, SubmittedJob],
+    words: Sequence[Word] | None,
+    held: Holding | None = None,
 ) -> dict[str, float]:
     """Team-seconds below ``min`` (for stretches of gap, GPU-seconds of gap: each second
     times its GPUs) per cause, in :data:`CAUSES` order.  A stretch is cut where its cause
-    may change (an arrival's window ends, a word is logged, a plan's window ends), each
-    piece told by its start."""
+    may change (an arrival's window ends, a word is logged, a plan's window ends, a
+    victim lets go, a pod is placed), each piece told by its start."""
     seconds: dict[str, float] = defaultdict(float)
     for stretch in stretches:
         weight = stretch.gpus if isinstance(stretch, GapStretch) else 1.0
-        for piece in _pieces(stretch, jobs, words or ()):
-            seconds[cause_of(piece, jobs, words)] += piece.seconds * weight
+        for piece in _pieces(stretch, jobs, words or (), held):
+            seconds[cause_of(piece, jobs, words, held)] += piece.seconds * weight
     return {cause: round(seconds.get(cause, 0.0), 1) for cause in CAUSES}
 
 
 def _pieces(
-    stretch: Stretch, jobs: Mapping[str, SubmittedJob], words: Sequence[Word]
+    stretch: Stretch,
+    jobs: Mapping[str, SubmittedJob],
+    words: Sequence[Word],
+    held: Holding | None,
 ) -> list[Stretch]:
     start, end = stretch.at, stretch.at + stretch.seconds
     cuts = {jobs[name].submitted + ARRIVING_SECONDS for name in stretch.fitting}
     for word in words:
         if word.job in stretch.waiting:
             cuts.update((word.at, word.at + PLAN_SECONDS))
+            if held is not None:
+                cuts.update(held.left[victim] for victim in word.victims if victim in held.left)
+    if held is not None:
+        cuts.update(at for name in stretch.waiting for at in held.placed.get(name, ()))
     edges = [start, *sorted(cut for cut in cuts if start < cut < end), end]
     return [dataclasses.replace(stretch, at=a, seconds=b - a) for a, b in itertools.pairwise(edges)]
 
@@ -207,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"GPU-seconds of fair-share gap: {total:.1f}")
     else:
         print(f"team-seconds below min with work that fits: {sum(s.seconds for s in below):.1f}")
-    for cause, seconds in causes(stretches, jobs, words).items():
+    for cause, seconds in causes(stretches, jobs, words, holding(seen)).items():
         print(f"  {cause:30s} {seconds:9.1f}")
     return 0
 

@@ -3,9 +3,10 @@ out by hand from the module's docstring."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
-from bench.below_min import CAUSES, Word, cause_of, causes, read_log
+from bench.below_min import CAUSES, Word, cause_of, causes, holding, read_log
 from bench.workload import BelowMin, GapStretch, PodSighting, SubmittedJob, trace_figures
 
 JOBS = {
@@ -33,7 +34,7 @@ def test_the_log_is_read_on_the_trace_clock() -> None:
         f"{_stamp(started + 16.0)} extender.kube.requeue requeued 1 parked pods\n",
     ]
     assert read_log(lines, started) == [
-        Word(12.5, "team-a", "j2", "plan"),
+        Word(12.5, "team-a", "j2", "plan", ("team-b/j9-x", "team-b/j9-y")),
         Word(13.0, "team-a", "j1", "held back: fair sharing"),
         Word(14.0, "team-a", "j1", "no plan"),
         Word(15.0, "team-a", "j1", "fits"),
@@ -64,6 +65,42 @@ def test_each_stretch_gets_the_first_cause_that_holds() -> None:
     assert cause_of(stretch(45.0), JOBS, words) == "scheduler's view"
     # Without Muster's log, past the first two causes: other.
     assert cause_of(stretch(15.0), JOBS, None) == "other"
+
+
+def test_a_plan_explains_a_wait_while_its_victims_hold_and_its_job_is_not_placed() -> None:
+    # j2 (team-a, 2 pods, sent at 30) is planned at 40 with victim team-b/v, which holds
+    # GPUs from 0 and lets go at 50 (finished).  j2's first pod is placed at 70, its
+    # second waits.
+    jobs = {"j2": SubmittedJob("team-a", 2, 8, "high", 30.0)}
+    seen = [
+        PodSighting(0, "team-b/v", "jv", 8, holds=True, succeeded=False),
+        PodSighting(50, "team-b/v", "jv", 8, holds=False, succeeded=False),
+        PodSighting(40, "team-a/j2-a", "j2", 8, holds=False, succeeded=False),
+        PodSighting(70, "team-a/j2-a", "j2", 8, holds=True, succeeded=False),
+    ]
+    held = holding(seen)
+    assert held.left == {"team-b/v": 50}
+    assert held.placed == {"jv": [0], "j2": [70]}
+    words = [Word(40.0, "team-a", "j2", "plan", ("team-b/v",))]
+
+    def stretch(at: float) -> BelowMin:
+        return BelowMin("team-a", at, 1.0, ("j2",), ("j2",), podless=False)
+
+    # 45: the victim still holds; 55: it let go, j2 not placed yet; 75: j2 was placed at
+    # 70 since the plan, so the plan explains nothing (no later word: other).
+    assert cause_of(stretch(45.0), jobs, words, held) == "victims leaving"
+    assert cause_of(stretch(55.0), jobs, words, held) == "victims gone, not placed"
+    assert cause_of(stretch(75.0), jobs, words, held) == "other"
+    # Without the sightings, a plan under 60 s old counts as its victims leaving.
+    assert cause_of(stretch(75.0), jobs, words) == "victims leaving"
+    # One stretch 44-80 is cut at the victim's leaving (50) and j2's placing (70):
+    # 6 s leaving, 20 s gone and not placed, 10 s other.
+    whole = dataclasses.replace(stretch(44.0), seconds=36.0)
+    assert causes([whole], jobs, words, held) == dict.fromkeys(CAUSES, 0.0) | {
+        "victims leaving": 6.0,
+        "victims gone, not placed": 20.0,
+        "other": 10.0,
+    }
 
 
 def test_a_stretch_is_cut_where_its_cause_changes() -> None:
