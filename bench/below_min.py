@@ -144,7 +144,7 @@ def holding(seen: Iterable[PodSighting]) -> Holding:
     left: dict[str, float] = {}
     placed: dict[str, list[float]] = defaultdict(list)
     for sighting in sorted(seen, key=lambda s: s.at):
-        holds = sighting.holds and not sighting.gone
+        holds = sighting.takes_gpus
         if holds and sighting.key not in held:
             held.add(sighting.key)
             placed[sighting.job].append(sighting.at)
@@ -178,7 +178,7 @@ def cause_of(
         if w.kind == "plan"
         and w.job in stretch.waiting
         and stretch.at - w.at < PLAN_SECONDS
-        and not (held and held.placed_between(w.job, w.at, stretch.at))
+        and not (held is not None and held.placed_between(w.job, w.at, stretch.at))
     ]
     if plans:
         if held is None or any(

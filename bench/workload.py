@@ -230,6 +230,11 @@ class PodSighting:
     #: What the pod says of its saves (what an eviction then loses).
     saves: Saves = NO_SAVES
 
+    @property
+    def takes_gpus(self) -> bool:
+        """Its GPUs are taken as of this sighting: it holds them and is not deleted."""
+        return self.holds and not self.gone
+
 
 @dataclass(frozen=True, slots=True)
 class SubmittedJob:
@@ -382,6 +387,13 @@ def trace_figures(
         job, js = jobs[name], state[name]
         return js.completed is None and len(js.holding) + len(js.succeeded) < job.pods
 
+    def waiting_of(team: str) -> tuple[str, ...]:
+        return tuple(sorted(n for n in submitted if jobs[n].team == team and waiting(n)))
+
+    def podless(names: Iterable[str]) -> bool:
+        """None of the jobs ``names`` has a pod waiting to be placed."""
+        return not any(state[n].present - state[n].holding.keys() for n in names)
+
     def advance(until: float) -> None:
         nonlocal now, allocated, partial, gap_seconds, gap_worst
         until = min(until, horizon)
@@ -408,9 +420,8 @@ def trace_figures(
         gap_seconds += gap * span
         gap_worst = max(gap_worst, gap)
         if gaps is not None and gap > 0 and least is not None:
-            waits = sorted(n for n in submitted if jobs[n].team == least and waiting(n))
-            podless = not any(state[n].present - state[n].holding.keys() for n in waits)
-            gaps.append(GapStretch(least, now, span, gap, tuple(waits), podless))
+            waits = waiting_of(least)
+            gaps.append(GapStretch(least, now, span, gap, waits, podless(waits)))
         for team, floor in mins.items():
             if used[team] >= floor:
                 continue
@@ -423,13 +434,19 @@ def trace_figures(
             ]
             if fitting:
                 below[team] += span
-                podless = not any(state[n].present - state[n].holding.keys() for n in fitting)
-                if podless:
+                none_to_place = podless(fitting)
+                if none_to_place:
                     below_podless[team] += span
                 if below_min is not None:
-                    waits = sorted(n for n in submitted if jobs[n].team == team and waiting(n))
                     below_min.append(
-                        BelowMin(team, now, span, tuple(sorted(fitting)), tuple(waits), podless)
+                        BelowMin(
+                            team,
+                            now,
+                            span,
+                            tuple(sorted(fitting)),
+                            waiting_of(team),
+                            none_to_place,
+                        )
                     )
         while not series or series[-1][0] + sample_seconds <= until:
             at = series[-1][0] + sample_seconds if series else 0.0
@@ -446,7 +463,7 @@ def trace_figures(
             submitted.add(event)
             continue
         js = state[event.job]
-        holds = event.holds and not event.gone
+        holds = event.takes_gpus
         was = event.key in ledger.holding
         if event.gone or event.succeeded or (was and not holds):
             # A bound pod that stops holding has ended (failed, evicted, exited on
