@@ -23,6 +23,7 @@ from test_preemption_story import (  # noqa: F401 (fixtures)
     PREEMPTIBLE,
     TRAINER,
     Teams,
+    _reserved_and_nominated,
     muster_and_evictor,
     tokens,
 )
@@ -61,8 +62,13 @@ def test_a_higher_priority_job_takes_the_room_held_for_a_lower_one(
         teams.create(
             teams.a, "a-lo", requests={"cpu": "1", GPU: 8}, labels=TRAINER, priority_class=low
         )
-        lc.wait_until(lambda: reserved("a-lo") or None, timeout=60, what="a-lo's room held")
-        held = (teams.get(teams.a, "a-lo") or {})["status"]["nominatedNodeName"]
+        # The reservation annotation and the nomination are two writes: wait for both.
+        a_lo_held = lc.wait_until(
+            lambda: _reserved_and_nominated(teams.get(teams.a, "a-lo")),
+            timeout=60,
+            what="a-lo's room held and nominated",
+        )
+        held = a_lo_held["status"]["nominatedNodeName"]
         on_held = (teams.get(teams.b, "b-0") or {})["spec"]["nodeName"] == held
         victim, other = ("b-0", "b-1") if on_held else ("b-1", "b-0")
 
