@@ -11,7 +11,8 @@ with the peers (:mod:`bench.peers`).
 * ``trace_figures``: one sweep over every sighting of a trace's pods (:class:`PodSighting`)
   and its jobs' submissions, for the comparison table: GPU allocation, GPU-seconds held by
   gangs not fully running, seconds a team spent below its ``min`` with work it could have
-  run there, completion times per priority, evictions per completed job, jobs left.
+  run there, completion times per priority (and their floor: the p95 had no job waited),
+  evictions per completed job, jobs left.
 """
 
 from __future__ import annotations
@@ -247,6 +248,8 @@ class SubmittedJob:
     submitted: float
     #: The fewest pods it runs with (an elastic range's lower end); ``None``: all of them.
     min_pods: int | None = None
+    #: Seconds each of its pods runs (the trace's); ``None``: not recorded (older runs).
+    runtime: float | None = None
 
     @property
     def runs_with(self) -> int:
@@ -486,13 +489,15 @@ def trace_figures(
     advance(horizon)
 
     done = [
-        (jobs[name].priority_class, js.completed - jobs[name].submitted)
+        (jobs[name], js.completed - jobs[name].submitted)
         for name, js in state.items()
         if js.completed is not None
     ]
     by_class: dict[str, list[float]] = {}
-    for priority_class, took in done:
-        by_class.setdefault(priority_class, []).append(took)
+    runtimes_by_class: dict[str, list[float | None]] = {}
+    for job, took in done:
+        by_class.setdefault(job.priority_class, []).append(took)
+        runtimes_by_class.setdefault(job.priority_class, []).append(job.runtime)
     pending = [n for n in submitted if waiting(n) and not state[n].holding]
     return {
         "gpu_allocation": round(allocated / (capacity * horizon), 4),
@@ -517,6 +522,7 @@ def trace_figures(
                 "p50": round(percentile(values, 0.5) or 0.0, 1),
                 "p95": round(percentile(values, 0.95) or 0.0, 1),
                 "count": len(values),
+                **_completion_floor(runtimes_by_class[name]),
             }
             for name, values in sorted(by_class.items())
         },
@@ -529,6 +535,17 @@ def trace_figures(
         "pending_at_end": len(pending),
         "allocated_gpus_series": series,
     }
+
+
+def _completion_floor(runtimes: Sequence[float | None]) -> dict[str, float]:
+    """``p95_floor``: what the p95 of these completed jobs' completion times would be had
+    none of them waited or lost work, their runtimes alone. No scheduler completes them
+    sooner (but by up to a second: the kubelet stand-in times a pod from its whole-second
+    ``startTime``). Nothing when a runtime is not recorded."""
+    known = [r for r in runtimes if r is not None]
+    if not known or len(known) < len(runtimes):
+        return {}
+    return {"p95_floor": round(percentile(known, 0.95) or 0.0, 1)}
 
 
 def _left_to_run(job: SubmittedJob, state: _JobState) -> float:

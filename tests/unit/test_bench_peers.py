@@ -254,6 +254,32 @@ def test_trace_figures_worked_by_hand() -> None:
     assert figures["pending_at_end"] == 1  # a2
 
 
+def test_the_completion_floor_is_the_p95_of_the_completed_jobs_runtimes() -> None:
+    # h1 runs 30 s at once; h2 (runtime 40) waits 20 s, done at 60; h3 (runtime 100)
+    # never runs. Nearest rank over two jobs is the larger: p95 of [30, 60] is 60, and
+    # the floor, over the completed jobs' runtimes [30, 40] (not h3's), is 40.
+    runtimes = {"h1": 30.0, "h2": 40.0, "h3": 100.0}
+    jobs = {name: SubmittedJob("a", 1, 1, "high", 0.0, runtime=r) for name, r in runtimes.items()}
+    seen = [
+        PodSighting(0, "a/h1-0", "h1", 1, holds=True, succeeded=False),
+        PodSighting(30, "a/h1-0", "h1", 1, holds=False, succeeded=True),
+        PodSighting(20, "a/h2-0", "h2", 1, holds=True, succeeded=False),
+        PodSighting(60, "a/h2-0", "h2", 1, holds=False, succeeded=True),
+    ]
+    figures = trace_figures(seen, jobs, {"a": 8}, capacity=8, horizon=100)
+    assert figures["job_completion_seconds"]["high"] == {
+        "p50": 30.0,
+        "p95": 60.0,
+        "count": 2,
+        "p95_floor": 40.0,
+    }
+    # A completed job whose runtime is not recorded (an older run) gives no floor rather
+    # than a wrong one.
+    jobs["h2"] = SubmittedJob("a", 1, 1, "high", 0.0)
+    figures = trace_figures(seen, jobs, {"a": 8}, capacity=8, horizon=100)
+    assert "p95_floor" not in figures["job_completion_seconds"]["high"]
+
+
 def test_a_gang_done_one_pod_at_a_time_is_not_partial() -> None:
     # Two pods bound together at 0; one succeeds at 10, the other at 20: from 10 to 20
     # the job has one pod running and one done, which is the whole job.
