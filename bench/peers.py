@@ -735,7 +735,7 @@ def markdown_table(results: Json) -> str:
         row = figures["job_completion_seconds"].get(name)
         if not row:
             return "-"
-        floor = f"; floor {row['p95_floor']:.0f}" if "p95_floor" in row else ""
+        floor = f"; floor {row['p95_floor']:.1f}" if "p95_floor" in row else ""
         return f"{row['p50']:.0f} / {row['p95']:.0f} ({row['count']}{floor})"
 
     rows: list[tuple[str, Callable[[Json], str]]] = [

@@ -543,7 +543,7 @@ def _completion_floor(runtimes: Sequence[float | None]) -> dict[str, float]:
     sooner (but by up to a second: the kubelet stand-in times a pod from its whole-second
     ``startTime``). Nothing when a runtime is not recorded."""
     known = [r for r in runtimes if r is not None]
-    if not known or len(known) < len(runtimes):
+    if len(known) < len(runtimes) or not runtimes:
         return {}
     return {"p95_floor": round(percentile(known, 0.95) or 0.0, 1)}
 

@@ -297,7 +297,7 @@ def test_a_gang_done_one_pod_at_a_time_is_not_partial() -> None:
 
 
 def test_the_table_has_a_column_per_system_and_the_paired_binding_rate() -> None:
-    jobs = {"g": SubmittedJob("a", 1, 8, "normal", 0.0)}
+    jobs = {"g": SubmittedJob("a", 1, 8, "normal", 0.0, runtime=9.5)}
     seen = [
         PodSighting(0, "a/g-0", "g", 8, holds=True, succeeded=False),
         PodSighting(10, "a/g-0", "g", 8, holds=False, succeeded=True),
@@ -318,6 +318,10 @@ def test_the_table_has_a_column_per_system_and_the_paired_binding_rate() -> None
     assert lines[0] == "| | kube-scheduler | muster | kueue |"
     # 8 GPUs held 10 s of 20 on 8 GPUs: 0.5.
     assert "| GPU allocation (GPU-s held / capacity) | 0.500 | 0.500 | - |" in lines
+    # g completed in 10 s; its runtime alone, 9.5, is the floor, given to a tenth (a
+    # whole second would round it past the completion).
+    row = "| completion p50 / p95 s (jobs; floor: p95 at their runtimes), normal |"
+    assert f"{row} 10 / 10 (1; floor 9.5) | 10 / 10 (1; floor 9.5) | - |" in lines
     assert lines[-1].endswith("| 200 (1.00) | 190 (0.95) | 201 (1.01) |")
     # A trace played without the binding rates has no row for them.
     for figures_of in results["systems"].values():
