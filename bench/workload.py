@@ -493,11 +493,9 @@ def trace_figures(
         for name, js in state.items()
         if js.completed is not None
     ]
-    by_class: dict[str, list[float]] = {}
-    runtimes_by_class: dict[str, list[float | None]] = {}
+    done_by_class: dict[str, list[tuple[SubmittedJob, float]]] = {}
     for job, took in done:
-        by_class.setdefault(job.priority_class, []).append(took)
-        runtimes_by_class.setdefault(job.priority_class, []).append(job.runtime)
+        done_by_class.setdefault(job.priority_class, []).append((job, took))
     pending = [n for n in submitted if waiting(n) and not state[n].holding]
     return {
         "gpu_allocation": round(allocated / (capacity * horizon), 4),
@@ -518,13 +516,7 @@ def trace_figures(
             "worst": round(gap_worst, 1),
         },
         "job_completion_seconds": {
-            name: {
-                "p50": round(percentile(values, 0.5) or 0.0, 1),
-                "p95": round(percentile(values, 0.95) or 0.0, 1),
-                "count": len(values),
-                **_completion_floor(runtimes_by_class[name]),
-            }
-            for name, values in sorted(by_class.items())
+            name: _completion_row(of_class) for name, of_class in sorted(done_by_class.items())
         },
         "jobs_submitted": len(submitted),
         "jobs_completed": len(done),
@@ -537,15 +529,22 @@ def trace_figures(
     }
 
 
-def _completion_floor(runtimes: Sequence[float | None]) -> dict[str, float]:
-    """``p95_floor``: what the p95 of these completed jobs' completion times would be had
-    none of them waited or lost work, their runtimes alone. No scheduler completes them
-    sooner (but by up to a second: the kubelet stand-in times a pod from its whole-second
-    ``startTime``). Nothing when a runtime is not recorded."""
-    known = [r for r in runtimes if r is not None]
-    if len(known) < len(runtimes) or not runtimes:
-        return {}
-    return {"p95_floor": round(percentile(known, 0.95) or 0.0, 1)}
+def _completion_row(done: Sequence[tuple[SubmittedJob, float]]) -> dict[str, float]:
+    """Completion p50, p95 and count of these completed jobs (each with the seconds it
+    took), and ``p95_floor``: what the p95 would be had none of them waited or lost work,
+    their runtimes alone. No scheduler completes them sooner (but by up to a second: the
+    kubelet stand-in times a pod from its whole-second ``startTime``). No floor when a
+    runtime is not recorded."""
+    took = [seconds for _, seconds in done]
+    row: dict[str, float] = {
+        "p50": round(percentile(took, 0.5) or 0.0, 1),
+        "p95": round(percentile(took, 0.95) or 0.0, 1),
+        "count": len(took),
+    }
+    runtimes = [job.runtime for job, _ in done if job.runtime is not None]
+    if len(runtimes) == len(done):
+        row["p95_floor"] = round(percentile(runtimes, 0.95) or 0.0, 1)
+    return row
 
 
 def _left_to_run(job: SubmittedJob, state: _JobState) -> float:
